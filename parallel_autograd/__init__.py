@@ -1,0 +1,23 @@
+"""parallel_autograd: reverse-mode autodiff on numpy with a parallel backward engine."""
+# tensor first: it wires operators to the op modules, which import Tensor.
+from .tensor import Tensor, tensor  # noqa: I001
+from . import nn  # noqa: F401
+from .creation import arange, ones, randn, zeros
+from .engine.sequential import backward, grad
+from .function import Function, FunctionCtx
+from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .ops.elementwise import (abs, add, clip, cos, div, exp, gelu, leaky_relu, log, maximum,
+                              minimum, mul, neg, pow, relu, sigmoid, silu, sin, sqrt, sub,
+                              tanh, where)
+from .ops.linalg import matmul
+from .ops.reduce import log_softmax, logsumexp, max, mean, min, softmax, sum, var
+from .ops.shape import (broadcast_to, concat, expand, flatten, getitem, pad, permute, reshape,
+                        split, squeeze, stack, swapaxes, transpose, unsqueeze)
+from .primitive import primitive, record
+from .profiler import profile
+from .testing import gradcheck
+
+clamp = clip
+cat = concat
+
+__all__ = [name for name in dir() if not name.startswith("_")]

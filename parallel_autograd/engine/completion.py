@@ -1,0 +1,85 @@
+"""What happens when a node's gradient is complete, shared by both engines.
+
+`finish_gradient` runs the tensor hooks, records captures and leaf/retained
+gradients (staged, never written yet), and tells the engine whether the node's
+rule must run. `commit` writes staged gradients to `.grad` only after the whole
+pass succeeded, so a failed call leaves every `.grad` exactly as it was.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+_retained_lock = threading.Lock()  # guards .grad of non-leaf tensors (retain_grad)
+
+
+def run_hooks(node, g):
+    """Apply the tensor hooks of `node`'s output in registration order."""
+    for hook in list(node.pre_hooks):
+        try:
+            r = hook(g)
+        except BaseException as e:
+            annotate(e, node, "a hook on the gradient of")
+            raise
+        if r is not None:
+            if hasattr(r, "data") and not isinstance(r, np.ndarray):
+                r = r.data
+            r = np.asarray(r)
+            if r.shape != g.shape:
+                raise ValueError(f"hook on the gradient of {node.name} returned shape "
+                                 f"{r.shape}, expected {g.shape}")
+            if r.dtype != g.dtype:
+                r = r.astype(g.dtype)
+            g = r
+    return g
+
+
+def finish_gradient(node, g, owned, plan, staged, captured) -> bool:
+    """Handle a complete gradient `g` of `node`; True if the node's rule must run.
+
+    `owned` says whether `g` is a buffer the engine allocated (safe to keep as .grad).
+    Appends to `staged` (tensor, grad, owned) and fills `captured` (node -> grad).
+    """
+    if node.pre_hooks:
+        new = run_hooks(node, g)
+        if new is not g:
+            g, owned = new, False
+    if node.retained is not None and plan.accumulate:
+        t = node.retained()
+        if t is not None:
+            staged.append((t, g, owned))
+    if plan.targets and node in plan.targets:
+        captured[node] = g
+    if node.variable is not None:
+        if plan.accumulate:
+            staged.append((node.variable, g, owned))
+        return False
+    return plan.runs is None or node in plan.runs
+
+
+def commit(staged) -> None:
+    """Add staged gradients into `.grad` (leaf accumulation, under each leaf's lock)."""
+    for t, g, owned in staged:
+        lock = t._grad_lock or _retained_lock
+        with lock:
+            if t.grad is None:
+                t.grad = g if owned else g.copy()
+            else:
+                t.grad += g
+
+
+def annotate(exc: BaseException, node, where: str = "the backward of") -> None:
+    """Name the failing op on the exception (once), keeping its type."""
+    if getattr(exc, "_pa_annotated", False):
+        return
+    msg = f"raised in {where} {node.name} (node seq {node.seq})"
+    try:
+        exc._pa_annotated = True
+        exc.autograd_op = node.name
+    except AttributeError:
+        pass
+    if hasattr(exc, "add_note"):
+        exc.add_note(msg)
+    elif exc.args and isinstance(exc.args[0], str):
+        exc.args = (f"{exc.args[0]} [{msg}]",) + exc.args[1:]

@@ -1,0 +1,176 @@
+"""Graph discovery and call planning, shared by both engines.
+
+`plan_call` validates the user's arguments and builds a `Plan`: the root nodes and
+their seed gradients, the nodes to visit, and (for `grad()`) which nodes are on a
+path to a requested input. Everything is iterative (explicit stacks), so a
+100,000-node chain is fine, and every check happens before any rule runs, so a
+rejected call changes nothing.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..node import Node, accumulator_for, freed_graph_message
+from ..tensor import Tensor
+
+
+class Plan:
+    """What one backward call needs to know about its graph.
+
+    roots: list of (node, seed gradient), seeds in argument order.
+    nodes: every node reachable from the roots (or, with pruning, on a path to a target).
+    dependencies: node -> number of edges into it from nodes that run (Kahn in-degree).
+    runs: None (every node runs its rule) or the set of nodes whose rule runs.
+    needed: None, or the set of nodes that may receive a gradient (pruning).
+    targets: node -> list of input positions to capture (grad()), else empty.
+    """
+
+    __slots__ = ("roots", "nodes", "dependencies", "runs", "needed", "targets",
+                 "input_masks", "retain_graph", "accumulate")
+
+    def __init__(self):
+        self.runs = None
+        self.needed = None
+        self.targets = {}
+        self.input_masks = None
+        self.accumulate = True
+
+
+def _as_list(x):
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def seed_gradient(root: Tensor, grad, index: int = 0) -> np.ndarray:
+    """Validate the gradient for one output, making ones for scalar outputs."""
+    if not isinstance(root, Tensor):
+        raise TypeError(f"backward: output {index} is a {type(root).__name__}, not a Tensor")
+    if not root.requires_grad:
+        raise RuntimeError(
+            f"output {index} (shape {root.shape}) does not require grad and has no grad_fn: "
+            "nothing to differentiate (did you run it under no_grad, or forget "
+            "requires_grad=True on a leaf?)")
+    if grad is None:
+        if root.size != 1:
+            raise RuntimeError(
+                f"grad can be implicitly created only for scalar outputs: output {index} has "
+                f"shape {root.shape}; pass grad= with that shape")
+        return np.ones(root.shape, dtype=root.dtype)
+    if isinstance(grad, Tensor):
+        grad = grad.data
+    if isinstance(grad, (np.ndarray, np.generic)):
+        if grad.dtype != root.dtype:
+            raise TypeError(f"grad for output {index} has dtype {grad.dtype} but the output "
+                            f"has dtype {root.dtype}")
+        grad = np.asarray(grad)
+    else:
+        grad = np.asarray(grad, dtype=root.dtype)
+    if grad.shape != root.shape:
+        raise ValueError(f"grad for output {index} has shape {grad.shape} but the output "
+                         f"has shape {root.shape}")
+    return grad
+
+
+def root_node(t: Tensor) -> Node:
+    return t.grad_fn if t.grad_fn is not None else accumulator_for(t)
+
+
+def discover(roots) -> dict:
+    """Nodes reachable from `roots` -> in-degree (edges from reachable nodes).
+
+    Raises if any reachable node's saved values were freed by an earlier backward.
+    """
+    deps = {}
+    stack = []
+    for node in roots:
+        if node not in deps:
+            deps[node] = 0
+            stack.append(node)
+    while stack:
+        node = stack.pop()
+        if node.released:
+            raise RuntimeError(freed_graph_message(node))
+        for nxt in node.next_nodes:
+            if nxt is None:
+                continue
+            if nxt in deps:
+                deps[nxt] += 1
+            else:
+                deps[nxt] = 1
+                stack.append(nxt)
+    return deps
+
+
+def plan_call(outputs, grad_outputs=None, inputs=None, retain_graph=False,
+              allow_unused=False) -> Plan:
+    """Validate a backward()/grad() call and build its Plan (no rule runs here)."""
+    outputs = _as_list(outputs)
+    if grad_outputs is None:
+        grad_outputs = [None] * len(outputs)
+    else:
+        grad_outputs = _as_list(grad_outputs)
+        if len(grad_outputs) != len(outputs):
+            raise ValueError(f"got {len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
+    plan = Plan()
+    plan.retain_graph = bool(retain_graph)
+    plan.roots = [(root_node(t), seed_gradient(t, g, i))
+                  for i, (t, g) in enumerate(zip(outputs, grad_outputs))]
+    deps = discover([n for n, _ in plan.roots])
+    plan.nodes = deps
+    plan.dependencies = deps
+    if inputs is not None:
+        _prune(plan, _as_list(inputs), allow_unused)
+    return plan
+
+
+def _prune(plan: Plan, inputs, allow_unused: bool) -> None:
+    """Keep only nodes on a path from the roots to an input (grad() semantics)."""
+    plan.accumulate = False
+    targets = {}
+    for i, t in enumerate(inputs):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"grad: input {i} is a {type(t).__name__}, not a Tensor")
+        if not t.requires_grad:
+            raise RuntimeError(f"grad: input {i} (shape {t.shape}) does not require grad")
+        if t.grad_fn is not None:
+            node = t.grad_fn
+        else:
+            ref = t._accumulator
+            node = ref() if ref is not None else None
+        if node is None or node not in plan.nodes:
+            if not allow_unused:
+                raise RuntimeError(
+                    f"grad: input {i} (shape {t.shape}) is not part of the graph of the "
+                    "outputs; pass allow_unused=True to get None for it")
+            continue
+        targets.setdefault(node, []).append(i)
+    needed = set(targets)
+    # Ascending seq visits every node after all the nodes it sends gradients to.
+    for node in sorted(plan.nodes, key=_seq):
+        if node not in needed:
+            for nxt in node.next_nodes:
+                if nxt in needed:
+                    needed.add(node)
+                    break
+    runs = set()
+    masks = {}
+    for node in needed:
+        mask = tuple(nxt is not None and nxt in needed for nxt in node.next_nodes)
+        if any(mask):
+            runs.add(node)
+            masks[node] = mask
+    deps = dict.fromkeys(needed, 0)
+    for node in runs:
+        for nxt, m in zip(node.next_nodes, masks[node]):
+            if m:
+                deps[nxt] += 1
+    plan.roots = [(n, g) for n, g in plan.roots if n in needed]
+    plan.nodes = deps
+    plan.dependencies = deps
+    plan.runs = runs
+    plan.needed = needed
+    plan.targets = targets
+    plan.input_masks = masks
+
+
+def _seq(node):
+    return node.seq

@@ -1,0 +1,53 @@
+"""Grad mode: a thread-local switch that decides whether ops record a graph.
+
+Like PyTorch, the mode is per thread: `no_grad()` in one thread does not affect
+another. The parallel engine runs rules on raw ndarrays, so workers never record.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    """True when ops on tensors that require grad record graph nodes (this thread)."""
+    return getattr(_state, "enabled", True)
+
+
+def set_grad_enabled(mode: bool) -> None:
+    _state.enabled = bool(mode)
+
+
+class _GradModeContext:
+    _mode = True
+
+    def __enter__(self):
+        self._prev = is_grad_enabled()
+        set_grad_enabled(self._mode)
+        return self
+
+    def __exit__(self, *exc):
+        set_grad_enabled(self._prev)
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with type(self)():
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+class no_grad(_GradModeContext):
+    """Context manager / decorator: ops in this thread record no graph."""
+
+    _mode = False
+
+
+class enable_grad(_GradModeContext):
+    """Context manager / decorator: re-enables recording inside `no_grad`."""
+
+    _mode = True

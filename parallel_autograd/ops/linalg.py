@@ -1,0 +1,36 @@
+"""Matrix products (numpy `matmul` semantics, batch dimensions broadcast)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..primitive import primitive
+
+
+def _as_matrices(g, a, b):
+    """Undo matmul's dropping of 1-D operand dims so both rules see matrices."""
+    if a.ndim == 1:
+        a = a[None, :]
+        g = np.expand_dims(g, -2)
+    if b.ndim == 1:
+        b = b[:, None]
+        g = np.expand_dims(g, -1)
+    return g, a, b
+
+
+def _matmul_vjp_a(g, ans, a, b):
+    g2, a2, b2 = _as_matrices(g, a, b)
+    r = g2 @ np.swapaxes(b2, -1, -2)
+    return r[..., 0, :] if a.ndim == 1 else r   # batch dims are summed by the node
+
+
+def _matmul_vjp_b(g, ans, a, b):
+    g2, a2, b2 = _as_matrices(g, a, b)
+    r = np.swapaxes(a2, -1, -2) @ g2
+    return r[..., 0] if b.ndim == 1 else r
+
+
+def _flops(ans, a, b):
+    return 2 * max(ans.size, 1) * (a.shape[-1] if a.ndim else 1)
+
+
+matmul = primitive("matmul", np.matmul, _matmul_vjp_a, _matmul_vjp_b, cost=_flops)

@@ -1,0 +1,80 @@
+"""`profile()`: record a per-node timeline of backward passes (both engines).
+
+Records (op name, thread, start, end) for every rule that runs while the context
+is active, from any thread, and writes a Chrome/Perfetto trace (`chrome://tracing`,
+https://ui.perfetto.dev). Thread safety: recording from many threads is safe
+(`list.append` under a lock); one recorder is active per process at a time.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+_active = None  # the Recorder in use, or None (read without a lock: a plain reference)
+
+
+def active():
+    return _active
+
+
+class Recorder:
+    """Collects timeline events; `events` is a list of dicts once the context exits."""
+
+    def __init__(self):
+        self._lock = threading.Lock()  # guards self._raw
+        self._raw = []
+        self.now = time.perf_counter
+        self.t0 = self.now()
+
+    def record(self, name: str, start: float, end: float | None = None) -> None:
+        if end is None:
+            end = self.now()
+        th = threading.current_thread()
+        with self._lock:
+            self._raw.append((name, th.name, th.ident, start, end))
+
+    @property
+    def events(self) -> list:
+        with self._lock:
+            raw = list(self._raw)
+        return [{"name": n, "thread": tn, "thread_id": tid,
+                 "start": s - self.t0, "end": e - self.t0} for n, tn, tid, s, e in raw]
+
+    def chrome_trace(self) -> dict:
+        events, names = [], {}
+        for ev in self.events:
+            names[ev["thread_id"]] = ev["thread"]
+            events.append({"name": ev["name"], "ph": "X", "pid": 1, "tid": ev["thread_id"],
+                           "ts": ev["start"] * 1e6, "dur": (ev["end"] - ev["start"]) * 1e6,
+                           "cat": "backward"})
+        for tid, tn in names.items():
+            events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid,
+                           "args": {"name": tn}})
+        return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+    def export_chrome_trace(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(self.chrome_trace(), f)
+
+
+class profile:
+    """Context manager: `with pa.profile() as prof: ...; prof.export_chrome_trace(p)`."""
+
+    def __init__(self, path: str | None = None):
+        self.path = path
+        self.recorder = Recorder()
+
+    def __enter__(self) -> Recorder:
+        global _active
+        if _active is not None:
+            raise RuntimeError("a profile() is already active")
+        _active = self.recorder
+        return self.recorder
+
+    def __exit__(self, *exc):
+        global _active
+        _active = None
+        if self.path is not None:
+            self.recorder.export_chrome_trace(self.path)
+        return False
