@@ -4,6 +4,7 @@ from .tensor import Tensor, tensor  # noqa: I001
 from . import nn  # noqa: F401
 from .creation import arange, ones, randn, zeros
 from .engine.sequential import backward, grad
+from .engine.service import Engine, backward_parallel, default_engine, grad_parallel
 from .function import Function, FunctionCtx
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .ops.elementwise import (abs, add, clip, cos, div, exp, gelu, leaky_relu, log, maximum,

@@ -1,0 +1,260 @@
+"""The parallel engine as a long-lived service: `Engine`, the default engines and
+`backward_parallel`.
+
+An `Engine` owns a persistent `WorkerPool` (num_workers - 1 threads: the calling
+thread is the last worker). Each call is planned like the sequential engine's
+(same validation, same errors, nothing changed on failure), then a cheap cost
+model decides whether parallel execution can pay; if not, the call runs the
+sequential engine's own code on the caller's thread and `stats` says why.
+
+Thread safety: every public method may be called from any thread, concurrently,
+including from inside hooks and Function.backward running on a worker (reentrant).
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+
+from ..grad_mode import is_grad_enabled, set_grad_enabled
+from . import blas
+from .completion import commit
+from .graph import plan_call
+from .pool import WorkerPool
+from .scheduler import CallStats, GraphTask
+from .sequential import collect, run_plan
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (affinity-aware where the OS says)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _check_workers(num_workers) -> int:
+    if num_workers is None:
+        return usable_cores()
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int):
+        raise TypeError(f"num_workers must be an int >= 1 or None, got {num_workers!r}")
+    if num_workers < 1:
+        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    return num_workers
+
+
+class Engine:
+    """A parallel backward service with a persistent worker pool.
+
+    num_workers: threads working on one call, the caller included (None: usable cores).
+    min_nodes, min_work, min_width: below any of these (node count, estimated work in
+        element-ops, total work / critical path) a call runs sequentially.
+    inline_below: ready nodes cheaper than this (element-ops) run on the thread that
+        made them ready instead of going through the queue.
+    limit_blas: while a call runs in parallel, cap BLAS threads at cores // workers.
+    """
+
+    def __init__(self, num_workers: int | None = None, *, min_nodes: int = 8,
+                 min_work: float = 1e6, min_width: float = 1.5,
+                 inline_below: float = 16384, limit_blas: bool = True):
+        self.num_workers = _check_workers(num_workers)
+        self.min_nodes = min_nodes
+        self.min_work = min_work
+        self.min_width = min_width
+        self.inline_below = inline_below
+        self.limit_blas = limit_blas
+        self._pool = WorkerPool(self.num_workers - 1)
+        self._closed = False
+        self._lock = threading.Lock()  # guards _calls and _fallbacks
+        self._calls = 0
+        self._fallbacks = 0
+        self.last_stats = None
+
+    # ---- lifecycle --------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the worker threads (idempotent). Later calls raise RuntimeError."""
+        self._closed = True
+        self._pool.shutdown(wait=True)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        state = "closed" if self._closed else "open"
+        return f"<Engine num_workers={self.num_workers} {state}>"
+
+    # ---- public calls -------------------------------------------------------------
+    def backward(self, root, grad=None, retain_graph: bool = False, stats: bool = False):
+        """Like `parallel_autograd.backward`, in parallel. With `stats=True` returns
+        the call's `CallStats`."""
+        self._check_open()
+        plan = plan_call(root, None if grad is None else [grad], retain_graph=retain_graph)
+        staged, _, st = self._run(plan)
+        commit(staged)
+        return st if stats else None
+
+    def grad(self, outputs, inputs, grad_outputs=None, retain_graph: bool = False,
+             allow_unused: bool = False, stats: bool = False):
+        """Like `parallel_autograd.grad`, in parallel (same pruning, no .grad changes)."""
+        self._check_open()
+        inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        plan = plan_call(outputs, grad_outputs, inputs, retain_graph, allow_unused)
+        _, captured, st = self._run(plan)
+        result = collect(plan, captured, inputs)
+        return (result, st) if stats else result
+
+    def stats(self) -> dict:
+        """Engine-wide counters: calls, fallbacks, per-worker items/busy/idle seconds
+        (read without stopping the workers, so approximate while calls run), and the
+        last call's stats."""
+        with self._lock:
+            calls, fallbacks = self._calls, self._fallbacks
+        return {"num_workers": self.num_workers, "calls": calls, "fallbacks": fallbacks,
+                "workers": {w.name: w.as_dict() for w in self._pool.worker_stats},
+                "last_call": None if self.last_stats is None else self.last_stats.as_dict()}
+
+    # ---- internals --------------------------------------------------------------
+    def _check_open(self):
+        if self._closed:
+            raise RuntimeError("this Engine is closed; create a new one")
+
+    def _run(self, plan):
+        st = CallStats()
+        st.workers = self.num_workers
+        st.nodes = len(plan.nodes)
+        t0 = time.perf_counter()
+        order = self._decide(plan, st)
+        prev_mode = is_grad_enabled()
+        set_grad_enabled(False)
+        try:
+            if order is None:
+                staged, captured = run_plan(plan)
+            else:
+                staged, captured = self._run_parallel(plan, order, st)
+        finally:
+            set_grad_enabled(prev_mode)
+        st.elapsed = time.perf_counter() - t0
+        with self._lock:
+            self._calls += 1
+            self._fallbacks += order is None
+        self.last_stats = st
+        return staged, captured, st
+
+    def _decide(self, plan, st):
+        """The cost model: None (run sequentially, reason in `st`) or the running
+        nodes in decreasing seq order."""
+        st.mode = "sequential"
+        nodes = plan.nodes
+        if self.num_workers == 1:
+            st.reason = "num_workers=1"
+            return None
+        if len(nodes) < self.min_nodes:
+            st.reason = f"small graph ({len(nodes)} nodes < min_nodes={self.min_nodes})"
+            return None
+        total = sum(n.cost for n in nodes)
+        st.total_cost = total
+        if total < self.min_work:
+            st.reason = f"little work ({total:.3g} < min_work={self.min_work:.3g})"
+            return None
+        runs = plan.runs
+        order = sorted(nodes if runs is None else runs, key=_seq, reverse=True)
+        longest = {}
+        cp = 0
+        for node in order:
+            c = longest.get(node, 0) + node.cost
+            if c > cp:
+                cp = c
+            for nxt in node.next_nodes:
+                if nxt is not None and longest.get(nxt, 0) < c:
+                    longest[nxt] = c
+        st.critical_path = cp
+        width = total / cp if cp else 0.0
+        if width < self.min_width:
+            st.reason = f"no width (work / critical path = {width:.2f} < {self.min_width})"
+            return None
+        st.mode = "parallel"
+        st.reason = f"width {width:.2f}"
+        return order
+
+    def _run_parallel(self, plan, order, st):
+        task = GraphTask(plan, st, self.inline_below)
+        ready = task.prepare(order)
+        if self.limit_blas:
+            st.blas_threads = max(1, usable_cores() // self.num_workers)
+            blas.acquire(st.blas_threads)
+        try:
+            if ready:
+                task.add_outstanding(len(ready))
+                for item in ready[1:]:
+                    self._pool.submit(task, *item)
+                finished = task.context.run(_execute_first, task, ready[0], self._pool)
+                if finished:
+                    self._pool.task_finished()
+                self._pool.run_until(task)
+        except BaseException as e:  # Ctrl+C while waiting: cancel this call's items
+            task.fail(e, None)
+            raise
+        finally:
+            if self.limit_blas:
+                blas.release()
+        if task.error is not None:
+            raise task.error
+        return task.staged, task.captured
+
+
+def _execute_first(task, item, pool):
+    from .scheduler import execute
+    return execute(task, *item, pool.submit)
+
+
+def _seq(node):
+    return node.seq
+
+
+# ---- default engines ------------------------------------------------------------
+_default_lock = threading.Lock()  # guards _defaults
+_defaults: dict = {}
+
+
+def default_engine(num_workers: int | None = None) -> Engine:
+    """The process-wide engine for `num_workers` (made on first use, closed at exit)."""
+    n = _check_workers(num_workers)
+    eng = _defaults.get(n)
+    if eng is None or eng.closed:
+        with _default_lock:
+            eng = _defaults.get(n)
+            if eng is None or eng.closed:
+                eng = _defaults[n] = Engine(n)
+    return eng
+
+
+def backward_parallel(root, grad=None, num_workers: int | None = None,
+                      retain_graph: bool = False, stats: bool = False):
+    """`backward` on the parallel engine: same results, bit for bit.
+
+    Safe to call from many threads at once and from inside hooks or
+    Function.backward (reentrant).
+    """
+    return default_engine(num_workers).backward(root, grad, retain_graph, stats)
+
+
+def grad_parallel(outputs, inputs, grad_outputs=None, retain_graph: bool = False,
+                  allow_unused: bool = False, num_workers: int | None = None):
+    """`grad` on the parallel engine."""
+    return default_engine(num_workers).grad(outputs, inputs, grad_outputs, retain_graph,
+                                            allow_unused)
+
+
+@atexit.register
+def _close_defaults():
+    for eng in list(_defaults.values()):
+        eng.close()
