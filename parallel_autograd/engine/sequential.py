@@ -67,7 +67,9 @@ def _add(pending, owned, node, g):
     elif node in owned:
         np.add(prev, g, out=prev)  # our own buffer: add in place
     else:
-        pending[node] = prev + g   # never write into an array we did not allocate
+        s = prev + g               # never write into an array we did not allocate
+        # 0-d arrays add to a numpy scalar, which np.add(out=) rejects: keep ndarrays
+        pending[node] = s if type(s) is np.ndarray else np.asarray(s)
         owned.add(node)
 
 
