@@ -57,10 +57,12 @@ class Function:
             out = out.data
         backward = cls.backward
 
-        def joint(g):
+        def joint(g, ctx):
             grads = backward(ctx, g)
             grads = grads if isinstance(grads, tuple) else (grads,)
             return tuple(x.data if isinstance(x, Tensor) else x for x in grads)
 
+        # ctx travels as the node's saved value (not in the closure), so the engine
+        # frees ctx.saved_tensors with the node's other saved values after backward.
         node_name = cls.__name__
-        return record(node_name, np.asarray(out), args, joint=joint)
+        return record(node_name, np.asarray(out), args, saved=(ctx,), joint=joint)
