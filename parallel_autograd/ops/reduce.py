@@ -62,7 +62,12 @@ _var = primitive("var",
 
 
 def _axis(axis):
-    return tuple(axis) if isinstance(axis, list) else axis
+    """None, an int or a tuple of ints (lists and numpy integers accepted)."""
+    if axis is None:
+        return None
+    if isinstance(axis, (list, tuple)):
+        return tuple(int(a) for a in axis)
+    return int(axis)
 
 
 def sum(x, axis=None, keepdims: bool = False):

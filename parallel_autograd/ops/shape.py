@@ -18,13 +18,19 @@ def reshape(x, *shape):
 
 def flatten(x, start_dim: int = 0, end_dim: int = -1):
     s = x.shape
+    if not s:
+        return reshape(x, (1,))  # PyTorch: a 0-d tensor flattens to shape (1,)
     start, end = start_dim % len(s), end_dim % len(s)
     return reshape(x, s[:start] + (int(np.prod(s[start:end + 1])),) + s[end + 1:])
 
 
-_transpose = primitive("transpose", lambda x, axes: np.transpose(x, axes),
-                       lambda g, ans, x, axes: np.transpose(
-                           g, None if axes is None else np.argsort(axes)))
+def _transpose_vjp(g, ans, x, axes):
+    if axes is None:
+        return np.transpose(g)
+    return np.transpose(g, np.argsort([a % x.ndim for a in axes]))  # axes may be negative
+
+
+_transpose = primitive("transpose", lambda x, axes: np.transpose(x, axes), _transpose_vjp)
 
 
 def transpose(x, *axes):
@@ -87,9 +93,20 @@ def unsqueeze(x, axis: int):
 
 
 # ---- indexing ---------------------------------------------------------------------
+def _is_basic(index) -> bool:
+    """Slices, ints, None and Ellipsis only: no element is selected twice."""
+    parts = index if isinstance(index, tuple) else (index,)
+    return all(p is None or p is Ellipsis or isinstance(p, slice)
+               or (isinstance(p, (int, np.integer)) and not isinstance(p, bool))
+               for p in parts)
+
+
 def _getitem_vjp(g, ans, x, index):
     out = np.zeros(x.shape, dtype=g.dtype)
-    np.add.at(out, index, g)  # repeated integer indices accumulate
+    if _is_basic(index):
+        out[index] = g
+    else:
+        np.add.at(out, index, g)  # repeated integer indices accumulate
     return out
 
 
@@ -114,7 +131,8 @@ def getitem(x, index):
 # ---- joining and splitting ----------------------------------------------------------
 def _concat_rule(axis, bounds):
     def rule(g, *_):
-        return tuple(np.take(g, np.arange(lo, hi), axis=axis) for lo, hi in bounds)
+        lead = (slice(None),) * (axis % g.ndim)
+        return tuple(g[lead + (slice(lo, hi),)] for lo, hi in bounds)
     return rule
 
 
@@ -140,7 +158,8 @@ def stack(tensors, axis: int = 0):
     n = len(arrays)
 
     def rule(g):
-        return tuple(np.take(g, i, axis=axis) for i in range(n))
+        lead = (slice(None),) * (axis % g.ndim)
+        return tuple(g[lead + (i,)] for i in range(n))
 
     return record("stack", out, tensors, joint=rule)
 
