@@ -112,8 +112,10 @@ def plan_call(outputs, grad_outputs=None, inputs=None, retain_graph=False,
             raise ValueError(f"got {len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
     plan = Plan()
     plan.retain_graph = bool(retain_graph)
-    plan.roots = [(root_node(t), seed_gradient(t, g, i))
-                  for i, (t, g) in enumerate(zip(outputs, grad_outputs))]
+    plan.roots = []
+    for i, (t, g) in enumerate(zip(outputs, grad_outputs)):
+        seed = seed_gradient(t, g, i)  # validates t before root_node touches it
+        plan.roots.append((root_node(t), seed))
     deps = discover([n for n, _ in plan.roots])
     plan.nodes = deps
     plan.dependencies = deps
