@@ -7,6 +7,7 @@ pass succeeded, so a failed call leaves every `.grad` exactly as it was.
 """
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -27,8 +28,10 @@ def run_hooks(node, g):
                 r = r.data
             r = np.asarray(r)
             if r.shape != g.shape:
-                raise ValueError(f"hook on the gradient of {node.name} returned shape "
-                                 f"{r.shape}, expected {g.shape}")
+                e = ValueError(f"hook on the gradient of {node.name} returned shape "
+                               f"{r.shape}, expected {g.shape}")
+                annotate(e, node, "a hook on the gradient of")  # not "the backward of"
+                raise e
             if r.dtype != g.dtype:
                 r = r.astype(g.dtype)
             g = r
@@ -59,14 +62,38 @@ def finish_gradient(node, g, owned, plan, staged, captured) -> bool:
 
 
 def commit(staged) -> None:
-    """Add staged gradients into `.grad` (leaf accumulation, under each leaf's lock)."""
+    """Add staged gradients into `.grad` (leaf accumulation, under each leaf's lock).
+
+    A first gradient is adopted without a copy when the engine allocated it or
+    nothing else refers to it (PyTorch's AccumulateGrad steals the same way);
+    otherwise `.grad` gets a copy, so it never aliases a user's or a saved array.
+    """
     for t, g, owned in staged:
         lock = t._grad_lock or _retained_lock
         with lock:
             if t.grad is None:
-                t.grad = g if owned else g.copy()
+                t.grad = g if owned or _unshared(g) else g.copy()
             else:
                 t.grad += g
+
+
+def _unshared(g) -> bool:
+    # References when no one else holds g: the staged tuple, commit's loop
+    # variable, this parameter and getrefcount's argument (calibrated below).
+    return g.base is None and g.flags.writeable and sys.getrefcount(g) <= _SOLE_REFS
+
+
+def _calibrate() -> int:
+    staged = [(None, np.empty(1), False)]
+    for _, g, _ in staged:
+        return _count(g)
+
+
+def _count(g):
+    return sys.getrefcount(g)
+
+
+_SOLE_REFS = _calibrate()
 
 
 def annotate(exc: BaseException, node, where: str = "the backward of") -> None:
