@@ -53,7 +53,9 @@ class Slot:
         elif self.owned:
             np.add(self.buf, g, out=self.buf)
         else:
-            self.buf = self.buf + g
+            s = self.buf + g
+            # 0-d arrays add to a numpy scalar, which np.add(out=) rejects
+            self.buf = s if type(s) is np.ndarray else np.asarray(s)
             self.owned = True
 
 
@@ -214,6 +216,7 @@ def execute(task, node, g, owned, push):
         else:
             (node, g, owned), heavy = heavy, None
         ready = []
+        grads = gi = None
         if task.error is None:
             try:
                 if g is None:
@@ -246,6 +249,7 @@ def execute(task, node, g, owned, push):
                 annotate(e, node)
                 task.fail(e, node)
                 ready = []
+            g = grads = gi = None  # drop our references now: lowers the peak
         if ready:
             task.add_outstanding(len(ready))
             for item in ready:

@@ -53,6 +53,7 @@ def run_plan(plan: Plan):
             for nxt, gi in zip(node.next_nodes, grads):
                 if gi is not None:
                     _add(pending, owned, nxt, gi)
+            g = grads = gi = None  # drop our references now: lowers the peak
     except BaseException as e:
         if node is not None:
             annotate(e, node)

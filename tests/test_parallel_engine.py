@@ -1,0 +1,563 @@
+"""The parallel engine's guarantees: determinism, concurrency, reentrancy, failure,
+memory, lifecycle, bad input, observability. Graphs are small, so engines here
+force the parallel path (`min_*=0`, `inline_below=0`)."""
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+import parallel_autograd as pa
+
+
+def forced(workers=2, **kw):
+    """An engine that runs everything in parallel and hands every node to the queue."""
+    opts = dict(min_nodes=0, min_work=0, min_width=0, inline_below=0)
+    opts.update(kw)
+    return pa.Engine(workers, **opts)
+
+
+@pytest.fixture
+def engine():
+    with forced(2) as eng:
+        yield eng
+
+
+_jitter_rng = np.random.default_rng(1234)
+_jitter_lock = threading.Lock()
+
+
+def _jitter_vjp(g, ans, x):
+    with _jitter_lock:
+        d = _jitter_rng.uniform(0, 0.002)
+    time.sleep(d)
+    return g
+
+
+# Test-only delay injection: identity forward, randomly delayed backward.
+jitter = pa.primitive("jitter", lambda x: x.copy(), _jitter_vjp)
+
+
+# ---- graph builders (seeded) -------------------------------------------------------
+def random_dag(seed, n_nodes=60, width=6, shape=(5, 4), delays=False):
+    rng = np.random.default_rng(seed)
+    leaves = [pa.tensor(rng.standard_normal(shape), requires_grad=True) for _ in range(width)]
+    leaves.append(pa.tensor(rng.standard_normal(shape[-1:]), requires_grad=True))  # broadcast
+    leaves.append(pa.tensor(rng.standard_normal((1,) + shape[1:]), requires_grad=False))
+    pool = list(leaves)
+    unary = [pa.tanh, pa.sin, lambda t: t * 0.5, pa.sigmoid, lambda t: t * t]
+    binary = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b,
+              lambda a, b: pa.maximum(a, b)]
+    for _ in range(n_nodes):
+        if rng.random() < 0.4:
+            t = unary[rng.integers(len(unary))](pool[rng.integers(len(pool))])
+        else:
+            a, b = pool[rng.integers(len(pool))], pool[rng.integers(len(pool))]
+            t = binary[rng.integers(len(binary))](a, b)
+        if delays and rng.random() < 0.3:
+            t = jitter(t)
+        pool.append(t)
+    tail = pool[len(leaves):]
+    loss = tail[-1].sum()
+    for t in tail[-8:-1]:  # several outputs fan in: shared subexpressions, diamonds
+        loss = loss + (t * t).mean()
+    return loss, [x for x in leaves if x.requires_grad]
+
+
+def matmul_fan(seed, branches=6, n=32):
+    rng = np.random.default_rng(seed)
+    x = pa.tensor(rng.standard_normal((n, n)), requires_grad=True)
+    ws = [pa.tensor(rng.standard_normal((n, n)) / n, requires_grad=True)
+          for _ in range(branches)]
+    loss = None
+    for w in ws:
+        h = pa.tanh(x @ w) @ w
+        s = (h * h).sum()
+        loss = s if loss is None else loss + s
+    return loss, [x] + ws
+
+
+def grads_of(leaves):
+    return [None if t.grad is None else t.grad.copy() for t in leaves]
+
+
+def assert_bitwise(a_list, b_list):
+    assert len(a_list) == len(b_list)
+    for i, (a, b) in enumerate(zip(a_list, b_list)):
+        assert (a is None) == (b is None), f"leaf {i}: one engine gave no gradient"
+        if a is not None:
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert np.array_equal(a, b, equal_nan=True), \
+                f"leaf {i}: max diff {np.nanmax(np.abs(a - b))}"
+
+
+def reference(builder, *args, **kw):
+    loss, leaves = builder(*args, **kw)
+    pa.backward(loss)
+    return grads_of(leaves)
+
+
+# ---- 1. determinism --------------------------------------------------------------------
+@pytest.mark.parametrize("workers", [1, 2, 3, 4])
+@pytest.mark.parametrize("seed", range(4))
+def test_random_dags_bitwise_equal_sequential(workers, seed):
+    want = reference(random_dag, seed)
+    with forced(workers) as eng:
+        loss, leaves = random_dag(seed)
+        st = eng.backward(loss, stats=True)
+        assert st.mode == ("parallel" if workers > 1 else "sequential")
+        assert_bitwise(want, grads_of(leaves))
+
+
+def test_bitwise_with_random_delays_many_repetitions(engine):
+    want = reference(random_dag, 7, delays=True)
+    for _ in range(15):
+        loss, leaves = random_dag(7, delays=True)
+        engine.backward(loss)
+        assert_bitwise(want, grads_of(leaves))
+
+
+def test_canonical_order_reproduced_where_float_addition_would_differ(engine):
+    # Contributions 1e16, 1.0 and -1e16 to one gradient: any other summation order
+    # gives a different result, so only the canonical order passes.
+    def build():
+        x = pa.tensor([1.0], requires_grad=True)
+        a = jitter(x * 1e16)
+        b = jitter(x * 1.0)
+        c = jitter(x * -1e16)
+        return (a + b + c).sum(), [x]
+
+    want = reference(build)
+    for _ in range(20):
+        loss, leaves = build()
+        engine.backward(loss)
+        assert_bitwise(want, grads_of(leaves))
+
+
+def test_matmul_graphs_bitwise_under_same_blas_limits():
+    # OpenBLAS results can depend on its thread count, so both engines run with one
+    # BLAS thread here (the engine itself caps BLAS at cores // workers).
+    with threadpool_limits(1, user_api="blas"):
+        want = reference(matmul_fan, 3)
+        with forced(2, limit_blas=False) as eng:
+            for _ in range(5):
+                loss, leaves = matmul_fan(3)
+                eng.backward(loss)
+                assert_bitwise(want, grads_of(leaves))
+
+
+def test_grad_results_bitwise_and_pruned(engine):
+    loss, leaves = random_dag(11)
+    want = pa.grad(loss, leaves, retain_graph=True, allow_unused=True)
+    got = engine.grad(loss, leaves, allow_unused=True)
+    assert any(w is not None for w in want)
+    assert_bitwise(want, got)
+    assert all(t.grad is None for t in leaves)
+
+
+def test_grad_pruning_skips_side_branches(engine):
+    calls = []
+
+    class Count(pa.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            calls.append(1)
+            return g * 2
+
+    x = pa.tensor(np.ones(3), requires_grad=True)
+    w = pa.tensor(np.ones(3), requires_grad=True)
+    loss = (Count.apply(w) * 3).sum() + (x * x).sum()
+    (gx,) = engine.grad(loss, [x])
+    assert np.array_equal(gx, 2 * np.ones(3))
+    assert calls == []
+
+
+def test_backward_parallel_matches_default_engine_fallback():
+    loss, leaves = random_dag(5)
+    st = pa.backward_parallel(loss, stats=True)
+    assert st.mode == "sequential" and "small graph" in st.reason or "work" in st.reason
+    assert_bitwise(reference(random_dag, 5), grads_of(leaves))
+
+
+def test_deep_chain_runs_without_recursion():
+    x = pa.tensor(np.ones(4), requires_grad=True)
+    y = x
+    for _ in range(20000):
+        y = y * 1.0
+    with forced(2) as eng:
+        eng.backward(y.sum())
+    assert np.array_equal(x.grad, np.ones(4))
+
+
+# ---- 2. concurrency ----------------------------------------------------------------
+def test_concurrent_callers_sharing_leaves_sum_contributions(engine):
+    rng = np.random.default_rng(0)
+    shared = pa.tensor(rng.standard_normal((8, 8)), requires_grad=True)
+    n_threads, per_thread = 6, 5
+    expected = np.zeros((8, 8))
+    scales = [float(i + 1) for i in range(n_threads)]
+    for s in scales:
+        expected += per_thread * s * np.cos(shared.data) * 2 * np.sin(shared.data)
+    errors = []
+
+    def caller(scale):
+        try:
+            for _ in range(per_thread):
+                y = pa.sin(shared)
+                loss = ((y * y) * scale).sum() + (jitter(y) * 0.0).sum()
+                engine.backward(loss)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=caller, args=(s,)) for s in scales]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    np.testing.assert_allclose(shared.grad, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_hooks_thread_safe_under_concurrency(engine):
+    x = pa.tensor(np.ones(16), requires_grad=True)
+    seen = []
+    x.register_hook(lambda g: seen.append(g.sum()))
+
+    def caller():
+        for _ in range(10):
+            engine.backward((jitter(x * 2) + jitter(x * 3)).sum())
+
+    threads = [threading.Thread(target=caller) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(seen) == 40 and all(s == 16 * 5 for s in seen)
+    assert np.array_equal(x.grad, np.full(16, 200.0))
+
+
+# ---- 3. reentrancy ------------------------------------------------------------------
+@pytest.mark.parametrize("inner", ["backward", "backward_parallel", "grad", "engine"])
+def test_reentrant_backward_from_hook_on_worker(engine, inner):
+    other = pa.tensor(np.arange(4.0), requires_grad=True)
+    inner_results = []
+
+    def hook(g):
+        with pa.enable_grad():
+            z = (other * other).sum()
+        if inner == "backward":
+            pa.backward(z)
+        elif inner == "backward_parallel":
+            pa.backward_parallel(z, num_workers=2)
+        elif inner == "engine":
+            engine.backward(z)  # the same engine, from one of its own workers
+        else:
+            inner_results.append(pa.grad(z, [other])[0])
+        return g
+
+    x = pa.tensor(np.ones(4), requires_grad=True)
+    branches = [jitter(x * float(i)) for i in range(4)]
+    for b in branches:
+        b.register_hook(hook)
+    loss = sum((b.sum() for b in branches[1:]), branches[0].sum())
+    engine.backward(loss)
+    assert np.array_equal(x.grad, np.full(4, 6.0))
+    if inner == "grad":
+        assert len(inner_results) == 4
+        assert all(np.array_equal(r, 2 * other.data) for r in inner_results)
+    else:
+        assert np.array_equal(other.grad, 4 * 2 * other.data)
+
+
+def test_checkpointing_function_calls_grad_inside_backward(engine):
+    class Checkpoint(pa.Function):
+        """Recompute tanh(x) * x in backward and differentiate it with the engine."""
+
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return np.tanh(x) * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            xt = pa.tensor(x, requires_grad=True)
+            with pa.enable_grad():
+                y = pa.tanh(xt) * xt
+            return engine.grad(y, [xt], grad_outputs=g)[0]
+
+    rng = np.random.default_rng(2)
+    data = rng.standard_normal((4, 3))
+    xs = [pa.tensor(data, requires_grad=True) for _ in range(2)]
+    engine.backward(sum((Checkpoint.apply(x).sum() for x in xs[1:]),
+                        Checkpoint.apply(xs[0]).sum()))
+    t = np.tanh(data)
+    np.testing.assert_allclose(xs[0].grad, (1 - t * t) * data + t, rtol=1e-12)
+
+
+# ---- 4. failure ---------------------------------------------------------------------
+class Boom(Exception):
+    pass
+
+
+def _failing(name="explode", exc=Boom):
+    def vjp(g, ans, x):
+        raise exc("rule failed on purpose")
+    return pa.primitive(name, lambda x: x.copy(), vjp)
+
+
+def test_error_reraised_with_type_and_op_name_and_no_grad_change(engine):
+    explode = _failing()
+    x = pa.tensor(np.ones(3), requires_grad=True)
+    w = pa.tensor(np.ones(3), requires_grad=True)
+    pa.backward((x * w).sum())
+    before = (x.grad.copy(), w.grad.copy())
+    loss = (explode(x * 2) * w).sum() + (jitter(w * 3)).sum() + (x * 4).sum()
+    with pytest.raises(Boom) as info:
+        engine.backward(loss)
+    notes = " ".join(getattr(info.value, "__notes__", [])) + str(info.value)
+    assert "explode" in notes
+    assert np.array_equal(x.grad, before[0]) and np.array_equal(w.grad, before[1])
+    # the engine keeps serving
+    loss, leaves = random_dag(3)
+    engine.backward(loss)
+    assert_bitwise(reference(random_dag, 3), grads_of(leaves))
+
+
+def test_error_in_hook_is_reraised_and_nothing_committed(engine):
+    x = pa.tensor(np.ones(3), requires_grad=True)
+    y = jitter(x * 2)
+    y.register_hook(lambda g: (_ for _ in ()).throw(ValueError("bad hook")))
+    with pytest.raises(ValueError, match="bad hook"):
+        engine.backward((y + x).sum())
+    assert x.grad is None
+
+
+def test_other_workers_stop_taking_nodes_after_error():
+    ran = []
+
+    def slow_vjp(g, ans, x):
+        time.sleep(0.02)
+        ran.append(1)
+        return g
+
+    slow = pa.primitive("slow", lambda x: x.copy(), slow_vjp)
+    explode = _failing()
+    x = pa.tensor(np.ones(3), requires_grad=True)
+    chains = []
+    for _ in range(4):
+        h = x
+        for _ in range(10):
+            h = slow(h)
+        chains.append(h.sum())
+    loss = explode(x).sum()
+    for c in chains:
+        loss = loss + c
+    with forced(2) as eng:
+        with pytest.raises(Boom):
+            eng.backward(loss)
+    assert len(ran) < 40  # not every queued node ran after the failure
+
+
+def test_keyboard_interrupt_cancels_call_cleanly(engine):
+    interrupt = _failing("interrupt", KeyboardInterrupt)
+    x = pa.tensor(np.ones(3), requires_grad=True)
+    with pytest.raises(KeyboardInterrupt):
+        engine.backward((interrupt(x) + jitter(x * 2)).sum())
+    assert x.grad is None
+    engine.backward((x * 2).sum())
+    assert np.array_equal(x.grad, np.full(3, 2.0))
+
+
+def test_failed_call_then_retry_with_retain_graph(engine):
+    explode = _failing()
+    x = pa.tensor(np.ones(3), requires_grad=True)
+    loss = explode(x).sum() + (x * 2).sum()
+    with pytest.raises(Boom):
+        engine.backward(loss, retain_graph=True)
+    assert x.grad is None
+
+
+# ---- 5. memory ----------------------------------------------------------------------
+def _wide(seed, branches=8, n=20000, param_size=None):
+    """Elementwise branches over a shared x, each with its own parameter vector
+    (size n unless `param_size`, e.g. 1 for a scalar per branch)."""
+    rng = np.random.default_rng(seed)
+    x = pa.tensor(rng.standard_normal(n), requires_grad=True)
+    ps = [pa.tensor(rng.standard_normal(param_size or n), requires_grad=True)
+          for _ in range(branches)]
+    loss = None
+    for p in ps:
+        h = pa.tanh(pa.exp(pa.sin(x * p) * 0.5) + x)
+        s = (h * h).sum()
+        loss = s if loss is None else loss + s
+    return loss, [x] + ps
+
+
+def _peak(run):
+    gc.collect()
+    tracemalloc.start()
+    try:
+        run()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_peak_memory_within_1_5x_of_sequential():
+    # Per-branch parameters: the staged leaf gradients both engines hold dominate.
+    # (With only scalar parameters, two branches in flight cost up to 2x the
+    # sequential engine's transient memory: see the README.)
+    loss, _ = _wide(0)
+    seq = _peak(lambda: pa.backward(loss))
+    with pa.Engine(2, min_nodes=0, min_work=0, min_width=0) as eng:
+        loss, _ = _wide(0)
+        par = _peak(lambda: eng.backward(loss))
+    assert par <= 1.5 * seq, (par, seq)
+
+
+def test_intermediate_grads_and_saved_values_released(engine):
+    loss, leaves = _wide(1, branches=4, n=1000)
+    nodes = []
+    stack = [loss.grad_fn]
+    while stack:
+        n = stack.pop()
+        if n is not None and n not in nodes:
+            nodes.append(n)
+            stack.extend(n.next_nodes)
+    engine.backward(loss)
+    assert all(n.released for n in nodes if n.variable is None)
+    assert all(n.saved is None for n in nodes if n.variable is None)
+
+
+# ---- 6. lifecycle -------------------------------------------------------------------
+def test_threads_reused_and_no_leak_after_close():
+    base = threading.active_count()
+    eng = forced(3)
+    loss, _ = random_dag(1)
+    eng.backward(loss)
+    threads = eng._pool.threads
+    assert len(threads) == 2 and all(t.is_alive() for t in threads)
+    loss, _ = random_dag(2)
+    eng.backward(loss)
+    assert eng._pool.threads == threads  # reused, not restarted
+    eng.close()
+    eng.close()  # idempotent
+    assert not any(t.is_alive() for t in threads)
+    assert threading.active_count() == base
+    with pytest.raises(RuntimeError, match="closed"):
+        eng.backward(random_dag(3)[0])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_backward_parallel_in_forked_child(engine):
+    loss, _ = random_dag(4)
+    engine.backward(loss)  # the pool is running in the parent
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: must be able to use the same engine
+        ok = b"0"
+        try:
+            loss, leaves = random_dag(4)
+            engine.backward(loss)
+            want = reference(random_dag, 4)
+            ok = b"1" if all(np.array_equal(a, b) for a, b in zip(want, grads_of(leaves))) \
+                else b"2"
+        finally:
+            os.write(w, ok)
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 1)
+    os.waitpid(pid, 0)
+    assert got == b"1"
+
+
+# ---- 7. bad input -----------------------------------------------------------------------
+@pytest.mark.parametrize("bad,exc", [(0, ValueError), (-2, ValueError), (1.5, TypeError),
+                                     ("2", TypeError), (True, TypeError)])
+def test_bad_worker_count(bad, exc):
+    with pytest.raises(exc, match="num_workers"):
+        pa.Engine(bad)
+    with pytest.raises(exc, match="num_workers"):
+        pa.backward_parallel(pa.tensor(1.0, requires_grad=True) * 2, num_workers=bad)
+
+
+def _errors(fn):
+    try:
+        fn()
+    except Exception as e:
+        return type(e), str(e)
+    return None
+
+
+@pytest.mark.parametrize("case", ["no_grad_root", "nonscalar", "shape", "dtype", "freed"])
+def test_same_errors_as_sequential(engine, case):
+    def make():
+        x = pa.tensor(np.ones((2, 3)), requires_grad=True)
+        if case == "no_grad_root":
+            return (pa.tensor(np.ones(2)).sum(),), {}
+        if case == "nonscalar":
+            return (x * 2,), {}
+        if case == "shape":
+            return (x * 2, np.ones(3)), {}
+        if case == "dtype":
+            return (x * 2, np.ones((2, 3), dtype=np.float32)), {}
+        y = (x * 2).sum()
+        pa.backward(y)
+        return (y,), {}
+
+    args, kw = make()
+    seq = _errors(lambda: pa.backward(*args, **kw))
+    args, kw = make()
+    par = _errors(lambda: engine.backward(*args, **kw))
+    assert seq is not None and seq == par
+
+
+# ---- observability ------------------------------------------------------------------------
+def test_stats_report_mode_reason_and_per_thread_work(engine):
+    loss, _ = random_dag(9)
+    st = engine.backward(loss, stats=True)
+    d = st.as_dict()
+    assert d["mode"] == "parallel" and d["fell_back"] is False
+    assert sum(d["nodes_per_thread"].values()) > 0
+    assert d["queued_runs"] > 0 and d["elapsed"] > 0
+    es = engine.stats()
+    assert es["calls"] >= 1 and len(es["workers"]) == 1
+    with pa.Engine(2) as eng:  # default thresholds: a small graph falls back
+        st = eng.backward(random_dag(9)[0], stats=True)
+        assert st.fell_back and "small" in st.reason or "work" in st.reason
+        assert eng.stats()["fallbacks"] == 1
+
+
+def test_chain_falls_back_for_no_width():
+    x = pa.tensor(np.ones(100000), requires_grad=True)
+    y = x
+    for _ in range(20):
+        y = pa.sin(y)
+    with pa.Engine(2) as eng:
+        st = eng.backward(y.sum(), stats=True)
+    assert st.fell_back and "width" in st.reason
+
+
+def test_profile_records_worker_timeline(engine, tmp_path):
+    loss, _ = random_dag(6, delays=True)
+    with pa.profile() as prof:
+        engine.backward(loss)
+    evs = prof.events
+    assert evs and {"name", "thread", "start", "end"} <= set(evs[0])
+    assert len({e["thread"] for e in evs}) == 2  # both workers show up
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    import json
+    trace = json.loads(path.read_text())
+    assert any(e.get("ph") == "X" for e in trace["traceEvents"])
