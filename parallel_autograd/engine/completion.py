@@ -39,15 +39,24 @@ def run_hooks(node, g):
 
 
 def finish_gradient(node, g, owned, plan, staged, captured) -> bool:
-    """Handle a complete gradient `g` of `node`; True if the node's rule must run.
+    """Bool form of `complete_gradient`: True if the node's rule must run.
+
+    Caution: a hook's replacement gradient is not returned here, so the caller
+    would run the rule on the pre-hook `g`; engines should use `complete_gradient`.
+    """
+    return complete_gradient(node, g, owned, plan, staged, captured) is not None
+
+
+def complete_gradient(node, g, owned, plan, staged, captured):
+    """Handle a complete gradient `g` of `node`; returns the gradient the node's
+    rule must run on (after the tensor hooks), or None if the rule must not run.
 
     `owned` says whether `g` is a buffer the engine allocated (safe to keep as .grad).
     Appends to `staged` (tensor, grad, owned) and fills `captured` (node -> grad).
     """
     if node.pre_hooks:
-        new = run_hooks(node, g)
-        if new is not g:
-            g, owned = new, False
+        g = run_hooks(node, g)
+        owned = False  # a hook saw (and may keep) g: it must not become .grad as is
     if node.retained is not None and plan.accumulate:
         t = node.retained()
         if t is not None:
@@ -57,8 +66,8 @@ def finish_gradient(node, g, owned, plan, staged, captured) -> bool:
     if node.variable is not None:
         if plan.accumulate:
             staged.append((node.variable, g, owned))
-        return False
-    return plan.runs is None or node in plan.runs
+        return None
+    return g if plan.runs is None or node in plan.runs else None
 
 
 def commit(staged) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import profiler
-from .completion import annotate, commit, finish_gradient
+from .completion import annotate, commit, complete_gradient
 from .graph import Plan, plan_call
 
 
@@ -40,7 +40,8 @@ def run_plan(plan: Plan):
             g = pending.pop(node, None)
             if g is None:
                 continue
-            if not finish_gradient(node, g, node in owned, plan, staged, captured):
+            g = complete_gradient(node, g, node in owned, plan, staged, captured)
+            if g is None:  # a leaf, or not needed by grad(); else g is after hooks
                 continue
             if rec is not None:
                 t0 = rec.now()
