@@ -8,12 +8,12 @@ from ..primitive import primitive
 
 def _as_matrices(g, a, b):
     """Undo matmul's dropping of 1-D operand dims so both rules see matrices."""
+    if b.ndim == 1:          # b first: for vector @ vector, g is 0-d
+        b = b[:, None]
+        g = g[..., None]
     if a.ndim == 1:
         a = a[None, :]
-        g = np.expand_dims(g, -2)
-    if b.ndim == 1:
-        b = b[:, None]
-        g = np.expand_dims(g, -1)
+        g = g[..., None, :]
     return g, a, b
 
 

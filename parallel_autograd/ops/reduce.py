@@ -97,7 +97,8 @@ def var(x, axis=None, keepdims: bool = False, ddof: int = 0):
 def _logsumexp(x, axis, keepdims):
     m = np.max(x, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)
-    out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    with np.errstate(divide="ignore"):  # an all -inf slice gives -inf, as it should
+        out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
     return out if keepdims else np.squeeze(out, axis=axis)
 
 

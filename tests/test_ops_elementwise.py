@@ -1,0 +1,292 @@
+"""Elementwise ops: gradients (finite differences), broadcasting on both sides, scalars
+and arrays on either side, float32, edge cases and error messages."""
+import warnings
+
+import numpy as np
+import pytest
+
+import parallel_autograd as pa
+from parallel_autograd.ops import elementwise as ew
+
+
+def rand(shape, seed=0, low=None, high=None):
+    rng = np.random.default_rng(seed)
+    if low is None:
+        return rng.standard_normal(shape)
+    return rng.uniform(low, high, shape)
+
+
+def leaf(a):
+    return pa.tensor(a, requires_grad=True)
+
+
+# name -> (fn, input domain (low, high) or None for standard normal)
+UNARY = {
+    "neg": (pa.neg, None),
+    "abs": (pa.abs, None),
+    "exp": (pa.exp, None),
+    "log": (pa.log, (0.5, 3.0)),
+    "sqrt": (pa.sqrt, (0.5, 3.0)),
+    "sin": (pa.sin, None),
+    "cos": (pa.cos, None),
+    "tanh": (pa.tanh, None),
+    "sigmoid": (pa.sigmoid, None),
+    "relu": (pa.relu, None),
+    "leaky_relu": (lambda x: pa.leaky_relu(x, 0.2), None),
+    "gelu": (pa.gelu, None),
+    "gelu_tanh": (lambda x: pa.gelu(x, approximate="tanh"), None),
+    "silu": (pa.silu, None),
+    "clip": (lambda x: pa.clip(x, -0.5, 0.7), None),
+    "clip_min_only": (lambda x: pa.clip(x, min=-0.3), None),
+    "clamp_max_only": (lambda x: pa.clamp(x, max=0.2), None),
+}
+
+BINARY = {
+    "add": (pa.add, None),
+    "sub": (pa.sub, None),
+    "mul": (pa.mul, None),
+    "div": (pa.div, (0.5, 2.0)),
+    "pow": (pa.pow, (0.5, 2.0)),
+    "maximum": (pa.maximum, None),
+    "minimum": (pa.minimum, None),
+}
+
+BROADCAST_SHAPES = [
+    ((2, 3), (2, 3)),
+    ((2, 3), (3,)),
+    ((3,), (2, 3)),
+    ((2, 1), (1, 3)),
+    ((), (2, 3)),
+    ((2, 3), ()),
+    ((4, 1, 3), (2, 1)),
+    ((), ()),
+]
+
+
+@pytest.mark.parametrize("shape", [(), (5,), (2, 3), (2, 1, 3)])
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_gradcheck(name, shape):
+    fn, dom = UNARY[name]
+    x = rand(shape, seed=len(shape)) if dom is None else rand(shape, 1, *dom)
+    assert pa.gradcheck(fn, [leaf(x)])
+
+
+@pytest.mark.parametrize("shapes", BROADCAST_SHAPES, ids=str)
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_gradcheck_broadcasting(name, shapes):
+    fn, dom = BINARY[name]
+    a = rand(shapes[0], 1) if dom is None else rand(shapes[0], 1, *dom)
+    b = rand(shapes[1], 2) if dom is None else rand(shapes[1], 2, *dom)
+    out = fn(leaf(a), leaf(b))
+    assert out.shape == np.broadcast_shapes(*shapes)
+    assert pa.gradcheck(fn, [leaf(a), leaf(b)])
+
+
+OPERATORS = {
+    "add": (lambda a, b: a + b, np.add),
+    "sub": (lambda a, b: a - b, np.subtract),
+    "mul": (lambda a, b: a * b, np.multiply),
+    "div": (lambda a, b: a / b, np.divide),
+    "pow": (lambda a, b: a ** b, np.power),
+}
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("other", ["int", "float", "ndarray", "np_scalar"])
+@pytest.mark.parametrize("name", sorted(OPERATORS))
+def test_operator_with_non_tensor_on_either_side(name, other, side):
+    op, ref = OPERATORS[name]
+    x = rand((2, 3), 3, 0.5, 2.0)
+    c = {"int": 2, "float": 1.5, "ndarray": rand((3,), 4, 0.5, 2.0),
+         "np_scalar": np.float64(1.25)}[other]
+    t = leaf(x)
+    out = op(t, c) if side == "left" else op(c, t)
+    expected = ref(x, c) if side == "left" else ref(c, x)
+    assert isinstance(out, pa.Tensor)
+    np.testing.assert_allclose(out.data, expected, rtol=1e-13)
+    assert pa.gradcheck(lambda u: op(u, c) if side == "left" else op(c, u), [leaf(x)])
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_gradient_flows_only_to_tensors(name):
+    fn, dom = BINARY[name]
+    x = rand((2, 3), 5, 0.5, 2.0)
+    t = leaf(x)
+    fn(x * 0.9, t).sum().backward()
+    assert t.grad.shape == (2, 3) and np.all(np.isfinite(t.grad))
+
+
+@pytest.mark.parametrize("name", sorted(UNARY) + sorted(BINARY))
+def test_float32_keeps_dtype_and_matches_float64(name):
+    fn, dom = UNARY.get(name) or BINARY[name]
+    n_in = 2 if name in BINARY else 1
+    arrays = [rand((3, 4), i) if dom is None else rand((3, 4), i, *dom) for i in range(n_in)]
+    t32 = [pa.tensor(a.astype(np.float32), requires_grad=True) for a in arrays]
+    t64 = [leaf(a) for a in arrays]
+    y32, y64 = fn(*t32), fn(*t64)
+    assert y32.dtype == np.float32
+    np.testing.assert_allclose(y32.data, y64.data, rtol=1e-5, atol=1e-6)
+    y32.sum().backward()
+    y64.sum().backward()
+    for a, b in zip(t32, t64):
+        assert a.grad.dtype == np.float32
+        np.testing.assert_allclose(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_float32_with_python_and_numpy_scalars_stays_float32():
+    t = pa.tensor(np.ones(3, np.float32), requires_grad=True)
+    for y in (t * 2.0, 2.0 * t, t * np.float64(3.0), np.sqrt(4.0) / t, t ** np.float64(2),
+              pa.maximum(t, np.float64(0.5)), pa.where(t.data > 0, t, 0.0), pa.clip(t, 0.0, 0.5)):
+        assert y.dtype == np.float32
+    (t * np.float64(3.0)).sum().backward()
+    assert t.grad.dtype == np.float32
+    np.testing.assert_array_equal(t.grad, [3, 3, 3])
+
+
+def test_zero_dim_tensors():
+    x, y = leaf(1.5), leaf(-0.5)
+    z = pa.tanh(x * y + pa.exp(y))
+    assert z.shape == ()
+    gx, gy = pa.grad(z, [x, y])
+    assert gx.shape == () and gy.shape == ()
+    assert pa.gradcheck(lambda a, b: pa.tanh(a * b + pa.exp(b)), [leaf(1.5), leaf(-0.5)])
+
+
+def test_integer_tensors_promote_like_numpy():
+    t = pa.tensor(np.array([1, 2, 3]))
+    assert (t * 0.5).dtype == np.float64
+    assert (t + 1).dtype == t.dtype
+    np.testing.assert_allclose(pa.gelu(t).data, pa.gelu(pa.tensor([1.0, 2.0, 3.0])).data)
+
+
+# ---- semantics at special points (PyTorch's conventions) ------------------------------
+def test_pow_gradients_at_zero():
+    x = leaf(np.array([0.0, 0.0, 2.0]))
+    (x ** 0).sum().backward()
+    np.testing.assert_array_equal(x.grad, [0, 0, 0])   # not 0 * inf = nan
+    base, expo = leaf(np.array([0.0, 0.0, 2.0])), leaf(np.array([2.0, 0.0, 3.0]))
+    pa.pow(base, expo).sum().backward()
+    np.testing.assert_array_equal(base.grad, [0.0, 0.0, 12.0])
+    np.testing.assert_allclose(expo.grad, [0.0, 0.0, 8 * np.log(2)])
+
+
+def test_maximum_minimum_ties_split_gradient():
+    a, b = leaf(np.array([1.0, 2.0, 3.0])), leaf(np.array([1.0, 5.0, 0.0]))
+    pa.maximum(a, b).sum().backward()
+    np.testing.assert_array_equal(a.grad, [0.5, 0, 1])
+    np.testing.assert_array_equal(b.grad, [0.5, 1, 0])
+    a, b = leaf(np.array([1.0, 2.0, 3.0])), leaf(np.array([1.0, 5.0, 0.0]))
+    pa.minimum(a, b).sum().backward()
+    np.testing.assert_array_equal(a.grad, [0.5, 1, 0])
+    np.testing.assert_array_equal(b.grad, [0.5, 0, 1])
+
+
+def test_clip_gradient_includes_bounds():
+    x = leaf(np.array([-2.0, -1.0, 0.5, 1.0, 2.0]))
+    pa.clip(x, -1.0, 1.0).sum().backward()
+    np.testing.assert_array_equal(x.grad, [0, 1, 1, 1, 0])
+    np.testing.assert_array_equal(pa.clip(x, -1.0, 1.0).data, [-1, -1, 0.5, 1, 1])
+
+
+def test_clip_accepts_tensor_bounds_and_requires_one():
+    x = leaf(np.array([-2.0, 0.0, 2.0]))
+    np.testing.assert_array_equal(pa.clip(x, pa.tensor(-1.0), pa.tensor(1.0)).data, [-1, 0, 1])
+    with pytest.raises(ValueError, match="clip: at least one"):
+        pa.clip(x)
+
+
+def test_relu_abs_gradient_at_zero_is_zero():
+    x = leaf(np.array([-1.0, 0.0, 1.0]))
+    (pa.relu(x) + pa.abs(x)).sum().backward()
+    np.testing.assert_array_equal(x.grad, [-1, 0, 2])
+
+
+def test_sigmoid_silu_stable_for_large_inputs():
+    x = leaf(np.array([-1000.0, -40.0, 0.0, 40.0, 1000.0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s = pa.sigmoid(x)
+        (s.sum() + pa.silu(x).sum()).backward()
+    np.testing.assert_allclose(s.data, [0.0, 1 / (1 + np.exp(40)), 0.5, 1 / (1 + np.exp(-40)), 1])
+    assert np.all(np.isfinite(x.grad))
+
+
+def test_gelu_values():
+    from math import erf, sqrt
+    x = np.linspace(-4, 4, 9)
+    np.testing.assert_allclose(pa.gelu(pa.tensor(x)).data,
+                               [v * 0.5 * (1 + erf(v / sqrt(2))) for v in x], rtol=1e-15)
+    with pytest.raises(ValueError, match="gelu: approximate"):
+        pa.gelu(pa.tensor(x), approximate="fast")
+
+
+def test_leaky_relu_slope():
+    x = leaf(np.array([-2.0, 3.0]))
+    y = pa.leaky_relu(x, negative_slope=0.1)
+    np.testing.assert_allclose(y.data, [-0.2, 3.0])
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad, [0.1, 1.0])
+
+
+# ---- where --------------------------------------------------------------------------------
+@pytest.mark.parametrize("cshape,xshape,yshape", [
+    ((2, 3), (2, 3), (2, 3)),
+    ((3,), (2, 3), ()),
+    ((2, 1), (1, 3), (3,)),
+    ((2, 3), (), (2, 1)),
+])
+def test_where_broadcasting_gradcheck(cshape, xshape, yshape):
+    cond = rand(cshape, 7) > 0
+    x, y = rand(xshape, 8), rand(yshape, 9)
+    out = pa.where(cond, leaf(x), leaf(y))
+    np.testing.assert_array_equal(out.data, np.where(cond, x, y))
+    assert pa.gradcheck(lambda a, b: pa.where(cond, a, b), [leaf(x), leaf(y)])
+
+
+def test_where_condition_forms_and_scalars():
+    x = leaf(np.array([1.0, -2.0, 3.0]))
+    for cond in ([True, False, True], x > 0, x.data > 0):
+        out = pa.where(cond, x, 0.0)
+        np.testing.assert_array_equal(out.data, [1, 0, 3])
+    out = pa.where(x > 0, 5.0, x)
+    out.sum().backward()
+    np.testing.assert_array_equal(x.grad, [0, 1, 0])
+
+
+# ---- errors ----------------------------------------------------------------------------
+def _numpy_message(fn, *args):
+    with pytest.raises(ValueError) as info:
+        fn(*args)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("name,ufunc", [
+    ("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("div", np.true_divide),
+    ("pow", np.power), ("maximum", np.maximum), ("minimum", np.minimum),
+])
+def test_mismatched_shapes_raise_with_op_name_and_numpy_message(name, ufunc):
+    a, b = np.ones((2, 3)), np.ones((4,))
+    expected = _numpy_message(ufunc, a, b)
+    with pytest.raises(ValueError) as info:
+        getattr(pa, name)(leaf(a), leaf(b))
+    assert str(info.value) == f"{name}: {expected}"
+
+
+def test_operator_mismatch_and_where_mismatch_messages():
+    with pytest.raises(ValueError, match=r"^mul: operands could not be broadcast"):
+        leaf(np.ones((2, 3))) * np.ones((3, 2))
+    expected = _numpy_message(np.where, np.ones(3, bool), np.ones(2), np.ones(3))
+    with pytest.raises(ValueError) as info:
+        pa.where(np.ones(3, bool), leaf(np.ones(2)), leaf(np.ones(3)))
+    assert str(info.value) == f"where: {expected}"
+
+
+# ---- coverage: every public elementwise op has a gradcheck above ------------------------------
+def test_every_public_elementwise_op_is_gradchecked():
+    tested = {k.split("_")[0] if k.startswith(("clip", "clamp", "gelu")) else k
+              for k in list(UNARY) + list(BINARY)} | {"where", "leaky_relu"}
+    public = {n for n in pa.__all__ if getattr(ew, n, None) is getattr(pa, n)
+              and callable(getattr(pa, n)) and not isinstance(getattr(pa, n), type)
+              and n not in ("primitive", "record")}
+    assert {"add", "where", "gelu", "clip", "maximum"} <= public
+    assert public - tested == set()

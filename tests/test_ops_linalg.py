@@ -1,0 +1,84 @@
+"""matmul: every operand rank combination numpy allows, batch broadcasting on both
+sides, operators with arrays, float32, and mismatch errors."""
+import numpy as np
+import pytest
+
+import parallel_autograd as pa
+
+
+def rand(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def leaf(a):
+    return pa.tensor(a, requires_grad=True)
+
+
+SHAPES = [
+    ((3,), (3,)),            # dot product -> 0-d
+    ((3,), (3, 4)),          # vector @ matrix
+    ((2, 3), (3,)),          # matrix @ vector
+    ((2, 3), (3, 4)),
+    ((5, 2, 3), (3, 4)),     # batched @ shared
+    ((2, 3), (5, 3, 4)),     # shared @ batched
+    ((2, 1, 2, 3), (4, 3, 2)),  # batch dims broadcast on both sides
+    ((3,), (2, 3, 4)),       # vector @ batch
+    ((2, 4, 3), (3,)),       # batch @ vector
+    ((1, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("shapes", SHAPES, ids=str)
+def test_matmul_values_and_gradcheck(shapes):
+    a, b = rand(shapes[0], 1), rand(shapes[1], 2)
+    out = pa.matmul(leaf(a), leaf(b))
+    np.testing.assert_allclose(out.data, a @ b, rtol=1e-13)
+    assert pa.gradcheck(pa.matmul, [leaf(a), leaf(b)])
+    assert pa.gradcheck(lambda x, y: x @ y, [leaf(a), leaf(b)])
+
+
+def test_matmul_with_numpy_arrays_on_either_side():
+    a, w = rand((2, 3), 3), rand((3, 4), 4)
+    t = leaf(a)
+    out = t @ w
+    np.testing.assert_allclose(out.data, a @ w)
+    out.sum().backward()
+    np.testing.assert_allclose(t.grad, np.ones((2, 4)) @ w.T)
+    u = leaf(w)
+    out = a @ u          # ndarray @ Tensor uses Tensor.__rmatmul__
+    assert isinstance(out, pa.Tensor)
+    out.sum().backward()
+    np.testing.assert_allclose(u.grad, a.T @ np.ones((2, 4)))
+
+
+def test_matmul_method_and_only_one_side_requires_grad():
+    a, b = leaf(rand((2, 3), 5)), pa.tensor(rand((3, 2), 6))
+    (g,) = pa.grad(a.matmul(b).sum(), [a])
+    np.testing.assert_allclose(g, np.ones((2, 2)) @ b.data.T)
+
+
+@pytest.mark.parametrize("shapes", SHAPES, ids=str)
+def test_matmul_float32(shapes):
+    a, b = rand(shapes[0], 7), rand(shapes[1], 8)
+    a32 = pa.tensor(a.astype(np.float32), requires_grad=True)
+    b32 = pa.tensor(b.astype(np.float32), requires_grad=True)
+    y = pa.matmul(a32, b32)
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y.data, a @ b, rtol=1e-5, atol=1e-5)
+    ga, gb = pa.grad(y, [a32, b32], grad_outputs=np.ones(y.shape, np.float32))
+    assert ga.dtype == gb.dtype == np.float32
+    a64, b64 = leaf(a), leaf(b)
+    ga64, gb64 = pa.grad(pa.matmul(a64, b64), [a64, b64], grad_outputs=np.ones(y.shape))
+    np.testing.assert_allclose(ga, ga64, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gb, gb64, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shapes", [((2, 3), (4, 5)), ((3,), (4,)), ((2, 2, 3), (3, 3, 4)),
+                                    ((), (3,))])
+def test_matmul_mismatch_raises_with_op_name_and_numpy_message(shapes):
+    a, b = np.ones(shapes[0]), np.ones(shapes[1])
+    with pytest.raises(ValueError) as ref:
+        np.matmul(a, b)
+    with pytest.raises(ValueError) as info:
+        pa.matmul(leaf(a), leaf(b))
+    assert str(info.value) == f"matmul: {ref.value}"

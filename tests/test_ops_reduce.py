@@ -1,0 +1,143 @@
+"""Reductions and the softmax family: every axis form, keepdims, 0-d, ties, float32,
+numerical stability, gradients by finite differences."""
+import numpy as np
+import pytest
+
+import parallel_autograd as pa
+from parallel_autograd.ops import reduce as rd
+
+
+def rand(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def leaf(a):
+    return pa.tensor(a, requires_grad=True)
+
+
+# name -> (pa op, numpy reference)
+REDUCTIONS = {
+    "sum": (pa.sum, np.sum),
+    "mean": (pa.mean, np.mean),
+    "max": (pa.max, np.max),
+    "min": (pa.min, np.min),
+    "var": (pa.var, np.var),
+    "var_ddof1": (lambda x, **k: pa.var(x, ddof=1, **k), lambda x, **k: np.var(x, ddof=1, **k)),
+    "logsumexp": (pa.logsumexp,
+                  lambda x, axis=None, keepdims=False: np.log(np.sum(np.exp(x), axis=axis,
+                                                                     keepdims=keepdims))),
+}
+
+AXES = [None, 0, 1, -1, -2, (0, 2), (-1, 0), [1, 2], (), (0, 1, 2)]
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("axis", AXES, ids=str)
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+def test_reduction_values_and_gradcheck(name, axis, keepdims):
+    op, ref = REDUCTIONS[name]
+    if name == "var_ddof1" and axis == ():
+        pytest.skip("ddof=1 over no axes divides by zero")
+    x = rand((2, 3, 4), 1)
+    ax = tuple(axis) if isinstance(axis, list) else axis
+    out = op(leaf(x), axis=axis, keepdims=keepdims)
+    np.testing.assert_allclose(out.data, ref(x, axis=ax, keepdims=keepdims), rtol=1e-12)
+    assert pa.gradcheck(lambda t: op(t, axis=axis, keepdims=keepdims), [leaf(x)])
+
+
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+def test_reduction_of_zero_dim_tensor(name):
+    if name == "var_ddof1":
+        pytest.skip("ddof=1 of one element divides by zero")
+    op, _ = REDUCTIONS[name]
+    x = leaf(1.7)
+    out = op(x)
+    assert out.shape == ()
+    (g,) = pa.grad(out, [x])
+    assert g.shape == ()
+    assert pa.gradcheck(op, [leaf(1.7)])
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "var", "logsumexp"])
+def test_tensor_methods_match_functions(name):
+    x = rand((3, 4), 2)
+    a = getattr(pa.tensor(x), name)(axis=-1, keepdims=True)
+    b = getattr(pa, name)(pa.tensor(x), axis=-1, keepdims=True)
+    np.testing.assert_array_equal(a.data, b.data)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_family_gradcheck(name, axis):
+    op = getattr(pa, name)
+    x = rand((3, 4), 3)
+    out = op(leaf(x), axis=axis)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    sm = e / e.sum(axis=axis, keepdims=True)
+    np.testing.assert_allclose(out.data, sm if name == "softmax" else np.log(sm), rtol=1e-12)
+    assert pa.gradcheck(lambda t: op(t, axis=axis), [leaf(x)])
+
+
+def test_softmax_3d_and_1d():
+    for shape in [(5,), (2, 3, 4)]:
+        x = rand(shape, 4)
+        assert pa.gradcheck(lambda t: pa.softmax(t), [leaf(x)])
+        assert pa.gradcheck(lambda t: pa.log_softmax(t, axis=0), [leaf(x)])
+
+
+def test_softmax_family_is_stable_for_large_inputs():
+    x = leaf(np.array([[1000.0, 1001.0, -1000.0], [-1e4, -1e4, -1e4]]))
+    sm, lsm, lse = pa.softmax(x), pa.log_softmax(x), pa.logsumexp(x, axis=1)
+    assert np.all(np.isfinite(sm.data)) and np.all(np.isfinite(lsm.data))
+    np.testing.assert_allclose(sm.data.sum(axis=1), [1, 1])
+    np.testing.assert_allclose(lse.data, [1001 + np.log1p(np.exp(-1)), -1e4 + np.log(3)])
+    (sm.sum() + lsm.sum() + lse.sum()).backward()
+    assert np.all(np.isfinite(x.grad))
+
+
+def test_logsumexp_with_infinities():
+    x = pa.tensor(np.array([[-np.inf, -np.inf], [np.inf, 0.0], [-np.inf, 0.0]]))
+    np.testing.assert_array_equal(pa.logsumexp(x, axis=1).data, [-np.inf, np.inf, 0.0])
+
+
+def test_max_min_ties_share_gradient():
+    x = leaf(np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]]))
+    pa.max(x, axis=1).sum().backward()
+    np.testing.assert_allclose(x.grad, [[0, 0.5, 0.5], [1 / 3, 1 / 3, 1 / 3]])
+    x = leaf(np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]]))
+    pa.min(x).backward()   # global min 1.0 is unique
+    np.testing.assert_array_equal(x.grad, [[1, 0, 0], [0, 0, 0]])
+    x = leaf(np.array([4.0, 4.0]))
+    pa.max(x).backward()
+    np.testing.assert_array_equal(x.grad, [0.5, 0.5])
+
+
+@pytest.mark.parametrize("name", sorted(REDUCTIONS) + ["softmax", "log_softmax"])
+def test_float32_keeps_dtype(name):
+    op = REDUCTIONS[name][0] if name in REDUCTIONS else getattr(pa, name)
+    x = rand((3, 5), 5)
+    t32 = pa.tensor(x.astype(np.float32), requires_grad=True)
+    t64 = leaf(x)
+    y32 = op(t32, axis=1)
+    y64 = op(t64, axis=1)
+    assert y32.dtype == np.float32
+    np.testing.assert_allclose(y32.data, y64.data, rtol=1e-5, atol=1e-6)
+    w = rand(y64.shape, 6)
+    (g32,) = pa.grad(y32, [t32], grad_outputs=w.astype(np.float32))
+    (g64,) = pa.grad(y64, [t64], grad_outputs=w)
+    assert g32.dtype == np.float32
+    np.testing.assert_allclose(g32, g64, rtol=1e-4, atol=1e-5)
+
+
+def test_bad_axis_raises_value_error_with_op_name():
+    x = leaf(np.ones((2, 3)))
+    for name in ("sum", "mean", "max", "var", "logsumexp"):
+        with pytest.raises(ValueError, match=f"^{name}: .*axis 2 is out of bounds"):
+            getattr(pa, name)(x, axis=2)
+
+
+def test_every_public_reduce_op_is_gradchecked():
+    public = {n for n in pa.__all__ if getattr(rd, n, None) is getattr(pa, n)
+              and n not in ("primitive", "record")}
+    assert public == {"sum", "mean", "max", "min", "var", "logsumexp", "softmax",
+                      "log_softmax"}
