@@ -1,0 +1,304 @@
+"""nn.functional: gradients by finite differences for every op and several shapes,
+float32 forward/backward, op-specific semantics and bad-input errors."""
+import numpy as np
+import pytest
+
+import parallel_autograd as pa
+import parallel_autograd.nn.functional as F
+
+
+def rand(shape, seed=0, low=None, high=None):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(shape) if low is None else rng.uniform(low, high, shape)
+
+
+def leaf(a):
+    return pa.tensor(a, requires_grad=True)
+
+
+TARGETS = np.array([2, 0, 3, 3, 1])
+MASK = np.random.default_rng(9).random((2, 4, 5)) > 0.4
+MASK[..., 0] = True   # every query attends somewhere
+
+# name -> (fn of tensors, input shapes). Each input requires grad.
+CASES = {
+    "linear": (F.linear, [(3, 4), (5, 4), (5,)]),
+    "linear_nobias_3d": (F.linear, [(2, 3, 4), (5, 4)]),
+    "linear_1d_input": (F.linear, [(4,), (2, 4), (2,)]),
+    "conv2d": (F.conv2d, [(2, 3, 5, 5), (4, 3, 3, 3), (4,)]),
+    "conv2d_stride2_pad1": (lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1),
+                            [(1, 2, 6, 5), (3, 2, 3, 3), (3,)]),
+    "conv2d_pairs_nobias": (lambda x, w: F.conv2d(x, w, stride=(2, 1), padding=(1, 2)),
+                            [(2, 2, 5, 4), (3, 2, 2, 3)]),
+    "conv2d_1x1": (lambda x, w: F.conv2d(x, w), [(2, 3, 3, 3), (2, 3, 1, 1)]),
+    "conv2d_full_kernel": (F.conv2d, [(2, 2, 3, 4), (3, 2, 3, 4), (3,)]),
+    "max_pool2d": (lambda x: F.max_pool2d(x, 2), [(2, 3, 4, 6)]),
+    "max_pool2d_overlap_pad": (lambda x: F.max_pool2d(x, 3, stride=2, padding=1),
+                               [(1, 2, 7, 6)]),
+    "max_pool2d_rect": (lambda x: F.max_pool2d(x, (2, 3), stride=(1, 2)), [(1, 2, 4, 7)]),
+    "avg_pool2d": (lambda x: F.avg_pool2d(x, 2), [(2, 3, 4, 6)]),
+    "avg_pool2d_overlap_pad": (lambda x: F.avg_pool2d(x, 3, stride=2, padding=1),
+                               [(1, 2, 7, 6)]),
+    "avg_pool2d_exclude_pad": (lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+                               [(1, 2, 7, 6)]),
+    "layer_norm": (lambda x, w, b: F.layer_norm(x, (4,), w, b), [(2, 3, 4), (4,), (4,)]),
+    "layer_norm_2d_noaffine": (lambda x: F.layer_norm(x, (3, 4)), [(2, 3, 4)]),
+    "layer_norm_int_shape": (lambda x, w: F.layer_norm(x, 5, w, eps=1e-3), [(3, 5), (5,)]),
+    "rms_norm": (lambda x, w: F.rms_norm(x, (4,), w), [(2, 3, 4), (4,)]),
+    "rms_norm_eps": (lambda x: F.rms_norm(x, [3, 4], eps=1e-2), [(2, 3, 4)]),
+    "embedding": (lambda w: F.embedding(np.array([[1, 2, 1], [4, 1, 0]]), w), [(5, 3)]),
+    # the padding row gets no gradient by design (tested below), so it is not looked up here
+    "embedding_padding_idx": (lambda w: F.embedding(np.array([0, 4, 4, 1]), w, padding_idx=2),
+                              [(5, 3)]),
+    "dropout": (lambda x: F.dropout(x, 0.4, seed=3), [(4, 5)]),
+    "dropout_eval": (lambda x: F.dropout(x, 0.4, training=False), [(4, 5)]),
+    "cross_entropy": (lambda x: F.cross_entropy(x, TARGETS), [(5, 4)]),
+    "cross_entropy_sum": (lambda x: F.cross_entropy(x, TARGETS, reduction="sum"), [(5, 4)]),
+    "cross_entropy_none": (lambda x: F.cross_entropy(x, TARGETS, reduction="none"), [(5, 4)]),
+    "cross_entropy_ignore": (lambda x: F.cross_entropy(x, np.array([2, -100, 3, 3, -100])),
+                             [(5, 4)]),
+    "cross_entropy_smooth_weight": (
+        lambda x: F.cross_entropy(x, np.array([2, 0, -1, 3, 1]), np.array([1.0, 2, 0.5, 1]),
+                                  ignore_index=-1, label_smoothing=0.1), [(5, 4)]),
+    "nll_loss": (lambda x: F.nll_loss(F.log_softmax(x, dim=1), TARGETS), [(5, 4)]),
+    "nll_loss_weight": (lambda x: F.nll_loss(x, TARGETS, np.array([1.0, 2, 3, 4]),
+                                             reduction="sum"), [(5, 4)]),
+    "mse_loss": (F.mse_loss, [(3, 4), (3, 4)]),
+    "mse_loss_broadcast_sum": (lambda a, b: F.mse_loss(a, b, reduction="sum"), [(3, 4), (4,)]),
+    "mse_loss_none": (lambda a, b: F.mse_loss(a, b, reduction="none"), [(2, 3), (2, 3)]),
+    "scaled_dot_product_attention": (F.scaled_dot_product_attention,
+                                     [(2, 4, 3), (2, 5, 3), (2, 5, 2)]),
+    "sdpa_causal_heads": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v,
+                                                                         is_causal=True),
+                          [(1, 2, 4, 3), (1, 2, 4, 3), (1, 2, 4, 3)]),
+    "sdpa_bool_mask_scale": (lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, MASK, scale=0.7), [(2, 4, 3), (2, 5, 3), (2, 5, 2)]),
+    "sdpa_float_mask": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m),
+                        [(2, 4, 3), (2, 5, 3), (2, 5, 2), (4, 5)]),
+    "sdpa_dropout_seeded": (lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, dropout_p=0.3, seed=1), [(2, 4, 3), (2, 5, 3), (2, 5, 2)]),
+    "relu": (F.relu, [(3, 4)]),
+    "leaky_relu": (lambda x: F.leaky_relu(x, 0.1), [(3, 4)]),
+    "gelu": (F.gelu, [(3, 4)]),
+    "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), [(3, 4)]),
+    "silu": (F.silu, [(3, 4)]),
+    "sigmoid": (F.sigmoid, [(3, 4)]),
+    "tanh": (F.tanh, [(3, 4)]),
+    "softmax": (lambda x: F.softmax(x, dim=0), [(3, 4)]),
+    "log_softmax": (lambda x: F.log_softmax(x, dim=-1), [(2, 3, 4)]),
+}
+
+
+def inputs_for(shapes, seed=0):
+    return [rand(s, seed + i) for i, s in enumerate(shapes)]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_functional_gradcheck(name):
+    fn, shapes = CASES[name]
+    assert pa.gradcheck(fn, [leaf(a) for a in inputs_for(shapes)])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_functional_float32(name):
+    fn, shapes = CASES[name]
+    arrays = inputs_for(shapes, 10)
+    t32 = [pa.tensor(a.astype(np.float32), requires_grad=True) for a in arrays]
+    t64 = [leaf(a) for a in arrays]
+    y32, y64 = fn(*t32), fn(*t64)
+    assert y32.dtype == np.float32
+    np.testing.assert_allclose(y32.data, y64.data, rtol=1e-4, atol=1e-5)
+    w = rand(y64.shape, 11)
+    g32 = pa.grad(y32, t32, grad_outputs=w.astype(np.float32))
+    g64 = pa.grad(y64, t64, grad_outputs=w)
+    for a, b in zip(g32, g64):
+        assert a.dtype == np.float32
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+
+
+def test_every_functional_op_is_gradchecked():
+    tested = {n for n in F.__all__ if any(k == n or k.startswith(n + "_") for k in CASES)}
+    assert set(F.__all__) - tested == set()
+    assert all(callable(getattr(F, n)) for n in F.__all__)
+
+
+# ---- values against direct numpy computations ----------------------------------------
+def _conv_reference(x, w, b, stride, padding):
+    sh, sw = stride
+    xp = np.pad(x, ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2))
+    n, _, hp, wp = xp.shape
+    o, _, kh, kw = w.shape
+    ho, wo = (hp - kh) // sh + 1, (wp - kw) // sw + 1
+    out = np.zeros((n, o, ho, wo))
+    for i in range(ho):
+        for j in range(wo):
+            patch = xp[:, :, i * sh:i * sh + kh, j * sw:j * sw + kw]
+            out[:, :, i, j] = np.tensordot(patch, w, axes=([1, 2, 3], [1, 2, 3]))
+    return out + (0 if b is None else b[None, :, None, None])
+
+
+@pytest.mark.parametrize("stride,padding", [(1, 0), (2, 1), ((1, 2), (2, 0)), (3, 2)])
+def test_conv2d_matches_direct_loop(stride, padding):
+    x, w, b = rand((2, 3, 7, 6), 1), rand((4, 3, 3, 2), 2), rand(4, 3)
+    out = F.conv2d(pa.tensor(x), pa.tensor(w), pa.tensor(b), stride=stride, padding=padding)
+    pair = lambda v: v if isinstance(v, tuple) else (v, v)  # noqa: E731
+    np.testing.assert_allclose(out.data, _conv_reference(x, w, b, pair(stride), pair(padding)),
+                               rtol=1e-12, atol=1e-12)
+    assert out.data.flags.c_contiguous
+
+
+def test_conv2d_is_one_primitive_node_and_frozen_weight_skips_columns():
+    x, w = leaf(rand((1, 2, 5, 5), 1)), pa.tensor(rand((3, 2, 3, 3), 2))
+    out = F.conv2d(x, w)
+    assert out.grad_fn.name == "conv2d"
+    assert out.grad_fn.saved[0] is None        # no column buffer kept: weight is frozen
+    out.sum().backward()
+    assert x.grad.shape == x.shape and w.grad is None
+
+
+def test_pools_match_direct_computation():
+    x = rand((2, 3, 5, 6), 4)
+    mp = F.max_pool2d(pa.tensor(x), 2).data
+    ap = F.avg_pool2d(pa.tensor(x), 2).data
+    blocks = x[:, :, :4, :6].reshape(2, 3, 2, 2, 3, 2)
+    np.testing.assert_array_equal(mp, blocks.max(axis=(3, 5)))
+    np.testing.assert_allclose(ap, blocks.mean(axis=(3, 5)), rtol=1e-14)
+
+
+def test_max_pool_gradient_goes_to_first_maximum_only():
+    x = leaf(np.array([[[[1.0, 5.0], [5.0, 2.0]]]]))
+    F.max_pool2d(x, 2).sum().backward()
+    np.testing.assert_array_equal(x.grad, [[[[0, 1], [0, 0]]]])
+
+
+def test_max_pool_padding_is_never_selected():
+    x = leaf(-np.ones((1, 1, 2, 2)) * 7)
+    out = F.max_pool2d(x, 3, stride=1, padding=1)
+    np.testing.assert_array_equal(out.data, -7 * np.ones((1, 1, 2, 2)))
+    out.sum().backward()
+    assert x.grad.sum() == 4
+
+
+def test_avg_pool_count_include_pad():
+    x = pa.tensor(np.ones((1, 1, 2, 2)))
+    inc = F.avg_pool2d(x, 3, stride=1, padding=1).data
+    exc = F.avg_pool2d(x, 3, stride=1, padding=1, count_include_pad=False).data
+    np.testing.assert_allclose(inc, 4 / 9 * np.ones((1, 1, 2, 2)))
+    np.testing.assert_allclose(exc, np.ones((1, 1, 2, 2)))
+
+
+def test_layer_norm_and_rms_norm_values():
+    x = rand((3, 6), 5)
+    y = F.layer_norm(pa.tensor(x), (6,)).data
+    np.testing.assert_allclose(y, (x - x.mean(1, keepdims=True))
+                               / np.sqrt(x.var(1, keepdims=True) + 1e-5), rtol=1e-12)
+    r = F.rms_norm(pa.tensor(x), 6).data
+    eps = np.finfo(np.float64).eps
+    np.testing.assert_allclose(r, x / np.sqrt((x * x).mean(1, keepdims=True) + eps), rtol=1e-12)
+    r32 = F.rms_norm(pa.tensor(x.astype(np.float32)), 6)
+    assert r32.dtype == np.float32
+
+
+def test_embedding_repeated_indices_and_padding_idx():
+    w = leaf(rand((4, 2), 6))
+    out = F.embedding(pa.tensor(np.array([[3, 1], [3, 3]])), w, padding_idx=1)
+    np.testing.assert_array_equal(out.data, w.data[[[3, 1], [3, 3]]])
+    out.sum().backward()
+    np.testing.assert_array_equal(w.grad, [[0, 0], [0, 0], [0, 0], [3, 3]])
+
+
+def test_dropout_is_reproducible_and_scaled():
+    x = pa.tensor(np.ones((200, 50)))
+    a, b = F.dropout(x, 0.3, seed=7), F.dropout(x, 0.3, seed=7)
+    np.testing.assert_array_equal(a.data, b.data)
+    assert not np.array_equal(a.data, F.dropout(x, 0.3, seed=8).data)
+    assert set(np.unique(a.data)) == {0.0, 1 / 0.7}
+    assert abs((a.data == 0).mean() - 0.3) < 0.02
+    r1, r2 = np.random.default_rng(4), np.random.default_rng(4)
+    np.testing.assert_array_equal(F.dropout(x, 0.5, rng=r1).data, F.dropout(x, 0.5, rng=r2).data)
+    assert F.dropout(x, 0.5, training=False) is x
+    np.testing.assert_array_equal(F.dropout(x, 1.0).data, 0)
+
+
+def test_dropout_gradient_uses_the_forward_mask():
+    x = leaf(rand((6, 7), 1))
+    y = F.dropout(x, 0.5, seed=2)
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad, (y.data != 0) * 2.0)
+
+
+def test_cross_entropy_values():
+    logits, t = rand((5, 4), 3), TARGETS
+    lsm = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    per = -lsm[np.arange(5), t]
+    ce = F.cross_entropy(pa.tensor(logits), pa.tensor(t))
+    np.testing.assert_allclose(ce.data, per.mean(), rtol=1e-13)
+    np.testing.assert_allclose(F.cross_entropy(pa.tensor(logits), t, reduction="none").data, per)
+    ig = np.array([2, -100, 3, 3, -100])
+    np.testing.assert_allclose(F.cross_entropy(pa.tensor(logits), ig).data,
+                               -lsm[[0, 2, 3], [2, 3, 3]].mean(), rtol=1e-13)
+
+
+def test_sdpa_matches_explicit_formula():
+    q, k, v = rand((2, 4, 3), 1), rand((2, 5, 3), 2), rand((2, 5, 2), 3)
+    s = q @ k.swapaxes(-1, -2) / np.sqrt(3)
+    s = np.where(MASK, s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    out = F.scaled_dot_product_attention(pa.tensor(q), pa.tensor(k), pa.tensor(v),
+                                         attn_mask=pa.tensor(MASK))
+    np.testing.assert_allclose(out.data, p @ v, rtol=1e-12)
+
+
+# ---- bad input -----------------------------------------------------------------------
+@pytest.mark.parametrize("call,exc,match", [
+    (lambda: F.conv2d(pa.ones(1, 3, 5, 5), pa.ones(2, 4, 3, 3)), ValueError,
+     "conv2d: input has 3 channels but weight"),
+    (lambda: F.conv2d(pa.ones(3, 5, 5), pa.ones(2, 3, 3, 3)), ValueError, "conv2d: expected 4-D"),
+    (lambda: F.conv2d(pa.ones(1, 1, 2, 2), pa.ones(1, 1, 3, 3)), ValueError,
+     "conv2d: kernel size 3 is larger than the padded input size 2"),
+    (lambda: F.conv2d(pa.ones(1, 1, 4, 4), pa.ones(2, 1, 3, 3), pa.ones(3)), ValueError,
+     "conv2d: bias shape"),
+    (lambda: F.conv2d(pa.ones(1, 1, 4, 4), pa.ones(2, 1, 3, 3), stride=0), ValueError,
+     "conv2d: kernel size and stride must be positive"),
+    (lambda: F.conv2d(pa.ones(1, 1, 4, 4), pa.ones(2, 1, 3, 3), padding=(1, 2, 3)), ValueError,
+     "conv2d: padding must be an int or a pair"),
+    (lambda: F.max_pool2d(pa.ones(1, 1, 4, 4), 2, padding=2), ValueError,
+     "max_pool2d: padding .* should be at most half"),
+    (lambda: F.avg_pool2d(pa.ones(4, 4), 2), ValueError, "avg_pool2d: expected a 4-D input"),
+    (lambda: F.layer_norm(pa.ones(2, 3), (4,)), ValueError,
+     r"layer_norm: normalized_shape \(4,\) does not match"),
+    (lambda: F.layer_norm(pa.ones(2, 3), 3, pa.ones(4)), ValueError,
+     "layer_norm: weight shape"),
+    (lambda: F.rms_norm(pa.ones(2, 3), (2, 3, 1)), ValueError, "rms_norm: normalized_shape"),
+    (lambda: F.embedding(pa.tensor([0.0, 1.0]), pa.ones(3, 2)), TypeError,
+     "embedding: indices must be integers"),
+    (lambda: F.embedding(np.array([0, 3]), pa.ones(3, 2)), IndexError,
+     "embedding: index out of range"),
+    (lambda: F.dropout(pa.ones(3), 1.5), ValueError, "dropout: probability"),
+    (lambda: F.cross_entropy(pa.ones(4), np.array([1])), ValueError,
+     "cross_entropy: expected 2-D input"),
+    (lambda: F.cross_entropy(pa.ones(2, 3), np.array([0.0, 1.0])), TypeError,
+     "cross_entropy: target must hold class indices"),
+    (lambda: F.cross_entropy(pa.ones(2, 3), np.array([0, 3])), IndexError,
+     "cross_entropy: target 3 is out of bounds for 3 classes"),
+    (lambda: F.cross_entropy(pa.ones(2, 3), np.array([0, 1, 2])), ValueError,
+     "cross_entropy: target shape"),
+    (lambda: F.cross_entropy(pa.ones(2, 3), np.array([0, 1]), reduction="avg"), ValueError,
+     "cross_entropy: reduction must be"),
+    (lambda: F.cross_entropy(pa.ones(2, 3), np.array([0, 1]), pa.ones(2)), ValueError,
+     "cross_entropy: weight shape"),
+    (lambda: F.mse_loss(pa.ones(2), pa.ones(2), reduction="max"), ValueError,
+     "mse_loss: reduction must be"),
+    (lambda: F.mse_loss(pa.ones(2), pa.ones(3)), ValueError,
+     "sub: operands could not be broadcast"),
+    (lambda: F.linear(pa.ones(2, 3), pa.ones(4, 5)), ValueError, "matmul: "),
+    (lambda: F.scaled_dot_product_attention(pa.ones(2, 3), pa.ones(2, 3), pa.ones(2, 3),
+                                            np.ones((2, 2), bool), is_causal=True),
+     ValueError, "either attn_mask or is_causal"),
+    (lambda: F.scaled_dot_product_attention(pa.ones(2, 3), pa.ones(2, 4), pa.ones(2, 3)),
+     ValueError, "matmul: "),
+])
+def test_bad_input_raises_clear_errors(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
