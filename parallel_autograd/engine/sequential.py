@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import profiler
+from ..grad_mode import is_grad_enabled, set_grad_enabled
 from .completion import annotate, commit, complete_gradient
 from .graph import Plan, plan_call
 
@@ -35,6 +36,8 @@ def run_plan(plan: Plan):
     rec = profiler.active()
     order = sorted(plan.nodes, key=_by_seq, reverse=True)
     node = None
+    prev_mode = is_grad_enabled()
+    set_grad_enabled(False)  # like PyTorch without create_graph: rules and hooks record nothing
     try:
         for node in order:
             g = pending.pop(node, None)
@@ -59,6 +62,8 @@ def run_plan(plan: Plan):
         if node is not None:
             annotate(e, node)
         raise
+    finally:
+        set_grad_enabled(prev_mode)
     return staged, captured
 
 
