@@ -77,6 +77,7 @@ def commit(staged) -> None:
     nothing else refers to it (PyTorch's AccumulateGrad steals the same way);
     otherwise `.grad` gets a copy, so it never aliases a user's or a saved array.
     """
+    _check_existing_grads(staged)  # before writing any: a failed commit changes nothing
     for t, g, owned in staged:
         lock = t._grad_lock or _retained_lock
         with lock:
@@ -84,6 +85,26 @@ def commit(staged) -> None:
                 t.grad = g if owned or _unshared(g) else g.copy()
             else:
                 t.grad += g
+
+
+def _check_existing_grads(staged) -> None:
+    """Reject a `.grad` the user assigned that the gradient cannot be added into."""
+    for t, g, _ in staged:
+        cur = t.grad
+        if cur is None:
+            continue
+        if not isinstance(cur, np.ndarray):
+            raise TypeError(f".grad of a tensor of shape {t.shape} is a {type(cur).__name__}, "
+                            "not an ndarray: cannot accumulate into it")
+        if cur.shape != g.shape:
+            raise ValueError(f".grad of a tensor of shape {t.shape} has shape {cur.shape}: "
+                             f"cannot accumulate a gradient of shape {g.shape} into it")
+        if not np.can_cast(g.dtype, cur.dtype, "same_kind"):
+            raise TypeError(f".grad of a tensor of shape {t.shape} has dtype {cur.dtype}: "
+                            f"cannot accumulate a {g.dtype} gradient into it")
+        if not cur.flags.writeable:
+            raise ValueError(f".grad of a tensor of shape {t.shape} is read-only: "
+                             "cannot accumulate into it in place")
 
 
 def _unshared(g) -> bool:
