@@ -226,3 +226,22 @@ def test_forward_error_names_the_primitive():
     b = pa.tensor(np.ones((2, 3)))
     with pytest.raises(ValueError, match="matmul"):
         a @ b
+
+
+# --- a .grad the user assigned that cannot be accumulated into ------------------------------
+
+@pytest.mark.parametrize("bad, exc, match", [
+    (np.zeros(3), ValueError, r"has shape \(3,\)"),
+    (np.zeros(2, dtype=np.int64), TypeError, "dtype int64"),
+    (np.broadcast_to(np.zeros(1), (2,)), ValueError, "read-only"),
+    ([0.0, 0.0], TypeError, "is a list"),
+])
+def test_bad_existing_grad_rejected_before_any_commit(bad, exc, match):
+    a = pa.tensor([1.0, 2.0], requires_grad=True)
+    b = pa.tensor([1.0, 2.0], requires_grad=True)
+    a.grad = bad
+    y = (a * 2.0 + b * 3.0).sum()   # b is staged before a
+    with pytest.raises(exc, match=match):
+        y.backward()
+    assert b.grad is None
+    assert a.grad is bad
