@@ -23,13 +23,18 @@ def set_grad_enabled(mode: bool) -> None:
 class _GradModeContext:
     _mode = True
 
+    def __init__(self):
+        # Previous modes, per thread and stacked: one instance may be entered from
+        # several threads at once, or re-entered while already active.
+        self._prev = threading.local()
+
     def __enter__(self):
-        self._prev = is_grad_enabled()
+        self._prev.__dict__.setdefault("stack", []).append(is_grad_enabled())
         set_grad_enabled(self._mode)
         return self
 
     def __exit__(self, *exc):
-        set_grad_enabled(self._prev)
+        set_grad_enabled(self._prev.stack.pop())
         return False
 
     def __call__(self, fn):
