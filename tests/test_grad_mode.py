@@ -136,3 +136,41 @@ def test_backward_runs_rules_and_hooks_without_recording():
     assert modes == [("hook", False), ("fn", False)]
     assert pa.is_grad_enabled()
     np.testing.assert_array_equal(x.grad, [2.0])
+
+
+def test_one_instance_reentered_restores_each_level():
+    ng = pa.no_grad()
+    try:
+        pa.set_grad_enabled(False)
+        with ng:
+            with pa.enable_grad():
+                with ng:
+                    assert not pa.is_grad_enabled()
+                assert pa.is_grad_enabled()
+            assert not pa.is_grad_enabled()
+        assert not pa.is_grad_enabled()   # the mode before the outer `with`
+    finally:
+        pa.set_grad_enabled(True)
+
+
+def test_one_instance_shared_by_threads():
+    ng = pa.no_grad()
+    entered, inner_done = threading.Event(), threading.Event()
+    res = {}
+
+    def other():
+        pa.set_grad_enabled(False)
+        assert entered.wait(5)
+        with ng:
+            pass
+        res["other"] = pa.is_grad_enabled()
+        inner_done.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    with ng:
+        entered.set()
+        assert inner_done.wait(5)
+    t.join(5)
+    res["main"] = pa.is_grad_enabled()
+    assert res == {"other": False, "main": True}
