@@ -14,16 +14,17 @@ def numerical_grad(fn, inputs, eps: float = 1e-6, seed_grad=None):
     w = np.ones_like(out) if seed_grad is None else seed_grad
     result = []
     for x in datas:
-        g = np.zeros_like(x, dtype=np.float64)
-        flat = x.reshape(-1)  # view: we perturb in place and restore
-        for i in range(flat.size):
-            old = flat[i]
-            flat[i] = old + eps
+        g = np.zeros(x.shape, dtype=np.float64)
+        # Index x itself (not x.reshape(-1), a copy for non-C-contiguous data, where
+        # the perturbation would be lost): we perturb in place and restore.
+        for i in np.ndindex(x.shape):
+            old = x[i]
+            x[i] = old + eps
             hi = float(np.sum(fn(*inputs).data * w))
-            flat[i] = old - eps
+            x[i] = old - eps
             lo = float(np.sum(fn(*inputs).data * w))
-            flat[i] = old
-            g.reshape(-1)[i] = (hi - lo) / (2 * eps)
+            x[i] = old
+            g[i] = (hi - lo) / (2 * eps)
         result.append(g)
     return result
 
