@@ -218,3 +218,26 @@ def test_reentrant_backward_inside_function_backward():
     (Recompute.apply(x) * 2.0).sum().backward()
     expected = 2.0 * (np.cos(x.data) * x.data + np.sin(x.data))
     np.testing.assert_allclose(x.grad, expected, rtol=1e-13)
+
+
+# --- pa.gradcheck, the tool users check their Functions with ---------------------------------
+
+def test_gradcheck_fortran_ordered_and_0d_inputs():
+    x = pa.tensor(np.arange(6.0).reshape(2, 3).T, requires_grad=True)  # F-contiguous
+    assert not x.data.flags["C_CONTIGUOUS"]
+    assert pa.gradcheck(lambda t: Cube.apply(t), [x])
+    s = pa.tensor(1.5, requires_grad=True)
+    assert pa.gradcheck(lambda t: Cube.apply(t) * t, [s])
+    np.testing.assert_array_equal(x.data, np.arange(6.0).reshape(2, 3).T)  # restored
+
+
+def test_gradcheck_catches_a_wrong_rule():
+    class WrongCube(Cube):
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 2 * x ** 2 * g
+
+    x = pa.tensor([0.5, 1.0, -2.0], requires_grad=True)
+    with pytest.raises(AssertionError, match="input 0"):
+        pa.gradcheck(lambda t: WrongCube.apply(t), [x])
