@@ -38,11 +38,12 @@ class Node:
 
     __slots__ = (
         "name", "vjps", "joint", "saved", "kwargs", "next_nodes", "input_meta",
-        "seq", "pre_hooks", "retained", "released", "cost", "variable", "__weakref__",
+        "seq", "pre_hooks", "retained", "released", "cost", "threaded", "variable",
+        "__weakref__",
     )
 
     def __init__(self, name, next_nodes, input_meta, saved=(), vjps=None, joint=None,
-                 kwargs=None, cost=0):
+                 kwargs=None, cost=0, threaded=False):
         self.name = name
         self.next_nodes = next_nodes        # tuple[Node | None], one per input
         self.input_meta = input_meta        # tuple[(shape, dtype) | None], one per input
@@ -54,7 +55,8 @@ class Node:
         self.pre_hooks = None               # list of fn(grad) -> grad | None
         self.retained = None                # weakref to the output tensor (retain_grad)
         self.released = False
-        self.cost = cost                    # estimated backward work, in element-ops
+        self.cost = cost                    # estimated backward work, ~ns on one core
+        self.threaded = threaded            # the rule's kernels are multithreaded (BLAS)
         self.variable = None                # set only on AccumulateGrad
 
     def __repr__(self):

@@ -19,12 +19,15 @@ from .node import Node, accumulator_for
 from .tensor import Tensor
 
 
-def record(name, out, inputs, vjps=None, saved=(), kwargs=None, joint=None, cost=None):
+def record(name, out, inputs, vjps=None, saved=(), kwargs=None, joint=None, cost=None,
+           threaded=False):
     """Wrap `out` in a Tensor; if any input requires grad, attach a Node.
 
     `inputs` are the op's differentiable arguments (Tensors or raw values); `vjps`
     gives one rule per input (None: no gradient flows there), or `joint` one rule
     for all. Only inputs that require grad get a rule: a frozen weight costs nothing.
+    `cost` estimates the backward work (about ns on one core; default: output size) and
+    `threaded` says the rules run multithreaded kernels (BLAS): the scheduler's cost model.
     """
     if type(out) is not np.ndarray:
         out = np.asarray(out)
@@ -49,10 +52,10 @@ def record(name, out, inputs, vjps=None, saved=(), kwargs=None, joint=None, cost
         return Tensor._wrap(out)
     if joint is not None:
         node = Node(name, tuple(next_nodes), tuple(meta), saved, joint=joint,
-                    kwargs=kwargs, cost=out.size if cost is None else cost)
+                    kwargs=kwargs, cost=out.size if cost is None else cost, threaded=threaded)
     else:
         node = Node(name, tuple(next_nodes), tuple(meta), saved, vjps=tuple(used),
-                    kwargs=kwargs, cost=out.size if cost is None else cost)
+                    kwargs=kwargs, cost=out.size if cost is None else cost, threaded=threaded)
     return Tensor._wrap(out, node)
 
 
@@ -60,11 +63,12 @@ def unwrap(x):
     return x.data if isinstance(x, Tensor) else x
 
 
-def primitive(name, forward, *vjps, cost=None):
+def primitive(name, forward, *vjps, cost=None, threaded=False):
     """Make an op from `forward(*arrays, **kwargs)` and one rule per positional input.
 
-    `cost(ans, *arrays)` estimates backward work (element-ops) for the scheduler's
-    cost model; the default is the output's size.
+    `cost(ans, *arrays)` estimates backward work (about ns on one core) for the
+    scheduler's cost model; the default is the output's size. `threaded=True` marks
+    ops whose rules call multithreaded kernels (BLAS).
     """
 
     def op(*args, **kwargs):
@@ -75,7 +79,8 @@ def primitive(name, forward, *vjps, cost=None):
             raise ValueError(f"{name}: {e}") from e
         ans = np.asarray(ans)
         c = None if cost is None else cost(ans, *arrays)
-        return record(name, ans, args, vjps, (ans, *arrays), kwargs or None, cost=c)
+        return record(name, ans, args, vjps, (ans, *arrays), kwargs or None, cost=c,
+                      threaded=threaded)
 
     op.__name__ = name
     op.__qualname__ = name

@@ -18,7 +18,7 @@ import parallel_autograd as pa
 
 def forced(workers=2, **kw):
     """An engine that runs everything in parallel and hands every node to the queue."""
-    opts = dict(min_nodes=0, min_work=0, min_width=0, inline_below=0)
+    opts = dict(min_nodes=0, min_work=0, min_width=0, inline_below=0, max_blas_share=1.0)
     opts.update(kw)
     return pa.Engine(workers, **opts)
 
@@ -561,3 +561,14 @@ def test_profile_records_worker_timeline(engine, tmp_path):
     import json
     trace = json.loads(path.read_text())
     assert any(e.get("ph") == "X" for e in trace["traceEvents"])
+
+
+def test_blas_bound_graph_keeps_blas_threads_and_runs_sequentially():
+    # The decision is skipped when BLAS has a single thread anyway.
+    with threadpool_limits(2, user_api="blas"):
+        from parallel_autograd.engine import blas
+        if blas.available_threads() < 2:
+            pytest.skip("BLAS has a single thread here")
+        with pa.Engine(2, min_nodes=0, min_work=0, min_width=0) as eng:
+            st = eng.backward(matmul_fan(0, n=64)[0], stats=True)
+        assert st.fell_back and "BLAS" in st.reason

@@ -33,6 +33,15 @@ def current_threads() -> int | None:
         return libs[0].num_threads if libs else None
 
 
+def available_threads() -> int:
+    """BLAS threads the process had before any parallel call lowered them (1 if no BLAS)."""
+    with _lock:
+        if _holders and _original:
+            return max(n for _, n in _original)
+        libs = _blas_libs()
+        return max((lib.num_threads for lib in libs), default=1)
+
+
 def acquire(threads: int) -> None:
     """Hold a limit of at most `threads` BLAS threads until `release()`."""
     global _holders, _original, _current

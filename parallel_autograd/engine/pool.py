@@ -62,7 +62,7 @@ class WorkerPool:
         for i in range(self.num_threads):
             st = WorkerStats(f"{self.name}-{i}")
             t = threading.Thread(target=_worker, name=st.name, daemon=True,
-                                 args=(self._cond, self._queue, weakref.ref(self), st))
+                                 args=(self._cond, weakref.ref(self), st))
             self.worker_stats.append(st)
             self._threads.append(t)
             t.start()
@@ -93,6 +93,25 @@ class WorkerPool:
                                          owned, time.perf_counter()))
             self._cond.notify()
 
+    def requeue(self, items) -> None:
+        """Put deferred items back in the queue (see backpressure in scheduler.py)."""
+        with self._cond:
+            for item in items:
+                heapq.heappush(self._queue, item)
+            self._cond.notify_all()
+
+    def _pop(self, task=None):
+        """Pop the next item to run, skipping deferred ones; None if nothing is left.
+
+        Caller holds _cond. Increments the item's task.running when it returns it.
+        """
+        queue = self._queue
+        while queue:
+            item = heapq.heappop(queue)
+            if not item[2].defer_if_throttled(item):
+                return item
+        return None
+
     def task_finished(self) -> None:
         """Wake callers waiting for their call to end."""
         with self._cond:
@@ -100,51 +119,59 @@ class WorkerPool:
 
     def run_until(self, task) -> None:
         """Run queued items on the calling thread until `task` is done."""
-        cond, queue = self._cond, self._queue
+        cond = self._cond
         while not task.done.is_set():
             with cond:
-                while not queue and not task.done.is_set():
+                item = self._pop()
+                while item is None and not task.done.is_set():
                     cond.wait(_WAIT_SLICE)
-                if task.done.is_set():
+                    item = self._pop()
+                if task.done.is_set() and item is None:
                     return
-                item = heapq.heappop(queue)
             self.run_item(item)
+            item = None  # do not keep the item's gradient alive while waiting
 
     def run_item(self, item) -> int:
+        """Run a popped item (its task.running was already incremented by _pop)."""
         _, _, task, node, g, owned, t_enq = item
         task.stats.queue_wait += time.perf_counter() - t_enq  # approximate under races
         task.stats.queued_runs += 1
-        if task.error is not None:
-            finished = task.finish_items(1)  # cancelled: skip, but count it down
-        else:
-            finished = task.context.copy().run(execute, task, node, g, owned, self.submit)
+        try:
+            if task.error is not None:
+                finished = task.finish_items(1)  # cancelled: skip, but count it down
+            else:
+                finished = task.context.copy().run(execute, task, node, g, owned,
+                                                   self.submit)
+        finally:
+            task.stop_running()
         if finished:
             self.task_finished()
         return finished
 
 
-def _worker(cond, queue, pool_ref, st):
+def _worker(cond, pool_ref, st):
     set_grad_enabled(False)  # rules run on ndarrays; hooks on workers record no graph
     while True:
         t0 = time.perf_counter()
         with cond:
-            while not queue:
+            while True:
                 pool = pool_ref()
-                if pool is None or pool._shutdown:
+                if pool is None:
+                    return
+                item = pool._pop()
+                if item is not None:
+                    break
+                if pool._shutdown:
                     return
                 del pool
                 cond.wait(1.0)  # re-check now and then: a dropped pool ends its workers
-            item = heapq.heappop(queue)
         t1 = time.perf_counter()
         st.idle += t1 - t0
-        pool = pool_ref()
-        if pool is None:
-            return
         try:
             pool.run_item(item)
         except BaseException:  # never lose a worker; errors are recorded on the task
             pass
-        del pool
+        del pool, item  # do not keep the item's gradient alive while idle
         st.items += 1
         st.busy += time.perf_counter() - t1
 

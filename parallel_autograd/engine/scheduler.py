@@ -13,6 +13,15 @@ State of one call (`GraphTask`), all guarded by `task.lock` unless noted:
   done when it drops to zero (never "the queue looks empty").
 - `error`: the first exception (first error wins); later items are skipped but
   still counted down.
+- `running`: threads executing this call's items right now; `parked`: contributions
+  parked across all slots; `deferred`: queued items held back (see backpressure).
+
+Backpressure: parked contributions are memory the sequential engine never holds.
+A thread that would start a queued item of a call whose `parked >= max_parked`
+while another thread still runs that call defers the item instead; deferred items
+go back to the queue when the count drops or no thread runs the call. With nothing
+running, the highest-seq ready node is the one every parked contribution waits
+for, so progress is guaranteed.
 - `staged`, `captured`: leaf/retained gradients and grad() results, appended under
   the lock and committed by the caller only after the whole pass succeeded.
 
@@ -92,9 +101,15 @@ class CallStats:
 class GraphTask:
     """One parallel backward call. See the module docstring for its state."""
 
-    def __init__(self, plan, stats, inline_below):
+    def __init__(self, plan, stats, inline_below, max_parked=4, requeue=None):
         self.plan = plan
-        self.lock = threading.Lock()  # guards slots, outstanding, error, staged, captured
+        # guards slots, outstanding, running, parked, deferred, error, staged, captured
+        self.lock = threading.Lock()
+        self.running = 0
+        self.parked = 0
+        self.max_parked = max_parked
+        self.deferred = []
+        self.requeue = requeue  # callable(list of items): put deferred items back
         self.slots = {}
         self.ranks = {}
         self.outstanding = 0
@@ -155,21 +170,53 @@ class GraphTask:
                 if slot.parked is None:
                     slot.parked = {}
                 slot.parked[rank] = g
+                self.parked += 1
                 return False
             slot.busy = True
-        while True:
-            slot.add(g)  # numpy work outside the lock; `busy` keeps others out
-            with lock:
-                slot.next_rank += 1
-                if slot.next_rank == slot.total:
+        released = None
+        try:
+            while True:
+                slot.add(g)  # numpy work outside the lock; `busy` keeps others out
+                with lock:
+                    slot.next_rank += 1
+                    if slot.next_rank == slot.total:
+                        slot.busy = False
+                        return True
+                    parked = slot.parked
+                    if parked and slot.next_rank in parked:
+                        g = parked.pop(slot.next_rank)
+                        self.parked -= 1
+                        if self.parked < self.max_parked and self.deferred:
+                            released, self.deferred = self.deferred, []
+                        continue
                     slot.busy = False
-                    return True
-                parked = slot.parked
-                if parked and slot.next_rank in parked:
-                    g = parked.pop(slot.next_rank)
-                    continue
-                slot.busy = False
-                return False
+                    return False
+        finally:
+            if released:
+                self.requeue(released)
+
+    # ---- backpressure (see the module docstring) -----------------------------------
+    def defer_if_throttled(self, item) -> bool:
+        """True if `item` was held back; caller holds the pool's condition."""
+        with self.lock:
+            if self.parked >= self.max_parked and self.running > 0 and self.error is None:
+                self.deferred.append(item)
+                return True
+            self.running += 1  # the caller runs it now
+            return False
+
+    def start_running(self):
+        with self.lock:
+            self.running += 1
+
+    def stop_running(self):
+        with self.lock:
+            self.running -= 1
+            released = None
+            if self.deferred and (self.running == 0 or self.parked < self.max_parked):
+                released, self.deferred = self.deferred, []
+        if released:
+            self.requeue(released)
 
     # ---- bookkeeping ----------------------------------------------------------
     def fail(self, exc, node):

@@ -52,17 +52,27 @@ class Engine:
         element-ops, total work / critical path) a call runs sequentially.
     inline_below: ready nodes cheaper than this (element-ops) run on the thread that
         made them ready instead of going through the queue.
+    max_blas_share: when BLAS has several threads and more than this share of the
+        estimated work is in multithreaded (BLAS) kernels, run sequentially: BLAS
+        already uses the cores, and splitting them between workers was measured to
+        gain nothing (intra-op or inter-op parallelism, never both).
+    max_parked: contributions a call may hold parked (waiting for the canonical
+        order) before threads stop starting its queued nodes while another thread
+        runs it: bounds the memory the parallel engine holds beyond the sequential one.
     limit_blas: while a call runs in parallel, cap BLAS threads at cores // workers.
     """
 
     def __init__(self, num_workers: int | None = None, *, min_nodes: int = 8,
                  min_work: float = 1e6, min_width: float = 1.5,
-                 inline_below: float = 16384, limit_blas: bool = True):
+                 inline_below: float = 16384, max_blas_share: float = 0.5,
+                 max_parked: int = 4, limit_blas: bool = True):
         self.num_workers = _check_workers(num_workers)
         self.min_nodes = min_nodes
         self.min_work = min_work
         self.min_width = min_width
         self.inline_below = inline_below
+        self.max_blas_share = max_blas_share
+        self.max_parked = max_parked
         self.limit_blas = limit_blas
         self._pool = WorkerPool(self.num_workers - 1)
         self._closed = False
@@ -165,6 +175,11 @@ class Engine:
         if total < self.min_work:
             st.reason = f"little work ({total:.3g} < min_work={self.min_work:.3g})"
             return None
+        threaded = sum(n.cost for n in nodes if n.threaded)
+        if threaded > self.max_blas_share * total and blas.available_threads() > 1:
+            st.reason = (f"BLAS-bound ({threaded / total:.0%} of the work is in multithreaded "
+                         f"BLAS kernels, which already use the cores)")
+            return None
         runs = plan.runs
         order = sorted(nodes if runs is None else runs, key=_seq, reverse=True)
         longest = {}
@@ -186,7 +201,7 @@ class Engine:
         return order
 
     def _run_parallel(self, plan, order, st):
-        task = GraphTask(plan, st, self.inline_below)
+        task = GraphTask(plan, st, self.inline_below, self.max_parked, self._pool.requeue)
         ready = task.prepare(order)
         if self.limit_blas:
             st.blas_threads = max(1, usable_cores() // self.num_workers)
@@ -196,7 +211,11 @@ class Engine:
                 task.add_outstanding(len(ready))
                 for item in ready[1:]:
                     self._pool.submit(task, *item)
-                finished = task.context.run(_execute_first, task, ready[0], self._pool)
+                task.start_running()
+                try:
+                    finished = task.context.run(_execute_first, task, ready[0], self._pool)
+                finally:
+                    task.stop_running()
                 if finished:
                     self._pool.task_finished()
                 self._pool.run_until(task)
