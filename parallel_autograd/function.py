@@ -55,6 +55,9 @@ class Function:
             out = cls.forward(ctx, *raw, **kwargs)
         if isinstance(out, Tensor):
             out = out.data
+        if isinstance(out, (tuple, list)):  # np.asarray would silently stack them
+            raise TypeError(f"{cls.__name__}.forward returned a {type(out).__name__}: a "
+                            "Function has exactly one output (return one array)")
         backward = cls.backward
 
         def joint(g, ctx):
