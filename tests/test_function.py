@@ -241,3 +241,17 @@ def test_gradcheck_catches_a_wrong_rule():
     x = pa.tensor([0.5, 1.0, -2.0], requires_grad=True)
     with pytest.raises(AssertionError, match="input 0"):
         pa.gradcheck(lambda t: WrongCube.apply(t), [x])
+
+
+def test_forward_returning_several_outputs_is_rejected():
+    class Two(pa.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x, 2 * x
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    with pytest.raises(TypeError, match="Two.forward returned a tuple"):
+        Two.apply(pa.tensor([1.0], requires_grad=True))
