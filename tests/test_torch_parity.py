@@ -320,6 +320,27 @@ def test_op_parity(name):
             close(a, b)
 
 
+@pytest.mark.parametrize("float_mask", [False, True])
+def test_sdpa_fully_masked_rows_give_zeros_like_torch(float_mask):
+    q, k, v = rand((2, 3, 4), 1), rand((2, 5, 4), 2), rand((2, 5, 3), 3)
+    mask = np.ones((3, 5), dtype=bool)
+    mask[1] = False
+    mask[2, 1:] = False
+    if float_mask:
+        mask = np.where(mask, 0.0, -np.inf)
+    tp = [pa.tensor(a, requires_grad=True) for a in (q, k, v)]
+    tt = [torch.tensor(a, requires_grad=True) for a in (q, k, v)]
+    yp = F.scaled_dot_product_attention(*tp, attn_mask=mask)
+    yt = TF.scaled_dot_product_attention(*tt, attn_mask=torch.tensor(mask))
+    close(yp, yt)
+    assert not np.any(yp.data[:, 1])
+    yp.sum().backward()
+    yt.sum().backward()
+    for a, b in zip(tp, tt):
+        assert np.all(np.isfinite(a.grad))
+        close(a.grad, b.grad)
+
+
 def test_every_functional_op_has_torch_parity():
     keys = {k.replace("sdpa", "scaled_dot_product_attention") for k in OPS}
     tested = {n for n in F.__all__ if any(k == n or k.startswith(n + "_") for k in keys)}
