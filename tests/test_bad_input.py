@@ -245,3 +245,23 @@ def test_bad_existing_grad_rejected_before_any_commit(bad, exc, match):
         y.backward()
     assert b.grad is None
     assert a.grad is bad
+
+
+def test_failed_backward_leaves_retained_grads_and_grad_call_clean():
+    x = pa.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 2.0
+    h.retain_grad()
+    b = boom(h)
+    u = h.exp()        # made after boom: u's gradient is staged before boom fails
+    u.retain_grad()
+    y = (b + u).sum()
+    with pytest.raises(BoomError):
+        y.backward(retain_graph=True)
+    assert h.grad is None and u.grad is None and x.grad is None
+    with pytest.raises(BoomError) as info:
+        pa.grad(y, [x], retain_graph=True)
+    assert any("boom" in n for n in info.value.__notes__)
+    assert h.grad is None and u.grad is None and x.grad is None
+    # the part of the graph that does not go through boom still works
+    (gh,) = pa.grad(u.sum(), [h])
+    np.testing.assert_allclose(gh, np.exp(h.data))
