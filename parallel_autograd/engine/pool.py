@@ -134,8 +134,7 @@ class WorkerPool:
     def run_item(self, item) -> int:
         """Run a popped item (its task.running was already incremented by _pop)."""
         _, _, task, node, g, owned, t_enq = item
-        task.stats.queue_wait += time.perf_counter() - t_enq  # approximate under races
-        task.stats.queued_runs += 1
+        task.note_dequeued(time.perf_counter() - t_enq)
         try:
             if task.error is not None:
                 finished = task.finish_items(1)  # cancelled: skip, but count it down

@@ -103,7 +103,9 @@ class GraphTask:
 
     def __init__(self, plan, stats, inline_below, max_parked=4, requeue=None):
         self.plan = plan
-        # guards slots, outstanding, running, parked, deferred, error, staged, captured
+        # guards slots, outstanding, running, parked, deferred, error, stats, staged and
+        # captured (the last two are appended to by finish_gradient: list.append and
+        # dict item assignment are atomic in CPython, with or without the GIL)
         self.lock = threading.Lock()
         self.running = 0
         self.parked = 0
@@ -205,6 +207,11 @@ class GraphTask:
             self.running += 1  # the caller runs it now
             return False
 
+    def note_dequeued(self, waited: float):
+        with self.lock:
+            self.stats.queue_wait += waited
+            self.stats.queued_runs += 1
+
     def start_running(self):
         with self.lock:
             self.running += 1
@@ -252,7 +259,7 @@ def execute(task, node, g, owned, push):
     inline_below = task.inline_below
     rec = task.profile
     stack = [(node, g, owned)]  # cheap ready nodes, run depth-first
-    tid = threading.get_ident()
+    tid = threading.current_thread().name
     finished = 0
     t_start = time.perf_counter()
     ran = 0
@@ -313,4 +320,5 @@ def execute(task, node, g, owned, push):
         stats.nodes_per_thread[tid] = stats.nodes_per_thread.get(tid, 0) + ran
         stats.busy_per_thread[tid] = stats.busy_per_thread.get(tid, 0.0) + \
             time.perf_counter() - t_start
+        stats.inline_runs += finished - 1  # all but the item this call started with
     return task.finish_items(finished)
