@@ -206,7 +206,7 @@ def _methods():
     for name in ("sum", "mean", "max", "min", "var", "softmax", "log_softmax", "logsumexp"):
         setattr(T, name, getattr(_rd, name))
     for name in ("reshape", "transpose", "permute", "expand", "broadcast_to", "squeeze",
-                 "unsqueeze", "flatten", "split"):
+                 "unsqueeze", "flatten", "split", "swapaxes"):
         setattr(T, name, getattr(_sh, name))
     T.view = _sh.reshape
     T.matmul = _la.matmul

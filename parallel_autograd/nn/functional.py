@@ -423,8 +423,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
             scores = scores + attn_mask
     # Rows with nothing to attend give zeros (PyTorch's safe softmax), not NaN; both
     # `where`s keep the NaN of an all -inf softmax out of the forward and the gradients.
-    dead = np.all(scores.data == -np.inf, axis=-1, keepdims=True)
-    if dead.any():
+    dead = None if attn_mask is None else np.all(scores.data == -np.inf, axis=-1, keepdims=True)
+    if dead is not None and dead.any():
         weights = where(dead, 0.0, softmax(where(dead, 0.0, scores), dim=-1))
     else:
         weights = softmax(scores, dim=-1)
