@@ -572,3 +572,17 @@ def test_blas_bound_graph_keeps_blas_threads_and_runs_sequentially():
         with pa.Engine(2, min_nodes=0, min_work=0, min_width=0) as eng:
             st = eng.backward(matmul_fan(0, n=64)[0], stats=True)
         assert st.fell_back and "BLAS" in st.reason
+
+
+def test_hook_replacing_a_non_leaf_gradient_is_used_by_its_rule(engine):
+    def build():
+        x = pa.tensor(np.ones(3), requires_grad=True)
+        y = jitter(x * 2)
+        y.register_hook(lambda g: g * 10)
+        return (y * 7).sum() + (x * 0).sum(), [x]
+
+    want = reference(build)
+    assert np.array_equal(want[0], np.full(3, 140.0))
+    loss, leaves = build()
+    engine.backward(loss)
+    assert_bitwise(want, grads_of(leaves))

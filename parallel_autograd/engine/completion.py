@@ -1,8 +1,8 @@
 """What happens when a node's gradient is complete, shared by both engines.
 
-`finish_gradient` runs the tensor hooks, records captures and leaf/retained
-gradients (staged, never written yet), and tells the engine whether the node's
-rule must run. `commit` writes staged gradients to `.grad` only after the whole
+`complete_gradient` runs the tensor hooks, records captures and leaf/retained
+gradients (staged, never written yet), and gives the engine the gradient its rule
+must run on (None if it must not run). `commit` writes staged gradients to `.grad` only after the whole
 pass succeeded, so a failed call leaves every `.grad` exactly as it was.
 """
 from __future__ import annotations
@@ -36,15 +36,6 @@ def run_hooks(node, g):
                 r = r.astype(g.dtype)
             g = r
     return g
-
-
-def finish_gradient(node, g, owned, plan, staged, captured) -> bool:
-    """Bool form of `complete_gradient`: True if the node's rule must run.
-
-    Caution: a hook's replacement gradient is not returned here, so the caller
-    would run the rule on the pre-hook `g`; engines should use `complete_gradient`.
-    """
-    return complete_gradient(node, g, owned, plan, staged, captured) is not None
 
 
 def complete_gradient(node, g, owned, plan, staged, captured):

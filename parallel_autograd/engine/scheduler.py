@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 from .. import profiler
-from .completion import annotate, finish_gradient
+from .completion import annotate, complete_gradient
 
 
 class Slot:
@@ -104,7 +104,7 @@ class GraphTask:
     def __init__(self, plan, stats, inline_below, max_parked=4, requeue=None):
         self.plan = plan
         # guards slots, outstanding, running, parked, deferred, error, stats, staged and
-        # captured (the last two are appended to by finish_gradient: list.append and
+        # captured (the last two are appended to by complete_gradient: list.append and
         # dict item assignment are atomic in CPython, with or without the GIL)
         self.lock = threading.Lock()
         self.running = 0
@@ -273,9 +273,11 @@ def execute(task, node, g, owned, push):
         grads = gi = None
         if task.error is None:
             try:
+                if g is not None:
+                    g = complete_gradient(node, g, owned, plan, task.staged, task.captured)
                 if g is None:
-                    grads = None  # nothing flowed here: pass "no gradient" on
-                elif finish_gradient(node, g, owned, plan, task.staged, task.captured):
+                    grads = None  # nothing flowed here, or the rule must not run
+                else:
                     t0 = time.perf_counter() if rec is not None else 0.0
                     grads = node.input_grads(g, None if masks is None else masks[node])
                     if not retain:
@@ -284,8 +286,6 @@ def execute(task, node, g, owned, push):
                     if rec is not None:
                         rec.record(node.name, t0)
                     ran += 1
-                else:
-                    grads = None
                 r = ranks.get(node)
                 if r is not None:
                     for i, nxt in enumerate(node.next_nodes):
