@@ -195,6 +195,7 @@ def _t(a):
 OPS = {
     "linear": (F.linear, TF.linear, [(3, 4), (5, 4), (5,)]),
     "linear_3d_nobias": (F.linear, TF.linear, [(2, 3, 4), (5, 4)]),
+    "linear_4d_1d_weight": (F.linear, TF.linear, [(2, 2, 3, 4), (4,), ()]),
     "conv2d": (F.conv2d, TF.conv2d, [(2, 3, 6, 6), (4, 3, 3, 3), (4,)]),
     "conv2d_stride_pad": (lambda x, w, b: F.conv2d(x, w, b, 2, 1),
                           lambda x, w, b: TF.conv2d(x, w, b, 2, 1),

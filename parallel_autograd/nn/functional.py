@@ -51,14 +51,17 @@ def log_softmax(input, dim: int = -1):
 
 # ---- linear ----------------------------------------------------------------------------
 def linear(input, weight, bias=None):
-    """`input @ weight.T + bias`, weight of shape (out_features, in_features)."""
-    shape = input.shape
+    """`input @ weight.T + bias`, weight of shape (out_features, in_features) or (in,)."""
+    shape, wshape = tuple(input.shape), np.shape(_raw(weight))
+    if not shape or wshape[-1:] != shape[-1:] or len(wshape) > 2:
+        raise ValueError(f"linear: input of shape {shape} does not match weight of "
+                         f"shape {wshape} (out_features, in_features)")
     if len(shape) > 2:  # one big GEMM (weight gradient included), not a batch of small ones
         input = reshape(input, (-1, shape[-1]))
-    y = matmul(input, swapaxes(weight, -1, -2) if np.ndim(_raw(weight)) == 2 else weight)
+    y = matmul(input, swapaxes(weight, 0, 1) if len(wshape) == 2 else weight)
     if bias is not None:
         y = y + bias
-    return reshape(y, shape[:-1] + y.shape[-1:]) if len(shape) > 2 else y
+    return reshape(y, shape[:-1] + wshape[:-1]) if len(shape) > 2 else y
 
 
 # ---- convolution and pooling: windows are strided views, gradients scatter back -------
@@ -392,6 +395,10 @@ def _nll(name, logp, t, weight, ignore_index, reduction, smoothing):
 
 def mse_loss(input, target, reduction: str = "mean"):
     """Mean squared error; input and target broadcast against each other."""
+    try:
+        np.broadcast_shapes(np.shape(_raw(input)), np.shape(_raw(target)))
+    except ValueError as e:
+        raise ValueError(f"mse_loss: {e}") from e
     d = input - target
     return _reduce("mse_loss", d * d, reduction)
 
@@ -406,7 +413,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     `scale` defaults to 1/sqrt(E). A query that may attend nothing gets zeros, as in
     PyTorch. Dropout on the attention weights uses `seed`/`rng`.
     """
-    q = _raw(query)
+    q, k, v = _raw(query), _raw(key), _raw(value)
+    if q.ndim < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"scaled_dot_product_attention: expected query (..., L, E), key "
+                         f"(..., S, E) and value (..., S, Ev), got shapes {q.shape}, "
+                         f"{k.shape} and {v.shape}")
     if is_causal and attn_mask is not None:
         raise ValueError("scaled_dot_product_attention: pass either attn_mask or "
                          "is_causal, not both")
