@@ -287,6 +287,8 @@ def test_sdpa_matches_explicit_formula():
      "cross_entropy: target shape"),
     (lambda: F.cross_entropy(pa.ones(2, 3), np.array([0, 1]), reduction="avg"), ValueError,
      "cross_entropy: reduction must be"),
+    (lambda: F.cross_entropy(pa.ones(2, 3), np.array([0, 1]), "sum"), TypeError,
+     "cross_entropy: the third positional argument is the class weight"),
     (lambda: F.cross_entropy(pa.ones(2, 3), np.array([0, 1]), pa.ones(2)), ValueError,
      "cross_entropy: weight shape"),
     (lambda: F.mse_loss(pa.ones(2), pa.ones(2), reduction="max"), ValueError,

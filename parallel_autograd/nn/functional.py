@@ -370,6 +370,9 @@ def cross_entropy(input, target, weight=None, *, ignore_index: int = -100,
 
 
 def _nll(name, logp, t, weight, ignore_index, reduction, smoothing):
+    if isinstance(weight, str):
+        raise TypeError(f"{name}: the third positional argument is the class weight, as in "
+                        f"PyTorch; pass reduction={weight!r} by keyword")
     n, c = logp.shape
     valid = t != ignore_index
     bad = valid & ((t < 0) | (t >= c))
