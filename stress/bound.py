@@ -1,7 +1,7 @@
 """The parallel bound of a backward pass, from a profiled sequential walk.
 
-`profile_graph(loss)` plans the call once with `retain_graph=True` and walks it
-like the sequential engine (decreasing `seq`, contributions summed in the same
+`profile_graph(loss)` plans the call once with `retain_graph=True` and, after one
+untimed warm-up walk, walks it like the sequential engine (decreasing `seq`, contributions summed in the same
 order) several times, timing each node: its rule plus the additions of its output
 gradients into their consumers' buffers (the work a worker does for that node).
 Per-node times are medians over the walks. Nothing is committed to `.grad`.
@@ -98,6 +98,7 @@ def profile_graph(loss, cores: int, repeats: int = 3) -> dict:
     """
     plan = plan_call(loss, retain_graph=True)
     order = sorted(plan.nodes, key=lambda n: n.seq, reverse=True)
+    _walk(plan, order, defaultdict(list))  # warm-up: first-touch page faults, caches
     one = _node_times(plan, order, repeats, blas_threads=1)
     full = _node_times(plan, order, repeats, blas_threads=None)
     fast = {n: min(one.get(n, 0.0), full.get(n, 0.0)) for n in order}
@@ -108,9 +109,10 @@ def profile_graph(loss, cores: int, repeats: int = 3) -> dict:
         entry = by_op[n.name]
         entry[0] += 1
         entry[1] += one.get(n, 0.0)
-    for n in order:  # free the graph as a non-retaining backward would
-        n.saved = None
-        n.released = True
+    for n in order:  # free the graph as a non-retaining backward would (leaves' sinks live on)
+        if n.variable is None:
+            n.saved = None
+            n.released = True
     return {"nodes": len(order), "total": total, "total_blas": sum(full.values()),
             "critical": crit, "bound": max(total / cores, crit),
             "width": total / crit if crit else 0.0,
