@@ -586,3 +586,51 @@ def test_hook_replacing_a_non_leaf_gradient_is_used_by_its_rule(engine):
     loss, leaves = build()
     engine.backward(loss)
     assert_bitwise(want, grads_of(leaves))
+
+
+def test_blas_limits_are_shared_and_restored_by_the_last_holder():
+    from parallel_autograd.engine import blas
+    with threadpool_limits(2, user_api="blas"):
+        before = blas.current_threads()
+        if before is None:
+            pytest.skip("no BLAS library found")
+        blas.acquire(1)
+        blas.acquire(1)
+        assert blas.current_threads() == 1
+        assert blas.available_threads() == before  # what the process had
+        blas.release()
+        assert blas.current_threads() == 1  # the other call still holds it
+        blas.release()
+        assert blas.current_threads() == before
+
+
+def test_ctrl_c_in_waiting_caller_cancels_call_cleanly(engine):
+    import _thread
+
+    poked = []
+
+    def poke_vjp(g, ans, x):
+        if threading.current_thread() is not threading.main_thread():
+            if not poked:  # one Ctrl+C only
+                poked.append(1)
+                _thread.interrupt_main()  # arrives while the caller waits or works
+            time.sleep(0.2)
+        else:
+            time.sleep(0.1)  # give the worker time to take a node
+        return g
+
+    poke = pa.primitive("poke", lambda x: x.copy(), poke_vjp)
+    x = pa.tensor(np.ones(3), requires_grad=True)
+    branches = [poke(x * float(i)) for i in range(1, 5)]
+    loss = sum((b.sum() for b in branches[1:]), branches[0].sum())
+    interrupted = False
+    try:
+        engine.backward(loss)
+    except KeyboardInterrupt:
+        interrupted = True
+    if not interrupted:  # every poke ran on the caller: nothing was interrupted
+        pytest.skip("no node ran on a worker thread")
+    assert x.grad is None
+    time.sleep(0.3)
+    engine.backward((x * 2).sum())  # still serving
+    assert np.array_equal(x.grad, np.full(3, 2.0))
