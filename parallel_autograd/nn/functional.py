@@ -163,7 +163,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0):
     # The column buffer is kept only when the weight needs its gradient.
     return record("conv2d", out, inputs, vjps, saved=(cols if need_w else None, w),
                   kwargs=dict(x_shape=x.shape, stride=stride, padding=padding),
-                  cost=2 * out.size * c * kh * kw)
+                  cost=4 * out.size * c * kh * kw / 32, threaded=True)  # BLAS GEMMs
 
 
 def _pool_args(name, x, kernel_size, stride, padding):
