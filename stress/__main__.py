@@ -1,0 +1,103 @@
+"""`python -m stress`: the stress harness's command line (see `--help`)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import faults, graphs
+from .checks import VARIANTS
+from .harness import PROFILES, Config, run
+
+
+def _list(text, cast=str):
+    return tuple(cast(x.strip()) for x in text.split(",") if x.strip())
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m stress",
+        description="Stress the parallel backward engine: random and model graphs compared "
+                    "bitwise with the sequential engine, concurrent callers sharing leaves, "
+                    "injected faults, a hang watchdog and leak checks. Exits non-zero on any "
+                    "failure; each failure prints the command that replays it.")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--duration", type=float, metavar="S",
+                        help="run for S seconds (finishing the unit in progress)")
+    budget.add_argument("--iterations", type=int, metavar="N",
+                        help="run N units (graph + concurrency + fault each); default: one "
+                             "unit per family")
+    budget.add_argument("--replay", type=int, metavar="SEED",
+                        help="re-run the unit with this graph seed (from a failure line) for "
+                             "each of --families and --faults")
+    p.add_argument("--seed", type=int, default=0, metavar="K",
+                   help="master seed: unit i uses graph seed K*1000000+i (default 0)")
+    p.add_argument("--workers", type=lambda s: _list(s, int), default=(1, 2, 4),
+                   metavar="1,2,4", help="worker counts to compare (default 1,2,4)")
+    p.add_argument("--threads", type=int, default=4, metavar="T",
+                   help="caller threads in the concurrency check; 1 turns it off (default 4)")
+    p.add_argument("--rounds", type=int, default=2, metavar="R",
+                   help="calls per concurrency caller (default 2)")
+    p.add_argument("--families", type=_list, default=tuple(graphs.FAMILIES),
+                   metavar="F1,F2", help="graph families (default all: "
+                                         + ",".join(graphs.FAMILIES) + ")")
+    p.add_argument("--faults", type=lambda s: faults.KINDS if s == "all" else _list(s),
+                   nargs="?", const=faults.KINDS, default=faults.KINDS, metavar="KINDS",
+                   help="fault kinds to inject, comma-separated or 'all' (the default: "
+                        + ",".join(faults.KINDS) + "; opt-in: " + ",".join(faults.OPT_IN) + ")")
+    p.add_argument("--no-faults", dest="faults", action="store_const", const=(),
+                   help="no fault injection")
+    p.add_argument("--variants", type=_list, default=VARIANTS, metavar="V1,V2",
+                   help="engine set-ups per worker count: queue (thresholds 0, every node "
+                        "queued), inline (thresholds 0, cheap nodes inline), default "
+                        "(backward_parallel's cost model). Default: all")
+    p.add_argument("--profile", choices=sorted(PROFILES), default="default",
+                   help="graph sizes: default (100,000-node chains) or quick (small graphs)")
+    p.add_argument("--scale", type=float, default=None,
+                   help="override the profile's graph size factor")
+    p.add_argument("--deadline", type=float, default=30.0, metavar="S",
+                   help="seconds an engine call may take (plus 0.2 ms per node) before the "
+                        "watchdog dumps all stacks and counts a hang (default 30)")
+    p.add_argument("--on-hang", choices=("continue", "stop"), default="continue",
+                   help="after a hang: go on with the next check, or stop the run")
+    p.add_argument("--fail-fast", action="store_true", help="stop at the first failure")
+    p.add_argument("--checkpoint-every", type=float, default=None, metavar="S",
+                   help="seconds between leak checkpoints (default: 10, quick profile 2)")
+    p.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false",
+                   help="skip the tracemalloc leak probe at checkpoints")
+    p.add_argument("--rss-limit-mb", type=float, default=1024.0,
+                   help="RSS growth over the warmed-up baseline counted as a leak")
+    p.add_argument("--blas-threads", type=int, default=1,
+                   help="pin BLAS threads (OpenBLAS GEMM bits depend on its thread count, so "
+                        "the engines are compared under one limit); 0: leave as is")
+    p.add_argument("--report", metavar="out.json", help="write the full report as JSON")
+    prog = p.add_mutually_exclusive_group()
+    prog.add_argument("--progress", dest="progress", action="store_true", default=None,
+                      help="force the live progress line")
+    prog.add_argument("--quiet", dest="progress", action="store_false",
+                      help="no progress line (the default when not a tty or CI=true)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    cfg = Config(duration=a.duration, iterations=a.iterations, seed=a.seed,
+                 workers=a.workers, threads=a.threads, rounds=a.rounds,
+                 families=a.families, faults=a.faults, variants=a.variants,
+                 profile=a.profile, scale=a.scale, deadline=a.deadline, on_hang=a.on_hang,
+                 fail_fast=a.fail_fast, checkpoint_every=a.checkpoint_every,
+                 tracemalloc=a.tracemalloc, rss_limit_mb=a.rss_limit_mb,
+                 blas_threads=a.blas_threads or None, replay=a.replay, progress=a.progress,
+                 report_path=a.report, on_stuck="exit")
+    try:
+        report = run(cfg)
+    except ValueError as e:
+        print(f"python -m stress: {e}", file=sys.stderr)
+        return 2
+    print(report.summary(), flush=True)
+    if a.report:
+        print(f"report written to {a.report}")
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

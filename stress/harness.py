@@ -1,0 +1,513 @@
+"""The stress harness: generate graphs, run them on the sequential engine and on
+parallel engines, compare, hammer one engine from many threads, inject faults,
+watch for hangs and leaks, and report.
+
+Library use (what the tests do)::
+
+    from stress.harness import Config, run
+    report = run(Config(iterations=20, profile="quick"))
+    assert report.ok, report.summary()
+
+`run(cfg, engine_factory=f)` checks engines made by `f(num_workers, variant)`
+instead of the real ones (anything with `.backward`, `.grad` and `.close`), so a
+deliberately broken engine can be checked to be caught.
+
+Work is split in units; unit i of a run with `--seed K` uses graph seed
+K * 1,000,000 + i, family `families[i % F]` and fault kind `faults[i % N]`,
+and runs: the comparison (every engine target), the concurrency check (when
+threads > 1) and one fault. A failure names its family and seed, and
+`python -m stress --replay SEED --families F ...` re-runs exactly that unit.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import threading
+import time
+
+import numpy as np
+
+import parallel_autograd as pa
+
+from . import faults as faults_mod
+from . import graphs
+from .checks import (VARIANTS, Outcome, default_engine_factory, diff, make_priors,
+                     set_grads)
+from .leaks import LeakMonitor
+from .report import Failure, Progress, Report, interactive
+from .watchdog import HangDetected, Watchdog, dump_all_stacks
+
+PROFILES = {
+    # scale: graph sizes (1.0: a 100,000-node deep chain); aux: concurrency/fault graphs
+    "quick": {"scale": 0.02, "aux": 0.02, "checkpoint_every": 3.0},
+    "default": {"scale": 1.0, "aux": 0.1, "checkpoint_every": 10.0},
+}
+
+
+@dataclasses.dataclass
+class Config:
+    duration: float | None = None       # seconds; the run ends after the unit in progress
+    iterations: int | None = None       # units (graphs per check); both None: 1 unit/family
+    seed: int = 0
+    workers: tuple = (1, 2, 4)
+    threads: int = 4                    # concurrency mode callers (1: off)
+    rounds: int = 2                     # calls per concurrency caller
+    families: tuple = tuple(graphs.FAMILIES)
+    faults: tuple = faults_mod.KINDS    # () : no fault injection
+    variants: tuple = VARIANTS
+    profile: str = "default"
+    scale: float | None = None          # overrides the profile's
+    deadline: float = 30.0              # seconds per engine call, plus deadline_per_node
+    deadline_per_node: float = 2e-4
+    stall_deadline: float = 0.3         # the `stall` fault's deliberately short deadline
+    on_hang: str = "continue"           # or "stop"
+    fail_fast: bool = False
+    checkpoint_every: float | None = None
+    tracemalloc: bool = True            # the leak probe at each checkpoint
+    leak_bytes: int = 64 * 1024         # probe growth per iteration counted as a leak
+    rss_limit_mb: float = 1024.0        # RSS growth over the warmed-up baseline
+    blas_threads: int | None = 1        # pin BLAS (OpenBLAS GEMM bits depend on threads)
+    big_nodes: int = 20_000             # above: one engine variant per worker count
+    replay: int | None = None
+    progress: bool | None = None        # None: only on a terminal outside CI
+    report_path: str | None = None
+    on_stuck: str = "wait"              # a call that ignores the watchdog: "wait" | "exit"
+
+    def as_dict(self):
+        d = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+class Harness:
+    def __init__(self, cfg: Config, engine_factory=None, families=None, stream=None):
+        self.cfg = cfg
+        prof = PROFILES[cfg.profile]
+        self.scale = cfg.scale if cfg.scale is not None else prof["scale"]
+        self.aux_scale = min(self.scale, prof["aux"])
+        self.checkpoint_every = cfg.checkpoint_every or prof["checkpoint_every"]
+        self.gens = dict(graphs.FAMILIES)
+        self.gens.update(families or {})
+        unknown = [f for f in cfg.families if f not in self.gens]
+        if unknown:
+            raise ValueError(f"unknown families: {', '.join(unknown)} "
+                             f"(known: {', '.join(self.gens)})")
+        bad = [k for k in cfg.faults if k not in faults_mod.ALL_KINDS]
+        if bad:
+            raise ValueError(f"unknown fault kinds: {', '.join(bad)} "
+                             f"(known: {', '.join(faults_mod.ALL_KINDS)})")
+        self.families = list(cfg.families)
+        self.factory = engine_factory or default_engine_factory
+        self.stream = stream or sys.stdout
+        self.engines = {}
+        self.report = Report(cfg.as_dict())
+        self.wd = Watchdog(on_stuck=self._on_stuck)
+        self.leaks = LeakMonitor(self)
+        enabled = interactive() if cfg.progress is None else cfg.progress
+        self.progress = Progress(self.report, enabled)
+        self.stop_reason = None
+
+    # ---- engines ------------------------------------------------------------------------------
+    def engine(self, workers, variant):
+        key = (workers, variant)
+        eng = self.engines.get(key)
+        if eng is None:
+            eng = self.engines[key] = self.factory(workers, variant)
+        return eng
+
+    def targets(self, rng, nodes: int = 0):
+        """(workers, variant) pairs one graph is checked on. One worker: the variants
+        are all the sequential fallback, so once is enough. Big graphs: one variant
+        per worker count (chosen from the seed)."""
+        out = []
+        for w in self.cfg.workers:
+            vs = list(self.cfg.variants)
+            if w == 1:
+                vs = vs[:1]
+            elif rng is not None and nodes > self.cfg.big_nodes:
+                vs = [vs[int(rng.integers(len(vs)))]]
+            out += [(w, v) for v in vs]
+        return out
+
+    def close_engine(self, eng, what, timeout=10.0):
+        t = threading.Thread(target=eng.close, name="stress-close", daemon=True)
+        t.start()
+        t.join(timeout)
+        if t.is_alive():
+            self.fail("hang", "(lifecycle)", None,
+                      f"{what}: close() did not return within {timeout:.0f}s",
+                      {"stacks": dump_all_stacks()})
+
+    # ---- calls --------------------------------------------------------------------------------
+    def deadline_for(self, case):
+        return self.cfg.deadline + case.nodes * self.cfg.deadline_per_node
+
+    def guarded(self, fn, deadline, label) -> Outcome:
+        """Run `fn()` under the watchdog; exceptions are captured, not raised (except a
+        real Ctrl+C)."""
+        out = Outcome()
+        g = self.wd.guard(deadline, label)
+        t0 = time.perf_counter()
+        try:
+            with g:
+                out.value = fn()
+        except HangDetected:
+            pass
+        except KeyboardInterrupt as e:
+            if faults_mod.INTERRUPT_TAG not in str(e):
+                raise
+            out.exc = e
+        except BaseException as e:  # noqa: B036 - faults raise BaseException subclasses
+            out.exc = e
+        out.elapsed = time.perf_counter() - t0
+        if g.fired:
+            out.hang = True
+            out.exc = None
+            out.dump = g.dump
+            if self.cfg.on_hang == "stop":
+                self.stop_reason = f"hang in {label} (--on-hang stop)"
+        self.report.engine_calls += 1
+        return out
+
+    def _on_stuck(self, g):
+        msg = (f"stress: {g.label} is stuck {self.wd.grace:.0f}s after its deadline and "
+               f"ignores the watchdog")
+        self.report.notes.append(msg)
+        if self.cfg.on_stuck == "exit":
+            import os
+            self.fail("hang", "(stuck)", None, msg, {"stacks": g.dump})
+            self.report.stopped_early = msg
+            self.report.elapsed = time.time() - self.report.start
+            self.progress.close()
+            print(self.report.summary(), file=self.stream, flush=True)
+            if self.cfg.report_path:
+                self.report.write_json(self.cfg.report_path)
+            os._exit(3)
+
+    # ---- results ------------------------------------------------------------------------------
+    def replay_cmd(self, family, seed, fault=None):
+        c = self.cfg
+        parts = ["python -m stress", f"--replay {seed}", f"--families {family}",
+                 f"--workers {','.join(map(str, c.workers))}", f"--threads {c.threads}",
+                 f"--profile {c.profile}"]
+        if c.scale is not None:
+            parts.append(f"--scale {c.scale}")
+        parts.append(f"--faults {fault}" if fault else "--no-faults")
+        if tuple(c.variants) != VARIANTS:
+            parts.append(f"--variants {','.join(c.variants)}")
+        return " ".join(parts)
+
+    def fail(self, kind, family, seed, message, details=None, fault=None):
+        replay = self.replay_cmd(family, seed, fault) if seed is not None and \
+            family in self.gens else None
+        f = self.report.fail(Failure(kind, family, seed, message, replay, details))
+        if family in self.gens:
+            st = self.report.fam(family)
+            if kind == "hang":
+                st.hangs += 1
+            elif kind in ("error", "lost-fault", "wrong-fault"):
+                st.errors += 1
+        if self.cfg.fail_fast and self.stop_reason is None:
+            self.stop_reason = f"first failure ({kind}) with --fail-fast"
+        return f
+
+    def count_comparisons(self, family, n, mismatches):
+        st = self.report.fam(family)
+        st.comparisons += n
+        st.mismatches += mismatches
+
+    # ---- the checks -----------------------------------------------------------------------------
+    def check_compare(self, family, seed):
+        """Sequential vs every engine target: leaf grads and grad() results, bitwise."""
+        case = graphs.build(family, seed, self.scale, families=self.gens)
+        st = self.report.fam(family)
+        st.graphs += 1
+        st.nodes += case.nodes
+        rng = np.random.default_rng([seed, 1])
+        leaves = case.leaves
+        priors = make_priors(leaves, rng)
+        cand = case.grad_leaves + case.extras
+        pick = rng.random(len(cand)) < 0.5
+        inputs = [t for t, p in zip(cand, pick) if p] or cand[:1]
+        deadline = self.deadline_for(case)
+        label = f"{family} seed={seed}"
+
+        set_grads(leaves, priors)
+        out = self.guarded(lambda: pa.backward(case.root, case.seed_grad, retain_graph=True),
+                           deadline, f"{label} sequential")
+        if not self._clean(out, family, seed, "sequential backward"):
+            return
+        ref = [t.grad for t in leaves]
+        out = self.guarded(lambda: pa.grad([case.root], inputs, [case.seed_grad],
+                                           retain_graph=True, allow_unused=True),
+                           deadline, f"{label} sequential grad()")
+        if not self._clean(out, family, seed, "sequential grad()"):
+            return
+        ref_g = out.value
+        targets = self.targets(rng, case.nodes)
+        k = int(rng.integers(len(targets)))
+        targets = targets[:k] + targets[k + 1:] + [targets[k]]  # the last frees the graph
+        do_grad = case.nodes <= self.cfg.big_nodes
+        for i, (w, variant) in enumerate(targets):
+            if self.stop_reason:
+                return
+            eng = self.engine(w, variant)
+            who = f"{variant} x{w}"
+            final = i == len(targets) - 1
+            if do_grad or final:
+                out = self.guarded(
+                    lambda: eng.grad([case.root], inputs, [case.seed_grad], retain_graph=True,
+                                     allow_unused=True),
+                    deadline, f"{label} {who} grad()")
+                if self._clean(out, family, seed, f"{who} grad()"):
+                    problems = [d for d in (diff(r, g, f"grad() input {j}") for j, (r, g) in
+                                            enumerate(zip(ref_g, out.value))) if d]
+                    if len(out.value) != len(ref_g):
+                        problems.append(f"grad() returned {len(out.value)} results for "
+                                        f"{len(ref_g)} inputs")
+                    self._mismatch(family, seed, f"{who} grad()", len(inputs), problems)
+            set_grads(leaves, priors)
+            out = self.guarded(lambda: eng.backward(case.root, case.seed_grad,
+                                                    retain_graph=not final),
+                               deadline, f"{label} {who} backward")
+            if self._clean(out, family, seed, f"{who} backward"):
+                problems = [d for d in (diff(r, t.grad, f"leaf {j} {t.shape} {t.dtype}")
+                                        for j, (r, t) in enumerate(zip(ref, leaves))) if d]
+                self._mismatch(family, seed, f"{who} backward", len(leaves), problems)
+        self.progress.update(f"{family} seed {seed}")
+
+    def _clean(self, out, family, seed, what):
+        if out.hang:
+            self.fail("hang", family, seed, f"{what} exceeded its deadline ({out.elapsed:.1f}s)",
+                      {"stacks": out.dump})
+            return False
+        if out.exc is not None:
+            self.fail("error", family, seed,
+                      f"{what} raised {type(out.exc).__name__}: {out.exc}",
+                      {"exception": repr(out.exc)})
+            return False
+        return True
+
+    def _mismatch(self, family, seed, what, n, problems):
+        self.count_comparisons(family, n, len(problems))
+        if problems:
+            more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+            self.fail("mismatch", family, seed, f"{what}: {problems[0]}{more}",
+                      {"problems": problems[:20]})
+
+    def check_concurrency(self, family, seed):
+        """T threads call one engine at once, each on its own graphs over shared leaves;
+        the leaves must hold the sum of every call's contribution."""
+        cfg = self.cfg
+        T, R = cfg.threads, cfg.rounds
+        rng = np.random.default_rng([seed, 2])
+        scale = self.aux_scale * graphs.AUX_FACTOR.get(family, 1.0)
+        shared = {}
+        template = graphs.build(family, seed, scale, shared=shared, families=self.gens)
+        leaves = template.leaves
+        w = max(cfg.workers)
+        eng = self.engine(w, "queue" if "queue" in cfg.variants else cfg.variants[0])
+        # each caller's calls: (mode, seed gradient); every third caller uses grad()
+        plan = []
+        for t in range(T):
+            mode = "grad" if t % 3 == 2 else "backward"
+            plan.append([(mode, rng.standard_normal(template.root.shape)
+                          .astype(template.root.dtype)) for _ in range(R)])
+        priors = make_priors(leaves, rng)
+        # expected contributions: the same graphs on private leaves, sequentially
+        contrib = []   # per backward call: list of per-leaf gradients
+        expected_grad = {}
+        for t in range(T):
+            for r, (mode, sg) in enumerate(plan[t]):
+                priv = graphs.build(family, seed, scale, families=self.gens)
+                if mode == "grad":
+                    expected_grad[t, r] = pa.grad([priv.root], priv.grad_leaves, [sg],
+                                                  allow_unused=True)
+                else:
+                    pa.backward(priv.root, sg)
+                    contrib.append([x.grad for x in priv.leaves])
+        set_grads(leaves, priors)
+        deadline = self.deadline_for(template) * R
+        barrier = threading.Barrier(T)
+        results = {}
+
+        def caller(t):
+            try:
+                barrier.wait(timeout=30)
+            except threading.BrokenBarrierError:
+                pass
+            for r, (mode, sg) in enumerate(plan[t]):
+                c = graphs.build(family, seed, scale, shared=shared, families=self.gens)
+                if mode == "grad":
+                    fn = (lambda c=c, sg=sg: eng.grad([c.root], c.grad_leaves, [sg],
+                                                          allow_unused=True))
+                else:
+                    fn = (lambda c=c, sg=sg: eng.backward(c.root, sg))
+                results[t, r] = self.guarded(fn, deadline,
+                                             f"{family} seed={seed} concurrency caller {t}")
+
+        threads = [threading.Thread(target=caller, args=(t,), name=f"stress-caller-{t}",
+                                    daemon=True) for t in range(T)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(deadline + self.wd.grace + 5)
+        self.report.fam(family).graphs += T * R
+        self.report.fam(family).nodes += template.nodes * T * R
+        where = f"concurrency ({T} callers x {R} calls, {w} workers)"
+        if any(th.is_alive() for th in threads):
+            self.fail("hang", family, seed, f"{where}: a caller thread never returned",
+                      {"stacks": dump_all_stacks()})
+            return
+        bad = False
+        for (t, r), out in sorted(results.items()):
+            if not self._clean(out, family, seed, f"{where}: caller {t} call {r}"):
+                bad = True
+            elif (t, r) in expected_grad:
+                problems = [d for d in (diff(e, g, f"caller {t} grad() {j}") for j, (e, g) in
+                                        enumerate(zip(expected_grad[t, r], out.value))) if d]
+                self._mismatch(family, seed, where, len(problems) or len(out.value), problems)
+        if bad:
+            return
+        problems = []
+        for j, leaf in enumerate(leaves):
+            terms = [c[j] for c in contrib if c[j] is not None]
+            p = priors[j]
+            if not terms:
+                d = diff(p, leaf.grad, f"leaf {j}")
+                if d:
+                    problems.append(d)
+                continue
+            got = leaf.grad
+            if got is None:
+                problems.append(f"leaf {j}: no gradient after {len(terms)} contributions")
+                continue
+            acc = np.zeros(leaf.shape, np.float64) if p is None else p.astype(np.float64)
+            mag = np.abs(acc)
+            for g in terms:
+                acc = acc + g
+                mag = mag + np.abs(g)
+            eps = np.finfo(leaf.dtype).eps
+            bound = 2 * (len(terms) + 1) * eps * mag + np.finfo(leaf.dtype).tiny
+            err = np.abs(got.astype(np.float64) - acc)
+            if got.dtype != leaf.dtype or got.shape != leaf.shape:
+                problems.append(f"leaf {j}: got {got.dtype}{got.shape}")
+            elif not np.all(err <= bound):
+                k = int(np.argmax(err - bound))
+                lost = any(np.allclose(got, acc - g, rtol=1e-6, atol=1e-9) for g in terms)
+                problems.append(
+                    f"leaf {j} {leaf.shape}: sum of {len(terms)} concurrent contributions "
+                    f"off by {err.flat[k]:.3g} (bound {bound.flat[k]:.3g})"
+                    + (" - looks like a lost update" if lost else ""))
+        self._mismatch(family, seed, where, len(leaves), problems)
+
+    # ---- the loop -------------------------------------------------------------------------------
+    def unit(self, family, seed, kind):
+        steps = [("", self.check_compare)]
+        if self.cfg.threads > 1:
+            steps.append((" concurrency", self.check_concurrency))
+        if kind:
+            steps.append((f" fault {kind}",
+                          lambda f, s: faults_mod.run_fault(self, f, s, kind)))
+        for what, step in steps:
+            if self.stop_reason:
+                break
+            self.progress.update(f"{family} seed {seed}{what}")
+            t0 = time.perf_counter()
+            try:
+                step(family, seed)
+            except Exception as e:  # a bug in the harness or a generator: report, go on
+                import traceback
+                self.fail("error", family, seed,
+                          f"harness error in{what or ' compare'}: {type(e).__name__}: {e}",
+                          {"traceback": traceback.format_exc()},
+                          fault=kind if what.startswith(" fault") else None)
+            name = what.strip() or "compare"
+            tm = self.report.timings
+            tm[name] = tm.get(name, 0.0) + time.perf_counter() - t0
+        self.report.units += 1
+        t0 = time.perf_counter()
+        self.leaks.engine_state(family)
+        tm = self.report.timings
+        tm["state checks"] = tm.get("state checks", 0.0) + time.perf_counter() - t0
+
+    def schedule(self):
+        """Yields (family, seed, fault kind) units until the budget is used up."""
+        cfg = self.cfg
+        fams, kinds = self.families, list(cfg.faults)
+        if cfg.replay is not None:
+            for f in fams:
+                for k in kinds or [None]:
+                    yield f, cfg.replay, k
+            return
+        n = cfg.iterations
+        if n is None and cfg.duration is None:
+            n = len(fams) * max(1, len(kinds))
+        end = None if cfg.duration is None else time.monotonic() + cfg.duration
+        i = 0
+        while (n is None or i < n) and (end is None or time.monotonic() < end):
+            kind = kinds[i % len(kinds)] if kinds else None
+            yield fams[i % len(fams)], cfg.seed * 1_000_000 + i, kind
+            i += 1
+
+    def warm_up(self):
+        """Start every engine's workers, so the thread baseline includes them."""
+        case = graphs.build("random", 1, 0.02)
+        for w, v in self.targets(None):
+            eng = self.engine(w, v)
+            self.guarded(lambda: eng.backward(case.root, case.seed_grad, retain_graph=True),
+                         self.cfg.deadline, "warm-up")
+        # a graph wide and heavy enough for backward_parallel's cost model to go parallel
+        x = pa.tensor(np.ones((32, 128)) * 0.01, requires_grad=True)
+        ws = [pa.tensor(np.eye(128) * 0.5) for _ in range(8)]
+        for w in sorted(set(self.cfg.workers) | {max(self.cfg.workers)}):
+            y = sum((pa.tanh(x @ m) for m in ws[1:]), pa.tanh(x @ ws[0])).sum()
+            self.guarded(lambda: pa.backward_parallel(y, num_workers=w), self.cfg.deadline,
+                         "warm-up")
+        x.grad = None
+
+    def run(self) -> Report:
+        cfg = self.cfg
+        rep = self.report
+        limits = contextlib.nullcontext()
+        if cfg.blas_threads:
+            from threadpoolctl import threadpool_limits
+            limits = threadpool_limits(cfg.blas_threads, user_api="blas")
+        with limits:
+            self.wd.start()
+            try:
+                self.warm_up()
+                self.leaks.set_thread_baseline()
+                next_cp = time.monotonic() + self.checkpoint_every
+                family = self.families[0]
+                for family, seed, kind in self.schedule():
+                    self.unit(family, seed, kind)
+                    if self.stop_reason:
+                        rep.stopped_early = self.stop_reason
+                        break
+                    if time.monotonic() >= next_cp:
+                        self.progress.update("leak checkpoint", force=True)
+                        t0 = time.perf_counter()
+                        self.leaks.checkpoint(family)
+                        tm = rep.timings
+                        tm["checkpoints"] = tm.get("checkpoints", 0.0) + time.perf_counter() - t0
+                        next_cp = time.monotonic() + self.checkpoint_every
+                if not self.stop_reason:
+                    self.leaks.checkpoint(family)
+            except KeyboardInterrupt:
+                rep.stopped_early = "interrupted (Ctrl+C)"
+            finally:
+                self.progress.close()
+                for key, eng in list(self.engines.items()):
+                    self.close_engine(eng, f"engine {key}")
+                self.engines.clear()
+                self.wd.stop()
+                rep.elapsed = time.time() - rep.start
+        if cfg.report_path:
+            rep.write_json(cfg.report_path)
+        return rep
+
+
+def run(cfg: Config | None = None, engine_factory=None, families=None, stream=None) -> Report:
+    """Run the harness; returns the Report (`.ok`, `.summary()`, `.as_dict()`)."""
+    return Harness(cfg or Config(), engine_factory, families, stream).run()

@@ -1,0 +1,228 @@
+"""Leak checks across iterations: threads, memory (tracemalloc probe and RSS), and
+engine state left behind by earlier calls."""
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+import tracemalloc
+
+import parallel_autograd as pa
+
+from . import graphs
+from .checks import diff, underlying
+
+try:
+    from parallel_autograd.engine import blas as _blas
+except ImportError:  # pragma: no cover - the engine layout changed
+    _blas = None
+
+
+def rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def wait_for(pred, timeout: float, step: float = 0.01) -> bool:
+    end = time.monotonic() + timeout
+    while True:
+        if pred():
+            return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(step)
+
+
+class LeakMonitor:
+    def __init__(self, h):
+        self.h = h
+        self.base_threads = None
+        self.base_rss = None
+        self.rss_flagged = False
+        self.probe_flagged = set()
+        self.checkpoints = 0
+
+    # ---- baselines ---------------------------------------------------------------------
+    def set_thread_baseline(self):
+        self.base_threads = {t.ident: t.name for t in threading.enumerate()}
+
+    def pools(self):
+        """Worker pools of the engines alive in this process that the harness knows."""
+        engines = [underlying(e) for e in self.h.engines.values()]
+        try:
+            from parallel_autograd.engine import service
+            engines += list(service._defaults.values())
+        except (ImportError, AttributeError):
+            pass
+        return [e._pool for e in engines if e is not None and hasattr(e, "_pool")]
+
+    def extra_threads(self):
+        """Threads alive now that were not at the baseline and belong to no known
+        engine's pool (pools start their workers lazily, on the first parallel call)."""
+        known = set()
+        for pool in self.pools():
+            known.update(t.ident for t in pool._threads)
+        return [t for t in threading.enumerate()
+                if t.ident not in self.base_threads and t.ident not in known]
+
+    # ---- engine state after every unit ---------------------------------------------------
+    def engine_state(self, family):
+        """Problems with state an earlier call may have left behind."""
+        problems = []
+        if not pa.is_grad_enabled():
+            problems.append("grad mode left disabled on the calling thread")
+            pa.set_grad_enabled(True)
+        if _blas is not None:
+            if not wait_for(lambda: _blas._holders == 0, 2.0):
+                problems.append(f"BLAS limit still held by {_blas._holders} call(s)")
+            pinned = self.h.cfg.blas_threads
+            cur = _blas.current_threads()
+            if pinned and cur is not None and cur != pinned:
+                problems.append(f"BLAS threads left at {cur} (expected {pinned})")
+        for key, eng in list(self.h.engines.items()):
+            inner = underlying(eng)
+            if inner is None:
+                continue
+            pool = inner._pool
+            if not wait_for(lambda: not pool._queue, 2.0):
+                problems.append(f"engine {key}: {len(pool._queue)} items left in the queue "
+                                f"after every call returned")
+            dead = [t.name for t in pool._threads if not t.is_alive()]
+            if dead and not inner.closed:
+                problems.append(f"engine {key}: worker thread(s) died: {', '.join(dead)}")
+            if len(pool._threads) > pool.num_threads:
+                problems.append(f"engine {key}: {len(pool._threads)} worker threads for a "
+                                f"pool of {pool.num_threads}")
+        for p in problems:
+            self.h.fail("leak", family, None, f"engine state: {p}")
+            self.h.report.fam(family).leaks += 1
+        return problems
+
+    # ---- periodic checkpoint ----------------------------------------------------------------
+    def checkpoint(self, family, final=False):
+        """Threads back to baseline, engine lifecycle, tracemalloc probe, RSS."""
+        h = self.h
+        self.checkpoints += 1
+        sample = {"t": round(time.time() - h.report.start, 2), "units": h.report.units}
+        # threads: only the baseline's (the watchdog, engine workers) should be alive
+        if self.base_threads is not None:
+            ok = wait_for(lambda: not self.extra_threads(), 3.0)
+            sample["threads"] = threading.active_count()
+            if not ok:
+                names = sorted(t.name for t in self.extra_threads())
+                h.fail("leak", "(process)", None,
+                       f"{len(names)} thread(s) alive beyond the baseline of "
+                       f"{len(self.base_threads)}: {', '.join(names[:10])}")
+                h.report.fam("(process)").leaks += 1
+                self.set_thread_baseline()  # report each leak once
+        if not final:
+            self.lifecycle(family)
+            fams = self.h.families
+            self.probe(fams[self.checkpoints % len(fams)])
+        gc.collect()
+        rss = rss_bytes()
+        if rss is not None:
+            sample["rss_mb"] = round(rss / 2**20, 1)
+            if self.base_rss is None and h.report.units >= len(h.families):
+                self.base_rss = rss
+            elif self.base_rss is not None and not self.rss_flagged:
+                limit = self.base_rss + max(h.cfg.rss_limit_mb * 2**20, self.base_rss)
+                if rss > limit:
+                    self.rss_flagged = True
+                    h.fail("leak", "(process)", None,
+                           f"RSS grew from {self.base_rss / 2**20:.0f} MB to "
+                           f"{rss / 2**20:.0f} MB (limit {limit / 2**20:.0f} MB)")
+                    h.report.fam("(process)").leaks += 1
+        if len(h.report.leak_checks) < 1000:
+            h.report.leak_checks.append(sample)
+        return sample
+
+    def lifecycle(self, family):
+        """A fresh engine runs a small graph correctly and close() takes its threads."""
+        h = self.h
+        w = max(h.cfg.workers)
+        before = threading.active_count()
+        eng = h.factory(w, "queue")
+        try:
+            case = graphs.build("random", 12345 + self.checkpoints, 0.05)
+            pa.backward(case.root, case.seed_grad, retain_graph=True)
+            ref = [t.grad for t in case.leaves]
+            for t in case.leaves:
+                t.grad = None
+            out = h.guarded(lambda: eng.backward(case.root, case.seed_grad),
+                            h.cfg.deadline, "lifecycle engine")
+            if out.hang or out.exc is not None:
+                h.fail("error", "(lifecycle)", None,
+                       f"a fresh engine failed a small graph: {out.describe()}",
+                       {"stacks": out.dump} if out.dump else None)
+                return
+            for i, (r, t) in enumerate(zip(ref, case.leaves)):
+                d = diff(r, t.grad, f"leaf {i}")
+                if d:
+                    h.fail("mismatch", "(lifecycle)", None, f"fresh engine: {d}")
+                    return
+        finally:
+            h.close_engine(eng, "lifecycle engine")
+        if not wait_for(lambda: threading.active_count() <= before, 3.0):
+            h.fail("leak", "(process)", None,
+                   f"close() left {threading.active_count() - before} thread(s) running")
+            h.report.fam("(process)").leaks += 1
+
+    def probe(self, family):
+        """Run the same small graph three times under tracemalloc: memory that stays
+        allocated grows with every iteration only if calls leak."""
+        h = self.h
+        if not h.cfg.tracemalloc or family in self.probe_flagged:
+            return
+        seed = 777 + self.checkpoints
+        scale = 0.002  # each family's smallest graphs: tracing makes allocations ~6x slower
+        targets = [t for t in h.targets(None) if t[0] > 1] or h.targets(None)
+
+        def once():
+            case = graphs.build(family, seed, scale, families=h.gens)
+            for w, v in targets:
+                eng = h.engine(w, v)
+                for t in case.leaves:
+                    t.grad = None
+                h.guarded(lambda: eng.backward(case.root, case.seed_grad, retain_graph=True),
+                          h.cfg.deadline, f"leak probe {family}")
+                h.guarded(lambda: eng.grad([case.root], case.grad_leaves, [case.seed_grad],
+                                           retain_graph=True, allow_unused=True),
+                          h.cfg.deadline, f"leak probe {family}")
+            del case
+
+        once()
+        was_tracing = tracemalloc.is_tracing()
+        if not was_tracing:
+            tracemalloc.start(4)
+        try:
+            gc.collect()
+            start = tracemalloc.get_traced_memory()[0]
+            snap0 = tracemalloc.take_snapshot()
+            kept = []
+            for _ in range(3):
+                once()
+                gc.collect()
+                kept.append(tracemalloc.get_traced_memory()[0] - start)
+            growth = (kept[2] - kept[0]) / 2
+            leaking = kept[0] < kept[1] < kept[2] and growth > h.cfg.leak_bytes
+            top = []
+            if leaking:
+                snap = tracemalloc.take_snapshot()
+                top = [str(s) for s in snap.compare_to(snap0, "traceback")[:5]]
+        finally:
+            if not was_tracing:
+                tracemalloc.stop()
+        if len(h.report.leak_checks) < 1000:
+            h.report.leak_checks.append({"probe": family, "kept_bytes": kept})
+        if leaking:
+            self.probe_flagged.add(family)
+            h.fail("leak", family, seed,
+                   f"memory kept after each call grows by {growth / 1024:.0f} KiB per "
+                   f"iteration of the same graph (tracemalloc: {kept})",
+                   {"top_allocations": top})
+            h.report.fam(family).leaks += 1

@@ -1,0 +1,131 @@
+"""Deadlines for engine calls: dump every thread's stack and break the hung call.
+
+    wd = Watchdog(); wd.start()
+    g = wd.guard(5.0, "random seed=7 workers=4")
+    try:
+        with g:
+            engine.backward(root)
+    except HangDetected:
+        pass
+    if g.fired: ...  # g.dump holds the faulthandler dump of every thread
+
+When a guard outlives its deadline the watchdog thread dumps all stacks
+(faulthandler, plus a thread-name legend), then raises `HangDetected` in the
+guarded thread (PyThreadState_SetAsyncExc), which a waiting engine caller
+notices within its wait slice. If the thread is still inside the guard after
+`grace` seconds more it is stuck for good: `on_stuck(guard)` is called once.
+"""
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import tempfile
+import threading
+import time
+
+
+class HangDetected(BaseException):
+    """Raised in a thread whose guarded call missed its deadline."""
+
+
+def dump_all_stacks() -> str:
+    """Every thread's Python stack, via faulthandler, with thread names appended."""
+    with tempfile.TemporaryFile(mode="w+") as f:
+        faulthandler.dump_traceback(file=f, all_threads=True)
+        f.flush()
+        f.seek(0)
+        text = f.read()
+    names = [f"  0x{t.ident:016x} {t.name}{' (daemon)' if t.daemon else ''}"
+             for t in threading.enumerate() if t.ident is not None]
+    return text + "\nThreads:\n" + "\n".join(names) + "\n"
+
+
+def _async_raise(tid: int, exc_type) -> int:
+    return ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(tid), ctypes.py_object(exc_type) if exc_type is not None else None)
+
+
+class Guard:
+    def __init__(self, wd, seconds, label, raise_in_thread=True):
+        self.wd = wd
+        self.seconds = seconds
+        self.label = label
+        self.raise_in_thread = raise_in_thread
+        self.tid = None
+        self.deadline = None
+        self.fired = False
+        self.fired_at = None
+        self.stuck = False
+        self.dump = None
+        self.elapsed = None
+
+    def __enter__(self):
+        self.tid = threading.get_ident()
+        self.start = time.monotonic()
+        self.deadline = self.start + self.seconds
+        with self.wd._lock:
+            self.wd._active[id(self)] = self
+        return self
+
+    def __exit__(self, *exc):
+        # A pending HangDetected may land anywhere in here: retry until cleaned up.
+        while True:
+            try:
+                with self.wd._lock:
+                    self.wd._active.pop(id(self), None)
+                    fired = self.fired
+                if fired and self.raise_in_thread:
+                    _async_raise(self.tid, None)  # drop it if not delivered yet
+                break
+            except HangDetected:
+                continue
+        self.elapsed = time.monotonic() - self.start
+        return False
+
+
+class Watchdog:
+    def __init__(self, grace: float = 10.0, on_stuck=None, poll: float = 0.02):
+        self.grace = grace
+        self.on_stuck = on_stuck
+        self.poll = poll
+        self._lock = threading.Lock()  # guards _active and each guard's fired/stuck
+        self._active = {}
+        self._stop = threading.Event()
+        self._thread = None
+        self.fired = 0
+
+    def start(self):
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="stress-watchdog",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def guard(self, seconds: float, label: str = "", raise_in_thread: bool = True) -> Guard:
+        return Guard(self, seconds, label, raise_in_thread)
+
+    def _loop(self):
+        while not self._stop.wait(self.poll):
+            now = time.monotonic()
+            stuck = []
+            with self._lock:
+                for g in list(self._active.values()):
+                    if not g.fired and now > g.deadline:
+                        g.dump = dump_all_stacks()
+                        g.fired = True
+                        g.fired_at = now
+                        self.fired += 1
+                        if g.raise_in_thread:
+                            _async_raise(g.tid, HangDetected)
+                    elif g.fired and not g.stuck and now > g.fired_at + self.grace:
+                        g.stuck = True
+                        stuck.append(g)
+            for g in stuck:
+                if self.on_stuck is not None:
+                    self.on_stuck(g)
