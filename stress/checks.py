@@ -80,7 +80,7 @@ def make_priors(leaves, rng, p_none: float = 0.5):
         if not t.requires_grad or rng.random() < p_none:
             out.append(None)
         else:
-            out.append(rng.standard_normal(t.shape).astype(t.dtype))
+            out.append(np.asarray(rng.standard_normal(t.shape), dtype=t.dtype))
     return out
 
 
@@ -111,12 +111,13 @@ def snapshot(leaves):
 class Outcome:
     """What one guarded call did."""
 
-    __slots__ = ("value", "exc", "hang", "dump", "elapsed")
+    __slots__ = ("value", "exc", "hang", "broken", "dump", "elapsed")
 
     def __init__(self):
         self.value = None
         self.exc = None
-        self.hang = False
+        self.hang = False      # the watchdog fired (deadline missed)
+        self.broken = False    # ... and its HangDetected ended the call
         self.dump = None
         self.elapsed = 0.0
 

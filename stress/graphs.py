@@ -51,7 +51,7 @@ class Ctx:
     def leaf(self, shape, requires_grad: bool = True, dtype=np.float64, std: float = 1.0):
         """A leaf with N(0, std^2) data. With a shared pool the k-th request of every
         graph built from the same seed returns the same tensor."""
-        data = (self.rng.standard_normal(shape) * std).astype(dtype)
+        data = np.asarray(self.rng.standard_normal(shape) * std, dtype=dtype)
         k = self._count
         self._count += 1
         if self._shared is not None:
@@ -64,7 +64,7 @@ class Ctx:
         return t
 
     def const(self, shape, dtype=np.float64, std: float = 1.0) -> np.ndarray:
-        return (self.rng.standard_normal(shape) * std).astype(dtype)
+        return np.asarray(self.rng.standard_normal(shape) * std, dtype=dtype)
 
     def mark(self, t):
         """Offer an intermediate tensor as a grad() input."""

@@ -152,7 +152,7 @@ class Harness:
             with g:
                 out.value = fn()
         except HangDetected:
-            pass
+            out.broken = True
         except KeyboardInterrupt as e:
             if faults_mod.INTERRUPT_TAG not in str(e):
                 raise
@@ -311,8 +311,8 @@ class Harness:
         plan = []
         for t in range(T):
             mode = "grad" if t % 3 == 2 else "backward"
-            plan.append([(mode, rng.standard_normal(template.root.shape)
-                          .astype(template.root.dtype)) for _ in range(R)])
+            plan.append([(mode, np.asarray(rng.standard_normal(template.root.shape),
+                                           dtype=template.root.dtype)) for _ in range(R)])
         priors = make_priors(leaves, rng)
         # expected contributions: the same graphs on private leaves, sequentially
         contrib = []   # per backward call: list of per-leaf gradients
@@ -394,11 +394,11 @@ class Harness:
                 problems.append(f"leaf {j}: got {got.dtype}{got.shape}")
             elif not np.all(err <= bound):
                 k = int(np.argmax(err - bound))
-                lost = any(np.allclose(got, acc - g, rtol=1e-6, atol=1e-9) for g in terms)
+                lost = _lost_updates(acc - got, terms)
                 problems.append(
                     f"leaf {j} {leaf.shape}: sum of {len(terms)} concurrent contributions "
                     f"off by {err.flat[k]:.3g} (bound {bound.flat[k]:.3g})"
-                    + (" - looks like a lost update" if lost else ""))
+                    + (f" - looks like {lost} lost update(s)" if lost else ""))
         self._mismatch(family, seed, where, len(leaves), problems)
 
     # ---- the loop -------------------------------------------------------------------------------
@@ -506,6 +506,18 @@ class Harness:
         if cfg.report_path:
             rep.write_json(cfg.report_path)
         return rep
+
+
+def _lost_updates(missing, terms) -> int:
+    """How many contributions `missing` (expected - got) is the sum of, or 0."""
+    import itertools
+    if len(terms) > 10:
+        return 0
+    for k in range(1, len(terms) + 1):
+        for combo in itertools.combinations(terms, k):
+            if np.allclose(missing, sum(combo), rtol=1e-6, atol=1e-9):
+                return k
+    return 0
 
 
 def run(cfg: Config | None = None, engine_factory=None, families=None, stream=None) -> Report:

@@ -27,6 +27,17 @@ def rss_bytes() -> int | None:
         return None
 
 
+def queued_items(pool) -> int:
+    """Items waiting in an engine's pool (one shared heap, or one heap per call)."""
+    queued = getattr(pool, "queued", None)
+    if callable(queued):
+        return queued()
+    q = getattr(pool, "_queue", None)
+    if q is not None:
+        return len(q)
+    return sum(len(getattr(t, "queue", ())) for t in list(getattr(pool, "_active", ())))
+
+
 def wait_for(pred, timeout: float, step: float = 0.01) -> bool:
     end = time.monotonic() + timeout
     while True:
@@ -65,7 +76,7 @@ class LeakMonitor:
         engine's pool (pools start their workers lazily, on the first parallel call)."""
         known = set()
         for pool in self.pools():
-            known.update(t.ident for t in pool._threads)
+            known.update(t.ident for t in getattr(pool, "_threads", ()))
         return [t for t in threading.enumerate()
                 if t.ident not in self.base_threads and t.ident not in known]
 
@@ -88,14 +99,15 @@ class LeakMonitor:
             if inner is None:
                 continue
             pool = inner._pool
-            if not wait_for(lambda: not pool._queue, 2.0):
-                problems.append(f"engine {key}: {len(pool._queue)} items left in the queue "
+            if not wait_for(lambda: queued_items(pool) == 0, 2.0):
+                problems.append(f"engine {key}: {queued_items(pool)} items left in the queue "
                                 f"after every call returned")
-            dead = [t.name for t in pool._threads if not t.is_alive()]
+            threads = list(getattr(pool, "_threads", ()))
+            dead = [t.name for t in threads if not t.is_alive()]
             if dead and not inner.closed:
                 problems.append(f"engine {key}: worker thread(s) died: {', '.join(dead)}")
-            if len(pool._threads) > pool.num_threads:
-                problems.append(f"engine {key}: {len(pool._threads)} worker threads for a "
+            if len(threads) > pool.num_threads:
+                problems.append(f"engine {key}: {len(threads)} worker threads for a "
                                 f"pool of {pool.num_threads}")
         for p in problems:
             self.h.fail("leak", family, None, f"engine state: {p}")

@@ -11,14 +11,21 @@
 
 When a guard outlives its deadline the watchdog thread dumps all stacks
 (faulthandler, plus a thread-name legend), then raises `HangDetected` in the
-guarded thread (PyThreadState_SetAsyncExc), which a waiting engine caller
-notices within its wait slice. If the thread is still inside the guard after
-`grace` seconds more it is stuck for good: `on_stuck(guard)` is called once.
+guarded thread (PyThreadState_SetAsyncExc), like a Ctrl+C: only while that
+thread is seen waiting (its innermost Python frame in threading.py, e.g. an
+engine caller's sliced condition wait), so the exception lands where a Ctrl+C
+is expected rather than in the middle of bookkeeping. It is raised again every
+`reinject` seconds while the thread stays inside the guard (a caller may wait
+again to clean up after the first one). A thread never seen waiting (a busy
+loop) gets it anyway after `grace / 2`. If the thread is still inside the guard
+`grace` seconds after the deadline it is stuck for good: `on_stuck(guard)` is
+called once.
 """
 from __future__ import annotations
 
 import ctypes
 import faulthandler
+import sys
 import tempfile
 import threading
 import time
@@ -40,6 +47,14 @@ def dump_all_stacks() -> str:
     return text + "\nThreads:\n" + "\n".join(names) + "\n"
 
 
+def _waiting(tid: int) -> bool:
+    """True if thread `tid` is blocked in a wait (innermost frame in threading.py)."""
+    frame = sys._current_frames().get(tid)
+    if frame is None:
+        return False
+    return frame.f_code.co_filename.endswith(("threading.py", "queue.py"))
+
+
 def _async_raise(tid: int, exc_type) -> int:
     return ctypes.pythonapi.PyThreadState_SetAsyncExc(
         ctypes.c_ulong(tid), ctypes.py_object(exc_type) if exc_type is not None else None)
@@ -55,6 +70,8 @@ class Guard:
         self.deadline = None
         self.fired = False
         self.fired_at = None
+        self.raised = 0      # HangDetected injections so far
+        self.raised_at = None
         self.stuck = False
         self.dump = None
         self.elapsed = None
@@ -84,8 +101,10 @@ class Guard:
 
 
 class Watchdog:
-    def __init__(self, grace: float = 10.0, on_stuck=None, poll: float = 0.02):
+    def __init__(self, grace: float = 10.0, on_stuck=None, poll: float = 0.02,
+                 reinject: float = 0.5):
         self.grace = grace
+        self.reinject = reinject
         self.on_stuck = on_stuck
         self.poll = poll
         self._lock = threading.Lock()  # guards _active and each guard's fired/stuck
@@ -121,9 +140,15 @@ class Watchdog:
                         g.fired = True
                         g.fired_at = now
                         self.fired += 1
-                        if g.raise_in_thread:
-                            _async_raise(g.tid, HangDetected)
-                    elif g.fired and not g.stuck and now > g.fired_at + self.grace:
+                    if not g.fired:
+                        continue
+                    if (g.raise_in_thread and not g.stuck
+                            and (g.raised_at is None or now > g.raised_at + self.reinject)
+                            and (_waiting(g.tid) or now > g.fired_at + self.grace / 2)):
+                        _async_raise(g.tid, HangDetected)
+                        g.raised += 1
+                        g.raised_at = now
+                    if not g.stuck and now > g.fired_at + self.grace:
                         g.stuck = True
                         stuck.append(g)
             for g in stuck:

@@ -1,0 +1,340 @@
+"""The stress harness: a short profile of every family and fault kind passes on the
+real engine, and deliberately broken engines (built here, never by editing the
+engine) are caught: out-of-order and unlocked accumulation, hangs, lost errors,
+leaked threads and memory."""
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import parallel_autograd as pa
+from parallel_autograd.engine import scheduler, service
+from stress import faults, graphs
+from stress.__main__ import main, parse_args
+from stress.checks import default_engine_factory
+from stress.harness import Config, run
+from stress.watchdog import HangDetected, Watchdog
+
+QUICK = dict(profile="quick", progress=False, checkpoint_every=30.0)
+
+
+def quick(**kw):
+    return Config(**{**QUICK, **kw})
+
+
+# ---- the real engine passes -----------------------------------------------------------------
+def test_every_family_and_fault_kind_pass_on_the_real_engine():
+    fams = tuple(graphs.FAMILIES)
+    kinds = faults.ALL_KINDS
+    rep = run(quick(iterations=max(len(fams), len(kinds)), faults=kinds, threads=3))
+    assert rep.ok, rep.summary()
+    for f in fams:
+        st = rep.families[f]
+        assert st.graphs > 0 and st.comparisons > 0 and st.mismatches == 0, f
+    for k in kinds:
+        injected, surfaced = rep.faults_by_kind[k]
+        assert injected >= 1 and surfaced == injected, (k, rep.faults_by_kind)
+    assert rep.leak_checks, "no leak checkpoint ran"
+    t = rep.total()
+    assert t.hangs == 0 and t.leaks == 0 and t.errors == 0
+
+
+def test_generators_are_reproducible_from_the_seed():
+    for fam in graphs.FAMILIES:
+        a = graphs.build(fam, 42, 0.02)
+        b = graphs.build(fam, 42, 0.02)
+        assert a.nodes == b.nodes and a.nodes > 0
+        assert np.array_equal(a.root.data, b.root.data, equal_nan=True)
+        assert [t.shape for t in a.leaves] == [t.shape for t in b.leaves]
+        assert all(x is not y for x, y in zip(a.leaves, b.leaves))
+    pool = {}
+    a = graphs.build("shared", 7, 0.02, shared=pool)
+    b = graphs.build("shared", 7, 0.02, shared=pool)
+    assert all(x is y for x, y in zip(a.leaves, b.leaves))
+    assert a.root.grad_fn is not b.root.grad_fn
+
+
+def test_families_cover_what_the_issue_asks():
+    deep = graphs.build("deep", 0, 1.0)
+    assert deep.nodes >= 100_000
+    part = graphs.build("partial", 3, 0.3)
+    assert any(not t.requires_grad for t in part.leaves)
+    tr = graphs.build("transformer", 0, 1.0)
+    assert any(not t.requires_grad for t in tr.leaves)   # frozen weights
+    assert sum(t.requires_grad for t in tr.leaves) >= 2   # adapters / norms
+    br = graphs.build("broadcast", 1, 0.2)
+    assert len({t.shape for t in br.leaves}) >= 2
+
+
+# ---- broken engines are caught --------------------------------------------------------------
+def _contribute_in_arrival_order(self, slot, rank, g):
+    """Broken: adds contributions as they arrive instead of in canonical order."""
+    with self.lock:
+        if g is not None:
+            if slot.buf is None:
+                slot.buf = g
+            else:
+                slot.buf = slot.buf + g
+                slot.owned = True
+        slot.next_rank += 1
+        return slot.next_rank == slot.total
+
+
+def _contribute_reversed(self, slot, rank, g):
+    """Broken: waits for every contribution, then sums them in reverse order."""
+    with self.lock:
+        if slot.parked is None:
+            slot.parked = {}
+        slot.parked[rank] = g
+        slot.next_rank += 1
+        if slot.next_rank < slot.total:
+            return False
+        parts = [slot.parked[r] for r in sorted(slot.parked, reverse=True)]
+        slot.parked = None
+    buf = None
+    for p in parts:
+        if p is not None:
+            buf = p if buf is None else buf + p
+    slot.buf, slot.owned = buf, True
+    return True
+
+
+def _contribute_unlocked(self, slot, rank, g):
+    """Broken: arrival order and no lock (read-modify-write races)."""
+    buf = slot.buf
+    time.sleep(0)
+    if g is not None:
+        slot.buf = g if buf is None else buf + g
+    n = slot.next_rank
+    time.sleep(0)
+    slot.next_rank = n + 1
+    return slot.next_rank == slot.total
+
+
+ORDER_FAMILIES = ("shared", "wide", "random", "lstm")
+
+
+def test_detects_accumulation_out_of_canonical_order(monkeypatch):
+    monkeypatch.setattr(scheduler.GraphTask, "contribute", _contribute_reversed)
+    rep = run(quick(iterations=4, families=ORDER_FAMILIES, faults=(), threads=1,
+                    workers=(1, 2), tracemalloc=False))
+    assert not rep.ok
+    mism = [f for f in rep.failures if f.kind == "mismatch"]
+    assert mism, rep.summary()
+    f = mism[0]
+    assert f.family in ORDER_FAMILIES and f.seed is not None
+    assert f"--replay {f.seed}" in f.replay and f"--families {f.family}" in f.replay
+    assert rep.total().mismatches > 0
+
+
+def test_detects_arrival_order_accumulation(monkeypatch):
+    """Timing decides the arrival order, so give it a few graphs with many
+    contributions per gradient and slow rules; any mismatch (or hang) is a catch."""
+    monkeypatch.setattr(scheduler.GraphTask, "contribute", _contribute_in_arrival_order)
+    rep = run(quick(iterations=8, families=("shared", "wide"), faults=(), threads=1,
+                    workers=(4,), variants=("queue",), scale=0.3, tracemalloc=False))
+    assert rep.total().mismatches > 0, rep.summary()
+
+
+def test_detects_unlocked_accumulation(monkeypatch):
+    monkeypatch.setattr(scheduler.GraphTask, "contribute", _contribute_unlocked)
+    rep = run(quick(iterations=4, families=("shared", "wide"), faults=(), threads=1,
+                    workers=(4,), variants=("queue",), scale=0.3, deadline=2.0,
+                    tracemalloc=False))
+    t = rep.total()
+    assert t.mismatches + t.hangs + t.errors > 0, rep.summary()
+
+
+def test_detects_unlocked_leaf_accumulation_under_concurrency(monkeypatch):
+    def racy_commit(staged):
+        for t, g, owned in staged:
+            old = t.grad
+            time.sleep(0.002)  # widen the read-modify-write window
+            t.grad = g.copy() if old is None else old + g
+
+    monkeypatch.setattr(service, "commit", racy_commit)
+    rep = run(quick(iterations=2, families=("shared", "mlp"), faults=(), threads=4,
+                    rounds=2, workers=(2,), variants=("queue",), tracemalloc=False))
+    conc = [f for f in rep.failures if f.kind == "mismatch" and "concurrency" in f.message]
+    assert conc, rep.summary()
+    assert any("lost update" in f.message for f in conc), [f.message for f in conc]
+
+
+def _break_completion(monkeypatch):
+    """Broken: a call's completion is never signalled, so its caller waits forever."""
+    if hasattr(scheduler.GraphTask, "_check_done"):
+        monkeypatch.setattr(scheduler.GraphTask, "_check_done", lambda self: False)
+    else:  # an earlier layout: a countdown that sets `done`
+        def never_done(self, n):
+            with self.lock:
+                self.outstanding -= n
+            return False
+        monkeypatch.setattr(scheduler.GraphTask, "finish_items", never_done)
+
+
+def test_detects_a_hanging_engine_and_goes_on(monkeypatch):
+    _break_completion(monkeypatch)
+    rep = run(quick(iterations=2, families=("random", "wide"), faults=(), threads=1,
+                    workers=(2,), variants=("queue",), deadline=0.5,
+                    deadline_per_node=0.0, tracemalloc=False))
+    hangs = [f for f in rep.failures if f.kind == "hang"]
+    assert hangs and rep.total().hangs >= 2, rep.summary()
+    dump = hangs[0].details["stacks"]
+    assert "Thread" in dump and "run_until" in dump and "pa-worker" in dump
+    assert rep.families["wide"].graphs >= 1  # the run went on after the first hang
+    assert hangs[0].replay and "--replay" in hangs[0].replay
+
+
+def test_stops_at_first_hang_when_asked(monkeypatch):
+    _break_completion(monkeypatch)
+    rep = run(quick(iterations=3, families=("random",), faults=(), threads=1, workers=(2,),
+                    variants=("queue",), deadline=0.5, deadline_per_node=0.0,
+                    on_hang="stop", tracemalloc=False))
+    assert rep.stopped_early and "hang" in rep.stopped_early
+    assert rep.units <= 1
+
+
+_sleepy = pa.primitive("sleepy", lambda x: x * 1.0, lambda g, ans, x: (time.sleep(1.5), g)[1])
+
+
+def _gen_sleepy(ctx):
+    x = ctx.leaf((4,))
+    return (_sleepy(pa.tanh(x)) * x).sum()
+
+
+def test_detects_a_node_that_sleeps_past_the_deadline():
+    rep = run(quick(iterations=1, families=("sleepy",), faults=(), threads=1, workers=(2,),
+                    variants=("queue",), deadline=0.4, deadline_per_node=0.0,
+                    tracemalloc=False),
+              families={"sleepy": _gen_sleepy})
+    hangs = [f for f in rep.failures if f.kind == "hang"]
+    assert hangs and hangs[0].family == "sleepy"
+    assert "sleepy" in hangs[0].details["stacks"] or "sleep" in hangs[0].details["stacks"]
+
+
+def test_detects_lost_errors(monkeypatch):
+    """An engine that drops node failures and carries on."""
+    monkeypatch.setattr(scheduler.GraphTask, "fail", lambda self, exc, node: None)
+    rep = run(quick(iterations=3, families=("random", "wide", "mlp"),
+                    faults=("node_error",), threads=1, workers=(2,), variants=("queue",),
+                    tracemalloc=False))
+    kinds = {f.kind for f in rep.failures}
+    assert "lost-fault" in kinds, rep.summary()
+    assert any(f.replay and "--faults node_error" in f.replay for f in rep.failures)
+
+
+class _LeakyEngine(pa.Engine):
+    """close() forgets to stop the workers."""
+
+    def close(self):
+        self._closed = True
+
+
+def test_detects_threads_left_by_close():
+    def factory(w, variant):
+        if variant == "queue":
+            return _LeakyEngine(w, min_nodes=0, min_work=0, min_width=0, inline_below=0)
+        return default_engine_factory(w, variant)
+
+    rep = run(quick(iterations=1, families=("wide",), faults=(), threads=1,
+                    workers=(3,), variants=("queue",), tracemalloc=False),
+              engine_factory=factory)
+    leaks = [f for f in rep.failures if f.kind == "leak"]
+    assert leaks and any("thread" in f.message for f in leaks), rep.summary()
+
+
+_hoard = []
+
+
+class _HoardingEngine(pa.Engine):
+    """Keeps every graph it ever saw alive."""
+
+    def backward(self, root, grad=None, retain_graph=False, stats=False):
+        _hoard.append(root)
+        return super().backward(root, grad, retain_graph, stats)
+
+
+def test_detects_memory_growth_across_iterations():
+    def factory(w, variant):
+        return _HoardingEngine(w, min_nodes=0, min_work=0, min_width=0, inline_below=0)
+
+    try:
+        rep = run(quick(iterations=1, families=("wide",), faults=(), threads=1,
+                        workers=(2,), variants=("queue",), leak_bytes=4096),
+                  engine_factory=factory)
+    finally:
+        _hoard.clear()
+    leaks = [f for f in rep.failures if f.kind == "leak"]
+    assert leaks and any("grows" in f.message for f in leaks), rep.summary()
+
+
+# ---- watchdog, CLI and report ---------------------------------------------------------------
+def test_watchdog_breaks_a_waiting_call_and_dumps_stacks():
+    wd = Watchdog().start()
+    try:
+        g = wd.guard(0.2, "test")
+        t0 = time.monotonic()
+        with pytest.raises(HangDetected):
+            with g:
+                ev = threading.Event()
+                while not ev.wait(0.01):
+                    pass
+        assert g.fired and time.monotonic() - t0 < 5
+        assert "test_watchdog_breaks" in g.dump and "Threads:" in g.dump
+        g2 = wd.guard(5.0, "fast")
+        with g2:
+            pass
+        assert not g2.fired
+    finally:
+        wd.stop()
+
+
+def test_cli_help_lists_the_options(capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for opt in ("--duration", "--iterations", "--seed", "--workers", "--threads",
+                "--families", "--faults", "--report", "--replay", "--on-hang"):
+        assert opt in out
+
+
+def test_cli_runs_quietly_in_ci_writes_report_and_exits_zero(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CI", "true")
+    path = tmp_path / "out.json"
+    rc = main(["--profile", "quick", "--iterations", "2", "--families", "mlp,cnn",
+               "--faults", "nan", "--threads", "2", "--checkpoint-every", "30",
+               "--report", str(path)])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.out
+    assert "\r" not in cap.err and "\r" not in cap.out
+    assert "family" in cap.out and "TOTAL" in cap.out and "PASS" in cap.out
+    data = json.loads(path.read_text())
+    assert data["ok"] and set(data["families"]) == {"mlp", "cnn"}
+    assert data["faults"]["nan"]["injected"] >= 1
+
+
+def test_cli_exits_nonzero_and_replay_reproduces_the_failure(monkeypatch, capsys):
+    monkeypatch.setattr(scheduler.GraphTask, "contribute", _contribute_reversed)
+    rc = main(["--profile", "quick", "--iterations", "3", "--families", "shared,wide",
+               "--no-faults", "--threads", "1", "--workers", "2", "--seed", "5",
+               "--no-tracemalloc", "--quiet"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "FAIL" in out
+    line = next(ln for ln in out.splitlines() if "replay: python -m stress" in ln)
+    argv = shlex.split(line.split("replay: python -m stress", 1)[1])
+    seed = int(argv[argv.index("--replay") + 1])
+    assert seed // 1_000_000 == 5
+    rc = main(argv + ["--quiet", "--no-tracemalloc"])
+    out2 = capsys.readouterr().out
+    assert rc == 1 and f"seed={seed}" in out2
+
+
+def test_bad_arguments_are_rejected(capsys):
+    assert main(["--families", "nope", "--iterations", "1", "--quiet"]) == 2
+    assert main(["--faults", "bogus", "--iterations", "1", "--quiet"]) == 2
