@@ -11,6 +11,7 @@ import threading
 import numpy as np
 
 _FLOAT_KINDS = "fc"
+_hook_list_lock = threading.Lock()  # guards creating a node's hook list once
 
 
 class Tensor:
@@ -88,8 +89,9 @@ class Tensor:
         if not self._requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that does not require grad")
         if self.grad_fn is not None:
-            if self.grad_fn.pre_hooks is None:
-                self.grad_fn.pre_hooks = []
+            with _hook_list_lock:
+                if self.grad_fn.pre_hooks is None:
+                    self.grad_fn.pre_hooks = []
             hooks = self.grad_fn.pre_hooks
         else:
             hooks = self._hooks

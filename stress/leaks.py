@@ -88,8 +88,8 @@ class LeakMonitor:
             problems.append("grad mode left disabled on the calling thread")
             pa.set_grad_enabled(True)
         if _blas is not None:
-            if not wait_for(lambda: _blas._holders == 0, 2.0):
-                problems.append(f"BLAS limit still held by {_blas._holders} call(s)")
+            if not wait_for(lambda: _blas.holders() == 0, 2.0):
+                problems.append(f"BLAS limit still held by {_blas.holders()} call(s)")
             pinned = self.h.cfg.blas_threads
             cur = _blas.current_threads()
             if pinned and cur is not None and cur != pinned:

@@ -594,14 +594,19 @@ def test_blas_limits_are_shared_and_restored_by_the_last_holder():
         before = blas.current_threads()
         if before is None:
             pytest.skip("no BLAS library found")
-        blas.acquire(1)
-        blas.acquire(1)
-        assert blas.current_threads() == 1
+        class Token:
+            pass
+
+        a, b = Token(), Token()
+        blas.acquire(a, 1)
+        blas.acquire(b, 1)
+        assert blas.current_threads() == 1 and blas.holders() == 2
         assert blas.available_threads() == before  # what the process had
-        blas.release()
+        blas.release(a)
+        blas.release(a)  # idempotent: a second release of one holder changes nothing
         assert blas.current_threads() == 1  # the other call still holds it
-        blas.release()
-        assert blas.current_threads() == before
+        blas.release(b)
+        assert blas.current_threads() == before and blas.holders() == 0
 
 
 def test_ctrl_c_in_waiting_caller_cancels_call_cleanly(engine):

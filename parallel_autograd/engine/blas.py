@@ -9,12 +9,16 @@ Thread safety: `acquire`/`release` may be called from any thread.
 """
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 
 _lock = threading.Lock()  # guards _holders, _original, _current and _controller
-_holders = 0              # parallel calls currently holding a limit
+# token -> limit, one per parallel call holding a limit; weak, so a call that was
+# cut short by Ctrl+C before it could release still lets its limit go
+_holders = weakref.WeakKeyDictionary()
 _original = None          # per-library thread counts to restore, or None
-_current = None           # the limit in force while _holders > 0
+_current = None           # the limit in force while there are holders
 _controller = None        # lazily built threadpoolctl.ThreadpoolController
 
 
@@ -36,43 +40,64 @@ def current_threads() -> int | None:
 def available_threads() -> int:
     """BLAS threads the process had before any parallel call lowered them (1 if no BLAS)."""
     with _lock:
-        if _holders and _original:
+        if _original:
             return max(n for _, n in _original)
         libs = _blas_libs()
         return max((lib.num_threads for lib in libs), default=1)
 
 
-def acquire(threads: int) -> None:
-    """Hold a limit of at most `threads` BLAS threads until `release()`."""
-    global _holders, _original, _current
+def acquire(token, threads: int) -> None:
+    """Hold a limit of at most `threads` BLAS threads until `release(token)`.
+
+    `token` is a unique weak-referenceable object (the call). Registering it is a
+    single store, release is idempotent, and a token that is garbage-collected
+    without a release stops holding: a Ctrl+C anywhere around these calls cannot
+    leak or double-count a holder.
+    """
+    global _original, _current
     with _lock:
         libs = _blas_libs()
-        if _holders == 0:
+        if not _holders and _original is not None:  # left by a vanished holder
+            _restore()
+        if _original is None:
             _original = [(lib, lib.num_threads) for lib in libs]
-            _current = None
+        _holders[token] = threads
         if _current is None or threads < _current:
             for lib in libs:
                 lib.set_num_threads(threads)
             _current = threads
-        _holders += 1
 
 
-def release() -> None:
-    global _holders, _original, _current
+def release(token) -> None:
     with _lock:
-        _holders -= 1
-        if _holders == 0 and _original is not None:
-            for lib, n in _original:
-                lib.set_num_threads(n)
-            _original = None
-            _current = None
+        _holders.pop(token, None)
+        if not _holders and _original is not None:
+            _restore()
+
+
+def _restore():
+    # caller holds _lock
+    global _original, _current
+    for lib, n in _original:
+        lib.set_num_threads(n)
+    _original = None  # cleared only once restored
+    _current = None
+
+
+def holders() -> int:
+    """Parallel calls holding a BLAS limit right now."""
+    with _lock:
+        return len(_holders)
 
 
 def _reset_after_fork() -> None:
     """In a fork child no parallel call is running: restore limits, fresh lock."""
     global _lock, _holders, _original, _current
     _lock = threading.Lock()
-    if _holders and _original is not None:
-        for lib, n in _original:
-            lib.set_num_threads(n)
-    _holders, _original, _current = 0, None, None
+    if _original is not None:
+        _restore()
+    _holders = weakref.WeakKeyDictionary()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)

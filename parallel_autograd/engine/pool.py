@@ -1,21 +1,34 @@
-"""A persistent pool of worker threads pulling ready nodes from one shared queue.
+"""A persistent pool of worker threads running the ready nodes of parallel calls.
 
-The queue is a heap of `(-seq, tiebreak, task, node, grad, owned)`: later-created
-nodes first, like PyTorch, which frees saved values early and keeps the order
-deterministic. It is guarded by `_cond`; every state change happens under it and
-is followed by a notify, and every wait re-checks its predicate in a loop.
+Each call (`GraphTask`) has its own ready queue, a heap of
+`[-seq, tiebreak, node, grad, owned, enqueued_at]`: later-created nodes first,
+like PyTorch, which frees saved values early and keeps the order deterministic.
+`_lock` (a plain Lock, only ever used with `with`) guards every call's queue,
+`_active` (calls with queued items), `_idle` (wake-up queues of sleeping
+workers), `_shutdown` and `_threads`.
 
-Callers take part: `run_until(task)` pops and runs items (of any call, which is
-what keeps a backward started from inside a worker from deadlocking) until its
-own call is done, waiting in short slices so Ctrl+C is handled promptly.
+Sleeping and waking use only C-level primitives (`queue.SimpleQueue` tokens), never
+`threading.Condition`, whose Python code a Ctrl+C can interrupt half-way, leaving
+its lock or waiter list inconsistent. A sleeper registers its queue in `_idle`
+under the lock, then waits for a token with a timeout; whoever makes work
+available takes a sleeper out of `_idle` and puts a token. Tokens persist, so a
+wake-up sent before the sleeper waits is not lost; stray tokens only cause an
+extra look at the queues.
 
-Thread safety: `submit`, `run_until` and `shutdown` may be called from any thread.
+Workers take the best item of any call that is not throttled. A thread waiting
+for its own call (`run_until`) runs only that call's items: never another caller's
+rules or hooks, and a backward started from inside a worker (reentrant) always
+makes progress because its caller can run all of its items itself.
+
+Thread safety: `submit`, `run_until`, `wake`, `queued` and `shutdown` may be called
+from any thread.
 """
 from __future__ import annotations
 
 import heapq
 import itertools
 import os
+import queue
 import threading
 import time
 import weakref
@@ -24,6 +37,7 @@ from ..grad_mode import set_grad_enabled
 from .scheduler import execute
 
 _WAIT_SLICE = 0.05  # seconds; bounds how long a waiting caller ignores Ctrl+C
+_IDLE_TIMEOUT = 1.0  # seconds; a sleeping worker re-checks (and sees a dropped pool)
 _pools = weakref.WeakSet()
 
 
@@ -47,8 +61,10 @@ class WorkerPool:
         _pools.add(self)
 
     def _init_state(self):
-        self._cond = threading.Condition()  # guards _queue, _shutdown, _threads
-        self._queue = []
+        self._lock = threading.Lock()  # guards _active, every task.queue, _idle,
+        #                                _shutdown and _threads
+        self._active = []              # calls with queued items
+        self._idle = []                # SimpleQueues of sleeping workers
         self._tiebreak = itertools.count()
         self._shutdown = False
         self._threads = []
@@ -56,121 +72,152 @@ class WorkerPool:
 
     # ---- lifecycle --------------------------------------------------------------
     def _ensure_started(self):
-        # caller holds _cond
-        if self._threads or self.num_threads == 0:
+        # caller holds _lock
+        if self._threads or self.num_threads == 0 or self._shutdown:
             return
         for i in range(self.num_threads):
             st = WorkerStats(f"{self.name}-{i}")
             t = threading.Thread(target=_worker, name=st.name, daemon=True,
-                                 args=(self._cond, weakref.ref(self), st))
+                                 args=(weakref.ref(self), st))
             self.worker_stats.append(st)
             self._threads.append(t)
             t.start()
 
     def shutdown(self, wait: bool = True) -> None:
-        """Stop the workers once the queue is drained (idempotent)."""
-        with self._cond:
+        """Stop the workers once they find no work (idempotent). Calls still running
+        finish on their callers' threads."""
+        with self._lock:
             self._shutdown = True
             threads = list(self._threads)
-            self._cond.notify_all()
-        if wait:
-            me = threading.current_thread()
+            sleepers, self._idle = self._idle, []
+        for q in sleepers:
+            q.put(None)
+        if wait and threading.current_thread() not in threads:
             for t in threads:
-                if t is not me:
-                    t.join()
+                t.join()
 
     @property
     def threads(self):
         return list(self._threads)
 
-    # ---- work -------------------------------------------------------------------
+    def queued(self) -> int:
+        """Items waiting in the queues of all calls (a snapshot, for checks and stats)."""
+        with self._lock:
+            return sum(len(t.queue) for t in self._active)
+
+    # ---- queue ------------------------------------------------------------------
     def submit(self, task, node, g, owned) -> None:
-        with self._cond:
-            if self._shutdown:
-                raise RuntimeError("cannot schedule work: the engine is closed")
+        """Queue a ready node of `task` (never refused: a running call must finish)."""
+        task.add_outstanding(1)
+        item = [-node.seq, next(self._tiebreak), node, g, owned, time.perf_counter()]
+        with self._lock:
+            heapq.heappush(task.queue, item)
+            if len(task.queue) == 1:
+                self._active.append(task)
             self._ensure_started()
-            heapq.heappush(self._queue, (-node.seq, next(self._tiebreak), task, node, g,
-                                         owned, time.perf_counter()))
-            self._cond.notify()
+            sleeper = self._idle.pop() if self._idle else None
+        task.signal.put(None)  # its caller may be waiting for this
+        if sleeper is not None:
+            sleeper.put(None)
 
-    def requeue(self, items) -> None:
-        """Put deferred items back in the queue (see backpressure in scheduler.py)."""
-        with self._cond:
-            for item in items:
-                heapq.heappush(self._queue, item)
-            self._cond.notify_all()
+    def wake(self, task) -> None:
+        """`task` became runnable again or finished: every waiter re-checks."""
+        with self._lock:
+            sleepers, self._idle = self._idle, []
+        task.signal.put(None)
+        for q in sleepers:
+            q.put(None)
 
-    def _pop(self, task=None):
-        """Pop the next item to run, skipping deferred ones; None if nothing is left.
+    def _pop(self, task):
+        # caller holds _lock. The best item of `task`, or None if it has none or is
+        # throttled.
+        q = task.queue
+        if not q or task.throttled():
+            return None
+        item = heapq.heappop(q)
+        if not q and task in self._active:  # absent if Ctrl+C cut a submit short
+            self._active.remove(task)
+        return item
 
-        Caller holds _cond. Increments the item's task.running when it returns it.
-        """
-        queue = self._queue
-        while queue:
-            item = heapq.heappop(queue)
-            if not item[2].defer_if_throttled(item):
-                return item
-        return None
+    def _pop_any(self):
+        # caller holds _lock. The highest-priority item among unthrottled calls.
+        best = None
+        for task in self._active:
+            if task.queue and not task.throttled() and (
+                    best is None or task.queue[0] < best.queue[0]):
+                best = task
+        if best is None:
+            return None, None
+        return best, self._pop(best)
 
-    def task_finished(self) -> None:
-        """Wake callers waiting for their call to end."""
-        with self._cond:
-            self._cond.notify_all()
-
+    # ---- running ----------------------------------------------------------------
     def run_until(self, task) -> None:
-        """Run queued items on the calling thread until `task` is done."""
-        cond = self._cond
-        while not task.done.is_set():
-            with cond:
-                item = self._pop()
-                while item is None and not task.done.is_set():
-                    cond.wait(_WAIT_SLICE)
-                    item = self._pop()
-                if task.done.is_set() and item is None:
-                    return
-            self.run_item(item)
-            item = None  # do not keep the item's gradient alive while waiting
+        """Run `task`'s queued items on the calling thread until it is finished."""
+        signal = task.signal
+        while not task.finished:
+            with self._lock:
+                item = self._pop(task)
+            if item is not None:
+                self.run_item(task, item)
+                item = None
+                continue
+            try:
+                signal.get(timeout=_WAIT_SLICE)  # C-level wait: safe under Ctrl+C
+            except queue.Empty:
+                pass
 
-    def run_item(self, item) -> int:
-        """Run a popped item (its task.running was already incremented by _pop)."""
-        _, _, task, node, g, owned, t_enq = item
-        task.note_dequeued(time.perf_counter() - t_enq)
+    def run_item(self, task, item) -> None:
+        """Run one popped item; the gradient is handed over, not kept here."""
         try:
-            if task.error is not None:
-                finished = task.finish_items(1)  # cancelled: skip, but count it down
-            else:
-                finished = task.context.copy().run(execute, task, node, g, owned,
-                                                   self.submit)
+            task.begin()
+            task.note_dequeued(time.perf_counter() - item[5])
+            if task.error is None:
+                first = [item[2], item[3], item[4]]
+                item[3] = None
+                task.context.copy().run(execute, task, first, self.submit)
+        except BaseException as e:  # e.g. Ctrl+C outside a rule: the call fails
+            task.fail(e, None)
+            raise
         finally:
-            task.stop_running()
-        if finished:
-            self.task_finished()
-        return finished
+            task.end()
 
 
-def _worker(cond, pool_ref, st):
+def _worker(pool_ref, st):
     set_grad_enabled(False)  # rules run on ndarrays; hooks on workers record no graph
+    wakeup = queue.SimpleQueue()
     while True:
         t0 = time.perf_counter()
-        with cond:
-            while True:
-                pool = pool_ref()
-                if pool is None:
-                    return
-                item = pool._pop()
-                if item is not None:
-                    break
-                if pool._shutdown:
-                    return
-                del pool
-                cond.wait(1.0)  # re-check now and then: a dropped pool ends its workers
+        while True:
+            pool = pool_ref()
+            if pool is None:
+                return
+            with pool._lock:
+                task, item = pool._pop_any()
+                if item is None and not pool._shutdown:
+                    pool._idle.append(wakeup)
+            if item is not None or pool._shutdown:
+                break
+            del pool
+            try:
+                wakeup.get(timeout=_IDLE_TIMEOUT)
+            except queue.Empty:
+                pass
+            pool = pool_ref()
+            if pool is None:
+                return
+            with pool._lock:
+                if wakeup in pool._idle:
+                    pool._idle.remove(wakeup)
+            del pool
+        if item is None:
+            return
         t1 = time.perf_counter()
         st.idle += t1 - t0
         try:
-            pool.run_item(item)
-        except BaseException:  # never lose a worker; errors are recorded on the task
+            pool.run_item(task, item)
+        except BaseException:  # never lose a worker; the error is recorded on the task
             pass
-        del pool, item  # do not keep the item's gradient alive while idle
+        del pool, task, item  # keep nothing alive while idle
         st.items += 1
         st.busy += time.perf_counter() - t1
 

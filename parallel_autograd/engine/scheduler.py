@@ -9,19 +9,20 @@ State of one call (`GraphTask`), all guarded by `task.lock` unless noted:
   contribution that arrives early is parked until the ones before it are added;
   the thread holding `busy` does the numpy add outside the lock.
 - `ranks`: node -> tuple of the rank of each of its outgoing edges (read-only).
-- `outstanding`: ready or running items of this call not yet finished. The call is
-  done when it drops to zero (never "the queue looks empty").
+- `outstanding`: queued items plus running `execute` calls of this call. The call
+  is done when it drops to zero (never "the queue looks empty"), or when it failed
+  and no thread still runs one of its items.
 - `error`: the first exception (first error wins); later items are skipped but
   still counted down.
-- `running`: threads executing this call's items right now; `parked`: contributions
-  parked across all slots; `deferred`: queued items held back (see backpressure).
+- `runners`: threads executing this call's items right now; `parked`: contributions
+  parked across all slots.
+- `queue`: this call's ready heavy nodes, a heap guarded by the pool's lock.
 
 Backpressure: parked contributions are memory the sequential engine never holds.
-A thread that would start a queued item of a call whose `parked >= max_parked`
-while another thread still runs that call defers the item instead; deferred items
-go back to the queue when the count drops or no thread runs the call. With nothing
-running, the highest-seq ready node is the one every parked contribution waits
-for, so progress is guaranteed.
+While a call has `parked >= max_parked` and a thread runs one of its items, no
+thread starts another of its queued items (`throttled`); the items stay queued and
+threads are woken when that ends. With nothing running, the highest-seq ready node
+is the one every parked contribution waits for, so progress is guaranteed.
 - `staged`, `captured`: leaf/retained gradients and grad() results, appended under
   the lock and committed by the caller only after the whole pass succeeded.
 
@@ -31,6 +32,7 @@ to the consumer as in the sequential engine.
 from __future__ import annotations
 
 import contextvars
+import queue
 import threading
 import time
 
@@ -101,33 +103,35 @@ class CallStats:
 class GraphTask:
     """One parallel backward call. See the module docstring for its state."""
 
-    def __init__(self, plan, stats, inline_below, max_parked=4, requeue=None):
+    def __init__(self, plan, stats, inline_below, max_parked=4, wake=None):
         self.plan = plan
-        # guards slots, outstanding, running, parked, deferred, error, stats, staged and
-        # captured (the last two are appended to by complete_gradient: list.append and
-        # dict item assignment are atomic in CPython, with or without the GIL)
+        # guards slots, outstanding, running, parked, error and stats; staged and
+        # captured are appended to by complete_gradient (list.append and dict item
+        # assignment are atomic in CPython, with or without the GIL)
         self.lock = threading.Lock()
-        self.running = 0
+        self.queue = []  # heap of this call's queued items; guarded by the pool's lock
+        self.signal = queue.SimpleQueue()  # wake-up tokens for the thread waiting on it
+        self.outstanding = 0
+        self.runners = {}  # thread ident -> items it is executing now (nested: > 1)
         self.parked = 0
         self.max_parked = max_parked
-        self.deferred = []
-        self.requeue = requeue  # callable(list of items): put deferred items back
+        self.wake = wake or _no_wake  # wake(task): waiting threads re-check (the pool's)
         self.slots = {}
         self.ranks = {}
-        self.outstanding = 0
         self.error = None
         self.error_node = None
         self.staged = []
         self.captured = {}
         self.stats = stats
         self.inline_below = inline_below
-        self.done = threading.Event()
+        self.finished = False  # set once, under the lock (see _check_done)
         self.context = contextvars.copy_context()
         self.profile = profiler.active()
 
     # ---- set-up ---------------------------------------------------------------
     def prepare(self, order):
-        """Ranks for every edge and Slots for multi-contribution nodes.
+        """Ranks for every edge and Slots for multi-contribution nodes; returns the
+        ready roots as (node, grad, owned).
 
         `order` is the plan's running nodes in decreasing seq: the order in which
         the sequential engine would send their contributions.
@@ -136,7 +140,7 @@ class GraphTask:
         counts = {}
         for node, g in plan.roots:
             counts[node] = counts.get(node, 0) + 1
-        needed, masks = plan.needed, plan.input_masks
+        masks = plan.input_masks
         ranks = self.ranks
         for node in order:
             r = []
@@ -158,9 +162,9 @@ class GraphTask:
             slot = slots.get(node)
             if slot is None:
                 ready.append((node, g, False))
-            else:
-                if self.contribute(slot, slot.next_rank, g):
-                    ready.append((node, slot.buf, slot.owned))
+            elif self.contribute(slot, slot.next_rank, g):
+                ready.append((node, slot.buf, slot.owned))
+                slot.buf = None
         return ready
 
     # ---- accumulation ---------------------------------------------------------
@@ -175,7 +179,7 @@ class GraphTask:
                 self.parked += 1
                 return False
             slot.busy = True
-        released = None
+        unthrottled = False
         try:
             while True:
                 slot.add(g)  # numpy work outside the lock; `busy` keeps others out
@@ -188,69 +192,95 @@ class GraphTask:
                     if parked and slot.next_rank in parked:
                         g = parked.pop(slot.next_rank)
                         self.parked -= 1
-                        if self.parked < self.max_parked and self.deferred:
-                            released, self.deferred = self.deferred, []
+                        if self.parked == self.max_parked - 1:
+                            unthrottled = True
                         continue
                     slot.busy = False
                     return False
         finally:
-            if released:
-                self.requeue(released)
+            if unthrottled:
+                self.wake(self)
 
-    # ---- backpressure (see the module docstring) -----------------------------------
-    def defer_if_throttled(self, item) -> bool:
-        """True if `item` was held back; caller holds the pool's condition."""
+    # ---- running state ----------------------------------------------------------
+    def throttled(self) -> bool:
+        """Backpressure: too many parked contributions while another thread runs
+        this call. Read without the lock: every change that can end it is followed
+        by `wake()`, and waits are bounded."""
+        return self.parked >= self.max_parked and bool(self.runners)
+
+    # begin/end keep `runners` exact even if Ctrl+C lands anywhere in between: each
+    # changes it with one store, and end() undoes only what begin() did.
+    def begin(self) -> None:
+        """This thread starts executing one of this call's items."""
+        tid = threading.get_ident()
         with self.lock:
-            if self.parked >= self.max_parked and self.running > 0 and self.error is None:
-                self.deferred.append(item)
-                return True
-            self.running += 1  # the caller runs it now
-            return False
+            self.runners[tid] = self.runners.get(tid, 0) + 1
 
-    def note_dequeued(self, waited: float):
+    def end(self) -> None:
+        """The item this thread took is finished (however it ended, even if
+        `begin` was interrupted before it counted)."""
+        tid = threading.get_ident()
         with self.lock:
-            self.stats.queue_wait += waited
-            self.stats.queued_runs += 1
+            n = self.runners.get(tid, 0)
+            if n > 1:
+                self.runners[tid] = n - 1
+            elif n == 1:
+                del self.runners[tid]
+            self.outstanding -= 1
+            done = self._check_done()
+            wake = done or (not self.runners and self.parked >= self.max_parked)
+        if wake:
+            self.wake(self)
 
-    def start_running(self):
+    def abandon(self) -> None:
+        """The calling thread stops working on this call (after Ctrl+C): drop its
+        runner entries so the call can end without it."""
         with self.lock:
-            self.running += 1
+            self.runners.pop(threading.get_ident(), None)
+            done = self._check_done()
+        if done:
+            self.wake(self)
 
-    def stop_running(self):
+    def add_outstanding(self, n: int) -> None:
         with self.lock:
-            self.running -= 1
-            released = None
-            if self.deferred and (self.running == 0 or self.parked < self.max_parked):
-                released, self.deferred = self.deferred, []
-        if released:
-            self.requeue(released)
+            self.outstanding += n
 
-    # ---- bookkeeping ----------------------------------------------------------
-    def fail(self, exc, node):
+    def fail(self, exc, node) -> None:
+        """Record the first error; later items of this call are skipped."""
         with self.lock:
             if self.error is None:
                 self.error = exc
                 self.error_node = node
+            done = self._check_done()
+        if done:
+            self.wake(self)
 
-    def add_outstanding(self, n):
+    def _check_done(self) -> bool:
+        # caller holds self.lock. Done: nothing queued or running, or failed and
+        # no thread still runs one of its items (queued leftovers are skipped).
+        if self.outstanding == 0 or (self.error is not None and not self.runners):
+            self.finished = True
+            return True
+        return False
+
+    def note_dequeued(self, waited: float) -> None:
         with self.lock:
-            self.outstanding += n
-
-    def finish_items(self, n) -> bool:
-        """Count down `n` finished items; True (and `done` set) when the call ends."""
-        with self.lock:
-            self.outstanding -= n
-            finished = self.outstanding == 0
-        if finished:
-            self.done.set()
-        return finished
+            self.stats.queue_wait += waited
+            self.stats.queued_runs += 1
 
 
-def execute(task, node, g, owned, push):
+def _no_wake(task):
+    pass
+
+
+def execute(task, first, push):
     """Run a ready node and every cheap node it makes ready, on this thread.
 
-    Expensive ready nodes go to `push(task, node, g, owned)` (the shared queue),
-    except one kept for this thread. Returns True if this finished the call.
+    `first` is a list [node, grad, owned]; its grad is taken out of it, so the
+    caller keeps no reference to a gradient this thread will free. Heavy ready
+    nodes go to `push(task, node, g, owned)` (the call's queue), except one kept for
+    this thread when it has nothing else to do. The caller brackets this with
+    `task.begin()` / `task.end()`; errors are recorded on the task.
     """
     plan = task.plan
     retain = plan.retain_graph
@@ -258,26 +288,26 @@ def execute(task, node, g, owned, push):
     ranks, slots = task.ranks, task.slots
     inline_below = task.inline_below
     rec = task.profile
-    stack = [(node, g, owned)]  # cheap ready nodes, run depth-first
-    tid = threading.current_thread().name
-    finished = 0
+    stack = [(first[0], first[1], first[2])]  # cheap ready nodes, run depth-first
+    first[1] = None
+    heavy = None  # one heavy ready node kept for this thread
     t_start = time.perf_counter()
-    ran = 0
-    heavy = None  # one heavy ready node kept for this thread; run once cheap work is done
-    while stack or heavy is not None:
-        if stack:
-            node, g, owned = stack.pop()
-        else:
-            (node, g, owned), heavy = heavy, None
-        ready = []
-        grads = gi = None
-        if task.error is None:
+    ran = runs = 0
+    try:
+        while stack or heavy is not None:
+            if stack:
+                node, g, owned = stack.pop()
+            else:
+                (node, g, owned), heavy = heavy, None
+            if task.error is not None:
+                break  # the call failed: drop the rest of this thread's local work
+            runs += 1
+            ready = []
             try:
+                grads = None
                 if g is not None:
                     g = complete_gradient(node, g, owned, plan, task.staged, task.captured)
-                if g is None:
-                    grads = None  # nothing flowed here, or the rule must not run
-                else:
+                if g is not None:
                     t0 = time.perf_counter() if rec is not None else 0.0
                     grads = node.input_grads(g, None if masks is None else masks[node])
                     if not retain:
@@ -286,6 +316,7 @@ def execute(task, node, g, owned, push):
                     if rec is not None:
                         rec.record(node.name, t0)
                     ran += 1
+                g = None  # drop our reference now: lowers the peak
                 r = ranks.get(node)
                 if r is not None:
                     for i, nxt in enumerate(node.next_nodes):
@@ -299,26 +330,30 @@ def execute(task, node, g, owned, push):
                         elif task.contribute(slot, k, gi):
                             ready.append((nxt, slot.buf, slot.owned))
                             slot.buf = None
+                grads = gi = None
             except BaseException as e:
                 annotate(e, node)
                 task.fail(e, node)
-                ready = []
-            g = grads = gi = None  # drop our references now: lowers the peak
-        if ready:
-            task.add_outstanding(len(ready))
+                break
+            hand_off = []
             for item in ready:
-                nxt, gi = item[0], item[1]
-                if gi is None or nxt.variable is not None or nxt.cost < inline_below:
+                nxt = item[0]
+                if item[1] is None or nxt.variable is not None or nxt.cost < inline_below:
                     stack.append(item)
-                elif heavy is None:
-                    heavy = item
                 else:
+                    hand_off.append(item)
+            ready = item = None
+            if hand_off:
+                if heavy is None and not stack:
+                    heavy = hand_off.pop(0)  # nothing else to do here: keep one
+                for item in hand_off:
                     push(task, *item)
-        finished += 1
-    stats = task.stats
-    with task.lock:
-        stats.nodes_per_thread[tid] = stats.nodes_per_thread.get(tid, 0) + ran
-        stats.busy_per_thread[tid] = stats.busy_per_thread.get(tid, 0.0) + \
-            time.perf_counter() - t_start
-        stats.inline_runs += finished - 1  # all but the item this call started with
-    return task.finish_items(finished)
+                hand_off = item = None
+    finally:
+        stats = task.stats
+        tid = threading.current_thread().name
+        with task.lock:
+            stats.nodes_per_thread[tid] = stats.nodes_per_thread.get(tid, 0) + ran
+            stats.busy_per_thread[tid] = stats.busy_per_thread.get(tid, 0.0) + \
+                time.perf_counter() - t_start
+            stats.inline_runs += max(runs - 1, 0)  # all but the item we started with

@@ -37,8 +37,8 @@ def run_plan(plan: Plan):
     order = sorted(plan.nodes, key=_by_seq, reverse=True)
     node = None
     prev_mode = is_grad_enabled()
-    set_grad_enabled(False)  # like PyTorch without create_graph: rules and hooks record nothing
     try:
+        set_grad_enabled(False)  # like PyTorch without create_graph: rules, hooks record nothing
         for node in order:
             g = pending.pop(node, None)
             if g is None:

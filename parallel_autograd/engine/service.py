@@ -16,13 +16,14 @@ import atexit
 import os
 import threading
 import time
+import weakref
 
 from ..grad_mode import is_grad_enabled, set_grad_enabled
 from . import blas
 from .completion import commit
 from .graph import plan_call
 from .pool import WorkerPool
-from .scheduler import CallStats, GraphTask
+from .scheduler import CallStats, GraphTask, execute
 from .sequential import collect, run_plan
 
 
@@ -75,6 +76,8 @@ class Engine:
         self.max_parked = max_parked
         self.limit_blas = limit_blas
         self._pool = WorkerPool(self.num_workers - 1)
+        # An engine dropped without close() still stops its threads.
+        weakref.finalize(self, self._pool.shutdown, False)
         self._closed = False
         self._lock = threading.Lock()  # guards _calls and _fallbacks
         self._calls = 0
@@ -83,7 +86,8 @@ class Engine:
 
     # ---- lifecycle --------------------------------------------------------------
     def close(self) -> None:
-        """Stop the worker threads (idempotent). Later calls raise RuntimeError."""
+        """Stop the worker threads (idempotent). New calls raise RuntimeError; calls
+        already running finish on their callers' threads. Safe from a hook."""
         self._closed = True
         self._pool.shutdown(wait=True)
 
@@ -144,8 +148,8 @@ class Engine:
         t0 = time.perf_counter()
         order = self._decide(plan, st)
         prev_mode = is_grad_enabled()
-        set_grad_enabled(False)
         try:
+            set_grad_enabled(False)
             if order is None:
                 staged, captured = run_plan(plan)
             else:
@@ -201,38 +205,37 @@ class Engine:
         return order
 
     def _run_parallel(self, plan, order, st):
-        task = GraphTask(plan, st, self.inline_below, self.max_parked, self._pool.requeue)
+        pool = self._pool
+        task = GraphTask(plan, st, self.inline_below, self.max_parked, pool.wake)
         ready = task.prepare(order)
-        if self.limit_blas:
-            st.blas_threads = max(1, usable_cores() // self.num_workers)
-            blas.acquire(st.blas_threads)
         try:
+            if self.limit_blas:
+                st.blas_threads = max(1, usable_cores() // self.num_workers)
+                blas.acquire(task, st.blas_threads)
             if ready:
-                task.add_outstanding(len(ready))
-                for item in ready[1:]:
-                    self._pool.submit(task, *item)
-                task.start_running()
+                first = list(ready.pop())
+                for item in ready:
+                    pool.submit(task, *item)
+                ready = None
+                task.add_outstanding(1)
                 try:
-                    finished = task.context.run(_execute_first, task, ready[0], self._pool)
+                    task.begin()
+                    task.context.run(execute, task, first, pool.submit)
                 finally:
-                    task.stop_running()
-                if finished:
-                    self._pool.task_finished()
-                self._pool.run_until(task)
-        except BaseException as e:  # Ctrl+C while waiting: cancel this call's items
+                    task.end()
+                first = None
+                pool.run_until(task)
+        except BaseException as e:  # e.g. Ctrl+C: cancel the call's remaining items
             task.fail(e, None)
+            task.abandon()
+            pool.run_until(task)  # done once no other thread runs its items
             raise
         finally:
             if self.limit_blas:
-                blas.release()
+                blas.release(task)
         if task.error is not None:
             raise task.error
         return task.staged, task.captured
-
-
-def _execute_first(task, item, pool):
-    from .scheduler import execute
-    return execute(task, *item, pool.submit)
 
 
 def _seq(node):
