@@ -13,6 +13,16 @@ def _list(text, cast=str):
     return tuple(cast(x.strip()) for x in text.split(",") if x.strip())
 
 
+def _kinds(text):
+    """Fault kinds; 'all' stands for every default kind (so 'all,stall' adds the opt-in)."""
+    out = []
+    for k in _list(text):
+        for kk in (faults.KINDS if k == "all" else (k,)):
+            if kk not in out:
+                out.append(kk)
+    return tuple(out)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m stress",
@@ -40,7 +50,7 @@ def parse_args(argv=None):
     p.add_argument("--families", type=_list, default=tuple(graphs.FAMILIES),
                    metavar="F1,F2", help="graph families (default all: "
                                          + ",".join(graphs.FAMILIES) + ")")
-    p.add_argument("--faults", type=lambda s: faults.KINDS if s == "all" else _list(s),
+    p.add_argument("--faults", type=_kinds,
                    nargs="?", const=faults.KINDS, default=faults.KINDS, metavar="KINDS",
                    help="fault kinds to inject, comma-separated or 'all' (the default: "
                         + ",".join(faults.KINDS) + "; opt-in: " + ",".join(faults.OPT_IN) + ")")

@@ -338,3 +338,27 @@ def test_cli_exits_nonzero_and_replay_reproduces_the_failure(monkeypatch, capsys
 def test_bad_arguments_are_rejected(capsys):
     assert main(["--families", "nope", "--iterations", "1", "--quiet"]) == 2
     assert main(["--faults", "bogus", "--iterations", "1", "--quiet"]) == 2
+
+
+def test_regression_no_hang_on_shared_leaves_with_four_workers():
+    """The harness found this graph hanging the engine of e715697 (about one call in
+    a hundred): GraphTask.contribute overwrote `released` when a second batch of
+    deferred items was released in the same loop, losing queued items, so the call
+    never completed. Run it enough times to notice if that comes back."""
+    case = graphs.build("shared", 3000015, 1.0)
+    wd = Watchdog().start()
+    eng = pa.Engine(4, min_nodes=0, min_work=0, min_width=0, inline_below=0)
+    try:
+        from threadpoolctl import threadpool_limits
+        with threadpool_limits(1, user_api="blas"):
+            for i in range(120):
+                g = wd.guard(10.0, f"call {i}")
+                try:
+                    with g:
+                        eng.backward(case.root, case.seed_grad, retain_graph=True)
+                except HangDetected:
+                    pass
+                assert not g.fired, f"call {i} hung:\n{g.dump}"
+    finally:
+        eng.close()
+        wd.stop()
