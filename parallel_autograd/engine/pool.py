@@ -83,6 +83,11 @@ class WorkerPool:
             self._threads.append(t)
             t.start()
 
+    def start(self) -> None:
+        """Start the worker threads if they are not running (idempotent)."""
+        with self._lock:
+            self._ensure_started()
+
     def shutdown(self, wait: bool = True) -> None:
         """Stop the workers once they find no work (idempotent). Calls still running
         finish on their callers' threads."""
@@ -174,7 +179,7 @@ class WorkerPool:
             if task.error is None:
                 first = [item[2], item[3], item[4]]
                 item[3] = None
-                task.context.copy().run(execute, task, first, self.submit)
+                task.context.copy().run(execute, task, first, self)
         except BaseException as e:  # e.g. Ctrl+C outside a rule: the call fails
             task.fail(e, None)
             raise

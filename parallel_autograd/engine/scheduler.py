@@ -124,6 +124,7 @@ class GraphTask:
         self.captured = {}
         self.stats = stats
         self.inline_below = inline_below
+        self.share_cheap = False  # hand cheap nodes to idle workers (free-threaded builds)
         self.finished = False  # set once, under the lock (see _check_done)
         self.context = contextvars.copy_context()
         self.profile = profiler.active()
@@ -273,14 +274,17 @@ def _no_wake(task):
     pass
 
 
-def execute(task, first, push):
+def execute(task, first, pool):
     """Run a ready node and every cheap node it makes ready, on this thread.
 
     `first` is a list [node, grad, owned]; its grad is taken out of it, so the
     caller keeps no reference to a gradient this thread will free. Heavy ready
-    nodes go to `push(task, node, g, owned)` (the call's queue), except one kept for
-    this thread when it has nothing else to do. The caller brackets this with
-    `task.begin()` / `task.end()`; errors are recorded on the task.
+    nodes go to `pool.submit(task, node, g, owned)` (the call's queue), except one
+    kept for this thread when it has nothing else to do. With `task.share_cheap`
+    (no GIL: small kernels do overlap), the oldest cheap node on this thread's stack
+    is handed to the pool whenever a worker sleeps, so idle workers get whole
+    subgraphs. The caller brackets this with `task.begin()` / `task.end()`; errors
+    are recorded on the task.
     """
     plan = task.plan
     retain = plan.retain_graph
@@ -288,6 +292,8 @@ def execute(task, first, push):
     ranks, slots = task.ranks, task.slots
     inline_below = task.inline_below
     rec = task.profile
+    push = pool.submit
+    idle = pool._idle if task.share_cheap else None  # read racily: only a hint
     stack = [(first[0], first[1], first[2])]  # cheap ready nodes, run depth-first
     first[1] = None
     heavy = None  # one heavy ready node kept for this thread
@@ -349,6 +355,8 @@ def execute(task, first, push):
                 for item in hand_off:
                     push(task, *item)
                 hand_off = item = None
+            if idle and len(stack) > 1:
+                push(task, *stack.pop(0))
     finally:
         stats = task.stats
         tid = threading.current_thread().name
