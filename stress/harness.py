@@ -237,16 +237,26 @@ class Harness:
                            deadline, f"{label} sequential")
         if not self._clean(out, family, seed, "sequential backward"):
             return
-        ref = [t.grad for t in leaves]
+        ref = [None if t.grad is None else np.array(t.grad, copy=True) for t in leaves]
         out = self.guarded(lambda: pa.grad([case.root], inputs, [case.seed_grad],
                                            retain_graph=True, allow_unused=True),
                            deadline, f"{label} sequential grad()")
         if not self._clean(out, family, seed, "sequential grad()"):
             return
         ref_g = out.value
+        # accumulation across calls: a second backward on top of the first
+        twice = rng.random() < 0.5
+        if twice:
+            out = self.guarded(lambda: pa.backward(case.root, case.seed_grad, retain_graph=True),
+                               deadline, f"{label} sequential, second call")
+            if not self._clean(out, family, seed, "sequential backward, second call into "
+                                                  "the same leaves"):
+                return
+            ref2 = [t.grad for t in leaves]
         targets = self.targets(rng, case.nodes)
         k = int(rng.integers(len(targets)))
         targets = targets[:k] + targets[k + 1:] + [targets[k]]  # the last frees the graph
+        k2 = int(rng.integers(len(targets)))
         do_grad = case.nodes <= self.cfg.big_nodes
         for i, (w, variant) in enumerate(targets):
             if self.stop_reason:
@@ -254,6 +264,20 @@ class Harness:
             eng = self.engine(w, variant)
             who = f"{variant} x{w}"
             final = i == len(targets) - 1
+            if twice and i == k2:
+                set_grads(leaves, priors)
+                for n in (1, 2):
+                    out = self.guarded(lambda: eng.backward(case.root, case.seed_grad,
+                                                            retain_graph=True),
+                                       deadline, f"{label} {who} backward, call {n}")
+                    if not self._clean(out, family, seed, f"{who} backward, call {n} into "
+                                                          f"the same leaves"):
+                        break
+                else:
+                    problems = [d for d in (diff(r, t.grad, f"leaf {j} {t.shape} {t.dtype}")
+                                            for j, (r, t) in enumerate(zip(ref2, leaves))) if d]
+                    self._mismatch(family, seed, f"{who} two backward calls", len(leaves),
+                                   problems)
             if do_grad or final:
                 out = self.guarded(
                     lambda: eng.grad([case.root], inputs, [case.seed_grad], retain_graph=True,

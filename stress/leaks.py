@@ -168,7 +168,7 @@ class LeakMonitor:
             out = h.guarded(lambda: eng.backward(case.root, case.seed_grad),
                             h.cfg.deadline, "lifecycle engine")
             if out.hang or out.exc is not None:
-                h.fail("error", "(lifecycle)", None,
+                h.fail("hang" if out.hang else "error", "(lifecycle)", None,
                        f"a fresh engine failed a small graph: {out.describe()}",
                        {"stacks": out.dump} if out.dump else None)
                 return

@@ -12,9 +12,10 @@
 When a guard outlives its deadline the watchdog thread dumps all stacks
 (faulthandler, plus a thread-name legend), then raises `HangDetected` in the
 guarded thread (PyThreadState_SetAsyncExc), like a Ctrl+C: only while that
-thread is seen waiting (its innermost Python frame in threading.py, e.g. an
-engine caller's sliced condition wait), so the exception lands where a Ctrl+C
-is expected rather than in the middle of bookkeeping. It is raised again every
+thread is seen waiting (its innermost Python frame in threading.py, or not
+moving between two polls: blocked in a C-level wait such as an engine caller's
+sliced queue wait), so the exception lands where a Ctrl+C is expected rather
+than in the middle of bookkeeping. It is raised again every
 `reinject` seconds while the thread stays inside the guard (a caller may wait
 again to clean up after the first one). A thread never seen waiting (a busy
 loop) gets it anyway after `grace / 2`. If the thread is still inside the guard
@@ -47,12 +48,17 @@ def dump_all_stacks() -> str:
     return text + "\nThreads:\n" + "\n".join(names) + "\n"
 
 
-def _waiting(tid: int) -> bool:
-    """True if thread `tid` is blocked in a wait (innermost frame in threading.py)."""
-    frame = sys._current_frames().get(tid)
+def _waiting(g) -> bool:
+    """True if the guarded thread is blocked: its innermost Python frame is in
+    threading.py/queue.py, or it has not moved since the last poll (a C-level wait
+    such as SimpleQueue.get or time.sleep, or one long kernel)."""
+    frame = sys._current_frames().get(g.tid)
     if frame is None:
         return False
-    return frame.f_code.co_filename.endswith(("threading.py", "queue.py"))
+    where = (id(frame), frame.f_lasti)
+    still = where == g.last_seen
+    g.last_seen = where
+    return still or frame.f_code.co_filename.endswith(("threading.py", "queue.py"))
 
 
 def _async_raise(tid: int, exc_type) -> int:
@@ -71,6 +77,7 @@ class Guard:
         self.fired = False
         self.fired_at = None
         self.raised = 0      # HangDetected injections so far
+        self.last_seen = None
         self.raised_at = None
         self.stuck = False
         self.dump = None
@@ -144,7 +151,7 @@ class Watchdog:
                         continue
                     if (g.raise_in_thread and not g.stuck
                             and (g.raised_at is None or now > g.raised_at + self.reinject)
-                            and (_waiting(g.tid) or now > g.fired_at + self.grace / 2)):
+                            and (_waiting(g) or now > g.fired_at + self.grace / 2)):
                         _async_raise(g.tid, HangDetected)
                         g.raised += 1
                         g.raised_at = now

@@ -362,3 +362,28 @@ def test_regression_no_hang_on_shared_leaves_with_four_workers():
     finally:
         eng.close()
         wd.stop()
+
+
+ZERO_D_BUG = ("engine bug: a 0-d leaf whose gradient is summed back from a broadcast gets "
+              "a numpy scalar (np.float32/np.float64) as .grad instead of a 0-d ndarray "
+              "(unbroadcast's g.sum() over every axis), so the next backward into it raises "
+              "TypeError 'cannot accumulate into it' - in both engines")
+
+
+@pytest.mark.xfail(strict=True, reason=ZERO_D_BUG)
+def test_engine_bug_zero_d_leaf_grad_accumulates_across_calls():
+    x = pa.tensor(np.array(1.5, dtype=np.float32), requires_grad=True)
+    w = pa.tensor(np.ones(3, dtype=np.float32))
+    pa.backward((x * w).sum())
+    assert isinstance(x.grad, np.ndarray)
+    pa.backward((x * w).sum())
+    assert x.grad.shape == () and x.grad == 6.0
+
+
+@pytest.mark.xfail(strict=True, reason=ZERO_D_BUG)
+def test_engine_bug_zero_d_leaf_found_by_the_harness():
+    """The harness's own report of it: `python -m stress --replay 22 --families broadcast
+    --threads 1 --profile quick --no-faults` (two backward calls into the same leaves)."""
+    rep = run(quick(replay=22, families=("broadcast",), faults=(), threads=1,
+                    tracemalloc=False))
+    assert rep.ok, rep.summary()
