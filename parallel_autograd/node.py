@@ -104,6 +104,8 @@ class Node:
                 gi = unbroadcast(gi, shape, self.name)
             if gi.dtype != dtype:
                 gi = gi.astype(dtype)
+            if type(gi) is not np.ndarray:  # a full reduction gives a numpy scalar
+                gi = np.asarray(gi)
             out.append(gi)
         return out
 

@@ -370,7 +370,6 @@ ZERO_D_BUG = ("engine bug: a 0-d leaf whose gradient is summed back from a broad
               "TypeError 'cannot accumulate into it' - in both engines")
 
 
-@pytest.mark.xfail(strict=True, reason=ZERO_D_BUG)
 def test_engine_bug_zero_d_leaf_grad_accumulates_across_calls():
     x = pa.tensor(np.array(1.5, dtype=np.float32), requires_grad=True)
     w = pa.tensor(np.ones(3, dtype=np.float32))
@@ -380,7 +379,6 @@ def test_engine_bug_zero_d_leaf_grad_accumulates_across_calls():
     assert x.grad.shape == () and x.grad == 6.0
 
 
-@pytest.mark.xfail(strict=True, reason=ZERO_D_BUG)
 def test_engine_bug_zero_d_leaf_found_by_the_harness():
     """The harness's own report of it: `python -m stress --replay 22 --families broadcast
     --threads 1 --profile quick --no-faults` (two backward calls into the same leaves)."""
