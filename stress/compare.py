@@ -75,7 +75,10 @@ def parse_args(argv=None):
                    help="measure a workload again when other processes used more than "
                         "this many cores meanwhile (default 0.25)")
     p.add_argument("--retries", type=int, default=None,
-                   help="how many times at most (default 2, --quick 0)")
+                   help="how many times at most (default 1, --quick 0)")
+    p.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                   help="before timing a workload, wait up to this long for other "
+                        "processes to use less than --noisy cores (default 0: no wait)")
     p.add_argument("--raw-out", help=argparse.SUPPRESS)  # child mode: one setting's raw JSON
     args = p.parse_args(argv)
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
@@ -87,7 +90,7 @@ def parse_args(argv=None):
     if args.reps < 1:
         p.error("--reps must be >= 1")
     if args.retries is None:
-        args.retries = 0 if args.quick else 2
+        args.retries = 0 if args.quick else 1
     if args.size is None:
         args.size = "quick" if args.quick else "full"
     if args.timeline is None:
@@ -254,6 +257,19 @@ class Contention:
         return max(0.0, foreign / (end[2] - self.start[2]))
 
 
+def wait_quiet(limit: float, noisy: float, name: str) -> None:
+    """Sleep in 2-second windows until other processes use <= `noisy` cores (or `limit`
+    seconds have passed)."""
+    deadline = time.perf_counter() + limit
+    while time.perf_counter() < deadline:
+        meter = Contention()
+        time.sleep(2.0)
+        busy = meter.cores()
+        if busy is None or busy <= noisy:
+            return
+        log(f"  {name}: waiting for a quieter machine (other processes use {busy:.2f} cores)")
+
+
 def time_configs(w, data, configs, reps, pa):
     """`reps` interleaved rounds (order rotated each round) of every configuration."""
     times = {c: [] for c in configs}
@@ -281,6 +297,7 @@ def measure_workload(w, args, workers, cores, pa, torch, keep_timeline=False) ->
         run_once(w, data, c, pa)
     attempts = []
     for attempt in range(args.retries + 1):
+        wait_quiet(args.wait_quiet, args.noisy, w.name)
         attempts.append(time_configs(w, data, configs, args.reps, pa))
         busy = attempts[-1]["contention"]
         if busy is None or busy <= args.noisy:
