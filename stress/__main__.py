@@ -34,8 +34,8 @@ def parse_args(argv=None):
     budget.add_argument("--duration", type=float, metavar="S",
                         help="run for S seconds (finishing the unit in progress)")
     budget.add_argument("--iterations", type=int, metavar="N",
-                        help="run N units (graph + concurrency + fault each); default: one "
-                             "unit per family")
+                        help="run N units (graph + concurrency + fault each); with neither "
+                             "this nor --duration: 60 seconds")
     budget.add_argument("--replay", type=int, metavar="SEED",
                         help="re-run the unit with this graph seed (from a failure line) for "
                              "each of --families and --faults")

@@ -48,7 +48,7 @@ PROFILES = {
 @dataclasses.dataclass
 class Config:
     duration: float | None = None       # seconds; the run ends after the unit in progress
-    iterations: int | None = None       # units (graphs per check); both None: 1 unit/family
+    iterations: int | None = None       # units (graph + checks); both None: 60 seconds
     seed: int = 0
     workers: tuple = (1, 2, 4)
     threads: int = 4                    # concurrency mode callers (1: off)
@@ -201,12 +201,10 @@ class Harness:
         replay = self.replay_cmd(family, seed, fault) if seed is not None and \
             family in self.gens else None
         f = self.report.fail(Failure(kind, family, seed, message, replay, details))
-        if family in self.gens:
-            st = self.report.fam(family)
-            if kind == "hang":
-                st.hangs += 1
-            elif kind in ("error", "lost-fault", "wrong-fault"):
-                st.errors += 1
+        if kind == "hang":
+            self.report.fam(family).hangs += 1
+        elif kind in ("error", "lost-fault", "wrong-fault"):
+            self.report.fam(family).errors += 1
         if self.cfg.fail_fast and self.stop_reason is None:
             self.stop_reason = f"first failure ({kind}) with --fail-fast"
         return f
@@ -465,9 +463,10 @@ class Harness:
                     yield f, cfg.replay, k
             return
         n = cfg.iterations
-        if n is None and cfg.duration is None:
-            n = len(fams) * max(1, len(kinds))
-        end = None if cfg.duration is None else time.monotonic() + cfg.duration
+        duration = cfg.duration
+        if n is None and duration is None:
+            duration = 60.0
+        end = None if duration is None else time.monotonic() + duration
         i = 0
         while (n is None or i < n) and (end is None or time.monotonic() < end):
             kind = kinds[i % len(kinds)] if kinds else None

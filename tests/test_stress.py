@@ -364,13 +364,10 @@ def test_regression_no_hang_on_shared_leaves_with_four_workers():
         wd.stop()
 
 
-ZERO_D_BUG = ("engine bug: a 0-d leaf whose gradient is summed back from a broadcast gets "
-              "a numpy scalar (np.float32/np.float64) as .grad instead of a 0-d ndarray "
-              "(unbroadcast's g.sum() over every axis), so the next backward into it raises "
-              "TypeError 'cannot accumulate into it' - in both engines")
-
-
-def test_engine_bug_zero_d_leaf_grad_accumulates_across_calls():
+def test_regression_zero_d_leaf_grad_accumulates_across_calls():
+    """Found by the harness (fixed in f9249dc): a 0-d leaf whose gradient was summed
+    back from a broadcast got a numpy scalar as .grad, so the next backward into it
+    raised TypeError 'cannot accumulate into it', in both engines."""
     x = pa.tensor(np.array(1.5, dtype=np.float32), requires_grad=True)
     w = pa.tensor(np.ones(3, dtype=np.float32))
     pa.backward((x * w).sum())
@@ -379,9 +376,10 @@ def test_engine_bug_zero_d_leaf_grad_accumulates_across_calls():
     assert x.grad.shape == () and x.grad == 6.0
 
 
-def test_engine_bug_zero_d_leaf_found_by_the_harness():
-    """The harness's own report of it: `python -m stress --replay 22 --families broadcast
-    --threads 1 --profile quick --no-faults` (two backward calls into the same leaves)."""
+def test_regression_zero_d_leaf_replayed_by_the_harness():
+    """The harness's own report of that bug: `python -m stress --replay 22 --families
+    broadcast --threads 1 --profile quick --no-faults` (two backward calls into the same
+    leaves)."""
     rep = run(quick(replay=22, families=("broadcast",), faults=(), threads=1,
                     tracemalloc=False))
     assert rep.ok, rep.summary()
