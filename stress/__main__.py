@@ -71,7 +71,7 @@ def parse_args(argv=None):
                    help="after a hang: go on with the next check, or stop the run")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failure")
     p.add_argument("--checkpoint-every", type=float, default=None, metavar="S",
-                   help="seconds between leak checkpoints (default: 10, quick profile 2)")
+                   help="seconds between leak checkpoints (default: 10, quick profile 3)")
     p.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false",
                    help="skip the tracemalloc leak probe at checkpoints")
     p.add_argument("--rss-limit-mb", type=float, default=1024.0,

@@ -37,7 +37,6 @@ import parallel_autograd as pa
 
 from . import graphs
 from .checks import Outcome, diff, make_priors, set_grads, snapshot, unchanged
-from .report import Failure
 
 KINDS = ("node_error", "hook_error", "nan", "reentrant", "interrupt", "freed_graph")
 OPT_IN = ("stall",)
@@ -223,7 +222,7 @@ class FaultRun:
         return self.compare(seq, par, so, po, "re-run after the fault")
 
 
-# ---- the kinds ------------------------------------------------------------------------------------
+# ---- the kinds --------------------------------------------------------------------------------
 def _expect_error(fr, seq, par, so, po, expected_type, token):
     """Both sides must raise `expected_type` (carrying `token` if given), naming the
     failing op, and change no .grad. Returns True if the fault surfaced correctly."""

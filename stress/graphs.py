@@ -405,7 +405,8 @@ def gen_broadcast(ctx):
         pool.append(y)
     total = None
     for t in pool[-ctx.int(1, 6):]:
-        s = t.sum() if ctx.coin(0.7) else pa.broadcast_to(t, np.broadcast_shapes(t.shape, (A, B, C)))
+        full = np.broadcast_shapes(t.shape, (A, B, C))
+        s = t.sum() if ctx.coin(0.7) else pa.broadcast_to(t, full)
         total = s if total is None else total + s
     return total
 
