@@ -2,7 +2,15 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test bench bench-quick stress clean
+.PHONY: test bench bench-quick stress clean freethreaded test-ft stress-ft bench-ft
+
+# Free-threaded CPython 3.13t (GIL disabled): see tools/build_freethreaded.sh. The venv lives in
+# $(FT_CACHE); the interpreter build is cached per machine (FT_BUILD_CACHE, ~/.cache/...).
+FT_CACHE ?= .cache/freethreaded
+export FT_CACHE
+FT_PY = $(abspath $(FT_CACHE))/venv/bin/python
+# PYTHON_GIL=0 would force the GIL off even past an extension that needs it: never inherit it.
+FT_RUN = env -u PYTHON_GIL $(FT_PY)
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,5 +30,20 @@ bench-quick: $(VENV)/.installed
 stress: $(VENV)/.installed
 	$(PY) -m stress --duration 60
 
+# Builds (first time, a few minutes) or reuses the ft interpreter and its venv, reinstalls the
+# package; the last line printed is the venv's interpreter.
+freethreaded:
+	@bash tools/build_freethreaded.sh
+
+test-ft: freethreaded
+	$(FT_RUN) -m pytest
+
+stress-ft: freethreaded
+	$(FT_RUN) -m stress --duration 60
+
+# Extra arguments for the comparison: make bench-ft BENCH_FT_ARGS=--quick
+bench-ft: freethreaded
+	$(FT_RUN) -m stress.compare $(BENCH_FT_ARGS)
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(FT_CACHE)/venv build *.egg-info
