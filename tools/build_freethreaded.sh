@@ -22,6 +22,7 @@
 #                   (downloads, and the built interpreter under cpython-<version>/), shared by
 #                   every checkout on the machine so CI's fresh clones reuse it.
 set -euo pipefail
+shopt -s inherit_errexit  # errexit inside $(...) too (the build runs in one)
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FT_CACHE=${FT_CACHE:-$ROOT/.cache/freethreaded}
