@@ -335,7 +335,8 @@ def measure_workload(w, args, workers, cores, pa, torch, keep_timeline=False) ->
         tl, _ = w.build_torch(data)
         res["torch_nodes"] = _torch_nodes(tl)
         del tl
-    res["timeline"] = timeline(w, data, cores, pa, keep_events=keep_timeline)
+    res["timeline"] = timeline(w, data, cores, pa, keep_events=keep_timeline,
+                               calls=1 if args.quick else 3)
     phases["timeline"] = time.perf_counter() - t0 - sum(phases.values())
     res["phase_seconds"] = phases
     return res
@@ -581,7 +582,7 @@ def _plot_timeline(ax, raws) -> None:
     ax.set_yticks(range(len(lanes)))
     ax.set_yticklabels(lanes)
     ax.set_xlabel("ms since the call started")
-    ax.set_title(f"timeline of one backward_parallel call (median of 3 profiled): {name}, "
+    ax.set_title(f"timeline of one backward_parallel call (median of those profiled): {name}, "
                  f"{s} malloc, {raw['cores']} workers, {r['timeline']['wall'] * 1e3:.1f} ms")
     from matplotlib.patches import Patch
     ax.legend(handles=[Patch(color=color[o], label=o) for o in ops], fontsize=7,
