@@ -17,13 +17,23 @@ def _as_matrices(g, a, b):
     return g, a, b
 
 
+def _folds(a, b):
+    # (..., n, k) @ (k, m): fold the batch dims into rows, one 2-D GEMM instead of a
+    # batched product (numpy's batched matmul with a broadcast operand is much slower)
+    return a.ndim > 2 and b.ndim == 2
+
+
 def _matmul_vjp_a(g, ans, a, b):
+    if _folds(a, b):
+        return (g.reshape(-1, g.shape[-1]) @ b.T).reshape(a.shape)
     g2, a2, b2 = _as_matrices(g, a, b)
     r = g2 @ np.swapaxes(b2, -1, -2)
     return r[..., 0, :] if a.ndim == 1 else r   # batch dims are summed by the node
 
 
 def _matmul_vjp_b(g, ans, a, b):
+    if _folds(a, b):
+        return a.reshape(-1, a.shape[-1]).T @ g.reshape(-1, g.shape[-1])
     g2, a2, b2 = _as_matrices(g, a, b)
     r = np.swapaxes(a2, -1, -2) @ g2
     return r[..., 0] if b.ndim == 1 else r
