@@ -550,7 +550,21 @@ def test_chain_falls_back_for_no_width():
 
 
 def test_profile_records_worker_timeline(engine, tmp_path):
-    loss, _ = random_dag(6, delays=True)
+    # Two nodes that can only finish together: both threads must run one, whatever the load.
+    barrier = threading.Barrier(2, timeout=10)
+
+    class Meet(pa.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            barrier.wait()
+            return g
+
+    x = pa.tensor(np.ones(4), requires_grad=True)
+    loss = Meet.apply(x * 2).sum() + Meet.apply(x * 3).sum()
     with pa.profile() as prof:
         engine.backward(loss)
     evs = prof.events
