@@ -1,7 +1,8 @@
 """parallel_autograd: reverse-mode autodiff on numpy with a parallel backward engine."""
 # tensor first: it wires operators to the op modules, which import Tensor.
 from .tensor import Tensor, tensor  # noqa: I001
-from . import nn  # noqa: F401
+from . import allocator, nn  # noqa: F401
+from .allocator import tune_allocator
 from .creation import arange, ones, randn, zeros
 from .engine.sequential import backward, grad
 from .engine.service import Engine, backward_parallel, default_engine, grad_parallel
