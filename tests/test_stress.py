@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import queue
 import threading
 import time
 
@@ -281,9 +282,14 @@ def test_watchdog_breaks_a_waiting_call_and_dumps_stacks():
         t0 = time.monotonic()
         with pytest.raises(HangDetected):
             with g:
-                ev = threading.Event()
-                while not ev.wait(0.01):
-                    pass
+                # A C-level wait, like the engine's: threading.Event.wait is Python code
+                # that an asynchronous exception can cut half-way (its lock then fails).
+                never = queue.SimpleQueue()
+                while True:
+                    try:
+                        never.get(timeout=0.01)
+                    except queue.Empty:
+                        pass
         assert g.fired and time.monotonic() - t0 < 5
         assert "test_watchdog_breaks" in g.dump and "Threads:" in g.dump
         g2 = wd.guard(5.0, "fast")
