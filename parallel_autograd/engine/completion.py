@@ -1,6 +1,6 @@
 """What happens when a node's gradient is complete, shared by both engines.
 
-`complete_gradient` runs the tensor hooks, records captures and leaf/retained
+`run_node` is the per-node step of both engines. `complete_gradient` runs the tensor hooks, records captures and leaf/retained
 gradients (staged, never written yet), and gives the engine the gradient its rule
 must run on (None if it must not run). `commit` writes staged gradients to `.grad` only after the whole
 pass succeeded, so a failed call leaves every `.grad` exactly as it was.
@@ -59,6 +59,25 @@ def complete_gradient(node, g, owned, plan, staged, captured):
             staged.append((node.variable, g, owned))
         return None
     return g if plan.runs is None or node in plan.runs else None
+
+
+def run_node(node, g, owned, plan, staged, captured, rec):
+    """Complete `node`'s gradient (`complete_gradient`) and run its rule: the input
+    gradients, or None if the rule must not run. Frees the saved values unless
+    retain_graph and records the rule in the profiler `rec` (None: off). The per-node
+    step both engines share."""
+    g = complete_gradient(node, g, owned, plan, staged, captured)
+    if g is None:
+        return None
+    t0 = rec.now() if rec is not None else 0.0
+    masks = plan.input_masks
+    grads = node.input_grads(g, None if masks is None else masks[node])
+    if not plan.retain_graph:
+        node.saved = None
+        node.released = True
+    if rec is not None:
+        rec.record(node.name, t0)
+    return grads
 
 
 def commit(staged) -> None:

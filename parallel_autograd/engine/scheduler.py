@@ -39,7 +39,7 @@ import time
 import numpy as np
 
 from .. import profiler
-from .completion import annotate, complete_gradient
+from .completion import annotate, run_node
 
 
 class Slot:
@@ -287,8 +287,6 @@ def execute(task, first, pool):
     are recorded on the task.
     """
     plan = task.plan
-    retain = plan.retain_graph
-    masks = plan.input_masks
     ranks, slots = task.ranks, task.slots
     inline_below = task.inline_below
     rec = task.profile
@@ -311,17 +309,9 @@ def execute(task, first, pool):
             ready = []
             try:
                 grads = None
-                if g is not None:
-                    g = complete_gradient(node, g, owned, plan, task.staged, task.captured)
-                if g is not None:
-                    t0 = time.perf_counter() if rec is not None else 0.0
-                    grads = node.input_grads(g, None if masks is None else masks[node])
-                    if not retain:
-                        node.saved = None
-                        node.released = True
-                    if rec is not None:
-                        rec.record(node.name, t0)
-                    ran += 1
+                if g is not None:  # else nothing flowed here: pass "no gradient" on
+                    grads = run_node(node, g, owned, plan, task.staged, task.captured, rec)
+                    ran += grads is not None
                 g = None  # drop our reference now: lowers the peak
                 r = ranks.get(node)
                 if r is not None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import profiler
 from ..grad_mode import is_grad_enabled, set_grad_enabled
-from .completion import annotate, commit, complete_gradient
+from .completion import annotate, commit, run_node
 from .graph import Plan, plan_call
 
 
@@ -31,8 +31,6 @@ def run_plan(plan: Plan):
     for node, g in plan.roots:
         _add(pending, owned, node, g)
     staged, captured = [], {}
-    retain = plan.retain_graph
-    runs, masks = plan.runs, plan.input_masks
     rec = profiler.active()
     order = sorted(plan.nodes, key=_by_seq, reverse=True)
     node = None
@@ -43,17 +41,9 @@ def run_plan(plan: Plan):
             g = pending.pop(node, None)
             if g is None:
                 continue
-            g = complete_gradient(node, g, node in owned, plan, staged, captured)
-            if g is None:  # a leaf, or not needed by grad(); else g is after hooks
+            grads = run_node(node, g, node in owned, plan, staged, captured, rec)
+            if grads is None:  # a leaf, or not needed by grad()
                 continue
-            if rec is not None:
-                t0 = rec.now()
-            grads = node.input_grads(g, None if masks is None else masks[node])
-            if not retain:
-                node.saved = None
-                node.released = True
-            if rec is not None:
-                rec.record(node.name, t0)
             for nxt, gi in zip(node.next_nodes, grads):
                 if gi is not None:
                     _add(pending, owned, nxt, gi)
