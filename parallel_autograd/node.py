@@ -30,9 +30,6 @@ def next_seq() -> int:
         return next(_seq_counter)
 
 
-_EMPTY_KWARGS: dict = {}
-
-
 class Node:
     """One recorded op. Immutable after creation except `saved` (freed by backward)."""
 
@@ -50,7 +47,7 @@ class Node:
         self.saved = saved
         self.vjps = vjps                    # tuple[callable | None] or None
         self.joint = joint                  # callable(g, *saved) -> tuple, or None
-        self.kwargs = kwargs or _EMPTY_KWARGS
+        self.kwargs = kwargs or None        # dict of keyword arguments for the rules
         self.seq = next_seq()
         self.pre_hooks = None               # list of fn(grad) -> grad | None
         self.retained = None                # weakref to the output tensor (retain_grad)
@@ -83,8 +80,14 @@ class Node:
                     f"{self.name}.backward returned {len(grads)} gradients, "
                     f"expected {len(self.next_nodes)} (one per input)")
         else:
-            kwargs = self.kwargs
-            if mask is None:
+            kwargs = self.kwargs  # None when empty: no shared {} to touch (free-threading)
+            if kwargs is None:
+                if mask is None:
+                    grads = [None if v is None else v(g, *saved) for v in self.vjps]
+                else:
+                    grads = [None if v is None or not m else v(g, *saved)
+                             for v, m in zip(self.vjps, mask)]
+            elif mask is None:
                 grads = [None if v is None else v(g, *saved, **kwargs) for v in self.vjps]
             else:
                 grads = [None if v is None or not m else v(g, *saved, **kwargs)

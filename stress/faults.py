@@ -75,7 +75,7 @@ def original_rule(node):
     """The node's rule as a joint function `(g, *saved) -> tuple` (same arithmetic)."""
     if node.joint is not None:
         return node.joint
-    vjps, kwargs = node.vjps, node.kwargs
+    vjps, kwargs = node.vjps, node.kwargs or {}
 
     def joint(g, *saved):
         return tuple(None if v is None else v(g, *saved, **kwargs) for v in vjps)

@@ -35,6 +35,17 @@ class Plan:
         self.input_masks = None
         self.accumulate = True
 
+    def view(self) -> "Plan":
+        """A copy of what the per-node step reads (`run_node`), for one worker thread:
+        on free-threaded builds, objects many threads touch at once make every
+        reference count update contend, so each thread reads its own (and an empty
+        `targets` becomes None)."""
+        v = Plan.__new__(Plan)
+        v.runs, v.input_masks = self.runs, self.input_masks
+        v.targets = self.targets or None
+        v.retain_graph, v.accumulate = self.retain_graph, self.accumulate
+        return v
+
 
 def _as_list(x):
     return list(x) if isinstance(x, (list, tuple)) else [x]

@@ -38,6 +38,7 @@ from .scheduler import execute
 
 _WAIT_SLICE = 0.05  # seconds; bounds how long a waiting caller ignores Ctrl+C
 _IDLE_TIMEOUT = 1.0  # seconds; a sleeping worker re-checks (and sees a dropped pool)
+_LINGER = 200e-6  # seconds a thread out of work spins on a share_cheap call's `shared`
 _pools = weakref.WeakSet()
 
 
@@ -166,10 +167,16 @@ class WorkerPool:
                 self.run_item(task, item)
                 item = None
                 continue
+            if task.share_cheap and linger(task):
+                self.run_shared(task)
+                continue
+            task.waiting = True  # threads running this call may hand it work
             try:
                 signal.get(timeout=_WAIT_SLICE)  # C-level wait: safe under Ctrl+C
             except queue.Empty:
                 pass
+            finally:
+                task.waiting = False
 
     def run_item(self, task, item) -> None:
         """Run one popped item; the gradient is handed over, not kept here."""
@@ -185,6 +192,38 @@ class WorkerPool:
             raise
         finally:
             task.end()
+
+
+    def run_shared(self, task) -> None:
+        """Take a node from `task.shared` (if still there) and run it here."""
+        try:
+            node, g, owned = task.shared.popleft()
+        except IndexError:
+            return
+        try:
+            task.begin()
+            if task.error is None:
+                first = [node, g, owned]
+                g = None
+                task.context.copy().run(execute, task, first, self)
+        except BaseException as e:
+            task.fail(e, None)
+            raise
+        finally:
+            task.end()
+
+
+def linger(task) -> bool:
+    """Spin up to _LINGER seconds for `task.shared` to get work; True if it did.
+
+    Only with share_cheap (no GIL): a thread that just ran out of work often gets
+    more within microseconds, sooner than a sleeping thread can be woken."""
+    shared = task.shared
+    deadline = time.perf_counter() + _LINGER
+    while not shared:
+        if task.finished or task.error is not None or time.perf_counter() > deadline:
+            return False
+    return True
 
 
 def _worker(pool_ref, st):
@@ -220,6 +259,8 @@ def _worker(pool_ref, st):
         st.idle += t1 - t0
         try:
             pool.run_item(task, item)
+            while task.share_cheap and linger(task):
+                pool.run_shared(task)
         except BaseException:  # never lose a worker; the error is recorded on the task
             pass
         del pool, task, item  # keep nothing alive while idle

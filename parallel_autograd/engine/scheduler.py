@@ -1,12 +1,22 @@
 """Per-call state of the parallel engine and the code that runs one ready node.
 
-State of one call (`GraphTask`), all guarded by `task.lock` unless noted:
+State of one call (`GraphTask`), all guarded by `task.lock` unless noted.
+Gradients with several contributions are summed in canonical order (consumer seq
+descending, then input slot; seeds first), the order in which the sequential
+engine receives them, so results are bitwise identical. Two ways, chosen per call:
+
+- keyed (`task.keyed`, every node cheap): no per-edge set-up at all. `pending`:
+  node -> list of `(key, grad)` contributions; the one that completes the count
+  (`totals`, the plan's in-degrees plus seeds) takes the list, sorts it by key and
+  sums it outside the lock. Holds every contribution until the last one arrives,
+  which is fine for small gradients only; the set-up costs nothing, which is what
+  makes graphs of tiny nodes worth running in parallel without the GIL.
+- ranked (otherwise): `slots` and `edges` below, set up by one pass over the edges;
+  contributions are added as soon as their turn comes, with backpressure.
 
 - `slots`: node -> `Slot`, for every node that receives two or more gradient
-  contributions (seeds included). A Slot sums contributions in canonical rank order
-  (consumer seq descending, then input slot; seeds first), the order in which the
-  sequential engine receives them, so the result is bitwise identical. A
-  contribution that arrives early is parked until the ones before it are added;
+  contributions (seeds included), ranked mode. A Slot sums contributions in rank
+  order. A contribution that arrives early is parked until the ones before it are added;
   the thread holding `busy` does the numpy add outside the lock.
 - `edges`: node -> list of `(input index, next node, rank, Slot or None)` for
   each outgoing edge that carries a gradient (read-only). Workers index it and
@@ -21,20 +31,24 @@ State of one call (`GraphTask`), all guarded by `task.lock` unless noted:
 - `runners`: threads executing this call's items right now; `parked`: contributions
   parked across all slots.
 - `queue`: this call's ready heavy nodes, a heap guarded by the pool's lock.
+- `shared`: with `share_cheap`, cheap ready nodes given away for any thread of the
+  call to take (see `execute`); a deque, atomic on its own.
 
 Backpressure: parked contributions are memory the sequential engine never holds.
 While a call has `parked >= max_parked` and a thread runs one of its items, no
 thread starts another of its queued items (`throttled`); the items stay queued and
 threads are woken when that ends. With nothing running, the highest-seq ready node
 is the one every parked contribution waits for, so progress is guaranteed.
-- `staged`, `captured`: leaf/retained gradients and grad() results, appended under
-  the lock and committed by the caller only after the whole pass succeeded.
+- `staged`, `captured`: leaf/retained gradients and grad() results; each `execute`
+  collects its own and merges them in under the lock when it ends. The caller
+  commits them only after the whole pass succeeded.
 
 Nodes with a single contribution skip the Slot entirely: the gradient goes straight
 to the consumer as in the sequential engine.
 """
 from __future__ import annotations
 
+import collections
 import contextvars
 import queue
 import threading
@@ -61,17 +75,41 @@ class Slot:
 
     def add(self, g):
         """Add `g` (caller holds `busy`, not the lock): same arithmetic as sequential."""
-        if g is None:
-            return
-        if self.buf is None:
-            self.buf = g
-        elif self.owned:
-            np.add(self.buf, g, out=self.buf)
-        else:
-            s = self.buf + g
-            # 0-d arrays add to a numpy scalar, which np.add(out=) rejects
-            self.buf = s if type(s) is np.ndarray else np.asarray(s)
-            self.owned = True
+        if g is not None:
+            self.buf, self.owned = add_gradient(self.buf, self.owned, g)
+
+
+def add_gradient(buf, owned, g):
+    """`buf + g` as the sequential engine computes it: the first contribution is kept
+    by reference, the second makes a new (owned) array, later ones add in place."""
+    if buf is None:
+        return g, False
+    if owned:
+        np.add(buf, g, out=buf)
+        return buf, True
+    s = buf + g
+    # 0-d arrays add to a numpy scalar, which np.add(out=) rejects
+    return (s if type(s) is np.ndarray else np.asarray(s)), True
+
+
+def sum_in_order(entries):
+    """Sum keyed contributions `[(key, grad or None)]` in key order: (grad, owned)."""
+    entries.sort(key=_key)  # keys are unique: arrays are never compared
+    buf, owned = None, False
+    for _, g in entries:
+        if g is not None:
+            buf, owned = add_gradient(buf, owned, g)
+    return buf, owned
+
+
+def _key(entry):
+    return entry[0]
+
+
+# Keyed mode: contribution keys sort in canonical order. Input slot i of the node
+# with sequence number seq gets (-seq << 24) + i; seed j gets SEED_KEY + j (first).
+_KEY_SHIFT = 24
+_SEED_KEY = -(1 << 200)
 
 
 class CallStats:
@@ -79,7 +117,7 @@ class CallStats:
 
     __slots__ = ("mode", "reason", "nodes", "workers", "elapsed", "nodes_per_thread",
                  "busy_per_thread", "queue_wait", "inline_runs", "queued_runs",
-                 "total_cost", "critical_path", "blas_threads")
+                 "total_cost", "critical_path", "blas_threads", "accumulation")
 
     def __init__(self):
         self.nodes_per_thread = {}
@@ -88,6 +126,7 @@ class CallStats:
         self.inline_runs = 0
         self.queued_runs = 0
         self.blas_threads = None
+        self.accumulation = None
         self.total_cost = 0
         self.critical_path = 0
 
@@ -109,9 +148,8 @@ class GraphTask:
 
     def __init__(self, plan, stats, inline_below, max_parked=4, wake=None):
         self.plan = plan
-        # guards slots, outstanding, running, parked, error and stats; staged and
-        # captured are appended to by complete_gradient (list.append and dict item
-        # assignment are atomic in CPython, with or without the GIL)
+        # guards slots, pending, outstanding, runners, parked, error, stats, staged
+        # and captured
         self.lock = threading.Lock()
         self.queue = []  # heap of this call's queued items; guarded by the pool's lock
         self.signal = queue.SimpleQueue()  # wake-up tokens for the thread waiting on it
@@ -120,6 +158,10 @@ class GraphTask:
         self.parked = 0
         self.max_parked = max_parked
         self.wake = wake or _no_wake  # wake(task): waiting threads re-check (the pool's)
+        self.keyed = False  # keyed or ranked accumulation (module docstring)
+        self.pending = {}
+        self.stripes = tuple(threading.Lock() for _ in range(32))  # guard `pending` entries
+        self.totals = {}
         self.slots = {}
         self.edges = {}
         self.error = None
@@ -129,6 +171,10 @@ class GraphTask:
         self.stats = stats
         self.inline_below = inline_below
         self.share_cheap = False  # hand cheap nodes to idle workers (free-threaded builds)
+        self.waiting = False  # the caller waits in run_until (a hint for share_cheap)
+        self.shared = collections.deque()  # share_cheap: ready nodes up for grabs;
+        #   each counts in `outstanding`. deque append/popleft are atomic (with or
+        #   without the GIL), so it needs no lock of ours.
         self.finished = False  # set once, under the lock (see _check_done)
         self.context = contextvars.copy_context()
         self.profile = profiler.active()
@@ -180,6 +226,30 @@ class GraphTask:
             elif self.contribute(slot, slot.next_rank, g):
                 ready.append((node, slot.buf, slot.owned))
                 slot.buf = None
+        return ready
+
+    def prepare_keyed(self):
+        """Keyed mode set-up: only the seeds. Returns the ready roots."""
+        plan = self.plan
+        self.keyed = True
+        totals = self.totals = plan.dependencies
+        ready = []
+        seeds = {}
+        for node, g in plan.roots:
+            seeds[node] = seeds.get(node, 0) + 1
+        if any(totals[node] or n > 1 for node, n in seeds.items()):
+            totals = self.totals = dict(totals)  # never change the plan's own counts
+            for node, n in seeds.items():
+                totals[node] += n
+        for j, (node, g) in enumerate(plan.roots):
+            if totals[node] <= 1:
+                ready.append((node, g, False))
+            else:
+                entries = self.pending.setdefault(node, [])
+                entries.append((_SEED_KEY + j, g))
+                if len(entries) == totals[node]:  # several seeds and nothing else
+                    del self.pending[node]
+                    ready.append((node,) + sum_in_order(entries))
         return ready
 
     # ---- accumulation ---------------------------------------------------------
@@ -294,71 +364,127 @@ def execute(task, first, pool):
     `first` is a list [node, grad, owned]; its grad is taken out of it, so the
     caller keeps no reference to a gradient this thread will free. Heavy ready
     nodes go to `pool.submit(task, node, g, owned)` (the call's queue), except one
-    kept for this thread when it has nothing else to do. With `task.share_cheap`
-    (no GIL: small kernels do overlap), the oldest cheap node on this thread's stack
-    is handed to the pool whenever a worker sleeps, so idle workers get whole
-    subgraphs. The caller brackets this with `task.begin()` / `task.end()`; errors
-    are recorded on the task.
+    kept for this thread when it has nothing else to do.
+
+    With `task.share_cheap` (no GIL: small kernels do overlap), this thread gives
+    away the oldest cheap node on its stack (the root of the biggest unexplored
+    subgraph): to the pool if a worker sleeps, else into `task.shared` when that is
+    empty, where threads working on or lingering for this call look first (one
+    deque operation, no lock, no wake-up). When its stack is empty it takes work
+    from `task.shared` before returning.
+
+    The caller brackets this with `task.begin()` / `task.end()`; errors are
+    recorded on the task.
     """
-    plan = task.plan
+    plan = task.plan.view()
+    staged, captured = [], {}  # this thread's; merged into the task's at the end
     edges = task.edges
+    keyed, totals, pending = task.keyed, task.totals, task.pending
+    stripes = task.stripes
+    masks = plan.input_masks
     inline_below = task.inline_below
     rec = task.profile
     push = pool.submit
-    idle = pool._idle if task.share_cheap else None  # read racily: only a hint
+    share = task.share_cheap
+    shared = task.shared
+    idle = pool._idle  # sleeping workers; read racily: only a hint
     stack = [(first[0], first[1], first[2])]  # cheap ready nodes, run depth-first
     first[1] = None
     heavy = None  # one heavy ready node kept for this thread
     t_start = time.perf_counter()
-    ran = runs = 0
+    ran = runs = absorbed = 0
     try:
-        while stack or heavy is not None:
+        while True:
             if stack:
                 node, g, owned = stack.pop()
-            else:
+            elif heavy is not None:
                 (node, g, owned), heavy = heavy, None
-            if task.error is not None:
+            elif share and shared:
+                try:
+                    node, g, owned = shared.popleft()
+                except IndexError:  # another thread took it first
+                    break
+                absorbed += 1
+            else:
+                break
+            if not runs & 7 and task.error is not None:  # (not every node: see view())
                 break  # the call failed: drop the rest of this thread's local work
             runs += 1
-            ready = []
+            ready = stack if keyed else []  # keyed: every node is cheap
             try:
                 grads = None
                 if g is not None:  # else nothing flowed here: pass "no gradient" on
-                    grads = run_node(node, g, owned, plan, task.staged, task.captured, rec)
+                    grads = run_node(node, g, owned, plan, staged, captured, rec)
                     ran += grads is not None
                 g = None  # drop our reference now: lowers the peak
-                for i, nxt, k, slot in edges[node]:
-                    gi = None if grads is None else grads[i]
-                    if slot is None:
-                        ready.append((nxt, gi, False))
-                    elif task.contribute(slot, k, gi):
-                        ready.append((nxt, slot.buf, slot.owned))
-                        slot.buf = None
+                if not keyed:
+                    for i, nxt, k, slot in edges[node]:
+                        gi = None if grads is None else grads[i]
+                        if slot is None:
+                            ready.append((nxt, gi, False))
+                        elif task.contribute(slot, k, gi):
+                            ready.append((nxt, slot.buf, slot.owned))
+                            slot.buf = None
+                elif masks is None or node in masks:  # else pruned: sends nothing
+                    mask = None if masks is None else masks[node]
+                    base = -node.seq << _KEY_SHIFT
+                    for i, nxt in enumerate(node.next_nodes):
+                        if nxt is None or (mask is not None and not mask[i]):
+                            continue
+                        gi = None if grads is None else grads[i]
+                        total = totals[nxt]
+                        if total == 1:
+                            ready.append((nxt, gi, False))
+                            continue
+                        with stripes[hash(nxt) & 31]:
+                            if nxt in pending:
+                                entries = pending[nxt]
+                                entries.append((base + i, gi))
+                                if len(entries) < total:
+                                    continue
+                                del pending[nxt]
+                            else:
+                                pending[nxt] = [(base + i, gi)]
+                                continue
+                        ready.append((nxt,) + sum_in_order(entries))
+                        entries = None
                 grads = gi = None
             except BaseException as e:
                 annotate(e, node)
                 task.fail(e, node)
                 break
-            hand_off = []
-            for item in ready:
-                nxt = item[0]
-                if item[1] is None or nxt.variable is not None or nxt.cost < inline_below:
-                    stack.append(item)
-                else:
-                    hand_off.append(item)
-            ready = item = None
-            if hand_off:
-                if heavy is None and not stack:
-                    heavy = hand_off.pop(0)  # nothing else to do here: keep one
-                for item in hand_off:
-                    push(task, *item)
-                hand_off = item = None
-            if idle and len(stack) > 1:
-                push(task, *stack.pop(0))
+            if keyed:
+                ready = None
+            else:
+                hand_off = []
+                for item in ready:
+                    nxt = item[0]
+                    if item[1] is None or nxt.variable is not None or nxt.cost < inline_below:
+                        stack.append(item)
+                    else:
+                        hand_off.append(item)
+                ready = item = None
+                if hand_off:
+                    if heavy is None and not stack:
+                        heavy = hand_off.pop(0)  # nothing else to do here: keep one
+                    for item in hand_off:
+                        push(task, *item)
+                    hand_off = item = None
+            if share and len(stack) > 1:
+                if idle:  # wake a sleeping worker with it
+                    push(task, *stack.pop(0))
+                elif not shared:  # keep one item where this call's idle threads look
+                    task.add_outstanding(1)
+                    shared.append(stack.pop(0))
+                    if task.waiting:
+                        task.signal.put(None)
     finally:
         stats = task.stats
         tid = threading.current_thread().name
         with task.lock:
+            task.outstanding -= absorbed  # stolen items ran here (end() counts ours)
+            task.staged.extend(staged)
+            task.captured.update(captured)
             stats.nodes_per_thread[tid] = stats.nodes_per_thread.get(tid, 0) + ran
             stats.busy_per_thread[tid] = stats.busy_per_thread.get(tid, 0.0) + \
                 time.perf_counter() - t_start

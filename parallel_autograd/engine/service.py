@@ -193,8 +193,14 @@ class Engine:
         if len(nodes) < self.min_nodes:
             st.reason = f"small graph ({len(nodes)} nodes < min_nodes={self.min_nodes})"
             return None
-        total = sum(n.cost for n in nodes)
+        total = biggest = 0
+        for n in nodes:
+            c = n.cost
+            total += c
+            if c > biggest:
+                biggest = c
         st.total_cost = total
+        st.accumulation = "keyed" if biggest < self.inline_below else "ranked"
         if total < self.min_work:
             st.reason = f"little work ({total:.3g} < min_work={self.min_work:.3g})"
             return None
@@ -228,7 +234,7 @@ class Engine:
         task = GraphTask(plan, st, self.inline_below, self.max_parked, pool.wake)
         task.share_cheap = self.share_cheap
         pool.start()
-        ready = task.prepare(order)
+        ready = task.prepare_keyed() if st.accumulation == "keyed" else task.prepare(order)
         try:
             if self.limit_blas:
                 st.blas_threads = max(1, usable_cores() // self.num_workers)
