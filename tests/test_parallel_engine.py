@@ -140,6 +140,78 @@ def test_canonical_order_reproduced_where_float_addition_would_differ(engine):
         assert_bitwise(want, grads_of(leaves))
 
 
+def sharing(workers=2, **kw):
+    """Every node cheap (keyed accumulation) and handed between threads (share_cheap),
+    as on free-threaded builds, whatever the build running the tests."""
+    return pa.Engine(workers, min_nodes=0, min_work=0, min_width=0, share_cheap=True, **kw)
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4])
+@pytest.mark.parametrize("seed", range(3))
+def test_keyed_accumulation_with_sharing_bitwise(workers, seed):
+    want = reference(random_dag, seed, delays=True)
+    with sharing(workers) as eng:
+        for _ in range(3):
+            loss, leaves = random_dag(seed, delays=True)
+            st = eng.backward(loss, stats=True)
+            assert (st.mode, st.accumulation) == ("parallel", "keyed")
+            assert_bitwise(want, grads_of(leaves))
+
+
+def test_keyed_canonical_order_and_work_spread_over_threads():
+    def build():
+        x = pa.tensor([1.0], requires_grad=True)
+        parts = [jitter(jitter(x * s)) for s in (1e16, 1.0, -1e16, 3.0, -2.0)]
+        total = parts[0]
+        for p in parts[1:]:
+            total = total + p
+        return total.sum(), [x]
+
+    want = reference(build)
+    threads = set()
+    with sharing(2) as eng:
+        for _ in range(20):
+            loss, leaves = build()
+            st = eng.backward(loss, stats=True)
+            assert st.accumulation == "keyed"
+            assert_bitwise(want, grads_of(leaves))
+            threads.update(t for t, n in st.nodes_per_thread.items() if n)
+    assert len(threads) == 2, f"the worker never ran a node: {threads}"
+
+
+def test_keyed_grad_with_pruning_and_repeated_outputs():
+    loss, leaves = random_dag(3)
+    outs = [loss, loss]  # two seeds on one node: summed in seed order
+    want = pa.grad(outs, leaves, retain_graph=True, allow_unused=True)
+    with sharing(2) as eng:
+        got, st = eng.grad(outs, leaves, retain_graph=True, allow_unused=True, stats=True)
+        assert st.accumulation == "keyed"
+        assert_bitwise(want, got)
+        got1 = eng.grad(outs, leaves[:1], retain_graph=True)  # pruned to one input
+    assert_bitwise(pa.grad(outs, leaves[:1]), got1)
+
+
+def test_keyed_error_leaves_grads_and_engine_usable():
+    bad = pa.primitive("bad", lambda x: x.copy(), lambda g, ans, x: 1 / 0)
+    with sharing(2) as eng:
+        loss, leaves = random_dag(4)
+        for t in leaves:
+            t.grad = np.full(t.shape, 7.0)
+        before = grads_of(leaves)
+        with pytest.raises(ZeroDivisionError):
+            eng.backward(loss + bad(leaves[0]).sum())
+        assert_bitwise(before, grads_of(leaves))
+        loss, leaves = random_dag(4)
+        eng.backward(loss)
+        assert_bitwise(reference(random_dag, 4), grads_of(leaves))
+
+
+def test_heavy_nodes_use_ranked_accumulation():
+    with pa.Engine(2, min_nodes=0, min_work=0, min_width=0, max_blas_share=1.0) as eng:
+        loss, _ = random_dag(1, shape=(200, 100))  # 20,000 elements >= inline_below
+        assert eng.backward(loss, stats=True).accumulation == "ranked"
+
+
 def test_matmul_graphs_bitwise_under_same_blas_limits():
     # OpenBLAS results can depend on its thread count, so both engines run with one
     # BLAS thread here (the engine itself caps BLAS at cores // workers).
