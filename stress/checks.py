@@ -35,13 +35,12 @@ class DefaultEngine:
 def default_engine_factory(num_workers: int, variant: str):
     """The engines the harness checks. `queue`: every node through the shared queue
     (thresholds 0, inline_below=0: ranked accumulation); `inline`: parallel always,
-    cheap nodes inline (keyed accumulation when every node is cheap); `shared`: like
-    `inline` with cheap nodes handed between threads (`share_cheap`, the
-    free-threaded default) on any build; `default`: backward_parallel as users call it."""
+    nodes under 16 elements inline; `shared`: every node of these small graphs cheap
+    (keyed accumulation) and handed between threads (`share_cheap`) on any build; `default`: backward_parallel as users call it."""
     if variant == "queue":
         return pa.Engine(num_workers, min_nodes=0, min_work=0, min_width=0, inline_below=0)
     if variant == "inline":
-        return pa.Engine(num_workers, min_nodes=0, min_work=0, min_width=0)
+        return pa.Engine(num_workers, min_nodes=0, min_work=0, min_width=0, inline_below=16)
     if variant == "shared":
         return pa.Engine(num_workers, min_nodes=0, min_work=0, min_width=0, share_cheap=True)
     if variant == "default":

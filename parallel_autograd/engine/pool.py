@@ -223,6 +223,9 @@ def linger(task) -> bool:
     while not shared:
         if task.finished or task.error is not None or time.perf_counter() > deadline:
             return False
+        # Yield between looks: without the GIL a tight loop over objects another
+        # thread uses makes their reference counts contend and slows that thread.
+        time.sleep(0)
     return True
 
 

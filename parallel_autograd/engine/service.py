@@ -200,6 +200,10 @@ class Engine:
             if c > biggest:
                 biggest = c
         st.total_cost = total
+        if biggest < self.inline_below and not self.share_cheap:
+            st.reason = (f"every node is cheap (< inline_below={self.inline_below:.3g}): "
+                         "one thread would run them all")
+            return None
         st.accumulation = "keyed" if biggest < self.inline_below else "ranked"
         if total < self.min_work:
             st.reason = f"little work ({total:.3g} < min_work={self.min_work:.3g})"
