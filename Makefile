@@ -41,9 +41,11 @@ test-ft: freethreaded
 stress-ft: freethreaded
 	$(FT_RUN) -m stress --duration 60
 
-# Extra arguments for the comparison: make bench-ft BENCH_FT_ARGS=--quick
-bench-ft: freethreaded
-	$(FT_RUN) -m stress.compare $(BENCH_FT_ARGS)
+# The comparison on the GIL build ($(PY)) and the free-threaded one ($(FT_PY), found through
+# the exported FT_CACHE) side by side: each workload in a child of each, interleaved.
+# Extra arguments: make bench-ft BENCH_FT_ARGS=--quick
+bench-ft: $(VENV)/.installed freethreaded
+	$(PY) -m stress.compare --python ft $(BENCH_FT_ARGS)
 
 clean:
 	rm -rf $(VENV) $(FT_CACHE)/venv build *.egg-info

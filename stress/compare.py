@@ -2,6 +2,7 @@
 
     python -m stress.compare [--quick] [--out f.json] [--plot f.png]
                              [--workloads a,b] [--reps N] [--allocator default|tuned|both]
+                             [--python ft|PATH]
 
 For every workload of `stress.workloads` (float64, seeded; the forward pass is rebuilt
 for every measurement and only the backward pass is timed, with the cyclic GC off):
@@ -23,6 +24,19 @@ in this process. The targets of the benchmark issue are printed with PASS/MISS f
 ratios measured in the same run. Output: markdown on stdout (progress on stderr),
 JSON with `--out`, and with matplotlib a PNG with `--plot` (speedup against workers,
 and the timeline of one profiled `backward_parallel` call, one lane per thread).
+
+`--python ft` (`make bench-ft`) measures this interpreter (the "GIL" build) and the
+free-threaded one, `$FT_CACHE/venv/bin/python` (default `.cache/freethreaded`, made by
+`make freethreaded`; run with PYTHON_GIL unset), side by side in one report;
+`--python PATH` compares against any other interpreter the same way. Every workload
+is measured in a fresh child process per interpreter, the two children one after the
+other, which one goes first alternating from workload to workload, so machine drift
+hits both alike. The allocator setting is `default` only unless `--allocator` is
+given. The report adds a side-by-side table (sequential and parallel times, speedups,
+the second interpreter's engine decision, its parallel time over this one's) and two
+targets for the second interpreter: tiny-nodes speedup >= 1.4x, and parallel /
+sequential <= 1.03 on every workload (no workload slower than sequential, with the
+3% noise allowance of target 1); the JSON holds both interpreters' measurements.
 """
 from __future__ import annotations
 
@@ -33,9 +47,11 @@ import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import tracemalloc
@@ -43,6 +59,9 @@ import tracemalloc
 SETTINGS = ("default", "tuned")
 _MALLOC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 _TORCH_TARGETS = ("wide-matmul", "attention", "mlp-chain")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FT_SPEEDUP_TINY = 1.4  # free-threaded target (a): tiny-nodes parallel over sequential
+NO_SLOWDOWN = 1.03  # target 1 and free-threaded target (b): parallel / sequential, 3% noise
 
 
 def log(msg: str) -> None:
@@ -62,8 +81,13 @@ def parse_args(argv=None):
                    help="comma-separated subset of: " + ", ".join(WORKLOADS))
     p.add_argument("--reps", type=int, default=None,
                    help="timed repetitions per configuration (default 7, --quick 3)")
-    p.add_argument("--allocator", choices=("default", "tuned", "both"), default="both",
-                   help="malloc settings to measure (default: both, side by side)")
+    p.add_argument("--allocator", choices=("default", "tuned", "both"), default=None,
+                   help="malloc settings to measure (default: both, side by side; "
+                        "with --python: default only)")
+    p.add_argument("--python", metavar="ft|PATH", default=None,
+                   help="also measure with another interpreter, side by side with this "
+                        "one: 'ft' is the free-threaded build of `make freethreaded` "
+                        "($FT_CACHE/venv/bin/python), or give an interpreter's path")
     p.add_argument("--size", choices=SIZES, default=None,
                    help="workload sizes (default full, --quick quick; tiny is for tests)")
     p.add_argument("--seed", type=int, default=0)
@@ -85,6 +109,10 @@ def parse_args(argv=None):
     unknown = [w for w in args.workloads if w not in WORKLOADS]
     if unknown or not args.workloads:
         p.error(f"unknown workload(s) {unknown}; choose from {', '.join(WORKLOADS)}")
+    if args.allocator is None:
+        args.allocator = "default" if args.python else "both"
+    if args.python and not args.raw_out:  # (a child measures in itself only)
+        args.python_path = resolve_python(args.python, p.error)
     if args.reps is None:
         args.reps = 3 if args.quick else 7
     if args.reps < 1:
@@ -98,6 +126,26 @@ def parse_args(argv=None):
         args.timeline = "wide-elementwise" if "wide-elementwise" in args.workloads else \
             (wide or args.workloads)[0]
     return args
+
+
+def ft_python() -> str:
+    """The free-threaded venv's interpreter that `make freethreaded` makes."""
+    cache = os.environ.get("FT_CACHE") or os.path.join(".cache", "freethreaded")
+    return os.path.join(ROOT, cache, "venv", "bin", "python")
+
+
+def resolve_python(value: str, error) -> str:
+    """`--python` to an interpreter path; `error(message)` exits when there is none."""
+    if value == "ft":
+        path = ft_python()
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            error(f"--python ft: no free-threaded interpreter at {path}; build it first "
+                  "with `make freethreaded` (tools/build_freethreaded.sh)")
+        return path
+    path = value if os.sep in value else shutil.which(value)
+    if not path or not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        error(f"--python {value}: not an executable interpreter")
+    return os.path.abspath(path)
 
 
 # ---- one setting, measured in this process ---------------------------------------------
@@ -133,6 +181,7 @@ def run_setting(args, setting: str) -> dict:
         log(f"[{setting}] {name}: {r['seconds']:.1f} s ("
             + ", ".join(f"{k} {v:.1f}" for k, v in r["phase_seconds"].items())
             + f"), other processes {_cores(r['contention'])} cores")
+    raw["env"]["gil_enabled"] = raw["env"]["gil_enabled"] or _gil_enabled()  # still off?
     return raw
 
 
@@ -147,13 +196,22 @@ def _import_torch():
 def _environment(np, torch) -> dict:
     from threadpoolctl import threadpool_info
     from parallel_autograd.allocator import glibc_version
-    return {"python": platform.python_version(), "numpy": np.__version__,
+    return {"python": platform.python_version(), "executable": sys.executable,
+            "free_threaded_build": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+            "gil_enabled": _gil_enabled(), "numpy": np.__version__,
             "torch": None if torch is None else torch.__version__,
             "torch_threads": None if torch is None else torch.get_num_threads(),
             "blas": [{k: lib.get(k) for k in ("internal_api", "version", "num_threads")}
                      for lib in threadpool_info() if lib.get("user_api") == "blas"],
             "glibc": glibc_version(), "machine": platform.machine(),
             "cpu_count": os.cpu_count()}
+
+
+def _gil_enabled() -> bool:
+    """False only on a free-threaded build whose GIL is still off (an extension that is not
+    marked free-threading-safe turns it back on when imported)."""
+    gil = getattr(sys, "_is_gil_enabled", None)
+    return True if gil is None else bool(gil())
 
 
 def _configs(workers, torch) -> list:
@@ -383,10 +441,10 @@ def evaluate_targets(raw: dict) -> list:
 
     ratios = {n: r["median"][par] / r["median"]["seq"] for n, r in wl.items()}
     worst = max(ratios, key=ratios.get)
-    add(1, "parallel / sequential <= 1.03 on every workload",
-        all(v <= 1.03 for v in ratios.values()),
+    add(1, f"parallel / sequential <= {NO_SLOWDOWN} on every workload",
+        all(v <= NO_SLOWDOWN for v in ratios.values()),
         f"worst {worst} {ratios[worst]:.3f}; over: " +
-        (", ".join(f"{n} {v:.3f}" for n, v in ratios.items() if v > 1.03) or "none"))
+        (", ".join(f"{n} {v:.3f}" for n, v in ratios.items() if v > NO_SLOWDOWN) or "none"))
     need = 1.5 if setting == "tuned" else 1.25
     if "wide-elementwise" in wl:
         s = wl["wide-elementwise"]["speedup"][par]
@@ -422,6 +480,34 @@ def evaluate_targets(raw: dict) -> list:
         all(v <= 1.5 for v in mem.values()),
         f"worst {worst} {mem[worst]:.2f}x; over: " +
         (", ".join(f"{n} {v:.2f}x" for n, v in mem.items() if v > 1.5) or "none"))
+    return out
+
+
+def evaluate_ft_targets(raw: dict, label: str = "FT") -> list:
+    """The free-threaded issue's targets, from the second interpreter's measurements:
+    (a) tiny-nodes parallel speedup over sequential >= 1.4x, (b) parallel / sequential
+    <= 1.03 on every workload (target 1's wording and noise allowance)."""
+    wl = raw["workloads"]
+    par = f"par{raw['cores']}"
+    out = []
+
+    def add(tid, text, ok, detail):
+        out.append({"id": tid, "target": text, "detail": detail,
+                    "status": "n/a" if ok is None else ("PASS" if ok else "MISS")})
+
+    text = (f"tiny-nodes: {label} parallel speedup over {label} sequential >= "
+            f"{FT_SPEEDUP_TINY}x")
+    if "tiny-nodes" in wl:
+        s = wl["tiny-nodes"]["speedup"][par]
+        add("a", text, s >= FT_SPEEDUP_TINY, f"{s:.2f}x")
+    else:
+        add("a", text, None, "not run")
+    ratios = {n: r["median"][par] / r["median"]["seq"] for n, r in wl.items()}
+    worst = max(ratios, key=ratios.get)
+    add("b", f"{label} parallel / {label} sequential <= {NO_SLOWDOWN} on every workload",
+        all(v <= NO_SLOWDOWN for v in ratios.values()),
+        f"worst {worst} {ratios[worst]:.3f}; over: " +
+        (", ".join(f"{n} {v:.3f}" for n, v in ratios.items() if v > NO_SLOWDOWN) or "none"))
     return out
 
 
@@ -526,6 +612,85 @@ def report(result: dict) -> str:
     return "\n".join(parts)
 
 
+def _env_line(label: str, env: dict) -> str:
+    blas = ", ".join(f"{b['internal_api']} {b['version']} ({b['num_threads']} threads)"
+                     for b in env["blas"]) or "none"
+    torch = f"torch {env['torch']} ({env['torch_threads']} threads)" if env["torch"] \
+        else "no torch"
+    build = "free-threaded build" if env.get("free_threaded_build") else "GIL build"
+    gil = "enabled" if env.get("gil_enabled", True) else "disabled"
+    return (f"- {label}: `{env.get('executable')}`: Python {env['python']} ({build}, GIL "
+            f"{gil}), numpy {env['numpy']}, BLAS {blas}, {torch}")
+
+
+def pythons_table(raws: dict) -> str:
+    """Per workload: both interpreters' sequential and parallel (all cores) times, the
+    second's engine decision and its parallel time over the first's."""
+    (la, a), (lb, b) = raws.items()
+    pa_, pb = f"par{a['cores']}", f"par{b['cores']}"
+    head = ["workload", "nodes"]
+    for lab in (la, lb):
+        head += [f"{lab} seq ms", f"{lab} par ms", f"{lab} speedup"]
+    head += [f"{lb} decision", f"{lb} par / {la} par", f"other load ({la} / {lb})"]
+    rows = []
+    for n, ra in a["workloads"].items():
+        rb = b["workloads"][n]
+        row = [n, str(ra["nodes"])]
+        for r, par in ((ra, pa_), (rb, pb)):
+            row += [_ms(r["median"]["seq"]), _ms(r["median"][par]),
+                    f"{r['speedup'][par]:.2f}x"]
+        row += [_decision(rb["decision"][pb]),
+                f"{rb['median'][pb] / ra['median'][pa_]:.2f}",
+                f"{_cores(ra['contention'])} / {_cores(rb['contention'])}"]
+        rows.append(row)
+    return _markdown(head, rows)
+
+
+def report_pythons(result: dict) -> str:
+    interp = result["interpreters"]
+    ia, ib = interp.values()  # this interpreter, then the --python one
+    la, lb = ia["label"], ib["label"]
+    sa = next(iter(ia["settings"].values()))
+    title = (f"# Backward pass: parallel vs sequential engine, {la} and {lb} interpreters "
+             f"side by side ({result['meta']['date']})")
+    how = (f"`{result['meta']['command']}`: {sa['cores']} usable cores; sizes {sa['size']}, "
+           f"median of {sa['reps']} after a warm-up. Each workload is measured in a fresh "
+           f"process per interpreter, the two one after the other (which goes first "
+           f"alternates per workload).")
+    parts = [title, "", how, ""]
+    for i in (ia, ib):
+        parts.append(_env_line(i["label"], next(iter(i["settings"].values()))["env"]))
+    notes = []
+    gil = {i["label"]: any(r["env"].get("gil_enabled", True) for r in i["settings"].values())
+           for i in (ia, ib)}
+    if lb == "FT" and gil[lb]:
+        notes.append(f"note: the GIL was enabled in the {lb} runs: not a free-threaded "
+                     "measurement (an extension turned it on, or not a free-threaded build)")
+    if la == "GIL" and not gil[la]:
+        notes.append(f"note: the GIL was disabled in the {la} runs: run the comparison "
+                     "from a GIL build (`make bench-ft` uses .venv's interpreter)")
+    parts += ([""] + notes if notes else []) + [""]
+    legend = (f"Times: backward pass only, milliseconds, median; `par` is "
+              f"`backward_parallel` at all cores (the default engine), `speedup` = seq / par "
+              f"within one interpreter; `{lb} decision` is that engine's choice "
+              f"(`stats`); `{lb} par / {la} par` below 1 means {lb}'s parallel pass is "
+              f"faster; `other load` = cores' worth of CPU used by other processes while "
+              f"timing (0 = quiet machine).")
+    parts += [legend, ""]
+    for s in ia["settings"]:
+        parts += [f"## {la} vs {lb} (allocator: {s})", "",
+                  pythons_table({la: ia["settings"][s], lb: ib["settings"][s]}), "",
+                  f"Targets ({lb} interpreter, free-threaded issue):",
+                  targets_text(result["ft_targets"][s]), ""]
+    parts += ["Per-interpreter detail below. " + _LEGEND, ""]
+    for i in (ia, ib):
+        for s, raw in i["settings"].items():
+            tuned = "" if s == "default" else f" (tune_allocator() -> {raw['tune_allocator']})"
+            parts += [f"## {i['label']} detail: allocator {s}{tuned}", "",
+                      setting_table(raw), "", "Targets:", targets_text(i["targets"][s]), ""]
+    return "\n".join(parts)
+
+
 # ---- plot ------------------------------------------------------------------------------------
 def plot(result: dict, path: str) -> None:
     try:
@@ -535,10 +700,14 @@ def plot(result: dict, path: str) -> None:
     except ImportError:
         log("--plot needs matplotlib: pip install 'parallel_autograd[compare]'")
         return
-    raws = result["settings"]
+    if "interpreters" in result:  # --python: every (interpreter, setting) as one series
+        raws = {f"{i['label']}, {s}": raw for i in result["interpreters"].values()
+                for s, raw in i["settings"].items()}
+    else:
+        raws = result["settings"]
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 10),
                                    gridspec_kw={"height_ratios": [1, 1.1]})
-    styles = {"default": "-", "tuned": "--"}
+    styles = dict(zip(raws, ("-", "--", ":", "-.")))
     colors = {}
     for s, raw in raws.items():
         ws = raw["workers"]
@@ -550,9 +719,12 @@ def plot(result: dict, path: str) -> None:
     ax1.set_xlabel("num_workers")
     ax1.set_ylabel("speedup over sequential engine")
     ax1.set_xticks(next(iter(raws.values()))["workers"])
-    ax1.set_title("backward_parallel speedup (solid: default malloc, dashed: tuned)")
+    names = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dot"}
+    ax1.set_title("backward_parallel speedup (" + "; ".join(
+        f"{names[st]}: {s}" for s, st in styles.items()) + ")")  # "; ": s has commas
     ax1.legend(fontsize=7, ncol=2)
-    _plot_timeline(ax2, raws)
+    # with --python, the timeline of the other interpreter (the free-threaded one) if kept
+    _plot_timeline(ax2, dict(reversed(raws.items())) if "interpreters" in result else raws)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -594,33 +766,65 @@ def _jsonable(o):
 
 
 # ---- driver -----------------------------------------------------------------------------------
-def _child(args, setting: str, argv) -> dict:
-    """Run one setting in a fresh interpreter (clean heap, its own malloc settings)."""
+_NOT_PASSED_ON = ("--out", "--plot", "--allocator", "--raw-out", "--python", "--workloads",
+                  "--timeline")
+
+
+def _child(args, setting: str, argv, python=None, workloads=None) -> dict:
+    """Run one setting in a fresh interpreter (clean heap, its own malloc settings):
+    `python` (default this one), on `workloads` (default all selected)."""
     fd, path = tempfile.mkstemp(suffix=".json", prefix=f"compare-{setting}-")
     os.close(fd)
     pass_on = []
     skip = False
-    for a in argv:  # keep the measurement options, drop output/plot/allocator options
+    for a in argv:  # keep the measurement options, drop output/plot/selection options
         if skip:
             skip = False
             continue
-        if a in ("--out", "--plot", "--allocator", "--raw-out"):
+        if a in _NOT_PASSED_ON:
             skip = True
             continue
-        if a.split("=")[0] in ("--out", "--plot", "--allocator", "--raw-out"):
+        if a.split("=")[0] in _NOT_PASSED_ON:
             continue
         pass_on.append(a)
     env = {k: v for k, v in os.environ.items() if k not in _MALLOC_ENV}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    cmd = [sys.executable, "-m", "stress.compare", *pass_on, "--allocator", setting,
+    if python is not None:  # another interpreter: PYTHON_GIL=0 would force the GIL off
+        env.pop("PYTHON_GIL", None)  # even past an extension that needs it (Makefile FT_RUN)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    cmd = [python or sys.executable, "-m", "stress.compare", *pass_on, "--allocator", setting,
+           "--workloads", ",".join(workloads or args.workloads), "--timeline", args.timeline,
            "--raw-out", path]
     try:
-        subprocess.run(cmd, env=env, check=True)
+        subprocess.run(cmd, env=env, check=True, cwd=ROOT)
         with open(path) as f:
             return json.load(f)
     finally:
         os.unlink(path)
+
+
+def run_pythons(args, argv) -> dict:
+    """This interpreter and `args.python_path`, every workload (and setting) in a child
+    of each, the two children back to back, alternating which goes first."""
+    settings = SETTINGS if args.allocator == "both" else (args.allocator,)
+    this, other = ("GIL", "FT") if args.python == "ft" else ("this", "other")
+    pythons = {this: None, other: args.python_path}  # None: this interpreter
+    raws = {key: {} for key in pythons}
+    turn = 0
+    for s in settings:
+        for name in args.workloads:
+            order = list(pythons) if turn % 2 == 0 else list(pythons)[::-1]
+            turn += 1
+            for key in order:
+                log(f"[{key} interpreter] {name}, allocator {s}")
+                child = _child(args, s, argv, python=pythons[key], workloads=[name])
+                merged = raws[key].setdefault(s, dict(child, workloads={}))
+                merged["workloads"][name] = child["workloads"][name]
+    return {key.lower(): {
+        "label": key, "executable": pythons[key] or sys.executable,
+        "role": "this interpreter" if pythons[key] is None else "--python",
+        "settings": raws[key],
+        "targets": {s: evaluate_targets(raw) for s, raw in raws[key].items()},
+    } for key in pythons}
 
 
 def main(argv=None) -> int:
@@ -632,6 +836,8 @@ def main(argv=None) -> int:
         with open(args.raw_out, "w") as f:
             json.dump(raw, f, default=_jsonable)
         return 0
+    if args.python:
+        return _main_pythons(args, argv, t0)
     if args.allocator == "both":
         raws = {s: _child(args, s, argv) for s in SETTINGS}
     else:
@@ -649,6 +855,30 @@ def main(argv=None) -> int:
     }
     result["meta"]["seconds"] = time.perf_counter() - t0
     print(report(result), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1, default=_jsonable)
+    if args.plot:
+        plot(result, args.plot)
+    log(f"done in {result['meta']['seconds']:.0f} s")
+    return 0
+
+
+def _main_pythons(args, argv, t0) -> int:
+    interp = run_pythons(args, argv)
+    other = list(interp.values())[1]
+    result = {
+        "meta": {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+                 "command": "python -m stress.compare " + " ".join(argv),
+                 "python": args.python,
+                 "malloc_env": {k: os.environ[k] for k in _MALLOC_ENV if k in os.environ},
+                 "seconds": None},
+        "interpreters": interp,
+        "ft_targets": {s: evaluate_ft_targets(raw, other["label"])
+                       for s, raw in other["settings"].items()},
+    }
+    result["meta"]["seconds"] = time.perf_counter() - t0
+    print(report_pythons(result), flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1, default=_jsonable)

@@ -16,7 +16,7 @@ import pytest
 
 import parallel_autograd as pa
 from parallel_autograd.allocator import tune_allocator
-from stress import bound, workloads
+from stress import bound, compare, workloads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
@@ -81,6 +81,66 @@ def test_both_allocator_settings_side_by_side(tmp_path):
     assert result["settings"]["default"]["tune_allocator"] is None
     assert isinstance(result["settings"]["tuned"]["tune_allocator"], bool)
     assert "wide-elementwise speedup >= 1.5x" in text
+
+
+def test_second_interpreter_side_by_side(tmp_path):
+    # --python with a path: this interpreter again stands in for the free-threaded one
+    # (same code path as --python ft, labelled this/other instead of GIL/FT).
+    out = tmp_path / "r.json"
+    names = ["tiny-nodes", "wide-elementwise"]
+    text = run_compare("--python", sys.executable, "--workloads", ",".join(names),
+                       "--no-torch", "--out", str(out))
+    lines = text.splitlines()
+    assert "## this vs other (allocator: default)" in lines
+    assert not any("tuned" in line for line in lines if line.startswith("#"))
+    table = lines.index("## this vs other (allocator: default)") + 2
+    header = lines[table]
+    for col in ["workload", "nodes", "this seq ms", "this par ms", "this speedup",
+                "other seq ms", "other par ms", "other speedup", "other decision",
+                "other par / this par"]:
+        assert f" {col} |" in header, col
+    assert [line.split(" | ")[0] for line in lines[table + 2:table + 4]] == \
+        [f"| {n}" for n in names]
+    for label in ("this", "other"):
+        env_line = next(line for line in lines if line.startswith(f"- {label}: `"))
+        assert sys.executable in env_line and "GIL " in env_line
+        assert f"## {label} detail: allocator default" in lines
+    assert "a. tiny-nodes: other parallel speedup over other sequential " \
+        ">= 1.4x: " in text
+    assert "b. other parallel / other sequential <= 1.03 on every workload: worst " in text
+    result = json.loads(out.read_text())
+    assert list(result["interpreters"]) == ["this", "other"]
+    for i in result["interpreters"].values():
+        raw = i["settings"]["default"]
+        assert list(i["settings"]) == ["default"]
+        assert list(raw["workloads"]) == names
+        assert raw["env"]["executable"] == sys.executable
+        assert isinstance(raw["env"]["gil_enabled"], bool)
+        assert [t["id"] for t in i["targets"]["default"]] == [1, 2, 3, 4, 5, 6]
+        for r in raw["workloads"].values():
+            assert all(t > 0 for t in r["median"].values())
+    targets = result["ft_targets"]["default"]
+    assert [t["id"] for t in targets] == ["a", "b"]
+    assert all(t["status"] in ("PASS", "MISS") for t in targets)
+    for t in targets:
+        assert f"{t['status']:4s} {t['id']}. {t['target']}: {t['detail']}" in text
+
+
+def test_python_ft_needs_the_free_threaded_build(monkeypatch, tmp_path, capsys):
+    monkeypatch.delenv("FT_CACHE", raising=False)
+    assert compare.ft_python() == os.path.join(ROOT, ".cache", "freethreaded", "venv", "bin",
+                                               "python")
+    missing = tmp_path / "no-ft-here"
+    monkeypatch.setenv("FT_CACHE", str(missing))  # what the Makefile exports
+    with pytest.raises(SystemExit) as exc:
+        compare.main(["--python", "ft", "--size", "tiny", "--reps", "1"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"no free-threaded interpreter at {missing}" in err
+    assert "make freethreaded" in err
+    with pytest.raises(SystemExit):
+        compare.main(["--python", str(missing / "python")])
+    assert "not an executable interpreter" in capsys.readouterr().err
 
 
 def test_bad_workload_is_rejected():
