@@ -182,7 +182,53 @@ def run_setting(args, setting: str) -> dict:
             + ", ".join(f"{k} {v:.1f}" for k, v in r["phase_seconds"].items())
             + f"), other processes {_cores(r['contention'])} cores")
     raw["env"]["gil_enabled"] = raw["env"]["gil_enabled"] or _gil_enabled()  # still off?
+    raw["numpy_scaling"] = numpy_scaling(np, cores)
     return raw
+
+
+def numpy_scaling(np, threads, sizes=(64, 2048), steps=3000, reps=3) -> dict:
+    """The ceiling for graphs of small nodes on this machine and interpreter: `threads`
+    threads each running `steps` of `a = tanh(a * 1.0001 + 0.1)` on `size` elements,
+    against one thread running them all (the free-threaded issue's own experiment).
+    Returns {size: speedup}, medians of `reps`. No engine involved."""
+    import threading
+
+    def loop(size, n):
+        a, c1, c2 = np.ones(size), float("1.0001"), float("0.1")  # thread-private
+        for _ in range(n):
+            a = np.tanh(a * c1 + c2)
+
+    out = {}
+    for size in sizes:
+        one, many = [], []
+        for _ in range(reps):
+            t = time.perf_counter()
+            loop(size, steps * threads)
+            one.append(time.perf_counter() - t)
+            ths = [threading.Thread(target=loop, args=(size, steps)) for _ in range(threads)]
+            t = time.perf_counter()
+            for th in ths:
+                th.start()
+            for th in ths:
+                th.join()
+            many.append(time.perf_counter() - t)
+        out[str(size)] = statistics.median(one) / statistics.median(many)
+    return out
+
+
+def _scaling_line(label: str, raws) -> str:
+    """Median over children of numpy_scaling, one line."""
+    per = {}
+    for raw in raws:
+        for size, v in (raw.get("numpy_scaling") or {}).items():
+            per.setdefault(size, []).append(v)
+    if not per:
+        return f"- {label}: not measured"
+    cores = next(iter(raws))["cores"]
+    parts = [f"{int(size):,} elements {statistics.median(v):.2f}x" for size, v in per.items()]
+    return (f"- {label}: numpy alone, {cores} threads vs 1 running `tanh(a * 1.0001 + 0.1)` "
+            f"loops: " + ", ".join(parts) + f" (median of {len(next(iter(per.values())))} "
+            "measurements, one per workload run)")
 
 
 def _import_torch():
@@ -677,6 +723,14 @@ def report_pythons(result: dict) -> str:
               f"faster; `other load` = cores' worth of CPU used by other processes while "
               f"timing (0 = quiet machine).")
     parts += [legend, ""]
+    parts.append("Ceiling for small nodes (how far two threads can overlap small numpy "
+                 "kernels at all, measured beside each workload):")
+    for i in (ia, ib):
+        runs = [r for raw in i["settings"].values() for r in raw.get("numpy_runs", []) if r]
+        raws = [{"cores": next(iter(i["settings"].values()))["cores"], "numpy_scaling": r}
+                for r in runs]
+        parts.append(_scaling_line(i["label"], raws))
+    parts.append("")
     for s in ia["settings"]:
         parts += [f"## {la} vs {lb} (allocator: {s})", "",
                   pythons_table({la: ia["settings"][s], lb: ib["settings"][s]}), "",
@@ -817,8 +871,9 @@ def run_pythons(args, argv) -> dict:
             for key in order:
                 log(f"[{key} interpreter] {name}, allocator {s}")
                 child = _child(args, s, argv, python=pythons[key], workloads=[name])
-                merged = raws[key].setdefault(s, dict(child, workloads={}))
+                merged = raws[key].setdefault(s, dict(child, workloads={}, numpy_runs=[]))
                 merged["workloads"][name] = child["workloads"][name]
+                merged["numpy_runs"].append(child.get("numpy_scaling"))
     return {key.lower(): {
         "label": key, "executable": pythons[key] or sys.executable,
         "role": "this interpreter" if pythons[key] is None else "--python",

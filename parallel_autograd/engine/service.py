@@ -68,26 +68,26 @@ class Engine:
         order) before threads stop starting its queued nodes while another thread
         runs it: bounds the memory the parallel engine holds beyond the sequential one.
     limit_blas: while a call runs in parallel, cap BLAS threads at cores // workers.
-    share_cheap: hand cheap ready nodes to idle workers too. Pays only without the
-        GIL (two threads running small ufuncs were measured slower than one with it).
+    share_cheap: hand cheap ready nodes between threads too (keyed accumulation when
+        every node is cheap). Can pay only without the GIL, and on CPython 3.13t it was
+        measured not to (README, "Free-threaded"): off unless asked for.
 
-    Defaults adapt to the interpreter at run time (`sys._is_gil_enabled()`): without
-    the GIL, `min_work` drops from 1e6 to 2e4 and `share_cheap` is on.
+    `gil_enabled` is read at run time (`sys._is_gil_enabled()`; a free-threaded build
+    can still run with the GIL) and reported by `stats()`. The defaults are the same
+    either way: what was measured on 3.13t (README) did not justify different ones.
     """
 
     def __init__(self, num_workers: int | None = None, *, min_nodes: int = 8,
-                 min_work: float | None = None, min_width: float = 1.5,
+                 min_work: float = 1e6, min_width: float = 1.5,
                  inline_below: float = 16384, max_blas_share: float = 0.5,
                  max_parked: int = 4, limit_blas: bool = True,
-                 share_cheap: bool | None = None):
+                 share_cheap: bool = False):
         self.num_workers = _check_workers(num_workers)
         # Checked at run time: a free-threaded build may still run with the GIL on.
         self.gil_enabled = gil_enabled()
         self.min_nodes = min_nodes
-        if min_work is None:
-            min_work = 1e6 if self.gil_enabled else 2e4
         self.min_work = min_work
-        self.share_cheap = (not self.gil_enabled) if share_cheap is None else share_cheap
+        self.share_cheap = share_cheap
         self.min_width = min_width
         self.inline_below = inline_below
         self.max_blas_share = max_blas_share
