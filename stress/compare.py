@@ -182,7 +182,7 @@ def run_setting(args, setting: str) -> dict:
             + ", ".join(f"{k} {v:.1f}" for k, v in r["phase_seconds"].items())
             + f"), other processes {_cores(r['contention'])} cores")
     raw["env"]["gil_enabled"] = raw["env"]["gil_enabled"] or _gil_enabled()  # still off?
-    raw["numpy_scaling"] = numpy_scaling(np, cores)
+    raw["numpy_scaling"] = numpy_scaling(np, cores, steps=3000 if args.size == "full" else 300)
     return raw
 
 

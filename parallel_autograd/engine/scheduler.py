@@ -6,11 +6,13 @@ descending, then input slot; seeds first), the order in which the sequential
 engine receives them, so results are bitwise identical. Two ways, chosen per call:
 
 - keyed (`task.keyed`, every node cheap): no per-edge set-up at all. `pending`:
-  node -> list of `(key, grad)` contributions; the one that completes the count
-  (`totals`, the plan's in-degrees plus seeds) takes the list, sorts it by key and
-  sums it outside the lock. Holds every contribution until the last one arrives,
-  which is fine for small gradients only; the set-up costs nothing, which is what
-  makes graphs of tiny nodes worth running in parallel without the GIL.
+  node -> list of `(key, grad)` contributions, each node's entry guarded by one of
+  `task.stripes` (32 locks, picked by the node's hash: two threads rarely want the
+  same one); `totals` (the plan's in-degrees plus seeds) is read-only. The
+  contribution that completes the count takes the list, sorts it by key and sums it
+  outside the lock. Holds every contribution until the last one arrives, which is
+  fine for small gradients only; the set-up costs nothing (a per-edge pass costs
+  about 4 us per node on 3.13t, as much as running a small node).
 - ranked (otherwise): `slots` and `edges` below, set up by one pass over the edges;
   contributions are added as soon as their turn comes, with backpressure.
 
@@ -171,7 +173,7 @@ class GraphTask:
         self.stats = stats
         self.inline_below = inline_below
         self.share_cheap = False  # hand cheap nodes to idle workers (free-threaded builds)
-        self.waiting = False  # the caller waits in run_until (a hint for share_cheap)
+        self.waiting = False  # caller waits in run_until; written by it only, read racily (hint)
         self.shared = collections.deque()  # share_cheap: ready nodes up for grabs;
         #   each counts in `outstanding`. deque append/popleft are atomic (with or
         #   without the GIL), so it needs no lock of ours.
