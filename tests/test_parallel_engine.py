@@ -206,6 +206,44 @@ def test_keyed_error_leaves_grads_and_engine_usable():
         assert_bitwise(reference(random_dag, 4), grads_of(leaves))
 
 
+@pytest.mark.xfail(strict=True, reason="keyed accumulation holds every contribution until "
+                   "the last one arrives, with no backpressure, and _decide picks it from node "
+                   "costs only (AccumulateGrad costs 0; getitem/sum rules return leaf-sized "
+                   "gradients): peak memory grows with fan-in x leaf size (~21x here)")
+def test_keyed_peak_memory_bounded_for_large_leaf_with_fan_in():
+    # Every node is cheap (getitem costs `cols`, sum 1), but each getitem rule returns a
+    # full (rows, cols) gradient for x: 64 contributions of 1 MB to one leaf.
+    def build(rows=64, cols=2048):
+        x = pa.tensor(np.random.default_rng(0).standard_normal((rows, cols)),
+                      requires_grad=True)
+        loss = None
+        for i in range(rows):
+            s = x[i].sum()
+            loss = s if loss is None else loss + s
+        return loss, [x]
+
+    loss, _ = build()
+    seq = _peak(lambda: pa.backward(loss))
+    with sharing(2) as eng:
+        loss, leaves = build()
+        st = {}
+        par = _peak(lambda: st.setdefault("s", eng.backward(loss, stats=True)))
+    assert st["s"].accumulation == "keyed"
+    assert_bitwise(reference(build), grads_of(leaves))
+    assert par <= 4 * seq, (par, seq)  # ranked mode (backpressure) stays near 2.3x here
+
+
+@pytest.mark.xfail(strict=True, reason="_decide sets CallStats.accumulation before the "
+                   "min_work / BLAS / width checks, so a call that ran sequentially "
+                   "reports keyed or ranked accumulation")
+def test_sequential_call_reports_no_accumulation_mode():
+    with pa.Engine(2, min_nodes=0, min_work=1e9, min_width=0, share_cheap=True) as eng:
+        loss, _ = random_dag(0)
+        st = eng.backward(loss, stats=True)
+    assert st.mode == "sequential" and "little work" in st.reason
+    assert st.accumulation is None
+
+
 def test_all_cheap_graph_without_sharing_runs_sequentially():
     with pa.Engine(2, min_nodes=0, min_work=0, min_width=0, share_cheap=False) as eng:
         loss, leaves = random_dag(2)
