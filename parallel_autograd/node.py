@@ -35,12 +35,12 @@ class Node:
 
     __slots__ = (
         "name", "vjps", "joint", "saved", "kwargs", "next_nodes", "input_meta",
-        "seq", "pre_hooks", "retained", "released", "cost", "threaded", "variable",
+        "seq", "pre_hooks", "retained", "released", "cost", "threaded", "variable", "size",
         "__weakref__",
     )
 
     def __init__(self, name, next_nodes, input_meta, saved=(), vjps=None, joint=None,
-                 kwargs=None, cost=0, threaded=False):
+                 kwargs=None, cost=0, threaded=False, size=0):
         self.name = name
         self.next_nodes = next_nodes        # tuple[Node | None], one per input
         self.input_meta = input_meta        # tuple[(shape, dtype) | None], one per input
@@ -55,6 +55,7 @@ class Node:
         self.cost = cost                    # estimated backward work, ~ns on one core
         self.threaded = threaded            # the rule's kernels are multithreaded (BLAS)
         self.variable = None                # set only on AccumulateGrad
+        self.size = size                    # elements of the gradient it receives (output)
 
     def __repr__(self):
         return f"<{self.name} node seq={self.seq}>"
@@ -121,6 +122,7 @@ class AccumulateGrad(Node):
     def __init__(self, leaf):
         super().__init__("AccumulateGrad", (), ())
         self.variable = leaf          # strong ref; the leaf holds us weakly (no cycle)
+        self.size = leaf.data.size
         self.pre_hooks = leaf._hooks  # shared list: hooks registered later still apply
 
 

@@ -52,10 +52,12 @@ def record(name, out, inputs, vjps=None, saved=(), kwargs=None, joint=None, cost
         return Tensor._wrap(out)
     if joint is not None:
         node = Node(name, tuple(next_nodes), tuple(meta), saved, joint=joint,
-                    kwargs=kwargs, cost=out.size if cost is None else cost, threaded=threaded)
+                    kwargs=kwargs, cost=out.size if cost is None else cost, threaded=threaded,
+                    size=out.size)
     else:
         node = Node(name, tuple(next_nodes), tuple(meta), saved, vjps=tuple(used),
-                    kwargs=kwargs, cost=out.size if cost is None else cost, threaded=threaded)
+                    kwargs=kwargs, cost=out.size if cost is None else cost, threaded=threaded,
+                    size=out.size)
     return Tensor._wrap(out, node)
 
 

@@ -206,10 +206,6 @@ def test_keyed_error_leaves_grads_and_engine_usable():
         assert_bitwise(reference(random_dag, 4), grads_of(leaves))
 
 
-@pytest.mark.xfail(strict=True, reason="keyed accumulation holds every contribution until "
-                   "the last one arrives, with no backpressure, and _decide picks it from node "
-                   "costs only (AccumulateGrad costs 0; getitem/sum rules return leaf-sized "
-                   "gradients): peak memory grows with fan-in x leaf size (~21x here)")
 def test_keyed_peak_memory_bounded_for_large_leaf_with_fan_in():
     # Every node is cheap (getitem costs `cols`, sum 1), but each getitem rule returns a
     # full (rows, cols) gradient for x: 64 contributions of 1 MB to one leaf.
@@ -228,14 +224,15 @@ def test_keyed_peak_memory_bounded_for_large_leaf_with_fan_in():
         loss, leaves = build()
         st = {}
         par = _peak(lambda: st.setdefault("s", eng.backward(loss, stats=True)))
-    assert st["s"].accumulation == "keyed"
+    # keyed would hold all 64 (measured 21.7x the sequential peak): the engine must not
+    # pick it from node costs alone
+    assert st["s"].accumulation == "ranked"
     assert_bitwise(reference(build), grads_of(leaves))
-    assert par <= 4 * seq, (par, seq)  # ranked mode (backpressure) stays near 2.3x here
+    # ranked mode: ~2.3x alone, more when the suite loads the machine (parked up to
+    # max_parked contributions plus those in flight)
+    assert par <= 6 * seq, (par, seq)
 
 
-@pytest.mark.xfail(strict=True, reason="_decide sets CallStats.accumulation before the "
-                   "min_work / BLAS / width checks, so a call that ran sequentially "
-                   "reports keyed or ranked accumulation")
 def test_sequential_call_reports_no_accumulation_mode():
     with pa.Engine(2, min_nodes=0, min_work=1e9, min_width=0, share_cheap=True) as eng:
         loss, _ = random_dag(0)
@@ -250,6 +247,17 @@ def test_all_cheap_graph_without_sharing_runs_sequentially():
         st = eng.backward(loss, stats=True)
     assert st.mode == "sequential" and "every node is cheap" in st.reason
     assert_bitwise(reference(random_dag, 2), grads_of(leaves))
+
+
+def test_all_cheap_graph_with_several_roots_still_runs_in_parallel():
+    # the extra roots go to other threads: the "one thread would run them all" fallback
+    # is only for a single root
+    loss, leaves = random_dag(2)
+    outs = [loss, (leaves[0] * 2.0).sum(), (leaves[1] * 3.0).sum()]
+    with pa.Engine(2, min_nodes=0, min_work=0, min_width=0, share_cheap=False) as eng:
+        got, st = eng.grad(outs, leaves, retain_graph=True, stats=True)
+    assert st.mode == "parallel" and st.accumulation == "ranked"
+    assert_bitwise(pa.grad(outs, leaves), got)
 
 
 def test_heavy_nodes_use_ranked_accumulation():

@@ -5,7 +5,8 @@ Gradients with several contributions are summed in canonical order (consumer seq
 descending, then input slot; seeds first), the order in which the sequential
 engine receives them, so results are bitwise identical. Two ways, chosen per call:
 
-- keyed (`task.keyed`, every node cheap): no per-edge set-up at all. `pending`:
+- keyed (`task.keyed`, every node cheap, small gradients and fan-in: see
+  `Engine._keyed_fits`; with `share_cheap` only): no per-edge set-up at all. `pending`:
   node -> list of `(key, grad)` contributions, each node's entry guarded by one of
   `task.stripes` (32 locks, picked by the node's hash: two threads rarely want the
   same one); `totals` (the plan's in-degrees plus seeds) is read-only. The
@@ -150,8 +151,8 @@ class GraphTask:
 
     def __init__(self, plan, stats, inline_below, max_parked=4, wake=None):
         self.plan = plan
-        # guards slots, pending, outstanding, runners, parked, error, stats, staged
-        # and captured
+        # guards slots, outstanding, runners, parked, error, stats, staged and
+        # captured (pending: the striped locks below)
         self.lock = threading.Lock()
         self.queue = []  # heap of this call's queued items; guarded by the pool's lock
         self.signal = queue.SimpleQueue()  # wake-up tokens for the thread waiting on it
@@ -389,7 +390,6 @@ def execute(task, first, pool):
     push = pool.submit
     share = task.share_cheap
     shared = task.shared
-    idle = pool._idle  # sleeping workers; read racily: only a hint
     stack = [(first[0], first[1], first[2])]  # cheap ready nodes, run depth-first
     first[1] = None
     heavy = None  # one heavy ready node kept for this thread
@@ -473,7 +473,7 @@ def execute(task, first, pool):
                         push(task, *item)
                     hand_off = item = None
             if share and len(stack) > 1:
-                if idle:  # wake a sleeping worker with it
+                if pool._idle:  # wake a sleeping worker with it (re-read: wake() replaces it)
                     push(task, *stack.pop(0))
                 elif not shared:  # keep one item where this call's idle threads look
                     task.add_outstanding(1)

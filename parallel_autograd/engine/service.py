@@ -200,11 +200,11 @@ class Engine:
             if c > biggest:
                 biggest = c
         st.total_cost = total
-        if biggest < self.inline_below and not self.share_cheap:
+        all_cheap = biggest < self.inline_below
+        if all_cheap and not self.share_cheap and len({n for n, _ in plan.roots}) <= 1:
             st.reason = (f"every node is cheap (< inline_below={self.inline_below:.3g}): "
                          "one thread would run them all")
             return None
-        st.accumulation = "keyed" if biggest < self.inline_below else "ranked"
         if total < self.min_work:
             st.reason = f"little work ({total:.3g} < min_work={self.min_work:.3g})"
             return None
@@ -229,9 +229,22 @@ class Engine:
         if width < self.min_width:
             st.reason = f"no width (work / critical path = {width:.2f} < {self.min_width})"
             return None
+        keyed = all_cheap and self.share_cheap and self._keyed_fits(plan)
+        st.accumulation = "keyed" if keyed else "ranked"
         st.mode = "parallel"
         st.reason = f"width {width:.2f}"
         return order
+
+    def _keyed_fits(self, plan) -> bool:
+        """Keyed accumulation holds every contribution to a gradient until the last
+        arrives: use it only if no node's fan-in times its gradient size exceeds
+        max_parked * inline_below elements (node costs do not bound that: a leaf's sink
+        costs 0, and a sum or an indexing op sends back its input's size)."""
+        cap = self.max_parked * self.inline_below
+        for node, fan_in in plan.dependencies.items():
+            if fan_in > 1 and node.size * fan_in > cap:
+                return False
+        return True
 
     def _run_parallel(self, plan, order, st):
         pool = self._pool
