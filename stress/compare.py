@@ -261,7 +261,21 @@ def _gil_enabled() -> bool:
 
 
 def _configs(workers, torch) -> list:
-    return ["seq"] + [f"par{n}" for n in workers] + (["torch"] if torch is not None else [])
+    # without the GIL, also the opt-in sharing of cheap nodes (Engine(share_cheap=True))
+    shared = [] if _gil_enabled() else ["shared"]
+    return (["seq"] + [f"par{n}" for n in workers] + shared
+            + (["torch"] if torch is not None else []))
+
+
+_shared_engines: dict = {}
+
+
+def _shared_engine(pa):
+    """Engine(all cores, share_cheap=True, min_work=0): cheap nodes handed between
+    threads whatever the amount of work; made once per process (a persistent pool)."""
+    if "e" not in _shared_engines:
+        _shared_engines["e"] = pa.Engine(share_cheap=True, min_work=0)
+    return _shared_engines["e"]
 
 
 def _minflt() -> int:
@@ -278,6 +292,11 @@ def run_once(w, data, config, pa):
         if config == "seq":
             def call():
                 pa.backward(loss)
+        elif config == "shared":
+            eng = _shared_engine(pa)
+
+            def call():
+                return eng.backward(loss, stats=True)
         else:
             n = int(config[3:])
 
@@ -426,7 +445,8 @@ def measure_workload(w, args, workers, cores, pa, torch, keep_timeline=False) ->
         "description": w.description, "branches": w.branches, "dims": data["_dims"],
         "nodes": stats[par_all]["nodes"],
         "times": times, "median": med, "min": {c: min(ts) for c, ts in times.items()},
-        "speedup": {c: med["seq"] / med[c] for c in configs if c.startswith("par")},
+        "speedup": {c: med["seq"] / med[c] for c in configs
+                    if c.startswith("par") or c == "shared"},
         "faults": {c: statistics.median(fs) for c, fs in best["faults"].items()},
         "contention": best["contention"],
         "attempts_contention": [a["contention"] for a in attempts],
@@ -677,6 +697,9 @@ def pythons_table(raws: dict) -> str:
     head = ["workload", "nodes"]
     for lab in (la, lb):
         head += [f"{lab} seq ms", f"{lab} par ms", f"{lab} speedup"]
+    shared = any("shared" in r["median"] for r in b["workloads"].values())
+    if shared:  # measured only without the GIL
+        head.append(f"{lb} share_cheap ms")
     head += [f"{lb} decision", f"{lb} par / {la} par", f"other load ({la} / {lb})"]
     rows = []
     for n, ra in a["workloads"].items():
@@ -685,6 +708,9 @@ def pythons_table(raws: dict) -> str:
         for r, par in ((ra, pa_), (rb, pb)):
             row += [_ms(r["median"]["seq"]), _ms(r["median"][par]),
                     f"{r['speedup'][par]:.2f}x"]
+        if shared:
+            row.append(f"{_ms(rb['median']['shared'])} ({rb['speedup']['shared']:.2f}x)"
+                       if "shared" in rb["median"] else "n/a")
         row += [_decision(rb["decision"][pb]),
                 f"{rb['median'][pb] / ra['median'][pa_]:.2f}",
                 f"{_cores(ra['contention'])} / {_cores(rb['contention'])}"]
@@ -718,7 +744,9 @@ def report_pythons(result: dict) -> str:
     parts += ([""] + notes if notes else []) + [""]
     legend = (f"Times: backward pass only, milliseconds, median; `par` is "
               f"`backward_parallel` at all cores (the default engine), `speedup` = seq / par "
-              f"within one interpreter; `{lb} decision` is that engine's choice "
+              f"within one interpreter; `{lb} share_cheap` (without the GIL only) is "
+              f"`Engine(share_cheap=True, min_work=0)`, the opt-in sharing of cheap "
+              f"nodes, with its speedup; `{lb} decision` is the default engine's choice "
               f"(`stats`); `{lb} par / {la} par` below 1 means {lb}'s parallel pass is "
               f"faster; `other load` = cores' worth of CPU used by other processes while "
               f"timing (0 = quiet machine).")
