@@ -57,6 +57,9 @@ def test_every_workload_table_json_and_plot(tmp_path):
             assert key in r, (name, key)
         configs = ["seq"] + [f"par{n}" for n in raw["workers"]] + (["torch"] if HAVE_TORCH
                                                                     else [])
+        if not raw["env"]["gil_enabled"]:  # the opt-in share_cheap engine, no GIL only
+            configs.append("shared")
+            assert r["speedup"]["shared"] > 0
         assert set(r["median"]) == set(configs)
         assert all(t > 0 for t in r["median"].values())
         assert set(r["peak_bytes"]) == {"seq", f"par{cores}"}
