@@ -928,16 +928,22 @@ def main(argv=None) -> int:
             log("note: MALLOC_*_ environment variables are set; 'default' is not glibc's "
                 "default in this process")
         raws = {args.allocator: run_setting(args, args.allocator)}
-    result = {
-        "meta": {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-                 "command": "python -m stress.compare " + " ".join(argv),
-                 "malloc_env": {k: os.environ[k] for k in _MALLOC_ENV if k in os.environ},
-                 "seconds": None},
-        "settings": raws,
-        "targets": {s: evaluate_targets(raw) for s, raw in raws.items()},
-    }
+    result = {"meta": _meta(argv), "settings": raws,
+              "targets": {s: evaluate_targets(raw) for s, raw in raws.items()}}
+    return _finish(args, result, report, t0)
+
+
+def _meta(argv, **extra) -> dict:
+    return {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+            "command": "python -m stress.compare " + " ".join(argv), **extra,
+            "malloc_env": {k: os.environ[k] for k in _MALLOC_ENV if k in os.environ},
+            "seconds": None}
+
+
+def _finish(args, result, render, t0) -> int:
+    """Print the report, write --out and --plot."""
     result["meta"]["seconds"] = time.perf_counter() - t0
-    print(report(result), flush=True)
+    print(render(result), flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1, default=_jsonable)
@@ -951,24 +957,12 @@ def _main_pythons(args, argv, t0) -> int:
     interp = run_pythons(args, argv)
     other = list(interp.values())[1]
     result = {
-        "meta": {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-                 "command": "python -m stress.compare " + " ".join(argv),
-                 "python": args.python,
-                 "malloc_env": {k: os.environ[k] for k in _MALLOC_ENV if k in os.environ},
-                 "seconds": None},
+        "meta": _meta(argv, python=args.python),
         "interpreters": interp,
         "ft_targets": {s: evaluate_ft_targets(raw, other["label"])
                        for s, raw in other["settings"].items()},
     }
-    result["meta"]["seconds"] = time.perf_counter() - t0
-    print(report_pythons(result), flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1, default=_jsonable)
-    if args.plot:
-        plot(result, args.plot)
-    log(f"done in {result['meta']['seconds']:.0f} s")
-    return 0
+    return _finish(args, result, report_pythons, t0)
 
 
 if __name__ == "__main__":
