@@ -163,7 +163,7 @@ class GraphTask:
         self.wake = wake or _no_wake  # wake(task): waiting threads re-check (the pool's)
         self.keyed = False  # keyed or ranked accumulation (module docstring)
         self.pending = {}
-        self.stripes = tuple(threading.Lock() for _ in range(32))  # guard `pending` entries
+        self.stripes = ()  # keyed mode: 32 locks guarding `pending` entries
         self.totals = {}
         self.slots = {}
         self.edges = {}
@@ -235,6 +235,7 @@ class GraphTask:
         """Keyed mode set-up: only the seeds. Returns the ready roots."""
         plan = self.plan
         self.keyed = True
+        self.stripes = tuple(threading.Lock() for _ in range(32))
         totals = self.totals = plan.dependencies
         ready = []
         seeds = {}
