@@ -1,11 +1,9 @@
 """parallel_autograd: reverse-mode autodiff on numpy with a parallel backward engine."""
-# tensor first: it wires operators to the op modules, which import Tensor.
-from .tensor import Tensor, tensor  # noqa: I001
 from . import allocator, nn  # noqa: F401
 from .allocator import tune_allocator
 from .creation import arange, ones, randn, zeros
 from .engine.sequential import backward, grad
-from .engine.service import Engine, backward_parallel, default_engine, grad_parallel
+from .engine.engine import Engine, backward_parallel, default_engine, grad_parallel
 from .function import Function, FunctionCtx
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .ops.elementwise import (abs, add, clip, cos, div, exp, gelu, leaky_relu, log, maximum,
@@ -17,7 +15,9 @@ from .ops.shape import (broadcast_to, concat, expand, flatten, getitem, pad, per
                         split, squeeze, stack, swapaxes, transpose, unsqueeze)
 from .primitive import primitive, record
 from .profiler import profile
+from .tensor import Tensor, tensor
 from .testing import gradcheck
+from . import methods as _methods  # noqa: F401, I001  (last: attaches Tensor's operators)
 
 clamp = clip
 cat = concat

@@ -61,10 +61,6 @@ def record(name, out, inputs, vjps=None, saved=(), kwargs=None, joint=None, cost
     return Tensor._wrap(out, node)
 
 
-def unwrap(x):
-    return x.data if isinstance(x, Tensor) else x
-
-
 def primitive(name, forward, *vjps, cost=None, threaded=False):
     """Make an op from `forward(*arrays, **kwargs)` and one rule per positional input.
 
@@ -86,5 +82,4 @@ def primitive(name, forward, *vjps, cost=None, threaded=False):
 
     op.__name__ = name
     op.__qualname__ = name
-    op.vjps = vjps
     return op

@@ -14,7 +14,8 @@ import time
 _active = None  # the Recorder in use, or None (read without a lock: a plain reference)
 
 
-def active():
+def active() -> "Recorder | None":
+    """The recorder of the active `profile()` context, or None."""
     return _active
 
 
@@ -27,7 +28,9 @@ class Recorder:
         self.now = time.perf_counter
         self.t0 = self.now()
 
-    def record(self, name: str, start: float, end: float | None = None) -> None:
+    def add(self, name: str, start: float, end: float | None = None) -> None:
+        """Add one event: `name` ran on this thread from `start` to `end` (default:
+        now), both `perf_counter` readings."""
         if end is None:
             end = self.now()
         th = threading.current_thread()

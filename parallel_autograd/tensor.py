@@ -1,5 +1,9 @@
 """Tensor: an ndarray plus what autograd needs (requires_grad, grad, grad_fn).
 
+This module defines the class only; its operators, op methods and `backward` are
+attached by `methods.py` (imported last by the package), so it imports no op
+module and no engine.
+
 Thread safety: reading a tensor is safe from any thread. `.grad` of a leaf is
 updated by the engines under the leaf's own lock, so concurrent backward calls
 that share leaves are safe; assigning `.grad` yourself while a backward runs is not.
@@ -7,6 +11,7 @@ that share leaves are safe; assigning `.grad` yourself while a backward runs is 
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy as np
 
@@ -79,7 +84,6 @@ class Tensor:
             if not self._requires_grad:
                 raise RuntimeError("can't retain_grad on a tensor that does not require grad")
             return
-        import weakref
         self.grad_fn.retained = weakref.ref(self)
 
     def register_hook(self, fn):
@@ -100,11 +104,6 @@ class Tensor:
 
     def detach(self) -> "Tensor":
         return Tensor._wrap(self.data)
-
-    def backward(self, grad=None, retain_graph: bool = False) -> None:
-        """Sequential backward from this tensor (see `parallel_autograd.backward`)."""
-        from .engine.sequential import backward
-        backward(self, grad, retain_graph=retain_graph)
 
     def zero_grad(self) -> None:
         self.grad = None
@@ -163,61 +162,3 @@ def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:
     return Tensor(data, requires_grad=requires_grad, dtype=dtype)
 
 
-def as_tensor(x) -> Tensor:
-    return x if isinstance(x, Tensor) else Tensor._wrap(np.asarray(x))
-
-
-# --- operators and methods: thin forwards to the op modules ------------------------
-# Imported here (after Tensor exists) because the op modules import Tensor.
-from .ops import elementwise as _ew  # noqa: E402
-from .ops import linalg as _la  # noqa: E402
-from .ops import reduce as _rd  # noqa: E402
-from .ops import shape as _sh  # noqa: E402
-
-
-def _methods():
-    T = Tensor
-    T.__add__ = lambda a, b: _ew.add(a, b)
-    T.__radd__ = lambda a, b: _ew.add(b, a)
-    T.__sub__ = lambda a, b: _ew.sub(a, b)
-    T.__rsub__ = lambda a, b: _ew.sub(b, a)
-    T.__mul__ = lambda a, b: _ew.mul(a, b)
-    T.__rmul__ = lambda a, b: _ew.mul(b, a)
-    T.__truediv__ = lambda a, b: _ew.div(a, b)
-    T.__rtruediv__ = lambda a, b: _ew.div(b, a)
-    T.__pow__ = lambda a, b: _ew.pow(a, b)
-    T.__rpow__ = lambda a, b: _ew.pow(b, a)
-    T.__matmul__ = lambda a, b: _la.matmul(a, b)
-    T.__rmatmul__ = lambda a, b: _la.matmul(b, a)
-    T.__neg__ = lambda a: _ew.neg(a)
-    T.__pos__ = lambda a: a
-    T.__abs__ = lambda a: _ew.abs(a)
-    T.__getitem__ = lambda a, idx: _sh.getitem(a, idx)
-    # Comparisons give plain boolean tensors (no gradient), like PyTorch.
-    T.__lt__ = lambda a, b: Tensor._wrap(np.less(a.data, _raw(b)))
-    T.__le__ = lambda a, b: Tensor._wrap(np.less_equal(a.data, _raw(b)))
-    T.__gt__ = lambda a, b: Tensor._wrap(np.greater(a.data, _raw(b)))
-    T.__ge__ = lambda a, b: Tensor._wrap(np.greater_equal(a.data, _raw(b)))
-    T.__eq__ = lambda a, b: Tensor._wrap(np.equal(a.data, _raw(b)))
-    T.__ne__ = lambda a, b: Tensor._wrap(np.not_equal(a.data, _raw(b)))
-    T.__hash__ = lambda a: id(a)
-    for name in ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs",
-                 "neg", "maximum", "minimum", "clip", "leaky_relu", "gelu", "silu", "pow"):
-        setattr(T, name, getattr(_ew, name))
-    T.clamp = _ew.clip
-    for name in ("sum", "mean", "max", "min", "var", "softmax", "log_softmax", "logsumexp"):
-        setattr(T, name, getattr(_rd, name))
-    for name in ("reshape", "transpose", "permute", "expand", "broadcast_to", "squeeze",
-                 "unsqueeze", "flatten", "split", "swapaxes"):
-        setattr(T, name, getattr(_sh, name))
-    T.view = _sh.reshape
-    T.matmul = _la.matmul
-    T.T = property(lambda a: _sh.transpose(a))
-    T.mT = property(lambda a: _sh.swapaxes(a, -1, -2))
-
-
-def _raw(x):
-    return x.data if isinstance(x, Tensor) else x
-
-
-_methods()

@@ -25,41 +25,31 @@ import statistics
 import time
 from collections import defaultdict
 
-import numpy as np
-
-from parallel_autograd.engine.graph import plan_call
+from parallel_autograd.engine.accumulate import Pending, backward_order
+from parallel_autograd.engine.cost import critical_path
+from parallel_autograd.engine.plan import plan_call
 
 
 def _walk(plan, order, times):
-    """One sequential pass over `plan`; appends each node's seconds to `times[node]`."""
-    pending, owned = {}, set()
+    """One sequential pass over `plan` (the sequential engine's walk and canonical sum,
+    without hooks or commit); appends each node's seconds to `times[node]`."""
+    pending = Pending()
     for node, g in plan.roots:
-        _add(pending, owned, node, g)
+        pending.add(node, g)
     perf = time.perf_counter
     for node in order:
-        g = pending.pop(node, None)
-        if g is None:
+        entry = pending.pop(node)
+        if entry is None:
             continue
         t0 = perf()
         if node.variable is None:  # AccumulateGrad nodes only hand over their gradient
-            grads = node.input_grads(g)
+            grads = node.input_grads(entry[0])
             for nxt, gi in zip(node.next_nodes, grads):
                 if gi is not None:
-                    _add(pending, owned, nxt, gi)
+                    pending.add(nxt, gi)
             del grads
-        del g
+        del entry
         times[node].append(perf() - t0)
-
-
-def _add(pending, owned, node, g):
-    prev = pending.get(node)
-    if prev is None:
-        pending[node] = g
-    elif node in owned:
-        np.add(prev, g, out=prev)
-    else:
-        pending[node] = prev + g
-        owned.add(node)
 
 
 def _node_times(plan, order, repeats, blas_threads):
@@ -75,20 +65,6 @@ def _node_times(plan, order, repeats, blas_threads):
     return {n: statistics.median(ts) for n, ts in times.items()}
 
 
-def critical_path(order, t) -> float:
-    """Longest path (sum of `t[node]`) from a root; `order` is decreasing seq."""
-    start = {}
-    longest = 0.0
-    for node in order:
-        finish = start.get(node, 0.0) + t.get(node, 0.0)
-        if finish > longest:
-            longest = finish
-        for nxt in node.next_nodes:
-            if nxt is not None and start.get(nxt, 0.0) < finish:
-                start[nxt] = finish
-    return longest
-
-
 def profile_graph(loss, cores: int, repeats: int = 3) -> dict:
     """Profile the backward graph of `loss` (which must not have been run yet).
 
@@ -97,7 +73,7 @@ def profile_graph(loss, cores: int, repeats: int = 3) -> dict:
     one-core seconds). The graph's saved values are released at the end.
     """
     plan = plan_call(loss, retain_graph=True)
-    order = sorted(plan.nodes, key=lambda n: n.seq, reverse=True)
+    order = backward_order(plan.nodes)
     _walk(plan, order, defaultdict(list))  # warm-up: first-touch page faults, caches
     one = _node_times(plan, order, repeats, blas_threads=1)
     full = _node_times(plan, order, repeats, blas_threads=None)

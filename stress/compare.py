@@ -159,7 +159,7 @@ def run_setting(args, setting: str) -> dict:
     import numpy as np
 
     import parallel_autograd as pa
-    from parallel_autograd.engine.service import usable_cores
+    from parallel_autograd.engine.cost import usable_cores
 
     from .workloads import WORKLOADS
     torch = None if args.no_torch else _import_torch()

@@ -65,8 +65,8 @@ class LeakMonitor:
         """Worker pools of the engines alive in this process that the harness knows."""
         engines = [underlying(e) for e in self.h.engines.values()]
         try:
-            from parallel_autograd.engine import service
-            engines += list(service._defaults.values())
+            from parallel_autograd.engine import engine
+            engines += list(engine._defaults.values())
         except (ImportError, AttributeError):
             pass
         return [e._pool for e in engines if e is not None and hasattr(e, "_pool")]

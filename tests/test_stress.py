@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import parallel_autograd as pa
-from parallel_autograd.engine import scheduler, service
+from parallel_autograd.engine import engine as engine_module
+from parallel_autograd.engine import task as task_module
 from stress import faults, graphs
 from stress.__main__ import main, parse_args
 from stress.checks import default_engine_factory
@@ -60,7 +61,7 @@ def test_generators_are_reproducible_from_the_seed():
     assert a.root.grad_fn is not b.root.grad_fn
 
 
-def test_families_cover_what_the_issue_asks():
+def test_families_cover_deep_partial_frozen_and_broadcast_graphs():
     deep = graphs.build("deep", 0, 1.0)
     assert deep.nodes >= 100_000
     part = graphs.build("partial", 3, 0.3)
@@ -83,7 +84,7 @@ def _contribute_in_arrival_order(self, slot, rank, g):
                 slot.buf = slot.buf + g
                 slot.owned = True
         slot.next_rank += 1
-        return slot.next_rank == slot.total
+        return slot.take() if slot.next_rank == slot.total else None
 
 
 def _contribute_reversed(self, slot, rank, g):
@@ -94,7 +95,7 @@ def _contribute_reversed(self, slot, rank, g):
         slot.parked[rank] = g
         slot.next_rank += 1
         if slot.next_rank < slot.total:
-            return False
+            return None
         parts = [slot.parked[r] for r in sorted(slot.parked, reverse=True)]
         slot.parked = None
     buf = None
@@ -102,7 +103,7 @@ def _contribute_reversed(self, slot, rank, g):
         if p is not None:
             buf = p if buf is None else buf + p
     slot.buf, slot.owned = buf, True
-    return True
+    return slot.take()
 
 
 def _contribute_unlocked(self, slot, rank, g):
@@ -114,14 +115,14 @@ def _contribute_unlocked(self, slot, rank, g):
     n = slot.next_rank
     time.sleep(0)
     slot.next_rank = n + 1
-    return slot.next_rank == slot.total
+    return slot.take() if slot.next_rank == slot.total else None
 
 
 ORDER_FAMILIES = ("shared", "wide", "random", "lstm")
 
 
 def test_detects_accumulation_out_of_canonical_order(monkeypatch):
-    monkeypatch.setattr(scheduler.GraphTask, "contribute", _contribute_reversed)
+    monkeypatch.setattr(task_module.GraphTask, "contribute", _contribute_reversed)
     rep = run(quick(iterations=4, families=ORDER_FAMILIES, faults=(), threads=1,
                     workers=(1, 2), tracemalloc=False))
     assert not rep.ok
@@ -136,14 +137,14 @@ def test_detects_accumulation_out_of_canonical_order(monkeypatch):
 def test_detects_arrival_order_accumulation(monkeypatch):
     """Timing decides the arrival order, so give it a few graphs with many
     contributions per gradient and slow rules; any mismatch (or hang) is a catch."""
-    monkeypatch.setattr(scheduler.GraphTask, "contribute", _contribute_in_arrival_order)
+    monkeypatch.setattr(task_module.GraphTask, "contribute", _contribute_in_arrival_order)
     rep = run(quick(iterations=8, families=("shared", "wide"), faults=(), threads=1,
                     workers=(4,), variants=("queue",), scale=0.3, tracemalloc=False))
     assert rep.total().mismatches > 0, rep.summary()
 
 
 def test_detects_unlocked_accumulation(monkeypatch):
-    monkeypatch.setattr(scheduler.GraphTask, "contribute", _contribute_unlocked)
+    monkeypatch.setattr(task_module.GraphTask, "contribute", _contribute_unlocked)
     rep = run(quick(iterations=4, families=("shared", "wide"), faults=(), threads=1,
                     workers=(4,), variants=("queue",), scale=0.3, deadline=2.0,
                     tracemalloc=False))
@@ -158,7 +159,7 @@ def test_detects_unlocked_leaf_accumulation_under_concurrency(monkeypatch):
             time.sleep(0.002)  # widen the read-modify-write window
             t.grad = g.copy() if old is None else old + g
 
-    monkeypatch.setattr(service, "commit", racy_commit)
+    monkeypatch.setattr(engine_module, "commit", racy_commit)
     rep = run(quick(iterations=2, families=("shared", "mlp"), faults=(), threads=4,
                     rounds=2, workers=(2,), variants=("queue",), tracemalloc=False))
     conc = [f for f in rep.failures if f.kind == "mismatch" and "concurrency" in f.message]
@@ -168,14 +169,7 @@ def test_detects_unlocked_leaf_accumulation_under_concurrency(monkeypatch):
 
 def _break_completion(monkeypatch):
     """Broken: a call's completion is never signalled, so its caller waits forever."""
-    if hasattr(scheduler.GraphTask, "_check_done"):
-        monkeypatch.setattr(scheduler.GraphTask, "_check_done", lambda self: False)
-    else:  # an earlier layout: a countdown that sets `done`
-        def never_done(self, n):
-            with self.lock:
-                self.outstanding -= n
-            return False
-        monkeypatch.setattr(scheduler.GraphTask, "finish_items", never_done)
+    monkeypatch.setattr(task_module.GraphTask, "_check_done", lambda self: False)
 
 
 def test_detects_a_hanging_engine_and_goes_on(monkeypatch):
@@ -186,7 +180,7 @@ def test_detects_a_hanging_engine_and_goes_on(monkeypatch):
     hangs = [f for f in rep.failures if f.kind == "hang"]
     assert hangs and rep.total().hangs >= 2, rep.summary()
     dump = hangs[0].details["stacks"]
-    assert "Thread" in dump and "run_until" in dump and "pa-worker" in dump
+    assert "Thread" in dump and "in wait" in dump and "pa-worker" in dump
     assert rep.families["wide"].graphs >= 1  # the run went on after the first hang
     assert hangs[0].replay and "--replay" in hangs[0].replay
 
@@ -220,7 +214,7 @@ def test_detects_a_node_that_sleeps_past_the_deadline():
 
 def test_detects_lost_errors(monkeypatch):
     """An engine that drops node failures and carries on."""
-    monkeypatch.setattr(scheduler.GraphTask, "fail", lambda self, exc, node: None)
+    monkeypatch.setattr(task_module.GraphTask, "fail", lambda self, exc: None)
     rep = run(quick(iterations=3, families=("random", "wide", "mlp"),
                     faults=("node_error",), threads=1, workers=(2,), variants=("queue",),
                     tracemalloc=False))
@@ -326,7 +320,7 @@ def test_cli_runs_quietly_in_ci_writes_report_and_exits_zero(tmp_path, capsys, m
 
 
 def test_cli_exits_nonzero_and_replay_reproduces_the_failure(monkeypatch, capsys):
-    monkeypatch.setattr(scheduler.GraphTask, "contribute", _contribute_reversed)
+    monkeypatch.setattr(task_module.GraphTask, "contribute", _contribute_reversed)
     rc = main(["--profile", "quick", "--iterations", "3", "--families", "shared,wide",
                "--no-faults", "--threads", "1", "--workers", "2", "--seed", "5",
                "--no-tracemalloc", "--quiet"])

@@ -1,11 +1,11 @@
-"""A persistent pool of worker threads running the ready nodes of parallel calls.
+"""A persistent pool of worker threads running the queued ready nodes of parallel calls.
 
-Each call (`GraphTask`) has its own ready queue, a heap of
+The pool owns the ready queues: one per call (`GraphTask`), a heap of
 `[-seq, tiebreak, node, grad, owned, enqueued_at]`: later-created nodes first,
 like PyTorch, which frees saved values early and keeps the order deterministic.
-`_lock` (a plain Lock, only ever used with `with`) guards every call's queue,
-`_active` (calls with queued items), `_idle` (wake-up queues of sleeping
-workers), `_shutdown` and `_threads`.
+`_lock` (a plain Lock, only ever used with `with`) guards `_queues` (call -> heap,
+for calls with queued items, in the order they got their first), `_idle` (wake-up
+queues of sleeping workers), `_shutdown` and `_threads`.
 
 Sleeping and waking use only C-level primitives (`queue.SimpleQueue` tokens), never
 `threading.Condition`, whose Python code a Ctrl+C can interrupt half-way, leaving
@@ -15,13 +15,14 @@ available takes a sleeper out of `_idle` and puts a token. Tokens persist, so a
 wake-up sent before the sleeper waits is not lost; stray tokens only cause an
 extra look at the queues.
 
-Workers take the best item of any call that is not throttled. A thread waiting
-for its own call (`run_until`) runs only that call's items: never another caller's
-rules or hooks, and a backward started from inside a worker (reentrant) always
-makes progress because its caller can run all of its items itself.
+Workers take the best item of any call that is not throttled and run it through
+the call (`task.run`). A thread waiting for its own call (`GraphTask.wait`) pops
+only that call's items (`pop`): never another caller's rules or hooks, and a
+backward started from inside a worker (reentrant) always makes progress because its
+caller can run all of its items itself. The pool knows of a call only `run`, `help`,
+`throttled`, `signal` and `add_outstanding`.
 
-Thread safety: `submit`, `run_until`, `wake`, `queued` and `shutdown` may be called
-from any thread.
+Thread safety: every public method may be called from any thread.
 """
 from __future__ import annotations
 
@@ -34,11 +35,8 @@ import time
 import weakref
 
 from ..grad_mode import set_grad_enabled
-from .scheduler import execute
 
-_WAIT_SLICE = 0.05  # seconds; bounds how long a waiting caller ignores Ctrl+C
 _IDLE_TIMEOUT = 1.0  # seconds; a sleeping worker re-checks (and sees a dropped pool)
-_LINGER = 200e-6  # seconds a thread out of work spins on a share_cheap call's `shared`
 _pools = weakref.WeakSet()
 
 
@@ -55,6 +53,8 @@ class WorkerStats:
 
 
 class WorkerPool:
+    """`num_threads` daemon workers (started on first use) and the calls' ready queues."""
+
     def __init__(self, num_threads: int, name: str = "pa-worker"):
         self.num_threads = num_threads
         self.name = name
@@ -62,9 +62,8 @@ class WorkerPool:
         _pools.add(self)
 
     def _init_state(self):
-        self._lock = threading.Lock()  # guards _active, every task.queue, _idle,
-        #                                _shutdown and _threads
-        self._active = []              # calls with queued items
+        self._lock = threading.Lock()  # guards _queues, _idle, _shutdown and _threads
+        self._queues = {}              # call -> heap of its queued items (non-empty)
         self._idle = []                # SimpleQueues of sleeping workers
         self._tiebreak = itertools.count()
         self._shutdown = False
@@ -103,13 +102,18 @@ class WorkerPool:
                 t.join()
 
     @property
-    def threads(self):
+    def threads(self) -> list:
+        """The worker threads (empty before the first parallel call)."""
         return list(self._threads)
 
     def queued(self) -> int:
         """Items waiting in the queues of all calls (a snapshot, for checks and stats)."""
         with self._lock:
-            return sum(len(t.queue) for t in self._active)
+            return sum(len(q) for q in self._queues.values())
+
+    def has_sleeper(self) -> bool:
+        """A worker is asleep waiting for work (a hint, read without the lock)."""
+        return bool(self._idle)
 
     # ---- queue ------------------------------------------------------------------
     def submit(self, task, node, g, owned) -> None:
@@ -117,9 +121,10 @@ class WorkerPool:
         task.add_outstanding(1)
         item = [-node.seq, next(self._tiebreak), node, g, owned, time.perf_counter()]
         with self._lock:
-            heapq.heappush(task.queue, item)
-            if len(task.queue) == 1:
-                self._active.append(task)
+            q = self._queues.get(task)
+            if q is None:
+                q = self._queues[task] = []
+            heapq.heappush(q, item)
             self._ensure_started()
             sleeper = self._idle.pop() if self._idle else None
         task.signal.put(None)  # its caller may be waiting for this
@@ -134,99 +139,31 @@ class WorkerPool:
         for q in sleepers:
             q.put(None)
 
+    def pop(self, task):
+        """The best queued item of `task` as `([node, grad, owned], seconds queued)`,
+        or None if it has none or is throttled."""
+        with self._lock:
+            return self._pop(task)
+
     def _pop(self, task):
-        # caller holds _lock. The best item of `task`, or None if it has none or is
-        # throttled.
-        q = task.queue
+        # caller holds _lock
+        q = self._queues.get(task)
         if not q or task.throttled():
             return None
-        item = heapq.heappop(q)
-        if not q and task in self._active:  # absent if Ctrl+C cut a submit short
-            self._active.remove(task)
-        return item
+        entry = heapq.heappop(q)
+        if not q:
+            del self._queues[task]
+        return entry[2:5], time.perf_counter() - entry[5]
 
     def _pop_any(self):
         # caller holds _lock. The highest-priority item among unthrottled calls.
-        best = None
-        for task in self._active:
-            if task.queue and not task.throttled() and (
-                    best is None or task.queue[0] < best.queue[0]):
-                best = task
+        best = best_q = None
+        for task, q in self._queues.items():
+            if q and not task.throttled() and (best is None or q[0] < best_q[0]):
+                best, best_q = task, q
         if best is None:
             return None, None
         return best, self._pop(best)
-
-    # ---- running ----------------------------------------------------------------
-    def run_until(self, task) -> None:
-        """Run `task`'s queued items on the calling thread until it is finished."""
-        signal = task.signal
-        while not task.finished:
-            with self._lock:
-                item = self._pop(task)
-            if item is not None:
-                self.run_item(task, item)
-                item = None
-                continue
-            if task.share_cheap and linger(task):
-                self.run_shared(task)
-                continue
-            task.waiting = True  # threads running this call may hand it work
-            try:
-                signal.get(timeout=_WAIT_SLICE)  # C-level wait: safe under Ctrl+C
-            except queue.Empty:
-                pass
-            finally:
-                task.waiting = False
-
-    def run_item(self, task, item) -> None:
-        """Run one popped item; the gradient is handed over, not kept here."""
-        try:
-            task.begin()
-            task.note_dequeued(time.perf_counter() - item[5])
-            if task.error is None:
-                first = [item[2], item[3], item[4]]
-                item[3] = None
-                task.context.copy().run(execute, task, first, self)
-        except BaseException as e:  # e.g. Ctrl+C outside a rule: the call fails
-            task.fail(e, None)
-            raise
-        finally:
-            task.end()
-
-
-    def run_shared(self, task) -> None:
-        """Take a node from `task.shared` (if still there) and run it here."""
-        try:
-            node, g, owned = task.shared.popleft()
-        except IndexError:
-            return
-        try:
-            task.begin()
-            if task.error is None:
-                first = [node, g, owned]
-                g = None
-                task.context.copy().run(execute, task, first, self)
-        except BaseException as e:
-            task.fail(e, None)
-            raise
-        finally:
-            task.end()
-
-
-def linger(task) -> bool:
-    """Spin up to _LINGER seconds for `task.shared` to get work; True if it did.
-
-    Only with share_cheap (no GIL): a thread that just ran out of work often gets
-    more within microseconds, sooner than a sleeping thread can be woken."""
-    shared = task.shared
-    deadline = time.perf_counter() + _LINGER
-    while not shared:
-        if task.finished or task.error is not None or time.perf_counter() > deadline:
-            return False
-        # Yield between looks: without the GIL a tight loop over objects another
-        # thread uses makes their reference counts contend and slows that thread.
-        time.sleep(0)
-    return True
 
 
 def _worker(pool_ref, st):
@@ -258,15 +195,16 @@ def _worker(pool_ref, st):
             del pool
         if item is None:
             return
+        del pool  # the call holds the pool while it runs
         t1 = time.perf_counter()
         st.idle += t1 - t0
         try:
-            pool.run_item(task, item)
-            while task.share_cheap and linger(task):
-                pool.run_shared(task)
+            task.run(*item)
+            item = None
+            task.help()
         except BaseException:  # never lose a worker; the error is recorded on the task
             pass
-        del pool, task, item  # keep nothing alive while idle
+        del task, item  # keep nothing alive while idle
         st.items += 1
         st.busy += time.perf_counter() - t1
 

@@ -11,6 +11,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ..engine.cost import gemm_cost
 from ..ops import elementwise as _ew
 from ..ops import reduce as _rd
 from ..ops.elementwise import gelu, leaky_relu, relu, sigmoid, silu, tanh, where
@@ -163,7 +164,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0):
     # The column buffer is kept only when the weight needs its gradient.
     return record("conv2d", out, inputs, vjps, saved=(cols if need_w else None, w),
                   kwargs=dict(x_shape=x.shape, stride=stride, padding=padding),
-                  cost=4 * out.size * c * kh * kw / 32, threaded=True)  # BLAS GEMMs
+                  cost=gemm_cost(out.size, c * kh * kw), threaded=True)
 
 
 def _pool_args(name, x, kernel_size, stride, padding):

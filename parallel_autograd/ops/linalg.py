@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engine.cost import gemm_cost
 from ..primitive import primitive
 
 
@@ -40,8 +41,7 @@ def _matmul_vjp_b(g, ans, a, b):
 
 
 def _cost(ans, a, b):
-    # Two products of the forward's size; BLAS does ~30 flops per ns on one core here.
-    return 4 * max(ans.size, 1) * (a.shape[-1] if a.ndim else 1) / 32
+    return gemm_cost(ans.size, a.shape[-1] if a.ndim else 1)
 
 
 matmul = primitive("matmul", np.matmul, _matmul_vjp_a, _matmul_vjp_b, cost=_cost,

@@ -1,11 +1,12 @@
-"""The parallel engine as a long-lived service: `Engine`, the default engines and
-`backward_parallel`.
+"""The parallel engine: `Engine` (a long-lived service), the default engines,
+`backward_parallel` and `grad_parallel`.
 
 An `Engine` owns a persistent `WorkerPool` (num_workers - 1 threads: the calling
 thread is the last worker). Each call is planned like the sequential engine's
-(same validation, same errors, nothing changed on failure), then a cheap cost
-model decides whether parallel execution can pay; if not, the call runs the
-sequential engine's own code on the caller's thread and `stats` says why.
+(`plan_call`: same validation, same errors, nothing changed on failure), then the
+cost model (`cost.decide`) says whether parallel execution can pay; if not, the call
+runs the sequential engine's own code on the caller's thread and `stats` says why.
+Otherwise a `GraphTask` runs it, with BLAS threads limited while it runs.
 
 Thread safety: every public method may be called from any thread, concurrently,
 including from inside hooks and Function.backward running on a worker (reentrant).
@@ -13,33 +14,18 @@ including from inside hooks and Function.backward running on a worker (reentrant
 from __future__ import annotations
 
 import atexit
-import os
-import sys
 import threading
 import time
 import weakref
 
 from ..grad_mode import is_grad_enabled, set_grad_enabled
 from . import blas
-from .completion import commit
-from .graph import plan_call
+from .cost import decide, gil_enabled, usable_cores
+from .plan import collect, plan_call
 from .pool import WorkerPool
-from .scheduler import CallStats, GraphTask, execute
-from .sequential import collect, run_plan
-
-
-def gil_enabled() -> bool:
-    """False on a free-threaded CPython running without the GIL."""
-    check = getattr(sys, "_is_gil_enabled", None)
-    return True if check is None else bool(check())
-
-
-def usable_cores() -> int:
-    """CPUs this process may run on (affinity-aware where the OS says)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+from .sequential import run_plan
+from .step import commit
+from .task import CallStats, GraphTask
 
 
 def _check_workers(num_workers) -> int:
@@ -130,8 +116,8 @@ class Engine:
         the call's `CallStats`."""
         self._check_open()
         plan = plan_call(root, None if grad is None else [grad], retain_graph=retain_graph)
-        staged, _, st = self._run(plan)
-        commit(staged)
+        result, st = self._run(plan)
+        commit(result.staged)
         return st if stats else None
 
     def grad(self, outputs, inputs, grad_outputs=None, retain_graph: bool = False,
@@ -140,9 +126,9 @@ class Engine:
         self._check_open()
         inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
         plan = plan_call(outputs, grad_outputs, inputs, retain_graph, allow_unused)
-        _, captured, st = self._run(plan)
-        result = collect(plan, captured, inputs)
-        return (result, st) if stats else result
+        result, st = self._run(plan)
+        grads = collect(plan, result.captured, inputs)
+        return (grads, st) if stats else grads
 
     def stats(self) -> dict:
         """Engine-wide counters: calls, fallbacks, per-worker items/busy/idle seconds
@@ -161,129 +147,44 @@ class Engine:
             raise RuntimeError("this Engine is closed; create a new one")
 
     def _run(self, plan):
+        """Run `plan` (sequentially or in parallel): returns (sink-like, CallStats)."""
         st = CallStats()
         st.workers = self.num_workers
-        st.nodes = len(plan.nodes)
+        st.nodes = len(plan.in_degree)
         t0 = time.perf_counter()
-        order = self._decide(plan, st)
+        d = decide(plan, self)
+        st.mode, st.reason, st.accumulation = d.mode, d.reason, d.accumulation
+        st.total_cost, st.critical_path = d.total_cost, d.critical_path
         prev_mode = is_grad_enabled()
         try:
             set_grad_enabled(False)
-            if order is None:
-                staged, captured = run_plan(plan)
-            else:
-                staged, captured = self._run_parallel(plan, order, st)
+            result = run_plan(plan) if d.order is None else self._run_parallel(plan, d, st)
         finally:
             set_grad_enabled(prev_mode)
         st.elapsed = time.perf_counter() - t0
         with self._lock:
             self._calls += 1
-            self._fallbacks += order is None
+            self._fallbacks += d.order is None
         self.last_stats = st
-        return staged, captured, st
+        return result, st
 
-    def _decide(self, plan, st):
-        """The cost model: None (run sequentially, reason in `st`) or the running
-        nodes in decreasing seq order."""
-        st.mode = "sequential"
-        nodes = plan.nodes
-        if self.num_workers == 1:
-            st.reason = "num_workers=1"
-            return None
-        if len(nodes) < self.min_nodes:
-            st.reason = f"small graph ({len(nodes)} nodes < min_nodes={self.min_nodes})"
-            return None
-        total = biggest = 0
-        for n in nodes:
-            c = n.cost
-            total += c
-            if c > biggest:
-                biggest = c
-        st.total_cost = total
-        all_cheap = biggest < self.inline_below
-        if all_cheap and not self.share_cheap and len({n for n, _ in plan.roots}) <= 1:
-            st.reason = (f"every node is cheap (< inline_below={self.inline_below:.3g}): "
-                         "one thread would run them all")
-            return None
-        if total < self.min_work:
-            st.reason = f"little work ({total:.3g} < min_work={self.min_work:.3g})"
-            return None
-        threaded = sum(n.cost for n in nodes if n.threaded)
-        if threaded > self.max_blas_share * total and blas.available_threads() > 1:
-            st.reason = (f"BLAS-bound ({threaded / total:.0%} of the work is in multithreaded "
-                         f"BLAS kernels, which already use the cores)")
-            return None
-        runs = plan.runs
-        order = sorted(nodes if runs is None else runs, key=_seq, reverse=True)
-        longest = {}
-        cp = 0
-        for node in order:
-            c = longest.get(node, 0) + node.cost
-            if c > cp:
-                cp = c
-            for nxt in node.next_nodes:
-                if nxt is not None and longest.get(nxt, 0) < c:
-                    longest[nxt] = c
-        st.critical_path = cp
-        width = total / cp if cp else 0.0
-        if width < self.min_width:
-            st.reason = f"no width (work / critical path = {width:.2f} < {self.min_width})"
-            return None
-        keyed = all_cheap and self.share_cheap and self._keyed_fits(plan)
-        st.accumulation = "keyed" if keyed else "ranked"
-        st.mode = "parallel"
-        st.reason = f"width {width:.2f}"
-        return order
-
-    def _keyed_fits(self, plan) -> bool:
-        """Keyed accumulation holds every contribution to a gradient until the last
-        arrives: use it only if no node's fan-in times its gradient size exceeds
-        max_parked * inline_below elements (node costs do not bound that: a leaf's sink
-        costs 0, and a sum or an indexing op sends back its input's size)."""
-        cap = self.max_parked * self.inline_below
-        for node, fan_in in plan.dependencies.items():
-            if fan_in > 1 and node.size * fan_in > cap:
-                return False
-        return True
-
-    def _run_parallel(self, plan, order, st):
+    def _run_parallel(self, plan, decision, st) -> GraphTask:
         pool = self._pool
-        task = GraphTask(plan, st, self.inline_below, self.max_parked, pool.wake)
-        task.share_cheap = self.share_cheap
+        task = GraphTask(plan, st, pool, self.inline_below, self.max_parked, self.share_cheap)
         pool.start()
-        ready = task.prepare_keyed() if st.accumulation == "keyed" else task.prepare(order)
+        if decision.accumulation == "keyed":
+            ready = task.prepare_keyed()
+        else:
+            ready = task.prepare_ranked(decision.order)
         try:
             if self.limit_blas:
                 st.blas_threads = max(1, usable_cores() // self.num_workers)
                 blas.acquire(task, st.blas_threads)
-            if ready:
-                first = list(ready.pop())
-                for item in ready:
-                    pool.submit(task, *item)
-                ready = None
-                task.add_outstanding(1)
-                try:
-                    task.begin()
-                    task.context.run(execute, task, first, pool)
-                finally:
-                    task.end()
-                first = None
-                pool.run_until(task)
-        except BaseException as e:  # e.g. Ctrl+C: cancel the call's remaining items
-            task.fail(e, None)
-            task.abandon()
-            pool.run_until(task)  # done once no other thread runs its items
-            raise
+            task.run_to_completion(ready)
         finally:
             if self.limit_blas:
                 blas.release(task)
-        if task.error is not None:
-            raise task.error
-        return task.staged, task.captured
-
-
-def _seq(node):
-    return node.seq
+        return task
 
 
 # ---- default engines ------------------------------------------------------------

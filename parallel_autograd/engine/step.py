@@ -1,9 +1,12 @@
-"""What happens when a node's gradient is complete, shared by both engines.
+"""The per-node step both engines share, and the final write-back.
 
-`run_node` is the per-node step of both engines. `complete_gradient` runs the tensor hooks, records captures and leaf/retained
-gradients (staged, never written yet), and gives the engine the gradient its rule
-must run on (None if it must not run). `commit` writes staged gradients to `.grad` only after the whole
-pass succeeded, so a failed call leaves every `.grad` exactly as it was.
+`run_node(node, g, owned, sink)` handles a node whose gradient `g` is complete: it
+runs the tensor hooks, stages leaf/retained gradients and records `grad()` captures
+in the thread's `Sink` (nothing is written to `.grad` yet), then runs the node's rule
+and frees its saved values. `commit` writes the staged gradients to `.grad` only after
+the whole pass succeeded, so a failed call leaves every `.grad` exactly as it was.
+
+Thread safety: a `Sink` belongs to one thread; `commit` takes each tensor's lock.
 """
 from __future__ import annotations
 
@@ -38,45 +41,68 @@ def run_hooks(node, g):
     return g
 
 
-def complete_gradient(node, g, owned, plan, staged, captured):
+class Sink:
+    """What one thread's per-node steps read from the plan and what they produce.
+
+    Read: `runs`, `input_masks`, `retain_graph`, `accumulate`, `targets` (None when
+    empty) copied from the plan, and `rec`, the profiler's recorder (None: off). Each
+    thread has its own copy: on free-threaded builds, objects many threads touch at
+    once make every reference count update contend.
+    Produced: `staged` [(tensor, grad, owned)] leaf and retained gradients to commit;
+    `captured` {node: grad} for grad(). The parallel engine merges every thread's.
+    """
+
+    __slots__ = ("runs", "input_masks", "retain_graph", "accumulate", "targets", "rec",
+                 "staged", "captured")
+
+    def __init__(self, plan, rec):
+        self.runs, self.input_masks = plan.runs, plan.input_masks
+        self.retain_graph, self.accumulate = plan.retain_graph, plan.accumulate
+        self.targets = plan.targets or None
+        self.rec = rec
+        self.staged = []
+        self.captured = {}
+
+
+def complete_gradient(node, g, owned: bool, sink: Sink):
     """Handle a complete gradient `g` of `node`; returns the gradient the node's
     rule must run on (after the tensor hooks), or None if the rule must not run.
 
     `owned` says whether `g` is a buffer the engine allocated (safe to keep as .grad).
-    Appends to `staged` (tensor, grad, owned) and fills `captured` (node -> grad).
     """
     if node.pre_hooks:
         g = run_hooks(node, g)
         owned = False  # a hook saw (and may keep) g: it must not become .grad as is
-    if node.retained is not None and plan.accumulate:
+    if node.retained is not None and sink.accumulate:
         t = node.retained()
         if t is not None:
-            staged.append((t, g, owned))
-    if plan.targets and node in plan.targets:
-        captured[node] = g
+            sink.staged.append((t, g, owned))
+    if sink.targets is not None and node in sink.targets:
+        sink.captured[node] = g
     if node.variable is not None:
-        if plan.accumulate:
-            staged.append((node.variable, g, owned))
+        if sink.accumulate:
+            sink.staged.append((node.variable, g, owned))
         return None
-    return g if plan.runs is None or node in plan.runs else None
+    runs = sink.runs
+    return g if runs is None or node in runs else None
 
 
-def run_node(node, g, owned, plan, staged, captured, rec):
+def run_node(node, g, owned: bool, sink: Sink):
     """Complete `node`'s gradient (`complete_gradient`) and run its rule: the input
     gradients, or None if the rule must not run. Frees the saved values unless
-    retain_graph and records the rule in the profiler `rec` (None: off). The per-node
-    step both engines share."""
-    g = complete_gradient(node, g, owned, plan, staged, captured)
+    `retain_graph` and times the rule when profiling."""
+    g = complete_gradient(node, g, owned, sink)
     if g is None:
         return None
+    rec = sink.rec
     t0 = rec.now() if rec is not None else 0.0
-    masks = plan.input_masks
+    masks = sink.input_masks
     grads = node.input_grads(g, None if masks is None else masks[node])
-    if not plan.retain_graph:
+    if not sink.retain_graph:
         node.saved = None
         node.released = True
     if rec is not None:
-        rec.record(node.name, t0)
+        rec.add(node.name, t0)
     return grads
 
 

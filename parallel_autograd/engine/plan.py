@@ -1,8 +1,9 @@
-"""Graph discovery and call planning, shared by both engines.
+"""Planning one backward call, shared by both engines.
 
 `plan_call` validates the user's arguments and builds a `Plan`: the root nodes and
-their seed gradients, the nodes to visit, and (for `grad()`) which nodes are on a
-path to a requested input. Everything is iterative (explicit stacks), so a
+their seed gradients, every node to visit with its in-degree, and (for `grad()`)
+which nodes are on a path to a requested input. `collect` turns what a `grad()` call
+captured into its result. Everything is iterative (explicit stacks), so a
 100,000-node chain is fine, and every check happens before any rule runs, so a
 rejected call changes nothing.
 """
@@ -12,39 +13,39 @@ import numpy as np
 
 from ..node import Node, accumulator_for, freed_graph_message
 from ..tensor import Tensor
+from .accumulate import backward_order
 
 
 class Plan:
     """What one backward call needs to know about its graph.
 
     roots: list of (node, seed gradient), seeds in argument order.
-    nodes: every node reachable from the roots (or, with pruning, on a path to a target).
-    dependencies: node -> number of edges into it from nodes that run (Kahn in-degree).
+    in_degree: node -> number of edges into it from nodes that run (Kahn in-degree),
+        for every node of the call: all reachable from the roots or, with pruning,
+        on a path to a target. `nodes` is its keys.
     runs: None (every node runs its rule) or the set of nodes whose rule runs.
-    needed: None, or the set of nodes that may receive a gradient (pruning).
+    input_masks: None, or node -> one bool per input: send a gradient there (pruning).
     targets: node -> list of input positions to capture (grad()), else empty.
+    retain_graph: keep saved values after the call.
+    accumulate: write leaf/retained gradients to `.grad` (backward) or not (grad()).
     """
 
-    __slots__ = ("roots", "nodes", "dependencies", "runs", "needed", "targets",
-                 "input_masks", "retain_graph", "accumulate")
+    __slots__ = ("roots", "in_degree", "runs", "targets", "input_masks", "retain_graph",
+                 "accumulate")
 
-    def __init__(self):
+    def __init__(self, roots, in_degree, retain_graph: bool):
+        self.roots = roots
+        self.in_degree = in_degree
+        self.retain_graph = retain_graph
         self.runs = None
-        self.needed = None
         self.targets = {}
         self.input_masks = None
         self.accumulate = True
 
-    def view(self) -> "Plan":
-        """A copy of what the per-node step reads (`run_node`), for one worker thread:
-        on free-threaded builds, objects many threads touch at once make every
-        reference count update contend, so each thread reads its own (and an empty
-        `targets` becomes None)."""
-        v = Plan.__new__(Plan)
-        v.runs, v.input_masks = self.runs, self.input_masks
-        v.targets = self.targets or None
-        v.retain_graph, v.accumulate = self.retain_graph, self.accumulate
-        return v
+    @property
+    def nodes(self):
+        """Every node of the call (a view of `in_degree`'s keys)."""
+        return self.in_degree.keys()
 
 
 def _as_list(x):
@@ -121,15 +122,11 @@ def plan_call(outputs, grad_outputs=None, inputs=None, retain_graph=False,
         grad_outputs = _as_list(grad_outputs)
         if len(grad_outputs) != len(outputs):
             raise ValueError(f"got {len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
-    plan = Plan()
-    plan.retain_graph = bool(retain_graph)
-    plan.roots = []
+    roots = []
     for i, (t, g) in enumerate(zip(outputs, grad_outputs)):
         seed = seed_gradient(t, g, i)  # validates t before root_node touches it
-        plan.roots.append((root_node(t), seed))
-    deps = discover([n for n, _ in plan.roots])
-    plan.nodes = deps
-    plan.dependencies = deps
+        roots.append((root_node(t), seed))
+    plan = Plan(roots, discover([n for n, _ in roots]), bool(retain_graph))
     if inputs is not None:
         _prune(plan, _as_list(inputs), allow_unused)
     return plan
@@ -158,7 +155,7 @@ def _prune(plan: Plan, inputs, allow_unused: bool) -> None:
         targets.setdefault(node, []).append(i)
     needed = set(targets)
     # Ascending seq visits every node after all the nodes it sends gradients to.
-    for node in sorted(plan.nodes, key=_seq):
+    for node in reversed(backward_order(plan.nodes)):
         if node not in needed:
             for nxt in node.next_nodes:
                 if nxt in needed:
@@ -177,13 +174,19 @@ def _prune(plan: Plan, inputs, allow_unused: bool) -> None:
             if m:
                 deps[nxt] += 1
     plan.roots = [(n, g) for n, g in plan.roots if n in needed]
-    plan.nodes = deps
-    plan.dependencies = deps
+    plan.in_degree = deps
     plan.runs = runs
-    plan.needed = needed
     plan.targets = targets
     plan.input_masks = masks
 
 
-def _seq(node):
-    return node.seq
+def collect(plan: Plan, captured: dict, inputs) -> list:
+    """Order the gradients a grad() call captured like `inputs`: zeros if reached by
+    no gradient, None if not in the graph at all (allow_unused)."""
+    result = [None] * len(inputs)
+    for node, positions in plan.targets.items():
+        g = captured.get(node)
+        for i in positions:
+            t = inputs[i]
+            result[i] = np.zeros(t.shape, t.dtype) if g is None else g
+    return result

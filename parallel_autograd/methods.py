@@ -1,0 +1,82 @@
+"""Tensor's operators, op methods and `backward`, attached to the class.
+
+`tensor.py` defines `Tensor` alone, the op modules import it, and this module
+(imported last by the package) imports both and wires them together: no import
+runs in a circle. Each operator is a thin forward to its op.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .engine.sequential import backward as _backward
+from .ops import elementwise as _ew
+from .ops import linalg as _la
+from .ops import reduce as _rd
+from .ops import shape as _sh
+from .tensor import Tensor
+
+
+def backward(self: Tensor, grad=None, retain_graph: bool = False) -> None:
+    """Sequential backward from this tensor (see `parallel_autograd.backward`)."""
+    _backward(self, grad, retain_graph=retain_graph)
+
+
+def _raw(x):
+    return x.data if isinstance(x, Tensor) else x
+
+
+def _comparison(ufunc):
+    # Comparisons give plain boolean tensors (no gradient), like PyTorch.
+    return lambda a, b: Tensor._wrap(ufunc(a.data, _raw(b)))
+
+
+_OPERATORS = {
+    "__add__": lambda a, b: _ew.add(a, b),
+    "__radd__": lambda a, b: _ew.add(b, a),
+    "__sub__": lambda a, b: _ew.sub(a, b),
+    "__rsub__": lambda a, b: _ew.sub(b, a),
+    "__mul__": lambda a, b: _ew.mul(a, b),
+    "__rmul__": lambda a, b: _ew.mul(b, a),
+    "__truediv__": lambda a, b: _ew.div(a, b),
+    "__rtruediv__": lambda a, b: _ew.div(b, a),
+    "__pow__": lambda a, b: _ew.pow(a, b),
+    "__rpow__": lambda a, b: _ew.pow(b, a),
+    "__matmul__": lambda a, b: _la.matmul(a, b),
+    "__rmatmul__": lambda a, b: _la.matmul(b, a),
+    "__neg__": lambda a: _ew.neg(a),
+    "__pos__": lambda a: a,
+    "__abs__": lambda a: _ew.abs(a),
+    "__getitem__": lambda a, idx: _sh.getitem(a, idx),
+    "__lt__": _comparison(np.less),
+    "__le__": _comparison(np.less_equal),
+    "__gt__": _comparison(np.greater),
+    "__ge__": _comparison(np.greater_equal),
+    "__eq__": _comparison(np.equal),
+    "__ne__": _comparison(np.not_equal),
+}
+
+_METHODS = {
+    _ew: ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs", "neg",
+          "maximum", "minimum", "clip", "leaky_relu", "gelu", "silu", "pow"),
+    _rd: ("sum", "mean", "max", "min", "var", "softmax", "log_softmax", "logsumexp"),
+    _sh: ("reshape", "transpose", "permute", "expand", "broadcast_to", "squeeze",
+          "unsqueeze", "flatten", "split", "swapaxes"),
+}
+
+
+def attach() -> None:
+    """Put the operators, op methods and `backward` on `Tensor` (idempotent)."""
+    for name, fn in _OPERATORS.items():
+        setattr(Tensor, name, fn)
+    for module, names in _METHODS.items():
+        for name in names:
+            setattr(Tensor, name, getattr(module, name))
+    Tensor.clamp = _ew.clip
+    Tensor.view = _sh.reshape
+    Tensor.matmul = _la.matmul
+    Tensor.T = property(lambda a: _sh.transpose(a))
+    Tensor.mT = property(lambda a: _sh.swapaxes(a, -1, -2))
+    Tensor.backward = backward
+
+
+attach()
