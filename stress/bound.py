@@ -38,7 +38,7 @@ def _walk(plan, order, times):
         pending.add(node, g)
     perf = time.perf_counter
     for node in order:
-        entry = pending.pop(node)
+        entry = pending.pop(node, None)
         if entry is None:
             continue
         t0 = perf()

@@ -49,25 +49,20 @@ def add_gradient(buf, owned: bool, g):
     return (s if type(s) is np.ndarray else np.asarray(s)), True
 
 
-class Pending:
+class Pending(dict):
     """Gradients being summed during one walk in `backward_order`: node -> (sum, owned).
 
     Used by the sequential engine and the benchmark's profiled walk; contributions
-    arrive in canonical order by construction, so `add` never sorts.
+    arrive in canonical order by construction, so `add` never sorts. Read a node's
+    sum with `pop(node, None)` (a dict's own, in C: this is the per-node path).
     """
 
-    __slots__ = ("_sums",)
-
-    def __init__(self):
-        self._sums = {}
+    __slots__ = ()
 
     def add(self, node, g) -> None:
-        prev = self._sums.get(node)
-        self._sums[node] = (g, False) if prev is None else add_gradient(prev[0], prev[1], g)
-
-    def pop(self, node):
-        """`(gradient, owned)` for `node`, removed (freed here), or None if none arrived."""
-        return self._sums.pop(node, None)
+        """Add contribution `g` to `node`'s sum."""
+        prev = self.get(node)
+        self[node] = (g, False) if prev is None else add_gradient(prev[0], prev[1], g)
 
 
 class Slot:

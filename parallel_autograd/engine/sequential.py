@@ -30,7 +30,7 @@ def run_plan(plan: Plan) -> Sink:
     try:
         set_grad_enabled(False)  # like PyTorch without create_graph: rules, hooks record nothing
         for node in backward_order(plan.nodes):
-            entry = pending.pop(node)
+            entry = pending.pop(node, None)
             if entry is None:
                 continue
             grads = run_node(node, entry[0], entry[1], sink)
