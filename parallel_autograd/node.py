@@ -16,17 +16,18 @@ canonical order in which contributions to one gradient are summed.
 from __future__ import annotations
 
 import itertools
-import threading
 import weakref
 
 import numpy as np
 
+from . import locks
+
 _seq_counter = itertools.count()
-_seq_lock = threading.Lock()  # itertools.count is not atomic without the GIL
 
 
 def next_seq() -> int:
-    with _seq_lock:
+    """The next node creation number (thread safe)."""
+    with locks.seq:
         return next(_seq_counter)
 
 
@@ -126,15 +127,12 @@ class AccumulateGrad(Node):
         self.pre_hooks = leaf._hooks  # shared list: hooks registered later still apply
 
 
-_accumulator_lock = threading.Lock()  # guards creating a leaf's AccumulateGrad once
-
-
 def accumulator_for(leaf) -> AccumulateGrad:
     """The leaf's AccumulateGrad node, made on first use and shared while alive."""
     ref = leaf._accumulator
     acc = ref() if ref is not None else None
     if acc is None:
-        with _accumulator_lock:
+        with locks.once:
             ref = leaf._accumulator
             acc = ref() if ref is not None else None
             if acc is None:

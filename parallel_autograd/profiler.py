@@ -11,6 +11,8 @@ import json
 import threading
 import time
 
+from . import locks
+
 _active = None  # the Recorder in use, or None (read without a lock: a plain reference)
 
 
@@ -24,6 +26,7 @@ class Recorder:
 
     def __init__(self):
         self._lock = threading.Lock()  # guards self._raw
+        locks.track(self)  # a fork child gets a fresh one
         self._raw = []
         self.now = time.perf_counter
         self.t0 = self.now()

@@ -4,26 +4,26 @@ This module defines the class only; its operators, op methods and `backward` are
 attached by `methods.py` (imported last by the package), so it imports no op
 module and no engine.
 
-Thread safety: reading a tensor is safe from any thread. `.grad` of a leaf is
-updated by the engines under the leaf's own lock, so concurrent backward calls
+Thread safety: reading a tensor is safe from any thread. `.grad` is
+updated by the engines under the tensor's lock (`locks.grad_lock`), so concurrent backward calls
 that share leaves are safe; assigning `.grad` yourself while a backward runs is not.
 """
 from __future__ import annotations
 
-import threading
 import weakref
 
 import numpy as np
 
+from . import locks
+
 _FLOAT_KINDS = "fc"
-_hook_list_lock = threading.Lock()  # guards creating a node's hook list once
 
 
 class Tensor:
     """A numpy array that records the ops applied to it when it requires grad."""
 
     __slots__ = ("data", "grad", "_requires_grad", "grad_fn", "_hooks", "_accumulator",
-                 "_grad_lock", "__weakref__")
+                 "__weakref__")
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
 
     def __init__(self, data, requires_grad: bool = False, dtype=None):
@@ -48,7 +48,6 @@ class Tensor:
         self.grad_fn = grad_fn
         self._hooks = []
         self._accumulator = None
-        self._grad_lock = None
         self._requires_grad = False
 
     # --- autograd attributes -------------------------------------------------
@@ -66,8 +65,6 @@ class Tensor:
             return
         if value and self.data.dtype.kind not in _FLOAT_KINDS:
             raise TypeError(_int_grad_message(self.data.dtype))
-        if value and self._grad_lock is None:
-            self._grad_lock = threading.Lock()  # guards .grad accumulation by engines
         self._requires_grad = value
 
     def requires_grad_(self, value: bool = True) -> "Tensor":
@@ -93,7 +90,7 @@ class Tensor:
         if not self._requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that does not require grad")
         if self.grad_fn is not None:
-            with _hook_list_lock:
+            with locks.once:
                 if self.grad_fn.pre_hooks is None:
                     self.grad_fn.pre_hooks = []
             hooks = self.grad_fn.pre_hooks

@@ -1,11 +1,32 @@
-"""BLAS thread coordination: workers x BLAS threads should not exceed the cores.
+"""BLAS thread coordination: while a call runs in parallel, workers x BLAS threads
+should not exceed the cores.
 
-threadpoolctl limits are process-wide, so concurrent backward calls share one
-reference-counted limit: the first parallel call lowers BLAS threads, the last one
-to finish restores what was there before. A call asking for fewer threads than
-the current limit lowers it further; nobody raises it while others hold it.
+threadpoolctl limits are process-wide, so concurrent parallel calls share one
+limit, counted by holders: the first holder lowers BLAS threads, the last one to
+let go restores them. Invariants (each has a test in tests/test_reliability.py):
 
-Thread safety: `acquire`/`release` may be called from any thread.
+1. Never raise a limit. A holder asking for `n` threads gets `min(n, threads in force
+   when the first holder came)` per library; a library already at or below that is
+   not touched. A caller's own `threadpool_limits(1)` therefore stays 1 inside the call.
+2. Restore exactly what was changed, once: when the last holder lets go, each library
+   this module lowered is set back to the count it had, unless someone else changed
+   it since (their setting is kept). After every call has returned, BLAS threads are
+   as before the first one started.
+3. A holder that vanishes without a release (a call cut short by Ctrl+C between
+   acquire and release) holds nothing: holders are weak references, and the next
+   acquire or release restores if none is left.
+4. Which thread changes a count does not matter. threadpoolctl (3.8+) lets only one
+   "controlling" thread change OpenBLAS's (pthreads) count and silently ignores the
+   others: the thread that first set a limit keeps control while it lives. So every
+   change here takes control only for itself and gives it back right after, the way
+   `threadpool_limits` does (`CONTROLLING_THREAD_OWNERSHIP`), reads the count back,
+   and counts a change only if it took effect. A caller's `threadpool_limits` context
+   active on another thread keeps control: then nothing is lowered (or restored)
+   until it ends, and its own exit restores what it saw.
+5. Fork: no change is in progress while the process forks (the fork waits for
+   `_lock`), and the child, which runs no parallel call, restores and starts fresh.
+
+Thread safety: every function may be called from any thread; `_lock` guards the state.
 """
 from __future__ import annotations
 
@@ -13,21 +34,37 @@ import os
 import threading
 import weakref
 
-_lock = threading.Lock()  # guards _holders, _original, _current and _controller
-# token -> limit, one per parallel call holding a limit; weak, so a call that was
-# cut short by Ctrl+C before it could release still lets its limit go
+import threadpoolctl
+
+_lock = threading.Lock()  # guards _holders, _changed, _target and _controller
+# token -> requested threads, one per parallel call holding a limit; weak (invariant 3)
 _holders = weakref.WeakKeyDictionary()
-_original = None          # per-library thread counts to restore, or None
-_current = None           # the limit in force while there are holders
-_controller = None        # lazily built threadpoolctl.ThreadpoolController
+_changed = []        # [(lib, count before, count we set)] for libraries we lowered
+_target = None       # the lowest count requested by the current holders
+_before = None       # per-library counts when the first current holder came, or None
+_controller = None   # threadpoolctl.ThreadpoolController, built on first use
+# threadpoolctl's per-thread ownership count of the controlling thread (3.8+), else None
+_OWNERSHIP = getattr(threadpoolctl, "CONTROLLING_THREAD_OWNERSHIP", None)
 
 
 def _blas_libs():
+    # caller holds _lock
     global _controller
     if _controller is None:
-        from threadpoolctl import ThreadpoolController
-        _controller = ThreadpoolController()
+        _controller = threadpoolctl.ThreadpoolController()
     return [lib for lib in _controller.lib_controllers if lib.user_api == "blas"]
+
+
+def _set(lib, n: int) -> bool:
+    """Set `lib` to `n` threads from this thread; True if it took effect (invariant 4)."""
+    if _OWNERSHIP is not None:
+        _OWNERSHIP.increment()
+    try:
+        lib.set_num_threads(n)
+    finally:
+        if _OWNERSHIP is not None:
+            _OWNERSHIP.decrement()  # gives control back unless this thread had it before
+    return lib.num_threads == n
 
 
 def current_threads() -> int | None:
@@ -38,50 +75,66 @@ def current_threads() -> int | None:
 
 
 def available_threads() -> int:
-    """BLAS threads the process had before any parallel call lowered them (1 if no BLAS)."""
+    """BLAS threads the process had before parallel calls lowered them (1 if no BLAS)."""
     with _lock:
-        if _original:
-            return max(n for _, n in _original)
+        if _before is not None:
+            return max((n for _, n in _before), default=1)
+        return max((lib.num_threads for lib in _blas_libs()), default=1)
+
+
+def acquire(token, threads: int) -> int:
+    """Hold a limit of at most `threads` BLAS threads until `release(token)`; returns
+    the threads in force for the call now (never more than were in force before).
+
+    `token` is a unique weak-referenceable object (the call). Registering it is a
+    single store and release is idempotent, so a Ctrl+C anywhere around these calls
+    cannot leak or double-count a holder.
+    """
+    global _target, _before
+    with _lock:
         libs = _blas_libs()
+        if not _holders and _before is not None:  # left by a vanished holder
+            _restore()
+        if _before is None:
+            _before = [(lib, lib.num_threads) for lib in libs]
+        _holders[token] = threads
+        if _target is None or threads < _target:
+            _target = threads
+            _lower(threads)
         return max((lib.num_threads for lib in libs), default=1)
 
 
-def acquire(token, threads: int) -> None:
-    """Hold a limit of at most `threads` BLAS threads until `release(token)`.
-
-    `token` is a unique weak-referenceable object (the call). Registering it is a
-    single store, release is idempotent, and a token that is garbage-collected
-    without a release stops holding: a Ctrl+C anywhere around these calls cannot
-    leak or double-count a holder.
-    """
-    global _original, _current
-    with _lock:
-        libs = _blas_libs()
-        if not _holders and _original is not None:  # left by a vanished holder
-            _restore()
-        if _original is None:
-            _original = [(lib, lib.num_threads) for lib in libs]
-        _holders[token] = threads
-        if _current is None or threads < _current:
-            for lib in libs:
-                lib.set_num_threads(threads)
-            _current = threads
+def _lower(threads: int) -> None:
+    # caller holds _lock. Lower every library above `threads` (invariant 1).
+    for lib, before in _before:
+        if lib.num_threads > threads and _set(lib, threads):
+            for i, (other, first, _) in enumerate(_changed):
+                if other is lib:
+                    _changed[i] = (lib, first, threads)
+                    break
+            else:
+                _changed.append((lib, before, threads))
 
 
 def release(token) -> None:
+    """Let go of `token`'s limit (idempotent); the last holder restores."""
     with _lock:
         _holders.pop(token, None)
-        if not _holders and _original is not None:
+        if not _holders and _before is not None:
             _restore()
 
 
 def _restore():
-    # caller holds _lock
-    global _original, _current
-    for lib, n in _original:
-        lib.set_num_threads(n)
-    _original = None  # cleared only once restored
-    _current = None
+    # caller holds _lock (invariant 2). A library someone else changed since is left
+    # as they set it; a restore that does not take effect (another thread controls
+    # OpenBLAS) is not retried: that thread's own restore decides.
+    global _target, _before
+    for lib, before, ours in _changed:
+        if lib.num_threads == ours:
+            _set(lib, before)
+    _changed.clear()
+    _before = None
+    _target = None
 
 
 def holders() -> int:
@@ -90,14 +143,23 @@ def holders() -> int:
         return len(_holders)
 
 
-def _reset_after_fork() -> None:
-    """In a fork child no parallel call is running: restore limits, fresh lock."""
-    global _lock, _holders, _original, _current
+def _before_fork() -> None:
+    _lock.acquire()  # no change is half-done while the process forks (invariant 5)
+
+
+def _after_fork_in_parent() -> None:
+    _lock.release()
+
+
+def _after_fork_in_child() -> None:
+    """The child runs no parallel call: restore what was lowered, start fresh."""
+    global _lock, _holders
     _lock = threading.Lock()
-    if _original is not None:
-        _restore()
     _holders = weakref.WeakKeyDictionary()
+    if _before is not None:
+        _restore()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_after_fork)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)

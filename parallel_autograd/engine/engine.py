@@ -14,15 +14,17 @@ including from inside hooks and Function.backward running on a worker (reentrant
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 import weakref
 
+from .. import locks
 from ..grad_mode import is_grad_enabled, set_grad_enabled
 from . import blas
 from .cost import decide, gil_enabled, usable_cores
 from .plan import collect, plan_call
-from .pool import WorkerPool
+from .pool import WorkerPool, on_worker_thread
 from .sequential import run_plan
 from .step import commit
 from .task import CallStats, GraphTask
@@ -84,6 +86,7 @@ class Engine:
         weakref.finalize(self, self._pool.shutdown, False)
         self._closed = False
         self._lock = threading.Lock()  # guards _calls and _fallbacks
+        locks.track(self)  # a fork child gets a fresh one
         self._calls = 0
         self._fallbacks = 0
         self.last_stats = None
@@ -91,9 +94,14 @@ class Engine:
     # ---- lifecycle --------------------------------------------------------------
     def close(self) -> None:
         """Stop the worker threads (idempotent). New calls raise RuntimeError; calls
-        already running finish on their callers' threads. Safe from a hook."""
+        already running finish on their callers' threads.
+
+        Waits until this engine's workers have exited, except when called on a worker
+        thread of any engine (from a hook or a Function.backward a worker runs): then
+        it only tells them to stop and returns, so engines closing each other from
+        their hooks cannot wait on each other."""
         self._closed = True
-        self._pool.shutdown(wait=True)
+        self._pool.shutdown(wait=not on_worker_thread())
 
     @property
     def closed(self) -> bool:
@@ -177,9 +185,8 @@ class Engine:
         else:
             ready = task.prepare_ranked(decision.order)
         try:
-            if self.limit_blas:
-                st.blas_threads = max(1, usable_cores() // self.num_workers)
-                blas.acquire(task, st.blas_threads)
+            if self.limit_blas:  # never more than the caller had (blas.py)
+                st.blas_threads = blas.acquire(task, max(1, usable_cores() // self.num_workers))
             task.run_to_completion(ready)
         finally:
             if self.limit_blas:
@@ -219,6 +226,15 @@ def grad_parallel(outputs, inputs, grad_outputs=None, retain_graph: bool = False
     """`grad` on the parallel engine."""
     return default_engine(num_workers).grad(outputs, inputs, grad_outputs, retain_graph,
                                             allow_unused)
+
+
+def _after_fork_in_child() -> None:
+    global _default_lock
+    _default_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @atexit.register

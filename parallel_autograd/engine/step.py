@@ -10,12 +10,14 @@ Thread safety: a `Sink` belongs to one thread; `commit` takes each tensor's lock
 """
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 
 import numpy as np
 
-_retained_lock = threading.Lock()  # guards .grad of non-leaf tensors (retain_grad)
+from .. import locks
+
 
 
 def run_hooks(node, g):
@@ -30,6 +32,11 @@ def run_hooks(node, g):
             if hasattr(r, "data") and not isinstance(r, np.ndarray):
                 r = r.data
             r = np.asarray(r)
+            if r.dtype.kind not in "biufc":  # e.g. a list of Nones: not a gradient
+                e = TypeError(f"hook on the gradient of {node.name} returned a "
+                              f"{type(r).__name__} of dtype {r.dtype}, not a numeric array")
+                annotate(e, node, "a hook on the gradient of")
+                raise e
             if r.shape != g.shape:
                 e = ValueError(f"hook on the gradient of {node.name} returned shape "
                                f"{r.shape}, expected {g.shape}")
@@ -107,20 +114,60 @@ def run_node(node, g, owned: bool, sink: Sink):
 
 
 def commit(staged) -> None:
-    """Add staged gradients into `.grad` (leaf accumulation, under each leaf's lock).
+    """Add staged gradients into `.grad` (leaf accumulation, under each tensor's lock).
+
+    All or nothing: everything that can fail (checks, copies) happens before the first
+    write, and a Ctrl+C that arrives during the writes is delivered when they are done
+    (`_InterruptsDeferred`), so `.grad` is never left half-updated.
 
     A first gradient is adopted without a copy when the engine allocated it or
     nothing else refers to it (PyTorch's AccumulateGrad steals the same way);
     otherwise `.grad` gets a copy, so it never aliases a user's or a saved array.
     """
-    _check_existing_grads(staged)  # before writing any: a failed commit changes nothing
+    _check_existing_grads(staged)
+    firsts = []  # what becomes .grad if it is still None when written
     for t, g, owned in staged:
-        lock = t._grad_lock or _retained_lock
-        with lock:
-            if t.grad is None:
-                t.grad = g if owned or _unshared(g) else g.copy()
-            else:
-                t.grad += g
+        firsts.append(None if t.grad is not None else
+                      g if owned or _unshared(g) else g.copy())
+    with _InterruptsDeferred():
+        for (t, g, _), first in zip(staged, firsts):
+            with locks.grad_lock(t):
+                if t.grad is None:
+                    t.grad = g if first is None else first
+                else:
+                    t.grad += g
+
+
+class _InterruptsDeferred:
+    """On the main thread, hold back SIGINT (Ctrl+C, `_thread.interrupt_main`) while
+    the block runs and deliver it to the previous handler when the block is done.
+    Elsewhere (signals reach only the main thread) or with a handler that is not a
+    Python callable, it does nothing."""
+
+    __slots__ = ("old", "caught")
+
+    def __enter__(self):
+        self.old = None
+        self.caught = None
+        if threading.current_thread() is threading.main_thread():
+            old = signal.getsignal(signal.SIGINT)
+            if callable(old):
+                try:
+                    signal.signal(signal.SIGINT, self._hold)
+                except ValueError:  # not the main interpreter: signals are not ours
+                    return self
+                self.old = old
+        return self
+
+    def _hold(self, signum, frame):
+        self.caught = (signum, frame)
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
+            if self.caught is not None:
+                self.old(*self.caught)  # the default handler raises KeyboardInterrupt
+        return False
 
 
 def _check_existing_grads(staged) -> None:
@@ -151,7 +198,7 @@ def _unshared(g) -> bool:
 
 def _calibrate() -> int:
     staged = [(None, np.empty(1), False)]
-    for _, g, _ in staged:
+    for t, g, owned in staged:  # the same references as in commit's first loop
         return _count(g)
 
 

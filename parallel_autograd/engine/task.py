@@ -390,10 +390,13 @@ class GraphTask:
             self.outstanding += n
 
     def fail(self, exc: BaseException) -> None:
-        """Record the first error; later items of this call are skipped."""
+        """Record the first error (in time); later items of this call are skipped.
+        Errors other threads raise meanwhile are kept as notes on the first."""
         with self.lock:
             if self.error is None:
                 self.error = exc
+            elif exc is not self.error:
+                _note_other_error(self.error, exc)
             done = self._check_done()
         if done:
             self.pool.wake(self)
@@ -424,6 +427,26 @@ class GraphTask:
             stats.nodes_per_thread[tid] = stats.nodes_per_thread.get(tid, 0) + ran
             stats.busy_per_thread[tid] = stats.busy_per_thread.get(tid, 0.0) + busy
             stats.inline_runs += max(runs - 1, 0)  # all but the item it started with
+
+
+_MAX_NOTED = 8  # other threads' errors noted on the raised one
+
+
+def _note_other_error(first: BaseException, other: BaseException) -> None:
+    others = getattr(first, "other_errors", None)
+    if others is None:
+        try:
+            first.other_errors = others = []
+        except AttributeError:  # an exception type that takes no attributes
+            return
+    if len(others) >= _MAX_NOTED:
+        return
+    others.append(other)
+    if hasattr(first, "add_note"):
+        where = getattr(other, "autograd_op", None)
+        first.add_note(f"also raised on another thread while this call failed: "
+                       f"{type(other).__name__}: {other}"
+                       + (f" (in {where})" if where else ""))
 
 
 def _count_seeds(roots) -> dict:
