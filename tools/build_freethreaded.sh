@@ -11,6 +11,20 @@
 #    temporary sources list and lists dir, so the system's apt state is left alone), upstream
 #    source only, `./configure --disable-gil --without-ensurepip`, `make -j`, `make altinstall`.
 #    About 3-4 minutes on 2 cores; missing -dev packages are installed with apt-get when root.
+#
+# The Debian mirror (needed only when the source must be downloaded) is the machine's own:
+#   FT_DEBIAN_MIRROR  if set, used as is (e.g. a local mirror's URL ending in /debian);
+#   otherwise the first Debian archive entry of apt's configuration, in apt's reading order:
+#   $FT_APT_ETC/sources.list (one-line entries), then $FT_APT_ETC/sources.list.d/ in name order
+#   (*.list one-line entries, *.sources deb822 stanzas). An entry counts when it is enabled,
+#   of type deb or deb-src, has the component main, a suite not ending in -security, and a URI
+#   whose path ends in /debian (the archive's standard directory; debian-security,
+#   debian-debug and debian-ports are other archives). No entry: the script stops and asks
+#   for FT_DEBIAN_MIRROR.
+#   FT_APT_ETC        apt's configuration directory to read (default /etc/apt; for tests).
+#   FT_DEBIAN_SUITE   the suite to take python3.13's source from (default trixie).
+#   tools/build_freethreaded.sh --print-debian-mirror   prints the mirror it would use, and
+#                     where it came from on stderr, and exits (nothing is built or changed).
 # 2. The environment: a venv of that interpreter in $FT_CACHE/venv, pip bootstrapped from the
 #    pip wheel, the dependencies of pyproject.toml (runtime + [test]) as binary wheels only
 #    (no sdist builds: numpy must come as a cp313t wheel), and this package installed editable
@@ -24,6 +38,123 @@
 set -euo pipefail
 shopt -s inherit_errexit  # errexit inside $(...) too (the build runs in one)
 
+log() { printf '[freethreaded] %s\n' "$*" >&2; }
+die() { printf '[freethreaded] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# ---- the Debian mirror, from apt's own configuration ---------------------------------------
+# apt's source files in apt's reading order: sources.list, then sources.list.d/ by name.
+apt_source_files() {
+    local etc=${FT_APT_ETC:-/etc/apt} f
+    [ -f "$etc/sources.list" ] && printf '%s\n' "$etc/sources.list"
+    for f in "$etc"/sources.list.d/*; do
+        case $f in
+            *.list | *.sources) [ -f "$f" ] && printf '%s\n' "$f" ;;
+        esac
+    done
+    return 0
+}
+
+# Prints "URI<TAB>file" for every Debian archive entry of the apt source file $1 (format
+# from its name: *.sources is deb822, anything else one-line), in file order.
+debian_entries() {
+    local fmt=line
+    case $1 in *.sources) fmt=deb822 ;; esac
+    awk -v fmt="$fmt" -v file="$1" '
+        function archive_uri(uri, suites, comps,   path, n, i, s, c, ok) {
+            if (uri ~ /^cdrom:/) return ""
+            sub(/\/+$/, "", uri)
+            path = uri
+            sub(/^[A-Za-z0-9+.-]+:\/\/[^\/]*/, "", path)   # drop scheme://host
+            if (path !~ /(^|\/)debian$/) return ""
+            n = split(suites, s, /[ \t]+/)
+            for (i = 1; i <= n; i++) if (s[i] ~ /-security$/) return ""
+            n = split(comps, c, /[ \t]+/)
+            ok = 0
+            for (i = 1; i <= n; i++) if (c[i] == "main") ok = 1
+            return ok ? uri : ""
+        }
+        function emit(uris, suites, comps,   n, i, u, r) {
+            n = split(uris, u, /[ \t]+/)
+            for (i = 1; i <= n; i++) {
+                r = archive_uri(u[i], suites, comps)
+                if (r != "") printf "%s\t%s\n", r, file
+            }
+        }
+        # ---- one-line format: deb [options] uri suite component...
+        fmt == "line" {
+            sub(/#.*/, "")
+            if ($1 != "deb" && $1 != "deb-src") next
+            i = 2
+            if ($i ~ /^\[/) {                   # options, possibly spread over several words
+                while (i <= NF && $i !~ /\]$/) i++
+                i++
+            }
+            uri = $i; suite = $(i + 1); comps = ""
+            for (j = i + 2; j <= NF; j++) comps = comps " " $j
+            emit(uri, suite, comps)
+            next
+        }
+        # ---- deb822: stanzas separated by blank lines; "Field: value", continuation
+        # lines start with white space, comment lines with #.
+        function flush() {
+            if (types ~ /(^|[ \t])deb(-src)?([ \t]|$)/ && tolower(enabled) != "no")
+                emit(uris, suites, comps)
+            types = uris = suites = comps = enabled = field = ""
+        }
+        fmt == "deb822" && /^[ \t]*$/ { flush(); next }
+        fmt == "deb822" && /^#/ { next }
+        fmt == "deb822" && /^[ \t]/ {            # continuation of the previous field
+            v = $0; sub(/^[ \t]+/, "", v)
+            if (field == "types") types = types " " v
+            else if (field == "uris") uris = uris " " v
+            else if (field == "suites") suites = suites " " v
+            else if (field == "components") comps = comps " " v
+            next
+        }
+        fmt == "deb822" {
+            field = tolower($0); sub(/:.*/, "", field)
+            v = $0; sub(/^[^:]*:[ \t]*/, "", v); sub(/[ \t]+$/, "", v)
+            if (field == "types") types = v
+            else if (field == "uris") uris = v
+            else if (field == "suites") suites = v
+            else if (field == "components") comps = v
+            else if (field == "enabled") enabled = v
+            next
+        }
+        END { if (fmt == "deb822") flush() }
+    ' "$1"
+}
+
+# Sets DEBIAN_MIRROR: $FT_DEBIAN_MIRROR, else the first Debian archive entry apt reads.
+resolve_debian_mirror() {
+    if [ -n "${FT_DEBIAN_MIRROR:-}" ]; then
+        DEBIAN_MIRROR=${FT_DEBIAN_MIRROR%/}
+        log "Debian mirror $DEBIAN_MIRROR (from FT_DEBIAN_MIRROR)"
+        return 0
+    fi
+    local etc=${FT_APT_ETC:-/etc/apt} f entry=""
+    while IFS= read -r f; do
+        entry=$(debian_entries "$f" | head -1)
+        [ -n "$entry" ] && break
+    done < <(apt_source_files)
+    if [ -z "$entry" ]; then
+        die "no Debian archive mirror found in apt's configuration ($etc/sources.list," \
+            "$etc/sources.list.d/*.list, $etc/sources.list.d/*.sources: an enabled deb or" \
+            "deb-src entry with component main whose URI ends in /debian). Set FT_DEBIAN_MIRROR" \
+            "to a Debian mirror's URL, e.g. FT_DEBIAN_MIRROR=https://<mirror host>/debian"
+    fi
+    DEBIAN_MIRROR=${entry%%$'\t'*}
+    log "Debian mirror $DEBIAN_MIRROR (from ${entry#*$'\t'})"
+}
+
+if [ "${1:-}" = "--print-debian-mirror" ]; then
+    resolve_debian_mirror
+    printf '%s\n' "$DEBIAN_MIRROR"
+    exit 0
+elif [ $# -gt 0 ]; then
+    die "unknown argument: $1 (the only option is --print-debian-mirror)"
+fi
+
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FT_CACHE=${FT_CACHE:-$ROOT/.cache/freethreaded}
 mkdir -p "$FT_CACHE"
@@ -33,7 +164,6 @@ mkdir -p "$FT_BUILD_CACHE"
 FT_BUILD_CACHE=$(cd "$FT_BUILD_CACHE" && pwd)
 
 DEBIAN_SUITE=${FT_DEBIAN_SUITE:-trixie}
-DEBIAN_MIRROR=${FT_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 SRC_PACKAGE=python3.13
 # Header packages for the stdlib modules we need: ssl + zlib (pip), ctypes (threadpoolctl),
 # bz2 + lzma (tarfile/shutil archives), sqlite3 (cheap, commonly expected).
@@ -42,9 +172,6 @@ REQUIRED_MODULES="ssl, zlib, ctypes, bz2, lzma, sqlite3, venv"
 
 VENV=$FT_CACHE/venv
 VPY=$VENV/bin/python
-
-log() { printf '[freethreaded] %s\n' "$*" >&2; }
-die() { printf '[freethreaded] ERROR: %s\n' "$*" >&2; exit 1; }
 
 # Succeeds if $1 is a free-threaded CPython whose GIL is off at startup.
 is_ft_python() {
@@ -94,6 +221,7 @@ fetch_source() (
         echo "$orig"
         exit 0
     fi
+    resolve_debian_mirror  # stops here, before any download, if there is none
     apt_dir=$(mktemp -d "$FT_BUILD_CACHE/apt.XXXXXX")
     # shellcheck disable=SC2064
     trap "rm -rf '$apt_dir'" EXIT
