@@ -51,7 +51,7 @@ def default_engine_factory(num_workers: int, variant: str):
 def underlying(engine):
     """The pa.Engine behind a harness engine (or None if it is something else)."""
     inner = getattr(engine, "inner", engine)
-    return inner if hasattr(inner, "_pool") else None
+    return inner if isinstance(inner, pa.Engine) else None
 
 
 def diff(ref, got, what: str):
@@ -74,6 +74,26 @@ def diff(ref, got, what: str):
     if np.ascontiguousarray(ref).tobytes() != np.ascontiguousarray(got).tobytes():
         return f"{what}: equal values but different bits (signed zeros or NaN payloads)"
     return None
+
+
+def diff_all(refs, gots, what) -> list:
+    """`diff` of each pair of `refs` and `gots` (item `j` named `what(j)`, or
+    f"{what} {j}" when `what` is a string), plus a line if the counts differ: the
+    problems found, none if every array is bitwise its reference."""
+    name = what if callable(what) else (lambda j: f"{what} {j}")
+    refs, gots = list(refs), list(gots)
+    problems = [d for d in (diff(r, g, name(j)) for j, (r, g) in enumerate(zip(refs, gots)))
+                if d]
+    if len(refs) != len(gots):
+        problems.append(f"{len(gots)} results for {len(refs)} expected")
+    return problems
+
+
+def leaf_diffs(refs, leaves) -> list:
+    """`diff_all` of reference gradients against the leaves' `.grad`, each named by
+    index, shape and dtype."""
+    return diff_all(refs, [t.grad for t in leaves],
+                    lambda j: f"leaf {j} {leaves[j].shape} {leaves[j].dtype}")
 
 
 def make_priors(leaves, rng, p_none: float = 0.5):

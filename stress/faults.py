@@ -36,7 +36,8 @@ import numpy as np
 import parallel_autograd as pa
 
 from . import graphs
-from .checks import Outcome, diff, make_priors, set_grads, snapshot, unchanged
+from .checks import (Outcome, diff_all, leaf_diffs, make_priors, set_grads, snapshot,
+                     unchanged)
 
 KINDS = ("node_error", "hook_error", "nan", "reentrant", "interrupt", "freed_graph")
 OPT_IN = ("stall",)
@@ -189,16 +190,8 @@ class FaultRun:
 
     def compare(self, seq, par, so, po, what) -> bool:
         """Bitwise (NaN-aware) comparison of the two sides' results."""
-        problems = []
-        if self.api == "grad":
-            for i, (r, g) in enumerate(zip(so.value, po.value)):
-                d = diff(r, g, f"grad() result {i}")
-                if d:
-                    problems.append(d)
-        for i, (ta, tb) in enumerate(zip(seq.case.leaves, par.case.leaves)):
-            d = diff(ta.grad, tb.grad, f"leaf {i} {ta.shape} {ta.dtype}")
-            if d:
-                problems.append(d)
+        problems = diff_all(so.value, po.value, "grad() result") if self.api == "grad" else []
+        problems += leaf_diffs([t.grad for t in seq.case.leaves], par.case.leaves)
         self.h.count_comparisons(self.family, len(seq.case.leaves), len(problems))
         if problems:
             self.fail("mismatch", f"{what}: {problems[0]}"
@@ -350,58 +343,27 @@ INNER_MODES = ("engine_backward", "engine_grad", "backward_parallel", "pa_grad",
 
 
 def run_reentrant(fr):
-    h = fr.h
     seq, par = fr.build_pair()
     nodes = fault_nodes(seq.case, leaves_ok=True)
     k = int(fr.rng.integers(len(nodes)))
     mode = str(fr.rng.choice(INNER_MODES))
     in_rule = fr.rng.random() < 0.4 and nodes[k].variable is None
-    inner_seed = int(fr.rng.integers(2**31))
-    inner_workers = max(h.cfg.workers)
-    engine = fr.engine
-
-    # expected inner gradients, from a private copy on the sequential engine
-    ref = graphs.build("random", inner_seed, 0.02)
-    if mode in ("engine_grad", "pa_grad"):
-        expected = pa.grad([ref.root], ref.grad_leaves, [ref.seed_grad], allow_unused=True)
-    else:
-        pa.backward(ref.root, ref.seed_grad)
-        expected = [t.grad for t in ref.grad_leaves]
+    inner = _Inner(mode, int(fr.rng.integers(2**31)), max(fr.h.cfg.workers), fr.engine)
+    expected = inner.expected()
 
     def arm(side):
-        pool = {}
-        graphs.build("random", inner_seed, 0.02, shared=pool)  # the inner leaves
-        side.inner_results = []
-
-        def inner():
-            with pa.enable_grad():
-                c = graphs.build("random", inner_seed, 0.02, shared=pool)
-            if mode == "engine_backward":
-                engine.backward(c.root, c.seed_grad)
-            elif mode == "backward_parallel":
-                pa.backward_parallel(c.root, c.seed_grad, num_workers=inner_workers)
-            elif mode == "pa_backward":
-                pa.backward(c.root, c.seed_grad)
-            elif mode == "engine_grad":
-                side.inner_results.append(engine.grad([c.root], c.grad_leaves, [c.seed_grad],
-                                                      allow_unused=True))
-            else:
-                side.inner_results.append(pa.grad([c.root], c.grad_leaves, [c.seed_grad],
-                                                  allow_unused=True))
-            side.fired += 1
-            side.inner_leaves = c.grad_leaves
-
+        run = inner.arm(side)
         node = fault_nodes(side.case, leaves_ok=True)[k]
         if in_rule:
             def make(orig):
                 def rule(g, *saved):
-                    inner()
+                    run()
                     return orig(g, *saved)
                 return rule
             side.undo.append(patch_rule(node, make))
         else:
             def hook(g):
-                inner()
+                run()
             side.undo.append(add_hook(node, hook))
 
     _arm_both(fr, seq, par, arm)
@@ -411,19 +373,75 @@ def run_reentrant(fr):
         return False
     if not fr.compare(seq, par, so, po, f"outer gradients with reentrant {mode}"):
         return False
-    for side, who in ((seq, "sequential"), (par, "engine")):
-        if side.fired != 1:
-            fr.fail("wrong-fault", f"{who}: the reentrant {'rule' if in_rule else 'hook'} "
-                    f"ran {side.fired} times, expected once")
-            return False
-        got = side.inner_results[0] if side.inner_results else \
-            [t.grad for t in side.inner_leaves]
-        for i, (e, g) in enumerate(zip(expected, got)):
-            d = diff(e, g, f"inner {mode} gradient {i}")
-            if d:
-                fr.fail("mismatch", f"{who}: {d}")
-                return False
-    return fr.keeps_serving(seq, par)
+    where = "rule" if in_rule else "hook"
+    return (_inner_ran_once(fr, seq, "sequential", mode, where, expected)
+            and _inner_ran_once(fr, par, "engine", mode, where, expected)
+            and fr.keeps_serving(seq, par))
+
+
+class _Inner:
+    """The backward/grad call a reentrant hook or rule makes: `mode` (INNER_MODES) on
+    a small random graph of its own (`seed`), built inside the outer call."""
+
+    def __init__(self, mode, seed, workers, engine):
+        self.mode, self.seed, self.workers, self.engine = mode, seed, workers, engine
+
+    def expected(self):
+        """The inner gradients, from a private copy on the sequential engine."""
+        ref = graphs.build("random", self.seed, 0.02)
+        if self.mode in ("engine_grad", "pa_grad"):
+            return pa.grad([ref.root], ref.grad_leaves, [ref.seed_grad], allow_unused=True)
+        pa.backward(ref.root, ref.seed_grad)
+        return [t.grad for t in ref.grad_leaves]
+
+    def arm(self, side):
+        """The function the hook or rule calls on `side`: each call builds the inner
+        graph over the side's own inner leaves, runs it, and counts in `side.fired`."""
+        pool = {}
+        graphs.build("random", self.seed, 0.02, shared=pool)  # the inner leaves
+        side.inner_results = []
+
+        def run():
+            with pa.enable_grad():
+                c = graphs.build("random", self.seed, 0.02, shared=pool)
+            result = self.call(c)
+            if result is not None:
+                side.inner_results.append(result)
+            side.fired += 1
+            side.inner_leaves = c.grad_leaves
+
+        return run
+
+    def call(self, c):
+        """Run the inner call on graph `c`: grad()'s results, or None for backward."""
+        mode, engine = self.mode, self.engine
+        if mode == "engine_backward":
+            engine.backward(c.root, c.seed_grad)
+        elif mode == "backward_parallel":
+            pa.backward_parallel(c.root, c.seed_grad, num_workers=self.workers)
+        elif mode == "pa_backward":
+            pa.backward(c.root, c.seed_grad)
+        elif mode == "engine_grad":
+            return engine.grad([c.root], c.grad_leaves, [c.seed_grad], allow_unused=True)
+        else:
+            return pa.grad([c.root], c.grad_leaves, [c.seed_grad], allow_unused=True)
+        return None
+
+
+def _inner_ran_once(fr, side, who, mode, where, expected) -> bool:
+    """The reentrant hook or rule (`where`) ran once on `side` and its inner call's
+    gradients are bitwise the expected ones; False after reporting otherwise."""
+    if side.fired != 1:
+        fr.fail("wrong-fault", f"{who}: the reentrant {where} ran {side.fired} times, "
+                f"expected once")
+        return False
+    got = side.inner_results[0] if side.inner_results else \
+        [t.grad for t in side.inner_leaves]
+    problems = diff_all(expected, got, f"inner {mode} gradient")
+    if problems:
+        fr.fail("mismatch", f"{who}: {problems[0]}")
+        return False
+    return True
 
 
 def run_interrupt(fr):

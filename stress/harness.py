@@ -32,8 +32,8 @@ import parallel_autograd as pa
 
 from . import faults as faults_mod
 from . import graphs
-from .checks import (VARIANTS, Outcome, default_engine_factory, diff, make_priors,
-                     set_grads)
+from .checks import (VARIANTS, Outcome, default_engine_factory, diff, diff_all, leaf_diffs,
+                     make_priors, set_grads)
 from .leaks import LeakMonitor
 from .report import Failure, Progress, Report, interactive
 from .watchdog import HangDetected, Watchdog, dump_all_stacks
@@ -217,86 +217,94 @@ class Harness:
     # ---- the checks -----------------------------------------------------------------------------
     def check_compare(self, family, seed):
         """Sequential vs every engine target: leaf grads and grad() results, bitwise."""
+        c = self._comparison(family, seed)
+        if not self._sequential_refs(c):
+            return
+        targets = self.targets(c.rng, c.case.nodes)
+        k = int(c.rng.integers(len(targets)))
+        targets = targets[:k] + targets[k + 1:] + [targets[k]]  # the last frees the graph
+        k2 = int(c.rng.integers(len(targets)))
+        for i, (w, variant) in enumerate(targets):
+            if self.stop_reason:
+                return
+            self._check_target(c, self.engine(w, variant), f"{variant} x{w}",
+                               two_calls=c.twice and i == k2, final=i == len(targets) - 1)
+        self.progress.update(f"{family} seed {seed}")
+
+    def _comparison(self, family, seed):
+        """Build graph `seed` of `family` and draw what its comparison uses: the priors
+        in .grad, the grad() inputs, whether to check two calls into the same leaves."""
         case = graphs.build(family, seed, self.scale, families=self.gens)
         st = self.report.fam(family)
         st.graphs += 1
         st.nodes += case.nodes
         rng = np.random.default_rng([seed, 1])
-        leaves = case.leaves
-        priors = make_priors(leaves, rng)
+        priors = make_priors(case.leaves, rng)
         cand = case.grad_leaves + case.extras
         pick = rng.random(len(cand)) < 0.5
         inputs = [t for t, p in zip(cand, pick) if p] or cand[:1]
-        deadline = self.deadline_for(case)
-        label = f"{family} seed={seed}"
-
-        set_grads(leaves, priors)
-        out = self.guarded(lambda: pa.backward(case.root, case.seed_grad, retain_graph=True),
-                           deadline, f"{label} sequential")
-        if not self._clean(out, family, seed, "sequential backward"):
-            return
-        ref = [None if t.grad is None else np.array(t.grad, copy=True) for t in leaves]
-        out = self.guarded(lambda: pa.grad([case.root], inputs, [case.seed_grad],
-                                           retain_graph=True, allow_unused=True),
-                           deadline, f"{label} sequential grad()")
-        if not self._clean(out, family, seed, "sequential grad()"):
-            return
-        ref_g = out.value
-        # accumulation across calls: a second backward on top of the first
         twice = rng.random() < 0.5
-        if twice:
-            out = self.guarded(lambda: pa.backward(case.root, case.seed_grad, retain_graph=True),
-                               deadline, f"{label} sequential, second call")
-            if not self._clean(out, family, seed, "sequential backward, second call into "
-                                                  "the same leaves"):
-                return
-            ref2 = [t.grad for t in leaves]
-        targets = self.targets(rng, case.nodes)
-        k = int(rng.integers(len(targets)))
-        targets = targets[:k] + targets[k + 1:] + [targets[k]]  # the last frees the graph
-        k2 = int(rng.integers(len(targets)))
-        do_grad = case.nodes <= self.cfg.big_nodes
-        for i, (w, variant) in enumerate(targets):
-            if self.stop_reason:
-                return
-            eng = self.engine(w, variant)
-            who = f"{variant} x{w}"
-            final = i == len(targets) - 1
-            if twice and i == k2:
-                set_grads(leaves, priors)
-                for n in (1, 2):
-                    out = self.guarded(lambda: eng.backward(case.root, case.seed_grad,
-                                                            retain_graph=True),
-                                       deadline, f"{label} {who} backward, call {n}")
-                    if not self._clean(out, family, seed, f"{who} backward, call {n} into "
-                                                          f"the same leaves"):
-                        break
-                else:
-                    problems = [d for d in (diff(r, t.grad, f"leaf {j} {t.shape} {t.dtype}")
-                                            for j, (r, t) in enumerate(zip(ref2, leaves))) if d]
-                    self._mismatch(family, seed, f"{who} two backward calls", len(leaves),
-                                   problems)
-            if do_grad or final:
-                out = self.guarded(
-                    lambda: eng.grad([case.root], inputs, [case.seed_grad], retain_graph=True,
-                                     allow_unused=True),
-                    deadline, f"{label} {who} grad()")
-                if self._clean(out, family, seed, f"{who} grad()"):
-                    problems = [d for d in (diff(r, g, f"grad() input {j}") for j, (r, g) in
-                                            enumerate(zip(ref_g, out.value))) if d]
-                    if len(out.value) != len(ref_g):
-                        problems.append(f"grad() returned {len(out.value)} results for "
-                                        f"{len(ref_g)} inputs")
-                    self._mismatch(family, seed, f"{who} grad()", len(inputs), problems)
-            set_grads(leaves, priors)
-            out = self.guarded(lambda: eng.backward(case.root, case.seed_grad,
-                                                    retain_graph=not final),
-                               deadline, f"{label} {who} backward")
-            if self._clean(out, family, seed, f"{who} backward"):
-                problems = [d for d in (diff(r, t.grad, f"leaf {j} {t.shape} {t.dtype}")
-                                        for j, (r, t) in enumerate(zip(ref, leaves))) if d]
-                self._mismatch(family, seed, f"{who} backward", len(leaves), problems)
-        self.progress.update(f"{family} seed {seed}")
+        return _Comparison(family, seed, case, rng, priors, inputs, twice,
+                           f"{family} seed={seed}", self.deadline_for(case))
+
+    def _compared_call(self, c, fn, what) -> Outcome | None:
+        """`fn()` guarded with the comparison's deadline; its Outcome, or None after
+        reporting a hang or an error."""
+        out = self.guarded(fn, c.deadline, f"{c.label} {what}")
+        return out if self._clean(out, c.family, c.seed, what) else None
+
+    def _sequential_refs(self, c) -> bool:
+        """The sequential engine's results: leaf grads after one call (and after two,
+        when `c.twice`) and grad()'s; False if it failed (reported)."""
+        case, leaves = c.case, c.leaves
+        set_grads(leaves, c.priors)
+        if not self._compared_call(c, lambda: pa.backward(case.root, case.seed_grad,
+                                                          retain_graph=True),
+                                   "sequential backward"):
+            return False
+        c.ref = [None if t.grad is None else np.array(t.grad, copy=True) for t in leaves]
+        out = self._compared_call(c, lambda: pa.grad([case.root], c.inputs, [case.seed_grad],
+                                                     retain_graph=True, allow_unused=True),
+                                  "sequential grad()")
+        if out is None:
+            return False
+        c.ref_grad = out.value
+        if c.twice:  # accumulation across calls: a second backward on top of the first
+            if not self._compared_call(c, lambda: pa.backward(case.root, case.seed_grad,
+                                                              retain_graph=True),
+                                       "sequential backward, second call into the same "
+                                       "leaves"):
+                return False
+            c.ref_twice = [t.grad for t in leaves]
+        return True
+
+    def _check_target(self, c, eng, who, two_calls, final):
+        """One engine against the sequential results: two backward calls into the same
+        leaves (if `two_calls`), grad() (small graphs, and always on the `final` target),
+        then one backward (freeing the graph if `final`)."""
+        case, leaves = c.case, c.leaves
+        if two_calls:
+            set_grads(leaves, c.priors)
+            if all(self._compared_call(c, lambda: eng.backward(case.root, case.seed_grad,
+                                                               retain_graph=True),
+                                       f"{who} backward, call {n} into the same leaves")
+                   for n in (1, 2)):
+                self._mismatch(c.family, c.seed, f"{who} two backward calls", len(leaves),
+                               leaf_diffs(c.ref_twice, leaves))
+        if case.nodes <= self.cfg.big_nodes or final:
+            out = self._compared_call(c, lambda: eng.grad([case.root], c.inputs,
+                                                          [case.seed_grad], retain_graph=True,
+                                                          allow_unused=True),
+                                      f"{who} grad()")
+            if out is not None:
+                self._mismatch(c.family, c.seed, f"{who} grad()", len(c.inputs),
+                               diff_all(c.ref_grad, out.value, "grad() input"))
+        set_grads(leaves, c.priors)
+        if self._compared_call(c, lambda: eng.backward(case.root, case.seed_grad,
+                                                       retain_graph=not final),
+                               f"{who} backward"):
+            self._mismatch(c.family, c.seed, f"{who} backward", len(leaves),
+                           leaf_diffs(c.ref, leaves))
 
     def _clean(self, out, family, seed, what):
         if out.hang:
@@ -320,37 +328,74 @@ class Harness:
     def check_concurrency(self, family, seed):
         """T threads call one engine at once, each on its own graphs over shared leaves;
         the leaves must hold the sum of every call's contribution."""
+        cc = self._concurrency(family, seed)
+        contrib, expected_grad = self._expected_contributions(cc)
+        set_grads(cc.leaves, cc.priors)
+        results = self._run_callers(cc)
+        T, R = self.cfg.threads, self.cfg.rounds
+        self.report.fam(family).graphs += T * R
+        self.report.fam(family).nodes += cc.template.nodes * T * R
+        if results is None:
+            self.fail("hang", family, seed, f"{cc.where}: a caller thread never returned",
+                      {"stacks": dump_all_stacks()})
+            return
+        bad = False
+        for (t, r), out in sorted(results.items()):
+            if not self._clean(out, family, seed, f"{cc.where}: caller {t} call {r}"):
+                bad = True
+            elif (t, r) in expected_grad:
+                problems = diff_all(expected_grad[t, r], out.value, f"caller {t} grad()")
+                self._mismatch(family, seed, cc.where, len(problems) or len(out.value),
+                               problems)
+        if bad:
+            return
+        problems = []
+        for j, leaf in enumerate(cc.leaves):
+            p = _leaf_sum_problem(j, leaf, cc.priors[j],
+                                  [c[j] for c in contrib if c[j] is not None])
+            if p:
+                problems.append(p)
+        self._mismatch(family, seed, cc.where, len(cc.leaves), problems)
+
+    def _concurrency(self, family, seed):
+        """The concurrency check's set-up: the shared leaves (from a template graph),
+        the engine, each caller's calls as (mode, seed gradient) with every third caller
+        using grad(), and the priors in .grad."""
         cfg = self.cfg
-        T, R = cfg.threads, cfg.rounds
         rng = np.random.default_rng([seed, 2])
         scale = self.aux_scale * graphs.AUX_FACTOR.get(family, 1.0)
         shared = {}
         template = graphs.build(family, seed, scale, shared=shared, families=self.gens)
-        leaves = template.leaves
         w = max(cfg.workers)
         eng = self.engine(w, "queue" if "queue" in cfg.variants else cfg.variants[0])
-        # each caller's calls: (mode, seed gradient); every third caller uses grad()
-        plan = []
-        for t in range(T):
-            mode = "grad" if t % 3 == 2 else "backward"
-            plan.append([(mode, np.asarray(rng.standard_normal(template.root.shape),
-                                           dtype=template.root.dtype)) for _ in range(R)])
-        priors = make_priors(leaves, rng)
-        # expected contributions: the same graphs on private leaves, sequentially
-        contrib = []   # per backward call: list of per-leaf gradients
-        expected_grad = {}
-        for t in range(T):
-            for r, (mode, sg) in enumerate(plan[t]):
-                priv = graphs.build(family, seed, scale, families=self.gens)
+        plan = [[("grad" if t % 3 == 2 else "backward",
+                  np.asarray(rng.standard_normal(template.root.shape),
+                             dtype=template.root.dtype)) for _ in range(cfg.rounds)]
+                for t in range(cfg.threads)]
+        priors = make_priors(template.leaves, rng)
+        where = f"concurrency ({cfg.threads} callers x {cfg.rounds} calls, {w} workers)"
+        return _Concurrency(family, seed, scale, shared, template, eng, plan, priors, where,
+                            self.deadline_for(template) * cfg.rounds)
+
+    def _expected_contributions(self, cc):
+        """The callers' graphs on private leaves, sequentially: per backward call its
+        list of per-leaf gradients, and per (caller, call) using grad() its results."""
+        contrib, expected_grad = [], {}
+        for t, calls in enumerate(cc.plan):
+            for r, (mode, sg) in enumerate(calls):
+                priv = graphs.build(cc.family, cc.seed, cc.scale, families=self.gens)
                 if mode == "grad":
                     expected_grad[t, r] = pa.grad([priv.root], priv.grad_leaves, [sg],
                                                   allow_unused=True)
                 else:
                     pa.backward(priv.root, sg)
                     contrib.append([x.grad for x in priv.leaves])
-        set_grads(leaves, priors)
-        deadline = self.deadline_for(template) * R
-        barrier = threading.Barrier(T)
+        return contrib, expected_grad
+
+    def _run_callers(self, cc):
+        """Run every caller's calls on its own thread, all starting together: the
+        Outcome per (caller, call), or None if a caller thread never returned."""
+        barrier = threading.Barrier(len(cc.plan))
         results = {}
 
         def caller(t):
@@ -358,70 +403,26 @@ class Harness:
                 barrier.wait(timeout=30)
             except threading.BrokenBarrierError:
                 pass
-            for r, (mode, sg) in enumerate(plan[t]):
-                c = graphs.build(family, seed, scale, shared=shared, families=self.gens)
+            for r, (mode, sg) in enumerate(cc.plan[t]):
+                c = graphs.build(cc.family, cc.seed, cc.scale, shared=cc.shared,
+                                 families=self.gens)
                 if mode == "grad":
-                    fn = (lambda c=c, sg=sg: eng.grad([c.root], c.grad_leaves, [sg],
-                                                          allow_unused=True))
+                    fn = (lambda c=c, sg=sg: cc.eng.grad([c.root], c.grad_leaves, [sg],
+                                                         allow_unused=True))
                 else:
-                    fn = (lambda c=c, sg=sg: eng.backward(c.root, sg))
-                results[t, r] = self.guarded(fn, deadline,
-                                             f"{family} seed={seed} concurrency caller {t}")
+                    fn = (lambda c=c, sg=sg: cc.eng.backward(c.root, sg))
+                results[t, r] = self.guarded(
+                    fn, cc.deadline, f"{cc.family} seed={cc.seed} concurrency caller {t}")
 
         threads = [threading.Thread(target=caller, args=(t,), name=f"stress-caller-{t}",
-                                    daemon=True) for t in range(T)]
+                                    daemon=True) for t in range(len(cc.plan))]
         for th in threads:
             th.start()
         for th in threads:
-            th.join(deadline + self.wd.grace + 5)
-        self.report.fam(family).graphs += T * R
-        self.report.fam(family).nodes += template.nodes * T * R
-        where = f"concurrency ({T} callers x {R} calls, {w} workers)"
+            th.join(cc.deadline + self.wd.grace + 5)
         if any(th.is_alive() for th in threads):
-            self.fail("hang", family, seed, f"{where}: a caller thread never returned",
-                      {"stacks": dump_all_stacks()})
-            return
-        bad = False
-        for (t, r), out in sorted(results.items()):
-            if not self._clean(out, family, seed, f"{where}: caller {t} call {r}"):
-                bad = True
-            elif (t, r) in expected_grad:
-                problems = [d for d in (diff(e, g, f"caller {t} grad() {j}") for j, (e, g) in
-                                        enumerate(zip(expected_grad[t, r], out.value))) if d]
-                self._mismatch(family, seed, where, len(problems) or len(out.value), problems)
-        if bad:
-            return
-        problems = []
-        for j, leaf in enumerate(leaves):
-            terms = [c[j] for c in contrib if c[j] is not None]
-            p = priors[j]
-            if not terms:
-                d = diff(p, leaf.grad, f"leaf {j}")
-                if d:
-                    problems.append(d)
-                continue
-            got = leaf.grad
-            if got is None:
-                problems.append(f"leaf {j}: no gradient after {len(terms)} contributions")
-                continue
-            acc = np.zeros(leaf.shape, np.float64) if p is None else p.astype(np.float64)
-            mag = np.abs(acc)
-            for g in terms:
-                acc = acc + g
-                mag = mag + np.abs(g)
-            eps = np.finfo(leaf.dtype).eps
-            bound = 2 * (len(terms) + 1) * eps * mag + np.finfo(leaf.dtype).tiny
-            err = np.abs(got.astype(np.float64) - acc)
-            if got.dtype != leaf.dtype or got.shape != leaf.shape:
-                problems.append(f"leaf {j}: got {got.dtype}{got.shape}")
-            elif not np.all(err <= bound):
-                k = int(np.argmax(err - bound))
-                lost = _lost_updates(acc - got, terms)
-                problems.append(
-                    f"leaf {j} {leaf.shape}: sum of {len(terms)} concurrent contributions "
-                    f"off by {err.flat[k]:.3g} (bound {bound.flat[k]:.3g})"
-                    + (f" - looks like {lost} lost update(s)" if lost else ""))
-        self._mismatch(family, seed, where, len(leaves), problems)
+            return None
+        return results
 
     # ---- the loop -------------------------------------------------------------------------------
     def unit(self, family, seed, kind):
@@ -502,7 +503,6 @@ class Harness:
                 self.warm_up()
                 self.leaks.set_thread_baseline()
                 next_cp = time.monotonic() + self.checkpoint_every
-                family = self.families[0]
                 for family, seed, kind in self.schedule():
                     self.unit(family, seed, kind)
                     if self.stop_reason:
@@ -511,12 +511,12 @@ class Harness:
                     if time.monotonic() >= next_cp:
                         self.progress.update("leak checkpoint", force=True)
                         t0 = time.perf_counter()
-                        self.leaks.checkpoint(family)
+                        self.leaks.checkpoint()
                         tm = rep.timings
                         tm["checkpoints"] = tm.get("checkpoints", 0.0) + time.perf_counter() - t0
                         next_cp = time.monotonic() + self.checkpoint_every
                 if not self.stop_reason:
-                    self.leaks.checkpoint(family)
+                    self.leaks.checkpoint()
             except KeyboardInterrupt:
                 rep.stopped_early = "interrupted (Ctrl+C)"
             finally:
@@ -529,6 +529,74 @@ class Harness:
         if cfg.report_path:
             rep.write_json(cfg.report_path)
         return rep
+
+
+@dataclasses.dataclass
+class _Comparison:
+    """One graph's comparison (`Harness.check_compare`) and the sequential results."""
+    family: str
+    seed: int
+    case: graphs.Case
+    rng: np.random.Generator
+    priors: list
+    inputs: list
+    twice: bool           # also compare two backward calls into the same leaves
+    label: str
+    deadline: float
+    ref: list | None = None         # leaf grads after one sequential backward
+    ref_grad: list | None = None    # sequential grad() results
+    ref_twice: list | None = None   # leaf grads after two sequential backward calls
+
+    @property
+    def leaves(self):
+        return self.case.leaves
+
+
+@dataclasses.dataclass
+class _Concurrency:
+    """One concurrency check's set-up (`Harness.check_concurrency`)."""
+    family: str
+    seed: int
+    scale: float
+    shared: dict          # the leaf pool every caller's graph is built over
+    template: graphs.Case
+    eng: object
+    plan: list            # per caller: [(mode, seed gradient)] per call
+    priors: list
+    where: str
+    deadline: float
+
+    @property
+    def leaves(self):
+        return self.template.leaves
+
+
+def _leaf_sum_problem(j, leaf, prior, terms) -> str | None:
+    """What is wrong with shared leaf `j`'s .grad after concurrent calls, given its
+    prior and every call's contribution `terms` (summed in an order nobody fixes, so
+    compared within a rounding bound), or None."""
+    got = leaf.grad
+    if not terms:
+        return diff(prior, got, f"leaf {j}")
+    if got is None:
+        return f"leaf {j}: no gradient after {len(terms)} contributions"
+    if got.dtype != leaf.dtype or got.shape != leaf.shape:
+        return f"leaf {j}: got {got.dtype}{got.shape}"
+    acc = np.zeros(leaf.shape, np.float64) if prior is None else prior.astype(np.float64)
+    mag = np.abs(acc)
+    for g in terms:
+        acc = acc + g
+        mag = mag + np.abs(g)
+    eps = np.finfo(leaf.dtype).eps
+    bound = 2 * (len(terms) + 1) * eps * mag + np.finfo(leaf.dtype).tiny
+    err = np.abs(got.astype(np.float64) - acc)
+    if np.all(err <= bound):
+        return None
+    k = int(np.argmax(err - bound))
+    lost = _lost_updates(acc - got, terms)
+    return (f"leaf {j} {leaf.shape}: sum of {len(terms)} concurrent contributions "
+            f"off by {err.flat[k]:.3g} (bound {bound.flat[k]:.3g})"
+            + (f" - looks like {lost} lost update(s)" if lost else ""))
 
 
 def _lost_updates(missing, terms) -> int:
