@@ -30,6 +30,15 @@ def parse_args(argv=None):
                     "bitwise with the sequential engine, concurrent callers sharing leaves, "
                     "injected faults, a hang watchdog and leak checks. Exits non-zero on any "
                     "failure; each failure prints the command that replays it.")
+    _budget_args(p)
+    _workload_args(p)
+    _watch_args(p)
+    _output_args(p)
+    return p.parse_args(argv)
+
+
+def _budget_args(p):
+    """How long to run, or which unit to replay, and the master seed."""
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--duration", type=float, metavar="S",
                         help="run for S seconds (finishing the unit in progress)")
@@ -41,6 +50,10 @@ def parse_args(argv=None):
                              "each of --families and --faults")
     p.add_argument("--seed", type=int, default=0, metavar="K",
                    help="master seed: unit i uses graph seed K*1000000+i (default 0)")
+
+
+def _workload_args(p):
+    """What runs: engines, callers, graph families and sizes, faults."""
     p.add_argument("--workers", type=lambda s: _list(s, int), default=(1, 2, 4),
                    metavar="1,2,4", help="worker counts to compare (default 1,2,4)")
     p.add_argument("--threads", type=int, default=4, metavar="T",
@@ -58,12 +71,17 @@ def parse_args(argv=None):
                    help="no fault injection")
     p.add_argument("--variants", type=_list, default=VARIANTS, metavar="V1,V2",
                    help="engine set-ups per worker count: queue (thresholds 0, every node "
-                        "queued), inline (thresholds 0, cheap nodes inline), default "
+                        "queued), inline (thresholds 0, cheap nodes inline), shared "
+                        "(thresholds 0, cheap nodes handed between threads), default "
                         "(backward_parallel's cost model). Default: all")
     p.add_argument("--profile", choices=sorted(PROFILES), default="default",
                    help="graph sizes: default (100,000-node chains) or quick (small graphs)")
     p.add_argument("--scale", type=float, default=None,
                    help="override the profile's graph size factor")
+
+
+def _watch_args(p):
+    """Deadlines, what to do on a hang or failure, leak checks, BLAS threads."""
     p.add_argument("--deadline", type=float, default=30.0, metavar="S",
                    help="seconds an engine call may take (plus 0.2 ms per node) before the "
                         "watchdog dumps all stacks and counts a hang (default 30)")
@@ -79,13 +97,16 @@ def parse_args(argv=None):
     p.add_argument("--blas-threads", type=int, default=1,
                    help="pin BLAS threads (OpenBLAS GEMM bits depend on its thread count, so "
                         "the engines are compared under one limit); 0: leave as is")
+
+
+def _output_args(p):
+    """The JSON report and the progress line."""
     p.add_argument("--report", metavar="out.json", help="write the full report as JSON")
     prog = p.add_mutually_exclusive_group()
     prog.add_argument("--progress", dest="progress", action="store_true", default=None,
                       help="force the live progress line")
     prog.add_argument("--quiet", dest="progress", action="store_false",
                       help="no progress line (the default when not a tty or CI=true)")
-    return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
