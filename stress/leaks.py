@@ -9,14 +9,11 @@ import time
 import tracemalloc
 
 import parallel_autograd as pa
+from parallel_autograd.engine import blas
+from parallel_autograd.engine import engine as engine_module
 
 from . import graphs
-from .checks import diff, underlying
-
-try:
-    from parallel_autograd.engine import blas as _blas
-except ImportError:  # pragma: no cover - the engine layout changed
-    _blas = None
+from .checks import diff_all, underlying
 
 
 def rss_bytes() -> int | None:
@@ -25,17 +22,6 @@ def rss_bytes() -> int | None:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
-
-
-def queued_items(pool) -> int:
-    """Items waiting in an engine's pool (one shared heap, or one heap per call)."""
-    queued = getattr(pool, "queued", None)
-    if callable(queued):
-        return queued()
-    q = getattr(pool, "_queue", None)
-    if q is not None:
-        return len(q)
-    return sum(len(getattr(t, "queue", ())) for t in list(getattr(pool, "_active", ())))
 
 
 def wait_for(pred, timeout: float, step: float = 0.01) -> bool:
@@ -62,21 +48,18 @@ class LeakMonitor:
         self.base_threads = {t.ident: t.name for t in threading.enumerate()}
 
     def pools(self):
-        """Worker pools of the engines alive in this process that the harness knows."""
+        """Worker pools of the engines alive in this process that the harness knows:
+        its own and the default engines (`backward_parallel`'s)."""
         engines = [underlying(e) for e in self.h.engines.values()]
-        try:
-            from parallel_autograd.engine import engine
-            engines += list(engine._defaults.values())
-        except (ImportError, AttributeError):
-            pass
-        return [e._pool for e in engines if e is not None and hasattr(e, "_pool")]
+        engines += list(engine_module._defaults.values())
+        return [e._pool for e in engines if e is not None]
 
     def extra_threads(self):
         """Threads alive now that were not at the baseline and belong to no known
         engine's pool (pools start their workers lazily, on the first parallel call)."""
         known = set()
         for pool in self.pools():
-            known.update(t.ident for t in getattr(pool, "_threads", ()))
+            known.update(t.ident for t in pool.threads)
         return [t for t in threading.enumerate()
                 if t.ident not in self.base_threads and t.ident not in known]
 
@@ -87,22 +70,21 @@ class LeakMonitor:
         if not pa.is_grad_enabled():
             problems.append("grad mode left disabled on the calling thread")
             pa.set_grad_enabled(True)
-        if _blas is not None:
-            if not wait_for(lambda: _blas.holders() == 0, 2.0):
-                problems.append(f"BLAS limit still held by {_blas.holders()} call(s)")
-            pinned = self.h.cfg.blas_threads
-            cur = _blas.current_threads()
-            if pinned and cur is not None and cur != pinned:
-                problems.append(f"BLAS threads left at {cur} (expected {pinned})")
+        if not wait_for(lambda: blas.holders() == 0, 2.0):
+            problems.append(f"BLAS limit still held by {blas.holders()} call(s)")
+        pinned = self.h.cfg.blas_threads
+        cur = blas.current_threads()
+        if pinned and cur is not None and cur != pinned:
+            problems.append(f"BLAS threads left at {cur} (expected {pinned})")
         for key, eng in list(self.h.engines.items()):
             inner = underlying(eng)
             if inner is None:
                 continue
             pool = inner._pool
-            if not wait_for(lambda: queued_items(pool) == 0, 2.0):
-                problems.append(f"engine {key}: {queued_items(pool)} items left in the queue "
+            if not wait_for(lambda: pool.queued() == 0, 2.0):
+                problems.append(f"engine {key}: {pool.queued()} items left in the queue "
                                 f"after every call returned")
-            threads = list(getattr(pool, "_threads", ()))
+            threads = pool.threads
             dead = [t.name for t in threads if not t.is_alive()]
             if dead and not inner.closed:
                 problems.append(f"engine {key}: worker thread(s) died: {', '.join(dead)}")
@@ -115,7 +97,7 @@ class LeakMonitor:
         return problems
 
     # ---- periodic checkpoint ----------------------------------------------------------------
-    def checkpoint(self, family, final=False):
+    def checkpoint(self):
         """Threads back to baseline, engine lifecycle, tracemalloc probe, RSS."""
         h = self.h
         self.checkpoints += 1
@@ -131,10 +113,9 @@ class LeakMonitor:
                        f"{len(self.base_threads)}: {', '.join(names[:10])}")
                 h.report.fam("(process)").leaks += 1
                 self.set_thread_baseline()  # report each leak once
-        if not final:
-            self.lifecycle(family)
-            fams = self.h.families
-            self.probe(fams[self.checkpoints % len(fams)])
+        self.lifecycle()
+        fams = self.h.families
+        self.probe(fams[self.checkpoints % len(fams)])
         gc.collect()
         rss = rss_bytes()
         if rss is not None:
@@ -153,7 +134,7 @@ class LeakMonitor:
             h.report.leak_checks.append(sample)
         return sample
 
-    def lifecycle(self, family):
+    def lifecycle(self):
         """A fresh engine runs a small graph correctly and close() takes its threads."""
         h = self.h
         w = max(h.cfg.workers)
@@ -172,11 +153,10 @@ class LeakMonitor:
                        f"a fresh engine failed a small graph: {out.describe()}",
                        {"stacks": out.dump} if out.dump else None)
                 return
-            for i, (r, t) in enumerate(zip(ref, case.leaves)):
-                d = diff(r, t.grad, f"leaf {i}")
-                if d:
-                    h.fail("mismatch", "(lifecycle)", None, f"fresh engine: {d}")
-                    return
+            problems = diff_all(ref, [t.grad for t in case.leaves], "leaf")
+            if problems:
+                h.fail("mismatch", "(lifecycle)", None, f"fresh engine: {problems[0]}")
+                return
         finally:
             h.close_engine(eng, "lifecycle engine")
         if not wait_for(lambda: threading.active_count() <= before, 3.0):

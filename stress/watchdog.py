@@ -67,11 +67,10 @@ def _async_raise(tid: int, exc_type) -> int:
 
 
 class Guard:
-    def __init__(self, wd, seconds, label, raise_in_thread=True):
+    def __init__(self, wd, seconds, label):
         self.wd = wd
         self.seconds = seconds
         self.label = label
-        self.raise_in_thread = raise_in_thread
         self.tid = None
         self.deadline = None
         self.fired = False
@@ -98,7 +97,7 @@ class Guard:
                 with self.wd._lock:
                     self.wd._active.pop(id(self), None)
                     fired = self.fired
-                if fired and self.raise_in_thread:
+                if fired:
                     _async_raise(self.tid, None)  # drop it if not delivered yet
                 break
             except HangDetected:
@@ -133,8 +132,8 @@ class Watchdog:
             self._thread.join()
             self._thread = None
 
-    def guard(self, seconds: float, label: str = "", raise_in_thread: bool = True) -> Guard:
-        return Guard(self, seconds, label, raise_in_thread)
+    def guard(self, seconds: float, label: str = "") -> Guard:
+        return Guard(self, seconds, label)
 
     def _loop(self):
         while not self._stop.wait(self.poll):
@@ -149,7 +148,7 @@ class Watchdog:
                         self.fired += 1
                     if not g.fired:
                         continue
-                    if (g.raise_in_thread and not g.stuck
+                    if (not g.stuck
                             and (g.raised_at is None or now > g.raised_at + self.reinject)
                             and (_waiting(g) or now > g.fired_at + self.grace / 2)):
                         _async_raise(g.tid, HangDetected)
