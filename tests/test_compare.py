@@ -16,7 +16,8 @@ import pytest
 
 import parallel_autograd as pa
 from parallel_autograd.allocator import tune_allocator
-from stress import bound, compare, workloads
+from stress import compare
+from stress.compare import bound, workloads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAVE_TORCH = importlib.util.find_spec("torch") is not None

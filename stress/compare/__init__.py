@@ -4,7 +4,7 @@
                              [--workloads a,b] [--reps N] [--allocator default|tuned|both]
                              [--python ft|PATH]
 
-For every workload of `stress.workloads` (float64, seeded; the forward pass is rebuilt
+For every workload of `stress.compare.workloads` (float64, seeded; the forward pass is rebuilt
 for every measurement and only the backward pass is timed, with the cyclic GC off):
 
 - the sequential engine, `backward_parallel` at 1, 2, all cores and 2x cores workers,
@@ -13,7 +13,7 @@ for every measurement and only the backward pass is timed, with the cyclic GC of
   interleaved, in an order rotated every round, so machine drift hits all alike;
   the medians are reported;
 - the bound `max(work / cores, critical path)` from a profiled sequential walk
-  (`stress.bound`) and the efficiency `bound / parallel time`;
+  (`stress.compare.bound`) and the efficiency `bound / parallel time`;
 - the peak traced memory (tracemalloc) of the backward pass, both engines;
 - minor page faults per backward pass (getrusage) and the engine's decision (`stats`).
 
@@ -59,7 +59,7 @@ import tracemalloc
 SETTINGS = ("default", "tuned")
 _MALLOC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 _TORCH_TARGETS = ("wide-matmul", "attention", "mlp-chain")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FT_SPEEDUP_TINY = 1.4  # free-threaded target (a): tiny-nodes parallel over sequential
 NO_SLOWDOWN = 1.03  # target 1 and free-threaded target (b): parallel / sequential, 3% noise
 
@@ -964,6 +964,3 @@ def _main_pythons(args, argv, t0) -> int:
     }
     return _finish(args, result, report_pythons, t0)
 
-
-if __name__ == "__main__":
-    sys.exit(main())
