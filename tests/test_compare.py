@@ -169,9 +169,9 @@ def test_workload_matches_torch(name):
 
 
 def test_workload_shortcuts_and_seeds():
-    loss1, leaves = workloads.wide_matmul(seed=1, size="tiny")
-    loss2, _ = workloads.wide_matmul(seed=1, size="tiny")
-    loss3, _ = workloads.wide_matmul(seed=2, size="tiny")
+    loss1, leaves = workloads.build("wide-matmul", seed=1, size="tiny")
+    loss2, _ = workloads.build("wide-matmul", seed=1, size="tiny")
+    loss3, _ = workloads.build("wide-matmul", seed=2, size="tiny")
     assert loss1.data == loss2.data != loss3.data
     assert all(t.requires_grad for t in leaves)
     with pytest.raises(ValueError):
