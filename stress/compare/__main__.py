@@ -1,6 +1,6 @@
 """`python -m stress.compare`: the benchmark's command line."""
 import sys
 
-from . import main
+from .cli import main
 
 sys.exit(main())

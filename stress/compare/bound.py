@@ -1,8 +1,9 @@
 """The parallel bound of a backward pass, from a profiled sequential walk.
 
 `profile_graph(loss)` plans the call once with `retain_graph=True` and, after one
-untimed warm-up walk, walks it like the sequential engine (decreasing `seq`, contributions summed in the same
-order) several times, timing each node: its rule plus the additions of its output
+untimed warm-up walk, walks it like the sequential engine (decreasing `seq`,
+contributions summed in the same order, by `parallel_autograd.engine.accumulate`)
+several times, timing each node: its rule plus the additions of its output
 gradients into their consumers' buffers (the work a worker does for that node).
 Per-node times are medians over the walks. Nothing is committed to `.grad`.
 
@@ -17,7 +18,9 @@ a node can finish when it has the machine. Then
 is a lower bound for any schedule of these kernels on `cores` cores that runs each
 node on one thread (up to measurement noise), and `width = total / critical`
 is the graph's available parallelism. Efficiency is `bound / measured time`.
-Per-node engine bookkeeping is deliberately not part of the bound.
+Per-node engine bookkeeping is deliberately not part of the bound. `summarize` does
+that arithmetic from per-node times; the critical path is the engine's own
+(`parallel_autograd.engine.cost.critical_path`).
 """
 from __future__ import annotations
 
@@ -68,15 +71,27 @@ def _node_times(plan, order, repeats, blas_threads):
 def profile_graph(loss, cores: int, repeats: int = 3) -> dict:
     """Profile the backward graph of `loss` (which must not have been run yet).
 
-    Returns a dict (seconds): nodes, total, critical, bound, width, total_blas
-    (sum of per-node times with BLAS as configured) and by_op (op name -> count,
-    one-core seconds). The graph's saved values are released at the end.
+    Returns `summarize`'s dict (seconds). The graph's saved values are released at the end.
     """
     plan = plan_call(loss, retain_graph=True)
     order = backward_order(plan.nodes)
     _walk(plan, order, defaultdict(list))  # warm-up: first-touch page faults, caches
     one = _node_times(plan, order, repeats, blas_threads=1)
     full = _node_times(plan, order, repeats, blas_threads=None)
+    for n in order:  # free the graph as a non-retaining backward would (leaves' sinks live on)
+        if n.variable is None:
+            n.saved = None
+            n.released = True
+    return summarize(order, one, full, cores)
+
+
+def summarize(order, one: dict, full: dict, cores: int) -> dict:
+    """The bound from per-node seconds: `one` with BLAS on one thread, `full` with BLAS as
+    configured (a node missing from either counts 0 there), `order` the nodes in
+    decreasing seq. Returns nodes, total (sum of `one`), total_blas (sum of `full`),
+    critical (the engine's critical path, each node at min(one, full)), bound
+    (max(total / cores, critical)), width (total / critical) and by_op (op name ->
+    count, one-core seconds; most expensive first)."""
     fast = {n: min(one.get(n, 0.0), full.get(n, 0.0)) for n in order}
     total = sum(one.values())
     crit = critical_path(order, fast)
@@ -85,10 +100,6 @@ def profile_graph(loss, cores: int, repeats: int = 3) -> dict:
         entry = by_op[n.name]
         entry[0] += 1
         entry[1] += one.get(n, 0.0)
-    for n in order:  # free the graph as a non-retaining backward would (leaves' sinks live on)
-        if n.variable is None:
-            n.saved = None
-            n.released = True
     return {"nodes": len(order), "total": total, "total_blas": sum(full.values()),
             "critical": crit, "bound": max(total / cores, crit),
             "width": total / crit if crit else 0.0,

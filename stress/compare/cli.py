@@ -1,0 +1,154 @@
+"""The command line: `python -m stress.compare [options]` (see the package docstring)."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import shutil
+import sys
+import time
+
+from .children import MALLOC_ENV, ROOT, run_pythons, run_settings
+from .measure import run_setting
+from .plot import plot
+from .report import log, report, write_json
+from .report_pythons import report_pythons
+from .targets import evaluate_ft_targets, evaluate_targets
+from .workloads import SIZES, WORKLOADS
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m stress.compare", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="The comparison of `backward_parallel` against the sequential engine "
+                    "(and PyTorch).")
+    p.add_argument("--quick", action="store_true",
+                   help="smaller sizes and 3 repetitions (under a minute)")
+    p.add_argument("--out", metavar="FILE.json", help="write all measurements as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="write a PNG (needs matplotlib)")
+    p.add_argument("--workloads", default=",".join(WORKLOADS),
+                   help="comma-separated subset of: " + ", ".join(WORKLOADS))
+    p.add_argument("--reps", type=int, default=None,
+                   help="timed repetitions per configuration (default 7, --quick 3)")
+    p.add_argument("--allocator", choices=("default", "tuned", "both"), default=None,
+                   help="malloc settings to measure (default: both, side by side; "
+                        "with --python: default only)")
+    p.add_argument("--python", metavar="ft|PATH", default=None,
+                   help="also measure with another interpreter, side by side with this "
+                        "one: 'ft' is the free-threaded build of `make freethreaded` "
+                        "($FT_CACHE/venv/bin/python), or give an interpreter's path")
+    p.add_argument("--size", choices=SIZES, default=None,
+                   help="workload sizes (default full, --quick quick; tiny is for tests)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-torch", action="store_true", help="skip the PyTorch column")
+    p.add_argument("--timeline", metavar="WORKLOAD", default=None,
+                   help="workload whose profiled parallel call is kept for the plot "
+                        "(default wide-elementwise if selected)")
+    p.add_argument("--noisy", type=float, default=0.25, metavar="CORES",
+                   help="measure a workload again when other processes used more than "
+                        "this many cores meanwhile (default 0.25)")
+    p.add_argument("--retries", type=int, default=None,
+                   help="how many times at most (default 1, --quick 0)")
+    p.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                   help="before timing a workload, wait up to this long for other "
+                        "processes to use less than --noisy cores (default 0: no wait)")
+    p.add_argument("--raw-out", help=argparse.SUPPRESS)  # child mode: one setting's raw JSON
+    return p
+
+
+def parse_args(argv=None):
+    p = _parser()
+    args = p.parse_args(argv)
+    args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in args.workloads if w not in WORKLOADS]
+    if unknown or not args.workloads:
+        p.error(f"unknown workload(s) {unknown}; choose from {', '.join(WORKLOADS)}")
+    if args.allocator is None:
+        args.allocator = "default" if args.python else "both"
+    if args.python and not args.raw_out:  # (a child measures in itself only)
+        args.python_path = resolve_python(args.python, p.error)
+    if args.reps is None:
+        args.reps = 3 if args.quick else 7
+    if args.reps < 1:
+        p.error("--reps must be >= 1")
+    if args.retries is None:
+        args.retries = 0 if args.quick else 1
+    if args.size is None:
+        args.size = "quick" if args.quick else "full"
+    if args.timeline is None:
+        wide = [w for w in args.workloads if WORKLOADS[w].branches]
+        args.timeline = "wide-elementwise" if "wide-elementwise" in args.workloads else \
+            (wide or args.workloads)[0]
+    return args
+
+
+def ft_python() -> str:
+    """The free-threaded venv's interpreter that `make freethreaded` makes."""
+    cache = os.environ.get("FT_CACHE") or os.path.join(".cache", "freethreaded")
+    return os.path.join(ROOT, cache, "venv", "bin", "python")
+
+
+def resolve_python(value: str, error) -> str:
+    """`--python` to an interpreter path; `error(message)` exits when there is none."""
+    if value == "ft":
+        path = ft_python()
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            error(f"--python ft: no free-threaded interpreter at {path}; build it first "
+                  "with `make freethreaded` (tools/build_freethreaded.sh)")
+        return path
+    path = value if os.sep in value else shutil.which(value)
+    if not path or not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        error(f"--python {value}: not an executable interpreter")
+    return os.path.abspath(path)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    t0 = time.perf_counter()
+    if args.raw_out:  # child mode
+        write_json(args.raw_out, run_setting(args, args.allocator))
+        return 0
+    if args.python:
+        return _main_pythons(args, argv, t0)
+    if args.allocator == "both":
+        raws = run_settings(args, argv)
+    else:
+        if args.allocator == "default" and any(k in os.environ for k in MALLOC_ENV):
+            log("note: MALLOC_*_ environment variables are set; 'default' is not glibc's "
+                "default in this process")
+        raws = {args.allocator: run_setting(args, args.allocator)}
+    result = {"meta": _meta(argv), "settings": raws,
+              "targets": {s: evaluate_targets(raw) for s, raw in raws.items()}}
+    return _finish(args, result, report, t0)
+
+
+def _main_pythons(args, argv, t0) -> int:
+    interp = run_pythons(args, argv)
+    other = list(interp.values())[1]
+    result = {
+        "meta": _meta(argv, python=args.python),
+        "interpreters": interp,
+        "ft_targets": {s: evaluate_ft_targets(raw, other["label"])
+                       for s, raw in other["settings"].items()},
+    }
+    return _finish(args, result, report_pythons, t0)
+
+
+def _meta(argv, **extra) -> dict:
+    return {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+            "command": "python -m stress.compare " + " ".join(argv), **extra,
+            "malloc_env": {k: os.environ[k] for k in MALLOC_ENV if k in os.environ},
+            "seconds": None}
+
+
+def _finish(args, result, render, t0) -> int:
+    """Print the report, write --out and --plot."""
+    result["meta"]["seconds"] = time.perf_counter() - t0
+    print(render(result), flush=True)
+    if args.out:
+        write_json(args.out, result, indent=1)
+    if args.plot:
+        plot(result, args.plot)
+    log(f"done in {result['meta']['seconds']:.0f} s")
+    return 0
