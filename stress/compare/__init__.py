@@ -44,10 +44,10 @@ children it starts run there too, with the root on PYTHONPATH.
 
 Modules: `cli` (options, main), `measure` (timing in this process), `machine` (other
 processes' load, the numpy threading ceiling, versions), `children` (fresh processes
-per malloc setting and per interpreter), `targets` (PASS/MISS), `report` and
-`report_pythons` (markdown, JSON, progress), `plot` (matplotlib), `workloads` (the
-registry) with `backend`, `synthetic` and `models` (their one definition per
-workload for both libraries), `bound` (the parallel bound from a profiled walk).
+per malloc setting and per interpreter), `targets` (PASS/MISS), `report` (markdown,
+JSON, progress), `plot` (matplotlib), `workloads` (the registry) with `backend`,
+`synthetic` and `models` (one definition per workload for both libraries), `bound`
+(the parallel bound from a profiled walk).
 """
 from .cli import ft_python, main, parse_args, resolve_python
 

@@ -11,8 +11,7 @@ import time
 from .children import MALLOC_ENV, ROOT, run_pythons, run_settings
 from .measure import run_setting
 from .plot import plot
-from .report import log, report, write_json
-from .report_pythons import report_pythons
+from .report import log, report, report_pythons, write_json
 from .targets import evaluate_ft_targets, evaluate_targets
 from .workloads import SIZES, WORKLOADS
 
