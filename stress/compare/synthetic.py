@@ -15,15 +15,20 @@ def wide_matmul_data(rng, n, branches):
             "B": normal(rng, (branches, n, n), 1 / math.sqrt(n))}
 
 
-def wide_matmul(d, B):
+def _summed_branches(d, B, keys, branch):
+    """Leaves x = d["x"] and, per branch, one of each of d[keys[0]] and d[keys[1]];
+    the loss is the sum over branches of `branch(B, x, p, q)`, summed to a scalar."""
     x = B.leaf(d["x"])
-    As = [B.leaf(a) for a in d["A"]]
-    Bs = [B.leaf(b) for b in d["B"]]
+    ps, qs = ([B.leaf(v) for v in d[k]] for k in keys)
     out = None
-    for a, b in zip(As, Bs):
-        y = B.lib.tanh(x @ a) @ b
+    for p, q in zip(ps, qs):
+        y = branch(B, x, p, q)
         out = y if out is None else out + y
-    return out.sum(), [x, *As, *Bs]
+    return out.sum(), [x, *ps, *qs]
+
+
+def wide_matmul(d, B):
+    return _summed_branches(d, B, ("A", "B"), lambda B, x, a, b: B.lib.tanh(x @ a) @ b)
 
 
 # ---- wide-elementwise: 32 chains of 6 elementwise ops, summed -------------------------------
@@ -33,20 +38,17 @@ def wide_ew_data(rng, n, branches):
             "b": normal(rng, (branches, n), 0.1)}    # one bias vector per branch
 
 
+def _ew_chain(B, x, a, b):
+    h = x * a                 # scale by a parameter
+    h = B.lib.sin(h)
+    h = B.lib.exp(h * 0.5)    # exp of a scaled value
+    h = h + b                 # add
+    h = B.lib.tanh(h)
+    return h * h              # square
+
+
 def wide_ew(d, B):
-    x = B.leaf(d["x"])
-    a = [B.leaf(v) for v in d["a"]]
-    b = [B.leaf(v) for v in d["b"]]
-    out = None
-    for ai, bi in zip(a, b):
-        h = x * ai                # scale by a parameter
-        h = B.lib.sin(h)
-        h = B.lib.exp(h * 0.5)    # exp of a scaled value
-        h = h + bi                # add
-        h = B.lib.tanh(h)
-        h = h * h                 # square
-        out = h if out is None else out + h
-    return out.sum(), [x, *a, *b]
+    return _summed_branches(d, B, ("a", "b"), _ew_chain)
 
 
 # ---- mlp-chain: 8 layers, relu, mean squared output -----------------------------------------
