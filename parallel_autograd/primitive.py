@@ -27,7 +27,7 @@ def record(name, out, inputs, vjps=None, saved=(), kwargs=None, joint=None, cost
     gives one rule per input (None: no gradient flows there), or `joint` one rule
     for all. Only inputs that require grad get a rule: a frozen weight costs nothing.
     `cost` estimates the backward work (about ns on one core; default: output size) and
-    `threaded` says the rules run multithreaded kernels (BLAS): the scheduler's cost model.
+    `threaded` says the rules run multithreaded kernels (BLAS): the cost model (`engine/cost.py`).
     """
     if type(out) is not np.ndarray:
         out = np.asarray(out)
@@ -65,7 +65,7 @@ def primitive(name, forward, *vjps, cost=None, threaded=False):
     """Make an op from `forward(*arrays, **kwargs)` and one rule per positional input.
 
     `cost(ans, *arrays)` estimates backward work (about ns on one core) for the
-    scheduler's cost model; the default is the output's size. `threaded=True` marks
+    cost model (`engine/cost.py`); the default is the output's size. `threaded=True` marks
     ops whose rules call multithreaded kernels (BLAS).
     """
 

@@ -256,9 +256,11 @@ def test_keyed_peak_memory_bounded_for_large_leaf_with_fan_in():
     # pick it from node costs alone
     assert st["s"].accumulation == "ranked"
     assert_bitwise(reference(build), grads_of(leaves))
-    # ranked mode: ~2.3x alone, more when the suite loads the machine (parked up to
-    # max_parked contributions plus those in flight)
-    assert par <= 6 * seq, (par, seq)
+    # Ranked mode holds at most max_parked (4) parked 1 MB contributions plus one in
+    # flight per thread (2) beyond the sequential peak's one: backpressure stops both
+    # queued and inline work while 4 are parked. Measured 1.4-2.4x over 30 runs (it
+    # reached 12.6x under load before inline work obeyed the backpressure).
+    assert par <= (eng.max_parked + 2) * seq, (par, seq)
 
 
 def test_sequential_call_reports_no_accumulation_mode():

@@ -58,11 +58,11 @@ class Engine:
     limit_blas: while a call runs in parallel, cap BLAS threads at cores // workers.
     share_cheap: hand cheap ready nodes between threads too (keyed accumulation when
         every node is cheap). Can pay only without the GIL, and on CPython 3.13t it was
-        measured not to (README, "Free-threaded"): off unless asked for.
+        measured not to (docs/benchmarks.md, free-threaded results): off unless asked for.
 
     `gil_enabled` is read at run time (`sys._is_gil_enabled()`; a free-threaded build
     can still run with the GIL) and reported by `stats()`. The defaults are the same
-    either way: what was measured on 3.13t (README) did not justify different ones.
+    either way: what was measured on 3.13t (docs/benchmarks.md) did not justify different ones.
     """
 
     def __init__(self, num_workers: int | None = None, *, min_nodes: int = 8,

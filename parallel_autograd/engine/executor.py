@@ -36,6 +36,10 @@ def execute(task, first: list) -> None:
     ran = runs = absorbed = 0
     try:
         while True:
+            if runs and not keyed and task.parked >= task.max_parked and (
+                    stack or heavy is not None):  # `runs`: the item it was given always runs
+                heavy = yield_to_queue(task, stack, heavy)
+                break
             if stack:
                 node, g, owned = stack.pop()
             elif heavy is not None:
@@ -109,6 +113,19 @@ def keyed_fanout(task, node, grads, ready: list) -> None:
         done = task.contribute_keyed(nxt, node, i, gi)
         if done is not None:
             ready.append((nxt,) + done)
+
+
+def yield_to_queue(task, stack: list, heavy) -> None:
+    """Backpressure for work this thread would run on its own: too many contributions
+    are parked, so its ready items go to the call's queue, where no thread starts one
+    while another runs the call (`GraphTask.throttled`) and the highest-seq one (the
+    contribution the parked ones wait for) comes first. Returns the new `heavy`."""
+    submit = task.pool.submit
+    if heavy is not None:
+        submit(task, *heavy)
+    while stack:
+        submit(task, *stack.pop())
+    return None
 
 
 def dispatch(task, ready: list, stack: list, heavy):
