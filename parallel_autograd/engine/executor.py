@@ -36,10 +36,10 @@ def execute(task, first: list) -> None:
     ran = runs = absorbed = 0
     try:
         while True:
-            if runs and not keyed and task.parked >= task.max_parked and (
-                    stack or heavy is not None):  # `runs`: the item it was given always runs
-                heavy = yield_to_queue(task, stack, heavy)
-                break
+            if stack and runs and not keyed and task.parked >= task.max_parked:
+                yield_to_queue(task, stack)  # `runs`: the item it was given always runs
+                if heavy is None:
+                    break
             if stack:
                 node, g, owned = stack.pop()
             elif heavy is not None:
@@ -115,17 +115,15 @@ def keyed_fanout(task, node, grads, ready: list) -> None:
             ready.append((nxt,) + done)
 
 
-def yield_to_queue(task, stack: list, heavy) -> None:
+def yield_to_queue(task, stack: list) -> None:
     """Backpressure for work this thread would run on its own: too many contributions
-    are parked, so its ready items go to the call's queue, where no thread starts one
-    while another runs the call (`GraphTask.throttled`) and the highest-seq one (the
-    contribution the parked ones wait for) comes first. Returns the new `heavy`."""
+    are parked, so its cheap ready items go to the call's queue, where no thread starts
+    one while another runs the call (`GraphTask.throttled`) and the highest-seq one (the
+    contribution the parked ones wait for) comes first. (The one heavy item a thread
+    keeps is bounded already: one per thread.)"""
     submit = task.pool.submit
-    if heavy is not None:
-        submit(task, *heavy)
     while stack:
         submit(task, *stack.pop())
-    return None
 
 
 def dispatch(task, ready: list, stack: list, heavy):
