@@ -73,7 +73,9 @@ def _workload_args(p):
                    help="engine set-ups per worker count: queue (thresholds 0, every node "
                         "queued), inline (thresholds 0, cheap nodes inline), shared "
                         "(thresholds 0, cheap nodes handed between threads), default "
-                        "(backward_parallel's cost model). Default: all")
+                        "(backward_parallel's cost model), many_cores (inline under 16 "
+                        "simulated cores: BLAS threads inside a call must not exceed the "
+                        "caller's). Default: all")
     p.add_argument("--profile", choices=sorted(PROFILES), default="default",
                    help="graph sizes: default (100,000-node chains) or quick (small graphs)")
     p.add_argument("--scale", type=float, default=None,

@@ -1,11 +1,16 @@
 """Small shared helpers: gradient comparison, priors, engine wrappers, call outcomes."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
+import threadpoolctl
 
 import parallel_autograd as pa
+from parallel_autograd.engine import engine as engine_module
 
-VARIANTS = ("queue", "inline", "shared", "default")
+VARIANTS = ("queue", "inline", "shared", "default", "many_cores")
+SIMULATED_CORES = 16  # what the `many_cores` variant's engine believes it has
 
 
 class DefaultEngine:
@@ -32,11 +37,110 @@ class DefaultEngine:
         return pa.default_engine(self.num_workers)
 
 
+class simulated_cores:
+    """Context manager: the engine's `usable_cores()` returns `n` while any thread is
+    inside (nested and concurrent entries share one patch, all with the same `n`); the
+    original is put back when the last one leaves, on error as on success. Only
+    `parallel_autograd.engine.engine.usable_cores` is patched: that is where a parallel
+    call reads the cores it divides between its workers and BLAS."""
+
+    _lock = threading.Lock()  # guards _depth and _saved
+    _depth = 0
+    _saved = None
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __enter__(self):
+        cls = type(self)
+        with cls._lock:
+            if cls._depth == 0:
+                cls._saved = engine_module.usable_cores
+                engine_module.usable_cores = lambda n=self.n: n
+            elif engine_module.usable_cores() != self.n:
+                raise RuntimeError("simulated_cores entered with two different counts")
+            cls._depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        cls = type(self)
+        with cls._lock:
+            cls._depth -= 1
+            if cls._depth == 0:
+                engine_module.usable_cores, cls._saved = cls._saved, None
+        return False
+
+
+_raises_lock = threading.Lock()  # guards _raises
+_raises = []  # calls that ran with more BLAS threads than their caller had (bounded)
+_controller = None  # threadpoolctl.ThreadpoolController, built on first use
+
+
+def _blas_threads_now() -> int | None:
+    """The most threads any BLAS library has now (a cached controller: microseconds)."""
+    global _controller
+    if _controller is None:
+        _controller = threadpoolctl.ThreadpoolController()
+    counts = [lib.num_threads for lib in _controller.lib_controllers
+              if lib.user_api == "blas"]
+    return max(counts) if counts else None
+
+
+def take_blas_raises() -> list:
+    """What `ManyCoresEngine` calls recorded since the last take (and forget it)."""
+    with _raises_lock:
+        out = _raises[:]
+        _raises.clear()
+        return out
+
+
+class ManyCoresEngine:
+    """A pa.Engine whose calls run under `simulated_cores(SIMULATED_CORES)`: each
+    parallel call asks BLAS for cores // workers threads, more than the caller's
+    limit (the harness pins BLAS), and must get no more than the caller had
+    (engine/blas.py, invariant 1). The threads in force inside the call (its
+    `CallStats.blas_threads`) are checked against the count when the call started;
+    a raise is recorded for the harness (`take_blas_raises`), not raised."""
+
+    def __init__(self, num_workers):
+        self.inner = pa.Engine(num_workers, min_nodes=0, min_work=0, min_width=0,
+                               inline_below=16)
+
+    def _check(self, before, st, what):
+        if st is not None and st.blas_threads is not None and before is not None \
+                and st.blas_threads > before:
+            with _raises_lock:
+                if len(_raises) < 100:
+                    _raises.append(f"{what} under {SIMULATED_CORES} simulated cores ran "
+                                   f"with {st.blas_threads} BLAS thread(s); its caller "
+                                   f"had {before}")
+
+    def backward(self, root, grad=None, retain_graph=False):
+        before = _blas_threads_now()
+        with simulated_cores(SIMULATED_CORES):
+            st = self.inner.backward(root, grad, retain_graph, stats=True)
+        self._check(before, st, f"backward x{self.inner.num_workers}")
+
+    def grad(self, outputs, inputs, grad_outputs=None, retain_graph=False,
+             allow_unused=False):
+        before = _blas_threads_now()
+        with simulated_cores(SIMULATED_CORES):
+            out, st = self.inner.grad(outputs, inputs, grad_outputs, retain_graph,
+                                      allow_unused, stats=True)
+        self._check(before, st, f"grad() x{self.inner.num_workers}")
+        return out
+
+    def close(self):
+        self.inner.close()
+
+
 def default_engine_factory(num_workers: int, variant: str):
     """The engines the harness checks. `queue`: every node through the shared queue
     (thresholds 0, inline_below=0: ranked accumulation); `inline`: parallel always,
     nodes under 16 elements inline; `shared`: every node of these small graphs cheap
-    (keyed accumulation) and handed between threads (`share_cheap`) on any build; `default`: backward_parallel as users call it."""
+    (keyed accumulation) and handed between threads (`share_cheap`) on any build;
+    `default`: backward_parallel as users call it; `many_cores`: `inline`'s set-up
+    believing it has 16 cores (`ManyCoresEngine`)."""
     if variant == "queue":
         return pa.Engine(num_workers, min_nodes=0, min_work=0, min_width=0, inline_below=0)
     if variant == "inline":
@@ -45,6 +149,8 @@ def default_engine_factory(num_workers: int, variant: str):
         return pa.Engine(num_workers, min_nodes=0, min_work=0, min_width=0, share_cheap=True)
     if variant == "default":
         return DefaultEngine(num_workers)
+    if variant == "many_cores":
+        return ManyCoresEngine(num_workers)
     raise ValueError(f"unknown engine variant {variant!r} (known: {', '.join(VARIANTS)})")
 
 

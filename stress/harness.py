@@ -15,7 +15,8 @@ deliberately broken engine can be checked to be caught.
 Work is split in units; unit i of a run with `--seed K` uses graph seed
 K * 1,000,000 + i, family `families[i % F]` and fault kind `faults[i % N]`,
 and runs: the comparison (every engine target), the concurrency check (when
-threads > 1) and one fault. A failure names its family and seed, and
+threads > 1) and one fault; after each of them every BLAS library must have the
+thread count it had when the run started. A failure names its family and seed, and
 `python -m stress --replay SEED --families F ...` re-runs exactly that unit.
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ from . import faults as faults_mod
 from . import graphs
 from .checks import (VARIANTS, Outcome, default_engine_factory, diff, diff_all, leaf_diffs,
                      make_priors, set_grads)
-from .leaks import LeakMonitor
+from .leaks import LeakMonitor, pinned_blas
 from .report import Failure, Progress, Report, interactive
 from .watchdog import HangDetected, Watchdog, dump_all_stacks
 
@@ -448,6 +449,10 @@ class Harness:
             name = what.strip() or "compare"
             tm = self.report.timings
             tm[name] = tm.get(name, 0.0) + time.perf_counter() - t0
+            t0 = time.perf_counter()  # every BLAS library back to its start
+            self.leaks.check_blas(family, seed, f"after the {name} check",
+                                  fault=kind if what.startswith(" fault") else None)
+            tm["state checks"] = tm.get("state checks", 0.0) + time.perf_counter() - t0
         self.report.units += 1
         t0 = time.perf_counter()
         self.leaks.engine_state(family)
@@ -493,14 +498,14 @@ class Harness:
     def run(self) -> Report:
         cfg = self.cfg
         rep = self.report
-        limits = contextlib.nullcontext()
-        if cfg.blas_threads:
-            from threadpoolctl import threadpool_limits
-            limits = threadpool_limits(cfg.blas_threads, user_api="blas")
+        limits = pinned_blas(cfg.blas_threads) if cfg.blas_threads else \
+            contextlib.nullcontext()
         with limits:
+            self.leaks.set_blas_baseline()  # the counts every unit must leave behind
             self.wd.start()
             try:
                 self.warm_up()
+                self.leaks.check_blas("(warm-up)", None, "after the warm-up")
                 self.leaks.set_thread_baseline()
                 next_cp = time.monotonic() + self.checkpoint_every
                 for family, seed, kind in self.schedule():

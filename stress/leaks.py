@@ -1,19 +1,22 @@
 """Leak checks across iterations: threads, memory (tracemalloc probe and RSS), and
-engine state left behind by earlier calls."""
+engine state left behind by earlier calls, BLAS thread counts included."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import threading
 import time
 import tracemalloc
 
+import threadpoolctl
+
 import parallel_autograd as pa
 from parallel_autograd.engine import blas
 from parallel_autograd.engine import engine as engine_module
 
 from . import graphs
-from .checks import diff_all, underlying
+from .checks import diff_all, take_blas_raises, underlying
 
 
 def rss_bytes() -> int | None:
@@ -22,6 +25,53 @@ def rss_bytes() -> int | None:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
+
+
+def blas_counts() -> dict:
+    """{library path: threads} of every BLAS library threadpoolctl finds (~0.5 ms)."""
+    return {i["filepath"]: i["num_threads"] for i in threadpoolctl.threadpool_info()
+            if i["user_api"] == "blas"}
+
+
+def set_blas_counts(counts: dict) -> dict:
+    """Set every BLAS library named in `counts` to its count, from this thread, holding
+    threadpoolctl's control of OpenBLAS only for the change (as engine/blas.py does), so
+    calls on other threads can still change it afterwards; returns `blas_counts()`.
+    Written out here rather than calling blas._set: the harness does not restore what it
+    checks with the code under check."""
+    own = getattr(threadpoolctl, "CONTROLLING_THREAD_OWNERSHIP", None)
+    for lib in threadpoolctl.ThreadpoolController().lib_controllers:
+        n = counts.get(lib.filepath)
+        if lib.user_api != "blas" or n is None or lib.num_threads == n:
+            continue
+        if own is not None:
+            own.increment()
+        try:
+            lib.set_num_threads(n)
+        finally:
+            if own is not None:
+                own.decrement()  # gives control back unless this thread had it before
+    return blas_counts()
+
+
+@contextlib.contextmanager
+def pinned_blas(n: int):
+    """Every BLAS library at `n` threads for the block, then back to its count. Set
+    with `set_blas_counts`, not a `threadpool_limits` context: that would keep
+    threadpoolctl's control of OpenBLAS on this thread for the whole block, and parallel
+    calls on other threads (the concurrency check's callers) could never lower BLAS."""
+    start = blas_counts()
+    set_blas_counts({p: n for p in start})
+    try:
+        yield
+    finally:
+        set_blas_counts(start)
+
+
+def describe_counts(start: dict, now: dict) -> str:
+    """'libname 2 -> 1, ...' for every library whose count differs."""
+    return ", ".join(f"{os.path.basename(p)} {start.get(p)} -> {now.get(p)}"
+                     for p in sorted(set(start) | set(now)) if start.get(p) != now.get(p))
 
 
 def wait_for(pred, timeout: float, step: float = 0.01) -> bool:
@@ -38,6 +88,7 @@ class LeakMonitor:
     def __init__(self, h):
         self.h = h
         self.base_threads = None
+        self.base_blas = None   # blas_counts() when the run started (BLAS pinned)
         self.base_rss = None
         self.rss_flagged = False
         self.probe_flagged = set()
@@ -46,6 +97,36 @@ class LeakMonitor:
     # ---- baselines ---------------------------------------------------------------------
     def set_thread_baseline(self):
         self.base_threads = {t.ident: t.name for t in threading.enumerate()}
+
+    def set_blas_baseline(self):
+        self.base_blas = blas_counts()
+
+    # ---- BLAS threads after every step of a unit, and at checkpoints -----------------------
+    def check_blas(self, family, seed, where, fault=None) -> bool:
+        """Every BLAS library's thread count is back to its value at the start of the run
+        (parallel calls lower BLAS threads while they run and must restore them once the
+        last one returns: engine/blas.py, invariant 2), and no call under simulated cores
+        ran with more BLAS threads than its caller had (invariant 1). A difference is
+        reported (with the unit's replay line) and undone, so the next check starts clean."""
+        if self.base_blas is None:
+            return True
+        problems = [(f"{where}: {r}", None) for r in take_blas_raises()]
+        # a call still holding a limit is engine_state's report, not a change left behind
+        if wait_for(lambda: blas.holders() == 0, 2.0):
+            now = blas_counts()
+            if now != self.base_blas:
+                problems.append((f"BLAS threads not back to their start {where}: "
+                                 f"{describe_counts(self.base_blas, now)}",
+                                 {"start": self.base_blas, "now": now}))
+                after = set_blas_counts(self.base_blas)
+                if after != self.base_blas:  # could not restore: report each change once
+                    self.h.report.notes.append(f"BLAS threads could not be restored: "
+                                               f"{describe_counts(self.base_blas, after)}")
+                    self.base_blas = after
+        for msg, details in problems:
+            self.h.fail("blas-threads", family, seed, msg, details, fault=fault)
+            self.h.report.fam(family).leaks += 1
+        return not problems
 
     def pools(self):
         """Worker pools of the engines alive in this process that the harness knows:
@@ -72,10 +153,6 @@ class LeakMonitor:
             pa.set_grad_enabled(True)
         if not wait_for(lambda: blas.holders() == 0, 2.0):
             problems.append(f"BLAS limit still held by {blas.holders()} call(s)")
-        pinned = self.h.cfg.blas_threads
-        cur = blas.current_threads()
-        if pinned and cur is not None and cur != pinned:
-            problems.append(f"BLAS threads left at {cur} (expected {pinned})")
         for key, eng in list(self.h.engines.items()):
             inner = underlying(eng)
             if inner is None:
@@ -98,7 +175,8 @@ class LeakMonitor:
 
     # ---- periodic checkpoint ----------------------------------------------------------------
     def checkpoint(self):
-        """Threads back to baseline, engine lifecycle, tracemalloc probe, RSS."""
+        """Threads back to baseline, engine lifecycle, tracemalloc probe, BLAS threads,
+        RSS."""
         h = self.h
         self.checkpoints += 1
         sample = {"t": round(time.time() - h.report.start, 2), "units": h.report.units}
@@ -116,6 +194,7 @@ class LeakMonitor:
         self.lifecycle()
         fams = self.h.families
         self.probe(fams[self.checkpoints % len(fams)])
+        self.check_blas("(process)", None, "at a leak checkpoint")
         gc.collect()
         rss = rss_bytes()
         if rss is not None:

@@ -28,7 +28,8 @@ class Failure:
     """One detected problem, with what it takes to reproduce it."""
 
     def __init__(self, kind, family, seed, message, replay=None, details=None):
-        self.kind = kind          # mismatch | error | hang | lost-fault | wrong-fault | leak | ...
+        # mismatch | error | hang | lost-fault | wrong-fault | leak | blas-threads | ...
+        self.kind = kind
         self.family = family
         self.seed = seed
         self.message = message

@@ -15,11 +15,13 @@ import pytest
 
 import parallel_autograd as pa
 from conftest import assert_bitwise
+from parallel_autograd.engine import blas
 from parallel_autograd.engine import engine as engine_module
 from parallel_autograd.engine import task as task_module
 from stress import faults, graphs
 from stress.__main__ import main, parse_args
-from stress.checks import default_engine_factory
+from stress.checks import default_engine_factory, simulated_cores
+from stress.leaks import blas_counts, set_blas_counts
 from stress.harness import Config, run
 from stress.watchdog import HangDetected, Watchdog
 
@@ -267,6 +269,93 @@ def test_detects_memory_growth_across_iterations():
         _hoard.clear()
     leaks = [f for f in rep.failures if f.kind == "leak"]
     assert leaks and any("grows" in f.message for f in leaks), rep.summary()
+
+
+@pytest.fixture
+def blas_two_threads(monkeypatch):
+    """BLAS at 2 threads with nobody holding threadpoolctl's control of OpenBLAS (so
+    calls on any thread can lower it), the engine believing it has 2 cores (so 2
+    workers ask for 1 BLAS thread); every library's count is put back afterwards."""
+    start = blas_counts()
+    if not start:
+        pytest.skip("threadpoolctl finds no BLAS")
+    monkeypatch.setattr(engine_module, "usable_cores", lambda: 2)
+    if set(set_blas_counts({p: 2 for p in start}).values()) != {2}:
+        set_blas_counts(start)
+        pytest.skip("BLAS cannot be set to 2 threads here")
+    try:
+        yield start
+    finally:
+        assert set_blas_counts(start) == start
+
+
+def _restore_nothing():
+    """Broken blas._restore: forgets what it lowered without setting it back."""
+    blas._changed.clear()
+    blas._before = None
+    blas._target = None
+
+
+BLAS_RUN = dict(iterations=2, families=("shared", "random"), faults=(), threads=3,
+                workers=(2,), variants=("queue",), blas_threads=None, tracemalloc=False)
+
+
+def test_detects_blas_threads_left_lowered_after_concurrent_calls(monkeypatch,
+                                                                  blas_two_threads):
+    monkeypatch.setattr(blas, "_restore", _restore_nothing)
+    rep = run(quick(**BLAS_RUN))
+    found = [f for f in rep.failures if f.kind == "blas-threads"]
+    assert found, rep.summary()
+    conc = [f for f in found if "after the concurrency check" in f.message]
+    assert conc, [f.message for f in found]
+    f = conc[0]
+    assert "2 -> 1" in f.message and f.details["now"] != f.details["start"]
+    assert f"--replay {f.seed}" in f.replay and f"--families {f.family}" in f.replay
+    assert f.family in BLAS_RUN["families"] and rep.total().leaks >= len(found)
+    assert blas._holders is not None and blas.holders() == 0
+
+
+def test_blas_threads_check_passes_when_the_engine_restores(blas_two_threads):
+    """The same run on the real engine: BLAS is lowered during its calls (the check
+    would see it) and restored after them, so nothing is reported."""
+    rep = run(quick(**BLAS_RUN))
+    assert not [f for f in rep.failures if f.kind == "blas-threads"], rep.summary()
+    assert blas_counts() == {p: 2 for p in blas_two_threads}
+
+
+def test_detects_a_call_raising_the_callers_blas_limit(monkeypatch):
+    """Broken blas._lower sets every library to what the call asked for, raising the
+    harness's pinned 1 thread: the many_cores variant (16 simulated cores, so 2 workers
+    ask for 8) sees it inside its calls, though the count is restored after them."""
+    start = blas_counts()
+    if not start:
+        pytest.skip("threadpoolctl finds no BLAS")
+
+    def raising_lower(threads):
+        for lib, before in blas._before:
+            if blas._set(lib, threads):
+                blas._changed.append((lib, before, threads))
+
+    monkeypatch.setattr(blas, "_lower", raising_lower)
+    rep = run(quick(iterations=1, families=("shared",), faults=(), threads=1,
+                    workers=(2,), variants=("many_cores",), tracemalloc=False))
+    found = [f for f in rep.failures if f.kind == "blas-threads"]
+    assert found and all("16 simulated cores" in f.message for f in found), rep.summary()
+    assert all("ran with 8 BLAS thread(s); its caller had 1" in f.message for f in found)
+    in_unit = [f for f in found if f.seed is not None]  # the others: the warm-up's calls
+    assert in_unit and "--variants many_cores" in in_unit[0].replay, rep.summary()
+    assert blas_counts() == start  # the harness's pin ended, nothing left raised
+
+
+def test_simulated_cores_is_restored_on_error_and_when_nested():
+    real = engine_module.usable_cores
+    with pytest.raises(KeyError):
+        with simulated_cores(16):
+            with simulated_cores(16):
+                assert engine_module.usable_cores() == 16
+            assert engine_module.usable_cores() == 16
+            raise KeyError("boom")
+    assert engine_module.usable_cores is real
 
 
 # ---- watchdog, CLI and report ---------------------------------------------------------------
