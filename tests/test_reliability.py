@@ -231,6 +231,27 @@ def _fork_and_check(child):
     return _child_status(pid)
 
 
+def _fork_while(background, stop, child, times):
+    """Fork `times` times while `background` runs on another thread; the children's
+    exit codes ("hung" for a child that did not finish)."""
+    t = threading.Thread(target=background, daemon=True)
+    t.start()
+    try:
+        return [_fork_and_check(child) for _ in range(times)]
+    finally:
+        stop.set()
+        t.join()
+
+
+def _scaled_sum(tensors, factor):
+    """sum_i (t_i * factor(i)).sum(), as a chain of adds."""
+    loss = None
+    for i, t in enumerate(tensors):
+        term = (t * factor(i)).sum()
+        loss = term if loss is None else loss + term
+    return loss
+
+
 def _small_backward_in_child():
     x = pa.tensor(np.arange(6.0), requires_grad=True)
     y = (pa.tanh(x * 2.0) + x * x).sum()
@@ -252,13 +273,7 @@ def test_fork_while_another_thread_records_ops():
             for _ in range(200):
                 (a * 2.0 + a).sum()
 
-    t = threading.Thread(target=record, daemon=True)
-    t.start()
-    try:
-        results = [_fork_and_check(_small_backward_in_child) for _ in range(20)]
-    finally:
-        stop.set()
-        t.join()
+    results = _fork_while(record, stop, _small_backward_in_child, times=20)
     assert results == [0] * 20, results
 
 
@@ -270,29 +285,15 @@ def test_fork_while_another_thread_commits_gradients():
 
     def commit_loop():
         while not stop.is_set():
-            loss = None
-            for s in shared:
-                term = (s * 1.5).sum()
-                loss = term if loss is None else loss + term
-            pa.backward(loss)
+            pa.backward(_scaled_sum(shared, lambda i: 1.5))
 
     def child():
         for s in shared:
             s.grad = None
-        loss = None
-        for s in shared:
-            term = (s * 2.0).sum()
-            loss = term if loss is None else loss + term
-        pa.backward_parallel(loss, num_workers=2)
+        pa.backward_parallel(_scaled_sum(shared, lambda i: 2.0), num_workers=2)
         assert all(np.array_equal(s.grad, np.full(64, 2.0)) for s in shared)
 
-    t = threading.Thread(target=commit_loop, daemon=True)
-    t.start()
-    try:
-        results = [_fork_and_check(child) for _ in range(10)]
-    finally:
-        stop.set()
-        t.join()
+    results = _fork_while(commit_loop, stop, child, times=10)
     assert results == [0] * 10, results
 
 
@@ -368,10 +369,7 @@ def _many_leaves(n, with_grads):
     if with_grads:
         for t in leaves:
             t.grad = np.full(3, 0.5)
-    loss = None
-    for i, t in enumerate(leaves):
-        term = (t * float(i % 7 + 1)).sum()
-        loss = term if loss is None else loss + term
+    loss = _scaled_sum(leaves, lambda i: float(i % 7 + 1))
     expected = [np.full(3, float(i % 7 + 1)) + (0.5 if with_grads else 0.0)
                 for i in range(n)]
     return loss, leaves, expected
