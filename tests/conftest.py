@@ -15,3 +15,30 @@ def assert_bitwise(want, got, what="gradient"):
 
     problems = diff_all(want, got, what)
     assert not problems, "\n".join(problems)
+
+
+def temporary_bytes(fn, *args, **kwargs):
+    """Call `fn(*args, **kwargs)` under tracemalloc (numpy reports its buffers to it) and
+    return `(result, extra)`: `extra` is the peak of bytes allocated during the call minus
+    the bytes of the arrays in the result that the call allocated (they are still held at
+    the end). A rule or op that allocates no more than it returns has `extra` near 0 (a few
+    hundred bytes of Python objects); each full-size temporary adds its size."""
+    import tracemalloc
+
+    import numpy as np
+
+    was_tracing = tracemalloc.is_tracing()
+    if not was_tracing:
+        tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        result = fn(*args, **kwargs)
+        current, peak = tracemalloc.get_traced_memory()
+    finally:
+        if not was_tracing:
+            tracemalloc.stop()
+    items = result if isinstance(result, (tuple, list)) else (result,)
+    arrays = [a if isinstance(a, np.ndarray) else getattr(a, "data", None) for a in items]
+    held = sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
+    return result, peak - base - min(held, current - base)
