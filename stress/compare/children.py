@@ -1,7 +1,8 @@
-"""Measuring in fresh child processes: one per malloc setting (`--allocator both`), and
-with `--python ft|PATH` one per workload and interpreter, the two interpreters' children
-back to back, which one goes first alternating from workload to workload, so machine
-drift hits both alike.
+"""Measuring in fresh child processes. Every measurement runs in a child: one per
+workload and *kind* (a malloc setting, or "torch": PyTorch alone, `--torch-only`),
+scheduled by `stress.compare.schedule`; with `--python ft|PATH` one per workload and
+interpreter, the two interpreters' children back to back, which one goes first
+alternating from workload to workload, so machine drift hits both alike.
 
 A child is `python -m stress.compare ... --raw-out FILE` (the measurement options of
 the parent, one setting, its workloads) run from the repository root with the root on
@@ -24,7 +25,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MALLOC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 # options the parent handles itself (with their values): not passed on to a child
 _NOT_PASSED_ON = ("--out", "--plot", "--allocator", "--raw-out", "--python", "--workloads",
-                  "--timeline")
+                  "--timeline", "--reps", "--budget")
+_FLAGS_NOT_PASSED_ON = ("--check", "--timing-only", "--torch-only", "--numpy-scaling")
+TORCH = "torch"  # the kind of the PyTorch child
 
 
 def passed_on(argv) -> list:
@@ -36,6 +39,8 @@ def passed_on(argv) -> list:
             skip = False
         elif a in _NOT_PASSED_ON:
             skip = True
+        elif a in _FLAGS_NOT_PASSED_ON:
+            pass
         elif a.split("=")[0] not in _NOT_PASSED_ON:
             out.append(a)
     return out
@@ -52,25 +57,25 @@ def child_env(other_python: bool) -> dict:
     return env
 
 
-def run_child(args, setting: str, argv, python=None, workloads=None) -> dict:
-    """Run one setting in a fresh interpreter (clean heap, its own malloc settings):
-    `python` (default this one), on `workloads` (default all selected)."""
-    fd, path = tempfile.mkstemp(suffix=".json", prefix=f"compare-{setting}-")
+def run_child(args, kind: str, argv, python=None, workloads=None, reps=None,
+              extra=()) -> dict:
+    """Run one kind (a malloc setting, or TORCH: PyTorch alone, under the default one) in
+    a fresh interpreter (clean heap, its own malloc settings): `python` (default this
+    one), on `workloads` (default all selected), `reps` rounds (default `args.reps`),
+    with `extra` arguments (e.g. --timing-only). Returns the child's raw JSON."""
+    fd, path = tempfile.mkstemp(suffix=".json", prefix=f"compare-{kind}-")
     os.close(fd)
+    setting = ("default", "--torch-only") if kind == TORCH else (kind,)
     cmd = [python or sys.executable, "-m", "stress.compare", *passed_on(argv),
-           "--allocator", setting, "--workloads", ",".join(workloads or args.workloads),
-           "--timeline", args.timeline, "--raw-out", path]
+           "--allocator", *setting, "--workloads", ",".join(workloads or args.workloads),
+           "--reps", str(reps or args.reps), "--timeline", args.timeline, *extra,
+           "--raw-out", path]
     try:
         subprocess.run(cmd, env=child_env(python is not None), check=True, cwd=ROOT)
         with open(path) as f:
             return json.load(f)
     finally:
         os.unlink(path)
-
-
-def run_settings(args, argv) -> dict:
-    """Both malloc settings, each in a child of this interpreter: setting -> raw."""
-    return {s: run_child(args, s, argv) for s in SETTINGS}
 
 
 def run_pythons(args, argv) -> dict:
@@ -87,7 +92,8 @@ def run_pythons(args, argv) -> dict:
             turn += 1
             for key in order:
                 log(f"[{key} interpreter] {name}, allocator {s}")
-                child = run_child(args, s, argv, python=pythons[key], workloads=[name])
+                child = run_child(args, s, argv, python=pythons[key], workloads=[name],
+                                  extra=("--numpy-scaling",))
                 merged = raws[key].setdefault(s, dict(child, workloads={}, numpy_runs=[]))
                 merged["workloads"][name] = child["workloads"][name]
                 merged["numpy_runs"].append(child.get("numpy_scaling"))

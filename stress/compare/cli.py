@@ -8,12 +8,20 @@ import shutil
 import sys
 import time
 
-from .children import MALLOC_ENV, ROOT, run_pythons, run_settings
-from .measure import run_setting
+from .children import MALLOC_ENV, ROOT, run_pythons
+from .measure import run_setting, run_torch
 from .plot import plot
-from .report import log, report, report_pythons, write_json
-from .targets import evaluate_ft_targets, evaluate_targets
+from .report import log, report, write_json
+from .report_pythons import report_pythons
+from .schedule import measure_all, split, torch_available
+from .stats import MISS
+from .targets import evaluate_all, evaluate_ft_targets
 from .workloads import SIZES, WORKLOADS
+
+BUDGET = {"full": 120.0, "quick": 20.0, "tiny": 0.0}  # default --budget per --size
+TORCH_HINT = ("no PyTorch columns: torch does not import here. `make bench TORCH=1` "
+              "installs its CPU build into .venv (from download.pytorch.org), or: "
+              "pip install torch --index-url https://download.pytorch.org/whl/cpu")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,11 +59,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                    help="before timing a workload, wait up to this long for other "
                         "processes to use less than --noisy cores (default 0: no wait)")
-    p.add_argument("--raw-out", help=argparse.SUPPRESS)  # child mode: one setting's raw JSON
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="time for more rounds of workloads whose targets are unresolved "
+                        "or whose rows were noisy (default 120, --quick 20, tiny sizes 0)")
+    p.add_argument("--check", action="store_true",
+                   help="exit status 1 when a target is MISS (unresolved is not a failure)")
+    # child mode: one setting's (or PyTorch's) raw JSON
+    p.add_argument("--raw-out", help=argparse.SUPPRESS)
+    p.add_argument("--torch-only", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--timing-only", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--numpy-scaling", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
-def parse_args(argv=None):
+def parse_args(argv=None) -> argparse.Namespace:
+    """The options, with the defaults that depend on --quick, --size and --python."""
     p = _parser()
     args = p.parse_args(argv)
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
@@ -74,6 +92,8 @@ def parse_args(argv=None):
         args.retries = 0 if args.quick else 1
     if args.size is None:
         args.size = "quick" if args.quick else "full"
+    if args.budget is None:
+        args.budget = BUDGET[args.size]
     if args.timeline is None:
         wide = [w for w in args.workloads if WORKLOADS[w].branches]
         args.timeline = "wide-elementwise" if "wide-elementwise" in args.workloads else \
@@ -102,23 +122,25 @@ def resolve_python(value: str, error) -> str:
 
 
 def main(argv=None) -> int:
+    """`python -m stress.compare`: measure, report; the exit status (0, or 1 with
+    --check when a target is MISS)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     t0 = time.perf_counter()
     if args.raw_out:  # child mode
-        write_json(args.raw_out, run_setting(args, args.allocator))
+        raw = run_torch(args) if args.torch_only else run_setting(args, args.allocator)
+        write_json(args.raw_out, raw)
         return 0
     if args.python:
         return _main_pythons(args, argv, t0)
-    if args.allocator == "both":
-        raws = run_settings(args, argv)
-    else:
-        if args.allocator == "default" and any(k in os.environ for k in MALLOC_ENV):
-            log("note: MALLOC_*_ environment variables are set; 'default' is not glibc's "
-                "default in this process")
-        raws = {args.allocator: run_setting(args, args.allocator)}
-    result = {"meta": _meta(argv), "settings": raws,
-              "targets": {s: evaluate_targets(raw) for s, raw in raws.items()}}
+    if not args.no_torch and not torch_available(args):
+        log(TORCH_HINT)
+    raws, extra = measure_all(args, argv)
+    settings, torch = split(raws)
+    result = {"meta": _meta(argv, budget=args.budget, extra_batches=extra,
+                            torch_hint=None if torch or args.no_torch else TORCH_HINT),
+              "settings": settings, "torch_child": torch,
+              "targets": evaluate_all(settings, torch)}
     return _finish(args, result, report, t0)
 
 
@@ -141,8 +163,17 @@ def _meta(argv, **extra) -> dict:
             "seconds": None}
 
 
+def missed(result: dict) -> list:
+    """(section, target id) of every MISS in a result (both layouts)."""
+    lists = dict(result.get("targets", {}))
+    lists.update({f"ft {s}": ts for s, ts in result.get("ft_targets", {}).items()})
+    for i in result.get("interpreters", {}).values():
+        lists.update({f"{i['label']} {s}": ts for s, ts in i["targets"].items()})
+    return [(s, t["id"]) for s, ts in lists.items() for t in ts if t["status"] == MISS]
+
+
 def _finish(args, result, render, t0) -> int:
-    """Print the report, write --out and --plot."""
+    """Print the report, write --out and --plot; the exit status."""
     result["meta"]["seconds"] = time.perf_counter() - t0
     print(render(result), flush=True)
     if args.out:
@@ -150,4 +181,7 @@ def _finish(args, result, render, t0) -> int:
     if args.plot:
         plot(result, args.plot)
     log(f"done in {result['meta']['seconds']:.0f} s")
+    if args.check and missed(result):
+        log("--check: MISS: " + ", ".join(f"{s} target {i}" for s, i in missed(result)))
+        return 1
     return 0

@@ -44,6 +44,7 @@ class Contention:
         return busy, ru.ru_utime + ru.ru_stime, time.perf_counter()
 
     def cores(self):
+        """Cores' worth of CPU other processes used since construction (None: unknown)."""
         end = self._snapshot()
         if self.start is None or end is None or end[2] <= self.start[2]:
             return None

@@ -1,72 +1,105 @@
-"""Measuring in this process: every selected workload under one malloc setting.
+"""Measuring in this process (a child of the parent, see `children`): every selected
+workload under one malloc setting (`run_setting`), or PyTorch alone (`run_torch`).
 
 For each workload: a warm-up round of every configuration, then `--reps` rounds in
 which the configurations run interleaved, in an order rotated every round, so machine
-drift hits all alike (measured again when other processes were busy); then the bound
-from a profiled sequential walk, the peak traced memory of both engines and the
-timeline of profiled `backward_parallel` calls. Only the backward pass is timed,
-with the cyclic GC off; the forward graph is rebuilt for every measurement.
+drift hits all alike (measured again when other processes were busy). Each run is one
+training step (`stress.compare.step`): zero the leaves' gradients, record the forward
+pass, run the backward pass (and the optimizer step once there is one); the cyclic GC
+is off for the step and its parts are timed on their own. Then, unless
+`--timing-only` (a batch of more rounds for a workload measured before): the bound from
+a profiled sequential walk, the peak traced memory of both engines, the timeline of
+profiled `backward_parallel` calls, torch's node count and, in the PyTorch child on
+wide-elementwise, numpy's per-element kernel gap to torch.
 
 Configurations: "seq" (the sequential engine), "parN" (`backward_parallel` with N
 workers), "shared" (without the GIL only: `Engine(share_cheap=True, min_work=0)`) and
-"torch" (PyTorch's `loss.backward()`, when torch imports).
+"torch" (PyTorch's `loss.backward()`; in the default setting's process and in the
+PyTorch child, `torch.set_num_threads(cores)` in both).
 """
 from __future__ import annotations
 
 import gc
 import os
-import resource
-import statistics
 import time
-import tracemalloc
 
 import parallel_autograd as pa
 from parallel_autograd.engine.cost import gil_enabled, usable_cores
 
 from .bound import profile_graph
 from .machine import Contention, environment, numpy_scaling, wait_quiet
+from .probes import kernel_gap, peak_memory, timeline, torch_nodes
 from .report import cores_text, log
+from .samples import timing_result
+from .step import Session, backward_call, timed_step
 from .workloads import WORKLOADS
 
 SETTINGS = ("default", "tuned")  # malloc: glibc's defaults, tune_allocator()
+TORCH_WARMUP = 3  # the PyTorch child's warm-up steps per workload
+
+
+def import_torch(cores: int):
+    """torch with `cores` intra-op threads, or None when it does not import."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(cores)
+    return torch
+
+
+def _raw(args, setting, cores, workers, torch, tuned=None) -> dict:
+    return {"setting": setting, "tune_allocator": tuned, "cores": cores, "workers": workers,
+            "env": environment(torch), "size": args.size, "reps": args.reps,
+            "seed": args.seed, "noisy_limit": args.noisy, "workloads": {}}
+
+
+def _measure_each(args, raw, measure) -> dict:
+    """`raw["workloads"][name] = measure(workload)` for every selected workload."""
+    gc.collect()
+    gc.freeze()  # module objects out of the GC's way: gc.collect() before each run is cheap
+    for name in args.workloads:
+        t0 = time.perf_counter()
+        load0 = os.getloadavg()[0]
+        r = raw["workloads"][name] = measure(WORKLOADS[name])
+        r["loadavg"] = [load0, os.getloadavg()[0]]
+        r["seconds"] = time.perf_counter() - t0
+        log(f"[{raw['setting']}] {name}: {r['seconds']:.1f} s ("
+            + ", ".join(f"{k} {v:.1f}" for k, v in r["phase_seconds"].items())
+            + f"), other processes {cores_text(r['contention'])} cores")
+    return raw
 
 
 def run_setting(args, setting: str) -> dict:
-    """Measure every selected workload under one malloc setting (this process)."""
+    """Measure every selected workload under one malloc setting (this process); torch
+    in this process too in the default setting (for the in-process column)."""
     tuned = None
     if setting == "tuned":
         from parallel_autograd.allocator import tune_allocator
         tuned = tune_allocator()
         log(f"[{setting}] tune_allocator() -> {tuned}")
-    torch = None if args.no_torch else _import_torch()
     cores = usable_cores()
+    torch = None if args.no_torch or setting != "default" else import_torch(cores)
     workers = sorted({1, 2, cores, 2 * cores})
-    gc.collect()
-    gc.freeze()  # module objects out of the GC's way: gc.collect() before each run is cheap
-    raw = {"setting": setting, "tune_allocator": tuned, "cores": cores, "workers": workers,
-           "env": environment(torch), "size": args.size, "reps": args.reps,
-           "seed": args.seed, "workloads": {}}
-    for name in args.workloads:
-        t0 = time.perf_counter()
-        load0 = os.getloadavg()[0]
-        r = raw["workloads"][name] = measure_workload(
-            WORKLOADS[name], args, workers, cores, torch, keep_timeline=(name == args.timeline))
-        r["loadavg"] = [load0, os.getloadavg()[0]]
-        r["seconds"] = time.perf_counter() - t0
-        log(f"[{setting}] {name}: {r['seconds']:.1f} s ("
-            + ", ".join(f"{k} {v:.1f}" for k, v in r["phase_seconds"].items())
-            + f"), other processes {cores_text(r['contention'])} cores")
+    raw = _raw(args, setting, cores, workers, torch, tuned)
+    _measure_each(args, raw, lambda w: measure_workload(
+        w, args, workers, cores, torch, keep_timeline=(w.name == args.timeline)))
     raw["env"]["gil_enabled"] = raw["env"]["gil_enabled"] or gil_enabled()  # still off?
-    raw["numpy_scaling"] = numpy_scaling(cores, steps=3000 if args.size == "full" else 300)
+    if args.numpy_scaling:
+        raw["numpy_scaling"] = numpy_scaling(cores, steps=3000 if args.size == "full" else 300)
     return raw
 
 
-def _import_torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
+def run_torch(args) -> dict:
+    """PyTorch alone in this process (the PyTorch child): every selected workload's
+    training step, with its own warm-up, and numpy's kernel gap on wide-elementwise."""
+    cores = usable_cores()
+    torch = import_torch(cores)
+    if torch is None:
+        raise SystemExit("--torch-only: torch does not import")
+    raw = _raw(args, "torch", cores, [], torch)
+    _measure_each(args, raw, lambda w: measure_torch(w, args, torch, cores))
+    return raw
 
 
 def configs(workers, torch) -> list:
@@ -88,178 +121,99 @@ def _shared_engine():
     return _shared_engines["e"]
 
 
-def _minflt() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+def sessions_for(w, data, configs) -> dict:
+    """One session per library (persistent leaves), by configuration."""
+    pa_s = Session(w, data) if any(c != "torch" for c in configs) else None
+    t_s = Session(w, data, torch=True) if "torch" in configs else None
+    return {c: (t_s if c == "torch" else pa_s) for c in configs}
 
 
-def _backward_call(w, data, config):
-    """Build the forward graph for `config`: (loss, leaves, the call that runs backward)."""
-    if config == "torch":
-        loss, leaves = w.build_torch(data)
-        return loss, leaves, loss.backward
-    loss, leaves = w.build(data)
-    if config == "seq":
-        return loss, leaves, lambda: pa.backward(loss)
-    if config == "shared":
-        eng = _shared_engine()
-        return loss, leaves, lambda: eng.backward(loss, stats=True)
-    n = int(config[3:])
-    return loss, leaves, lambda: pa.backward_parallel(loss, num_workers=n, stats=True)
-
-
-def run_once(w, data, config):
-    """Build the forward graph, time its backward alone: (seconds, faults, stats or None)."""
-    loss, leaves, call = _backward_call(w, data, config)
-    gc.collect()
-    gc.disable()
-    try:
-        f0 = _minflt()
-        t0 = time.perf_counter()
-        st = call()
-        t = time.perf_counter() - t0
-        faults = _minflt() - f0
-    finally:
-        gc.enable()
-    del call, loss, leaves
-    return t, faults, st
-
-
-def peak_memory(w, data, config) -> tuple:
-    """Traced bytes during one backward pass: (peak above the level at its start,
-    absolute peak including the graph's saved values)."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        loss, leaves = w.build(data)
-        gc.collect()
-        base = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
-        if config == "seq":
-            pa.backward(loss)
-        else:
-            pa.backward_parallel(loss, num_workers=int(config[3:]))
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    del loss, leaves
-    return peak - base, peak
-
-
-def torch_nodes(loss) -> int:
-    """Nodes of a torch graph (its grad_fn objects)."""
-    seen, stack = set(), [loss.grad_fn]
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in seen:
-            continue
-        seen.add(fn)
-        stack.extend(f for f, _ in fn.next_functions)
-    return len(seen)
-
-
-def time_configs(w, data, configs, reps):
-    """`reps` interleaved rounds (order rotated each round) of every configuration."""
-    times = {c: [] for c in configs}
-    faults = {c: [] for c in configs}
+def time_configs(sessions: dict, configs, reps) -> dict:
+    """`reps` interleaved rounds (order rotated each round) of every configuration:
+    per configuration the seconds of forward, backward and step, the backward's page
+    faults, and the last stats of each parallel configuration."""
+    samples = {k: {c: [] for c in configs} for k in ("forward", "times", "step", "faults")}
+    calls = {c: backward_call(c, _shared_engine) for c in configs}
     stats = {}
     meter = Contention()
     for r in range(reps):
         k = r % len(configs)
         for c in configs[k:] + configs[:k]:
-            t, f, st = run_once(w, data, c)
-            times[c].append(t)
-            faults[c].append(f)
-            if st is not None:
-                stats[c] = st.as_dict()
-    return {"times": times, "faults": faults, "stats": stats, "contention": meter.cores()}
+            out = timed_step(sessions[c], calls[c])
+            for key, field in (("forward", "forward"), ("times", "backward"),
+                               ("step", "step"), ("faults", "faults")):
+                samples[key][c].append(out[field])
+            if out["stats"] is not None:
+                stats[c] = out["stats"].as_dict()
+    return {**samples, "stats": stats, "contention": meter.cores(), "rounds": reps}
 
 
-def _timed(w, data, configs, args) -> tuple:
+def timed(name, sessions, configs, args, warmup=1) -> tuple:
     """Warm-up, then timed rounds, again (up to --retries) while other processes used
     more than --noisy cores: (the quietest attempt, every attempt's contention)."""
-    for c in configs:  # warm-up: caches, default engines, worker threads, BLAS
-        run_once(w, data, c)
+    for _ in range(warmup):  # warm-up: caches, default engines, worker threads, BLAS
+        for c in configs:
+            timed_step(sessions[c], backward_call(c, _shared_engine))
     attempts = []
     for attempt in range(args.retries + 1):
-        wait_quiet(args.wait_quiet, args.noisy, w.name)
-        attempts.append(time_configs(w, data, configs, args.reps))
+        wait_quiet(args.wait_quiet, args.noisy, name)
+        attempts.append(time_configs(sessions, configs, args.reps))
         busy = attempts[-1]["contention"]
         if busy is None or busy <= args.noisy:
             break
         if attempt < args.retries:
-            log(f"  {w.name}: other processes used {busy:.2f} cores; measuring again")
+            log(f"  {name}: other processes used {busy:.2f} cores; measuring again")
     best = min(attempts, key=lambda a: a["contention"] or 0.0)
     return best, [a["contention"] for a in attempts]
 
 
-def _timing_result(w, data, best, par_all) -> dict:
-    """Medians, minima, speedups over seq and engine decisions from the timed rounds."""
-    times, stats = best["times"], best["stats"]
-    med = {c: statistics.median(ts) for c, ts in times.items()}
-    return {
-        "description": w.description, "branches": w.branches, "dims": data["_dims"],
-        "nodes": stats[par_all]["nodes"],
-        "times": times, "median": med, "min": {c: min(ts) for c, ts in times.items()},
-        "speedup": {c: med["seq"] / med[c] for c in times
-                    if c.startswith("par") or c == "shared"},
-        "faults": {c: statistics.median(fs) for c, fs in best["faults"].items()},
-        "contention": best["contention"], "stats": stats,
-        "decision": {c: {"mode": s["mode"], "reason": s["reason"]} for c, s in stats.items()},
-    }
-
-
 def measure_workload(w, args, workers, cores, torch, keep_timeline=False) -> dict:
-    """Everything the report shows about workload `w`: times of every configuration,
-    the bound and efficiency, peak memory, torch's node count and the timeline."""
+    """Everything the report shows about workload `w` in one malloc setting: times of
+    every configuration; unless `args.timing_only` the bound and efficiency, peak
+    memory, torch's node count and the timeline."""
     t0 = time.perf_counter()
     data = w.data(args.seed, args.size)
-    par_all = f"par{cores}"
-    best, contentions = _timed(w, data, configs(workers, torch), args)
-    res = _timing_result(w, data, best, par_all)
+    cfgs = configs(workers, torch)
+    best, contentions = timed(w.name, sessions_for(w, data, cfgs), cfgs, args)
+    res = timing_result(best, cores, w.description, w.branches, data["_dims"])
     res["attempts_contention"] = contentions
     phases = {"timing": time.perf_counter() - t0}
+    res["phase_seconds"] = phases
+    if getattr(args, "timing_only", False):
+        return res
     loss, _ = w.build(data)
     res["bound"] = profile_graph(loss, cores, repeats=2 if args.quick else 3)
-    res["efficiency"] = res["bound"]["bound"] / res["median"][par_all]
     del loss
+    res["efficiency"] = res["bound"]["bound"] / res["median"][f"par{cores}"]
     phases["bound"] = time.perf_counter() - t0 - phases["timing"]
-    mem = {c: peak_memory(w, data, c) for c in ("seq", par_all)}
+    mem = {c: peak_memory(w, data, c) for c in ("seq", f"par{cores}")}
     res["peak_bytes"] = {c: m[0] for c, m in mem.items()}
     res["peak_bytes_absolute"] = {c: m[1] for c, m in mem.items()}
     phases["memory"] = time.perf_counter() - t0 - sum(phases.values())
     if torch is not None:
-        tl, _ = w.build_torch(data)
-        res["torch_nodes"] = torch_nodes(tl)
-        del tl
+        res["torch_nodes"] = torch_nodes(w.build_torch(data)[0])
     res["timeline"] = timeline(w, data, cores, keep_events=keep_timeline,
                                calls=1 if args.quick else 3)
     phases["timeline"] = time.perf_counter() - t0 - sum(phases.values())
-    res["phase_seconds"] = phases
     return res
 
 
-def timeline(w, data, cores, keep_events=False, calls=3) -> dict:
-    """Profile `calls` `backward_parallel` calls (all cores) and keep the one of median
-    wall time: lanes (nodes, busy seconds per thread), and its events if asked."""
-    runs = []
-    for _ in range(calls):
-        loss, leaves = w.build(data)
-        gc.collect()
-        meter = Contention()
-        with pa.profile() as prof:
-            t0 = time.perf_counter() - prof.t0
-            st = pa.backward_parallel(loss, num_workers=cores, stats=True)
-            t1 = time.perf_counter() - prof.t0
-        runs.append((t1 - t0, t0, st.mode, prof.events, meter.cores()))
-        del loss, leaves
-    wall, t0, mode, events, busy = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
-    lanes = {}
-    for e in events:
-        lane = lanes.setdefault(e["thread"], {"nodes": 0, "busy": 0.0})
-        lane["nodes"] += 1
-        lane["busy"] += e["end"] - e["start"]
-    out = {"wall": wall, "mode": mode, "lanes": lanes, "contention": busy}
-    if keep_events:
-        out["events"] = [{"name": e["name"], "thread": e["thread"],
-                          "start": e["start"] - t0, "end": e["end"] - t0} for e in events]
-    return out
+def measure_torch(w, args, torch, cores) -> dict:
+    """PyTorch's training step on workload `w` (the PyTorch child), its node count and,
+    on wide-elementwise, numpy's per-element kernel gap to torch."""
+    t0 = time.perf_counter()
+    data = w.data(args.seed, args.size)
+    best, contentions = timed(w.name, sessions_for(w, data, ["torch"]), ["torch"], args,
+                              warmup=TORCH_WARMUP)
+    res = timing_result(best, cores, w.description, w.branches, data["_dims"])
+    res["attempts_contention"] = contentions
+    res["phase_seconds"] = {"timing": time.perf_counter() - t0}
+    if getattr(args, "timing_only", False):
+        return res
+    res["torch_nodes"] = torch_nodes(w.build_torch(data)[0])
+    if w.name == "wide-elementwise":
+        res["kernel_gap"] = kernel_gap(torch, data["_dims"]["n"], cores,
+                                       rounds=max(args.reps, 7), seed=args.seed)
+        res["phase_seconds"]["kernel_gap"] = time.perf_counter() - t0 - \
+            res["phase_seconds"]["timing"]
+    return res

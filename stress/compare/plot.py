@@ -7,6 +7,7 @@ from .report import log
 
 
 def plot(result: dict, path: str) -> None:
+    """Write the PNG of `result` to `path` (a note on stderr without matplotlib)."""
     try:
         import matplotlib
         matplotlib.use("Agg")

@@ -1,23 +1,30 @@
 """What the benchmark writes: progress on stderr (`log`), the markdown report on stdout
 and the JSON of `--out` (`write_json`).
 
-`report(result)`: one interpreter, a table and the targets per malloc setting.
-`report_pythons(result)` (`--python ft|PATH`): this interpreter and the other one side
-by side (per malloc setting a table and the free-threaded targets), then each one's own
-detail as in `report`."""
+`report(result)`: one interpreter; per malloc setting the backward table, the table of
+forward, backward and training step against PyTorch, and the targets; then the
+settings side by side and PyTorch in this process against its own process
+(`report_torch`). `report_pythons.report_pythons(result)` (`--python ft|PATH`): two
+interpreters side by side. Every ratio is printed with its 95% interval
+(`stress.compare.ratios`), `1.23x [1.10, 1.35]`."""
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 
+from . import ratios as R
+from .stats import ratio_text
+
 LEGEND = (
-    "Times: backward pass only, milliseconds; `par Nw` is `backward_parallel(num_workers=N)`"
-    " with its speedup over the sequential engine; `par/seq` at all cores; `bound` = "
+    "Backward times in milliseconds, medians over the rounds; ratios with their 95% "
+    "bootstrap interval `[lo, hi]`. `par Nw` is `backward_parallel(num_workers=N)` with its "
+    "speedup over the sequential engine; `par/seq` at all cores; `bound` = "
     "max(one-core work / cores, critical path) from a profiled sequential walk, `eff` = "
-    "bound / parallel time, `width` = work / critical path; peak = tracemalloc peak above "
-    "the level at the start of backward; `other load` = cores' worth of CPU used by other "
-    "processes while timing (0 = quiet machine).")
+    "bound / parallel time, `width` = work / critical path; `torch ms`: PyTorch's backward "
+    "in its own process; peak = tracemalloc peak above the level at the start of "
+    "backward; `other load` = cores' worth of CPU used by other processes while timing "
+    "(0 = quiet machine); a row marked `(noisy)` was measured under more than the "
+    "`--noisy` load and is not scored by the targets.")
 
 
 def log(msg: str) -> None:
@@ -26,6 +33,7 @@ def log(msg: str) -> None:
 
 
 def write_json(path: str, obj, indent=None) -> None:
+    """`obj` as JSON (numpy scalars as numbers)."""
     with open(path, "w") as f:
         json.dump(obj, f, indent=indent, default=_jsonable)
 
@@ -36,6 +44,7 @@ def _jsonable(o):
 
 # ---- cells -------------------------------------------------------------------------------
 def ms(t) -> str:
+    """Seconds as milliseconds, one decimal."""
     return f"{t * 1e3:.1f}"
 
 
@@ -45,10 +54,12 @@ def cores_text(c) -> str:
 
 
 def mib(b) -> str:
+    """Bytes as MiB."""
     return f"{b / 2**20:.1f}" if b >= 2**20 else f"{b / 2**20:.3f}"
 
 
 def decision_text(d) -> str:
+    """The engine's decision (`stats` mode and reason), short."""
     if d["mode"] == "parallel":
         return f"parallel ({d['reason']})"
     reason = d["reason"].split(" (")[0]
@@ -65,6 +76,7 @@ def libraries_text(env: dict) -> str:
 
 
 def markdown(head, rows) -> str:
+    """A markdown table."""
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
@@ -76,190 +88,80 @@ def targets_text(targets: list) -> str:
                      for t in targets)
 
 
+def row_name(raw: dict, name: str, *others) -> str:
+    """The workload's cell: its name, `(noisy)` when it or its row in `others` was
+    measured under other load."""
+    noisy = R.noisy(raw, name) or any(R.noisy(o, name) for o in others)
+    return f"{name} (noisy)" if noisy else name
+
+
 # ---- one interpreter ---------------------------------------------------------------------
-def _setting_row(name, r, workers, par, torch) -> list:
+def _setting_row(raw: dict, name: str, torch) -> list:
+    r, p, workers = raw["workloads"][name], R.par(raw), raw["workers"]
     m = r["median"]
-    row = [name, str(r["nodes"]), f"{r['bound']['width']:.1f}", ms(m["seq"])]
-    row += [f"{ms(m[f'par{n}'])} ({r['speedup'][f'par{n}']:.2f}x)" for n in workers]
-    row += [f"{m[par] / m['seq']:.3f}", ms(r["bound"]["bound"]), f"{r['efficiency']:.2f}"]
-    if torch:
-        row.append(ms(m["torch"]) if "torch" in m else "n/a")
-    return row + [mib(r["peak_bytes"]["seq"]), mib(r["peak_bytes"][par]),
-                  decision_text(r["decision"][par]), cores_text(r["contention"])]
+    row = [row_name(raw, name, torch), str(r["nodes"]), f"{r['bound']['width']:.1f}",
+           ms(m["seq"])]
+    row += [f"{ms(m[f'par{n}'])} ({ratio_text(R.speedup(raw, name, f'par{n}'))})"
+            for n in workers]
+    row += [ratio_text(R.within(raw, name, p, "seq"), 3, ""), ms(r["bound"]["bound"]),
+            ratio_text(R.efficiency(raw, name), 2, "")]
+    if torch is not None:
+        t = torch["workloads"].get(name)
+        row.append(ms(t["median"]["torch"]) if t else "n/a")
+    return row + [mib(r["peak_bytes"]["seq"]), mib(r["peak_bytes"][p]),
+                  decision_text(r["decision"][p]), cores_text(r["contention"])]
 
 
-def setting_table(raw: dict) -> str:
-    """One row per workload of one setting's measurements."""
+def setting_table(raw: dict, torch=None) -> str:
+    """The backward pass, one row per workload of one setting's measurements; `torch`
+    (the PyTorch child's measurements) adds its backward column."""
     cores, workers = raw["cores"], raw["workers"]
-    torch = any("torch" in r["median"] for r in raw["workloads"].values())
     wcols = [f"{n}w{' (all)' if n == cores else ''}" for n in workers]
     head = (["workload", "nodes", "width", "seq ms"] + [f"par {c} ms" for c in wcols] +
             ["par/seq", "bound ms", "eff"] + (["torch ms"] if torch else []) +
             ["peak seq MiB", "peak par MiB", "decision (all cores)", "other load"])
-    return markdown(head, [_setting_row(n, r, workers, f"par{cores}", torch)
-                           for n, r in raw["workloads"].items()])
+    return markdown(head, [_setting_row(raw, n, torch) for n in raw["workloads"]])
 
 
-def allocator_table(raws: dict) -> str:
-    """The malloc settings side by side (`raws`: setting -> measurements)."""
-    first = next(iter(raws.values()))
-    par = f"par{first['cores']}"
-    head = ["workload"]
-    for s in raws:
-        head += [f"seq ms ({s})", f"par ms ({s})", f"speedup ({s})", f"faults par ({s})"]
-    rows = []
-    for n in first["workloads"]:
-        row = [n]
-        for raw in raws.values():
-            r = raw["workloads"][n]
-            row += [ms(r["median"]["seq"]), ms(r["median"][par]),
-                    f"{r['speedup'][par]:.2f}x", f"{r['faults'][par]:.0f}"]
-        rows.append(row)
-    return markdown(head, rows)
-
-
-def setting_section(title: str, setting: str, raw: dict, targets: list) -> list:
-    """`## title: allocator ...`, the setting's table and its targets, as lines."""
+def setting_section(title: str, setting: str, raw: dict, targets: list, torch=None) -> list:
+    """`## title: allocator ...`, the setting's tables and its targets, as lines."""
+    from .report_torch import step_table
     tuned = "" if setting == "default" else f" (tune_allocator() -> {raw['tune_allocator']})"
-    return [f"## {title}{setting}{tuned}", "", setting_table(raw), "",
-            "Targets:", targets_text(targets), ""]
+    return [f"## {title}{setting}{tuned}", "", "Backward pass:", "",
+            setting_table(raw, torch), "", "Forward, backward and training step"
+            + (" against PyTorch (its own process):" if torch else ":"), "",
+            step_table(raw, torch), "", "Targets:", targets_text(targets), ""]
+
+
+def _header(result: dict, first: dict) -> list:
+    env, meta = first["env"], result["meta"]
+    rounds = sorted({r["rounds"] for raw in result["settings"].values()
+                     for r in raw["workloads"].values()})
+    more = "" if rounds == [first["reps"]] else \
+        f" ({'-'.join(str(x) for x in (rounds[0], rounds[-1]))} where measured again)"
+    torch = result.get("torch_child")
+    how = (f"`{meta['command']}`: {first['cores']} usable cores, Python {env['python']}, "
+           f"{libraries_text(torch['env'] if torch else env)}; sizes {first['size']}, "
+           f"medians of {first['reps']} rounds{more} after a warm-up; every workload in a "
+           f"fresh process per allocator setting"
+           + (" and one for PyTorch alone" if torch else "") + ", back to back.")
+    parts = [f"# Forward, backward and training step: parallel_autograd against PyTorch "
+             f"({meta['date']})", "", how, ""]
+    if meta.get("torch_hint"):
+        parts += [f"Note: {meta['torch_hint']}.", ""]
+    return parts + [LEGEND, ""]
 
 
 def report(result: dict) -> str:
-    """The report of one interpreter: a table and the targets per malloc setting."""
-    raws = result["settings"]
-    first = next(iter(raws.values()))
-    env = first["env"]
-    parts = [f"# Backward pass: parallel vs sequential engine ({result['meta']['date']})", "",
-             f"`{result['meta']['command']}`: {first['cores']} usable cores, "
-             f"Python {env['python']}, {libraries_text(env)}; "
-             f"sizes {first['size']}, median of {first['reps']} after a warm-up.", "",
-             LEGEND, ""]
+    """The report of one interpreter: tables and targets per malloc setting, the settings
+    side by side, PyTorch in this process against its own process."""
+    from .report_torch import allocator_table, torch_section
+    raws, torch = result["settings"], result.get("torch_child")
+    parts = _header(result, next(iter(raws.values())))
     for s, raw in raws.items():
-        parts += setting_section("Allocator: ", s, raw, result["targets"][s])
+        parts += setting_section("Allocator: ", s, raw, result["targets"][s], torch)
     if len(raws) == 2:
         parts += ["## Allocator settings side by side", "", allocator_table(raws), ""]
-    return "\n".join(parts)
-
-
-def scaling_line(label: str, raws) -> str:
-    """Median over children of numpy_scaling, one line."""
-    per = {}
-    for raw in raws:
-        for size, v in (raw.get("numpy_scaling") or {}).items():
-            per.setdefault(size, []).append(v)
-    if not per:
-        return f"- {label}: not measured"
-    cores = next(iter(raws))["cores"]
-    parts = [f"{int(size):,} elements {statistics.median(v):.2f}x" for size, v in per.items()]
-    return (f"- {label}: numpy alone, {cores} threads vs 1 running `tanh(a * 1.0001 + 0.1)` "
-            f"loops: " + ", ".join(parts) + f" (median of {len(next(iter(per.values())))} "
-            "measurements, one per workload run)")
-
-
-# ---- two interpreters side by side ------------------------------------------------------
-def env_line(label: str, env: dict) -> str:
-    build = "free-threaded build" if env.get("free_threaded_build") else "GIL build"
-    gil = "enabled" if env.get("gil_enabled", True) else "disabled"
-    return (f"- {label}: `{env.get('executable')}`: Python {env['python']} ({build}, GIL "
-            f"{gil}), {libraries_text(env)}")
-
-
-def _pythons_row(n, ra, rb, pa_, pb, shared) -> list:
-    row = [n, str(ra["nodes"])]
-    for r, par in ((ra, pa_), (rb, pb)):
-        row += [ms(r["median"]["seq"]), ms(r["median"][par]), f"{r['speedup'][par]:.2f}x"]
-    if shared:
-        row.append(f"{ms(rb['median']['shared'])} ({rb['speedup']['shared']:.2f}x)"
-                   if "shared" in rb["median"] else "n/a")
-    return row + [decision_text(rb["decision"][pb]),
-                  f"{rb['median'][pb] / ra['median'][pa_]:.2f}",
-                  f"{cores_text(ra['contention'])} / {cores_text(rb['contention'])}"]
-
-
-def pythons_table(raws: dict) -> str:
-    """Per workload: both interpreters' sequential and parallel (all cores) times, the
-    second's engine decision and its parallel time over the first's."""
-    (la, a), (lb, b) = raws.items()
-    pa_, pb = f"par{a['cores']}", f"par{b['cores']}"
-    head = ["workload", "nodes"]
-    for lab in (la, lb):
-        head += [f"{lab} seq ms", f"{lab} par ms", f"{lab} speedup"]
-    shared = any("shared" in r["median"] for r in b["workloads"].values())
-    if shared:  # measured only without the GIL
-        head.append(f"{lb} share_cheap ms")
-    head += [f"{lb} decision", f"{lb} par / {la} par", f"other load ({la} / {lb})"]
-    return markdown(head, [_pythons_row(n, ra, b["workloads"][n], pa_, pb, shared)
-                           for n, ra in a["workloads"].items()])
-
-
-def _gil_notes(ia, ib) -> list:
-    """Warnings when the GIL was not where the labels say it is."""
-    gil = {i["label"]: any(r["env"].get("gil_enabled", True) for r in i["settings"].values())
-           for i in (ia, ib)}
-    la, lb = ia["label"], ib["label"]
-    notes = []
-    if lb == "FT" and gil[lb]:
-        notes.append(f"note: the GIL was enabled in the {lb} runs: not a free-threaded "
-                     "measurement (an extension turned it on, or not a free-threaded build)")
-    if la == "GIL" and not gil[la]:
-        notes.append(f"note: the GIL was disabled in the {la} runs: run the comparison "
-                     "from a GIL build (`make bench-ft` uses .venv's interpreter)")
-    return notes
-
-
-def _legend(la: str, lb: str) -> str:
-    return (f"Times: backward pass only, milliseconds, median; `par` is "
-            f"`backward_parallel` at all cores (the default engine), `speedup` = seq / par "
-            f"within one interpreter; `{lb} share_cheap` (without the GIL only) is "
-            f"`Engine(share_cheap=True, min_work=0)`, the opt-in sharing of cheap "
-            f"nodes, with its speedup; `{lb} decision` is the default engine's choice "
-            f"(`stats`); `{lb} par / {la} par` below 1 means {lb}'s parallel pass is "
-            f"faster; `other load` = cores' worth of CPU used by other processes while "
-            f"timing (0 = quiet machine).")
-
-
-def _ceiling(interpreters) -> list:
-    lines = ["Ceiling for small nodes (how far two threads can overlap small numpy "
-             "kernels at all, measured beside each workload):"]
-    for i in interpreters:
-        cores = next(iter(i["settings"].values()))["cores"]
-        runs = [r for raw in i["settings"].values() for r in raw.get("numpy_runs", []) if r]
-        lines.append(scaling_line(i["label"], [{"cores": cores, "numpy_scaling": r}
-                                               for r in runs]))
-    return lines + [""]
-
-
-def _head(result, ia, ib) -> list:
-    la, lb = ia["label"], ib["label"]
-    sa = next(iter(ia["settings"].values()))
-    title = (f"# Backward pass: parallel vs sequential engine, {la} and {lb} interpreters "
-             f"side by side ({result['meta']['date']})")
-    how = (f"`{result['meta']['command']}`: {sa['cores']} usable cores; sizes {sa['size']}, "
-           f"median of {sa['reps']} after a warm-up. Each workload is measured in a fresh "
-           f"process per interpreter, the two one after the other (which goes first "
-           f"alternates per workload).")
-    parts = [title, "", how, ""]
-    parts += [env_line(i["label"], next(iter(i["settings"].values()))["env"])
-              for i in (ia, ib)]
-    notes = _gil_notes(ia, ib)
-    return parts + ([""] + notes if notes else []) + ["", _legend(la, lb), ""]
-
-
-def report_pythons(result: dict) -> str:
-    """The report of `--python`: `result["interpreters"]` holds this interpreter, then
-    the other; `result["ft_targets"]` the other's free-threaded targets per setting."""
-    ia, ib = result["interpreters"].values()
-    la, lb = ia["label"], ib["label"]
-    parts = _head(result, ia, ib) + _ceiling((ia, ib))
-    for s in ia["settings"]:
-        parts += [f"## {la} vs {lb} (allocator: {s})", "",
-                  pythons_table({la: ia["settings"][s], lb: ib["settings"][s]}), "",
-                  f"Targets ({lb} interpreter, free-threaded CPython):",
-                  targets_text(result["ft_targets"][s]), ""]
-    parts += ["Per-interpreter detail below. " + LEGEND, ""]
-    for i in (ia, ib):
-        for s, raw in i["settings"].items():
-            parts += setting_section(f"{i['label']} detail: allocator ", s, raw,
-                                     i["targets"][s])
+    if torch:
+        parts += torch_section(raws.get("default"), torch)
     return "\n".join(parts)

@@ -42,6 +42,7 @@ class Workload:
     branches: bool = True
 
     def data(self, seed: int = 0, size: str = "full") -> dict:
+        """The workload's seeded arrays at `size`, with its dimensions under "_dims"."""
         if size not in SIZES:
             raise ValueError(f"size must be one of {SIZES}, got {size!r}")
         d = self.make_data(np.random.default_rng(seed), **self.dims[size])
