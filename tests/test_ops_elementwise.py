@@ -212,10 +212,14 @@ def test_sigmoid_silu_stable_for_large_inputs():
 
 
 def test_gelu_values():
-    from math import erf, sqrt
-    x = np.linspace(-4, 4, 9)
+    from math import erf, erfc, sqrt
+    x = np.concatenate([np.linspace(-4, 4, 9), [-12.0, -30.0, 1e-300, 0.0]])
+    # the CDF as 0.5 erfc(-x / sqrt 2): no cancellation in the lower tail
     np.testing.assert_allclose(pa.gelu(pa.tensor(x)).data,
-                               [v * 0.5 * (1 + erf(v / sqrt(2))) for v in x], rtol=1e-15)
+                               [v * 0.5 * erfc(-v * sqrt(0.5)) for v in x], rtol=1e-15)
+    np.testing.assert_allclose(pa.gelu(pa.tensor(x)).data,     # PyTorch's 1 + erf form
+                               [v * 0.5 * (1 + erf(v / sqrt(2))) for v in x], atol=1e-15)
+    assert pa.gelu(pa.tensor(-30.0)).data < 0                  # not 0 as 1 + erf gives
     with pytest.raises(ValueError, match="gelu: approximate"):
         pa.gelu(pa.tensor(x), approximate="fast")
 

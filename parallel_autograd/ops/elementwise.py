@@ -10,8 +10,10 @@ import math
 
 import numpy as np
 
+from ..grad_mode import is_grad_enabled as _grad_enabled
 from ..primitive import primitive, record
 from ..tensor import Tensor
+from . import special
 
 
 def _weak(a):
@@ -22,70 +24,184 @@ def _binary(ufunc):
     return lambda x, y: ufunc(_weak(x), _weak(y))
 
 
+# Rules and forwards allocate only the array they return: each writes its temporaries
+# into that array in place (`out=`), never into `g` or a saved array. Ufuncs give numpy
+# scalars for 0-d results, which cannot be written into: `_buf` makes them arrays.
+# "passes" counts the sweeps over full-size arrays a rule makes.
+def _buf(a):
+    return a if type(a) is np.ndarray else np.asarray(a)
+
+
+_BLOCK = 32768  # elements per chunk in `_fused`: 256 KiB of float64, cache resident
+
+
+def _fused(kernel, like, operands, scratch=(), dtype=None):
+    """`kernel(out, *operands, *scratch)` evaluated chunk by chunk; returns `out`, a new
+    array shaped like `like` (of `dtype`, default `like`'s), the only full-size allocation.
+
+    For rules that need a second temporary: chunks of `_BLOCK` elements (numpy's
+    buffered iterator; broadcast operands are buffered per chunk) get chunk-sized
+    `scratch` arrays of the given dtypes. Operands that are not ndarrays (Python
+    scalars, weakly typed) are passed through unchanged. Small arrays: one call.
+    """
+    out = np.empty(np.shape(like), like.dtype if dtype is None else dtype)
+    if out.size <= _BLOCK:
+        kernel(out, *operands, *(np.empty(out.shape, d) for d in scratch))
+        return out
+    where = [i for i, a in enumerate(operands) if type(a) is np.ndarray]
+    it = np.nditer([out] + [operands[i] for i in where],
+                   flags=["external_loop", "buffered", "zerosize_ok"],
+                   op_flags=[["writeonly"]] + [["readonly"]] * len(where), buffersize=_BLOCK)
+    bufs = [np.empty(_BLOCK, d) for d in scratch]
+    args = list(operands)
+    with it:
+        for chunk in it:
+            for i, c in zip(where, chunk[1:]):
+                args[i] = c
+            n = chunk[0].size
+            kernel(chunk[0], *args, *(b[:n] for b in bufs))
+    return out
+
+
 # ---- arithmetic ------------------------------------------------------------------
+def _div_y(g, ans, x, y):
+    # -g * ans / y: 3 passes, one buffer
+    t = _buf(np.multiply(g, ans))
+    t /= y
+    return np.negative(t, out=t)
+
+
 add = primitive("add", _binary(np.add),
                 lambda g, ans, x, y: g,
                 lambda g, ans, x, y: g)
 sub = primitive("sub", _binary(np.subtract),
                 lambda g, ans, x, y: g,
-                lambda g, ans, x, y: -g)
+                lambda g, ans, x, y: np.negative(g))
 mul = primitive("mul", _binary(np.multiply),
-                lambda g, ans, x, y: g * y,
-                lambda g, ans, x, y: g * x)
+                lambda g, ans, x, y: np.multiply(g, y),
+                lambda g, ans, x, y: np.multiply(g, x))
 div = primitive("div", _binary(np.true_divide),
-                lambda g, ans, x, y: g / y,
-                lambda g, ans, x, y: -g * ans / y)
-neg = primitive("neg", np.negative, lambda g, ans, x: -g)
+                lambda g, ans, x, y: np.divide(g, y),
+                _div_y)
+neg = primitive("neg", np.negative, lambda g, ans, x: np.negative(g))
+
+
+def _pow(x, y):
+    x, y = _weak(x), _weak(y)
+    if type(y) is int and y == 3 and isinstance(x, np.ndarray) and x.dtype.kind == "f":
+        t = _buf(np.multiply(x, x))  # x*x*x as PyTorch (libm's pow: ~50 ns an element)
+        t *= x
+        return t
+    return np.power(x, y)
 
 
 def _pow_base(g, ans, x, y):
-    # d/dx x**0 is 0 even at x == 0, where y * x**(y-1) would be 0 * inf.
+    """y * x**(y-1) * g; scalar exponents special-cased (at most 3 passes, one buffer)."""
+    y = _weak(y)
+    if type(y) not in (int, float):
+        return _pow_base_array(g, ans, x, y)
+    if y == 0:                      # d/dx x**0 is 0 even at x == 0
+        return np.multiply(g, 0.0)
+    if y == 1:
+        return np.multiply(g, 1.0)
+    if y == 2:                      # 2 passes
+        t = _buf(np.multiply(x, 2))
+        t *= g
+        return t
+    if y == 3:                      # 3 passes
+        t = _buf(np.multiply(x, x))
+        t *= 3
+        t *= g
+        return t
     with np.errstate(divide="ignore", invalid="ignore"):
-        return g * np.where(y == 0, 0, y * np.power(x, y - 1))
+        if y == 0.5:                # 0.5 / sqrt(x), from ans: 2 passes
+            t = _buf(np.divide(0.5, ans))
+        elif y == -1:               # -1 / x**2 = -ans*ans: 3 passes
+            t = _buf(np.multiply(ans, ans))
+            np.negative(t, out=t)
+        else:                       # one power: 3 passes
+            t = _buf(np.power(x, y - 1))
+            t *= y
+    t *= g
+    return t
+
+
+def _pow_base_kernel(o, g, x, y, zero):
+    np.subtract(y, 1, out=o)
+    np.power(x, o, out=o)
+    o *= y
+    np.equal(y, 0, out=zero)
+    np.putmask(o, zero, 0)          # 0 where y == 0 (y * x**(y-1) is 0 * inf at x == 0)
+    o *= g
+
+
+def _pow_base_array(g, ans, x, y):
+    # a tensor exponent: 6 passes per chunk, a chunk-sized mask
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _fused(_pow_base_kernel, ans, (g, x, y), (np.bool_,),
+                      np.result_type(g, ans))
+
+
+def _pow_exponent_kernel(o, g, x, y, ans, zero, nonneg):
+    np.log(x, out=o)
+    o *= ans
+    np.equal(x, 0, out=zero)
+    np.greater_equal(y, 0, out=nonneg)
+    zero &= nonneg
+    np.putmask(o, zero, 0)          # PyTorch: 0 where x == 0 and y >= 0 (0**y is flat)
+    o *= g
 
 
 def _pow_exponent(g, ans, x, y):
-    # PyTorch's convention: 0 where x == 0 and y >= 0 (0**y is flat there), else ans*log(x).
+    # ans * log(x) * g: 7 passes per chunk, two chunk-sized masks
+    x = np.asarray(_weak(x)) if not isinstance(x, np.ndarray) else x
     with np.errstate(divide="ignore", invalid="ignore"):
-        return g * np.where((x == 0) & (y >= 0), 0, ans * np.log(x))
+        return _fused(_pow_exponent_kernel, ans, (g, x, y, ans), (np.bool_, np.bool_),
+                      np.result_type(g, ans))
 
 
-pow = primitive("pow", _binary(np.power), _pow_base, _pow_exponent)
+pow = primitive("pow", _pow, _pow_base, _pow_exponent)
+
 
 # ---- unary math --------------------------------------------------------------------
-abs = primitive("abs", np.abs, lambda g, ans, x: g * np.sign(x))
-exp = primitive("exp", np.exp, lambda g, ans, x: g * ans)
-log = primitive("log", np.log, lambda g, ans, x: g / x)
-sqrt = primitive("sqrt", np.sqrt, lambda g, ans, x: g / (2 * ans))
-sin = primitive("sin", np.sin, lambda g, ans, x: g * np.cos(x))
-cos = primitive("cos", np.cos, lambda g, ans, x: -g * np.sin(x))
-tanh = primitive("tanh", np.tanh, lambda g, ans, x: g * (1 - ans * ans))
+def _abs_vjp(g, ans, x):
+    t = _buf(np.sign(x))            # 2 passes
+    t *= g
+    return t
 
 
-def _sigmoid(x):
-    # exp of -|x| never overflows; pick the stable branch per element.
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+def _sqrt_vjp(g, ans, x):
+    t = _buf(np.multiply(ans, 2))   # g / (2 ans): 2 passes
+    return np.divide(g, t, out=t)
 
 
-sigmoid = primitive("sigmoid", _sigmoid, lambda g, ans, x: g * ans * (1 - ans))
-
-# ---- activations ---------------------------------------------------------------------
-relu = primitive("relu", lambda x: np.maximum(x, 0),
-                 lambda g, ans, x: g * (x > 0))
-_leaky_relu = primitive("leaky_relu",
-                        lambda x, negative_slope: np.where(x > 0, x, x * negative_slope),
-                        lambda g, ans, x, negative_slope: g * np.where(x > 0, 1, negative_slope))
+def _sin_vjp(g, ans, x):
+    t = _buf(np.cos(x))             # 2 passes
+    t *= g
+    return t
 
 
-def leaky_relu(x, negative_slope: float = 0.01):
-    return _leaky_relu(x, negative_slope=negative_slope)
+def _cos_vjp(g, ans, x):
+    t = _buf(np.sin(x))             # -sin(x) g: 3 passes
+    np.negative(t, out=t)
+    t *= g
+    return t
 
 
-# numpy has no erf; math.erf is exact to the last bit, at ~150 ns an element.
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
-_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
+def _tanh_vjp(g, ans, x):
+    t = _buf(np.multiply(ans, ans))  # g (1 - ans^2): 3 passes
+    np.subtract(1, t, out=t)
+    t *= g
+    return t
+
+
+abs = primitive("abs", np.abs, _abs_vjp)
+exp = primitive("exp", np.exp, lambda g, ans, x: np.multiply(g, ans))
+log = primitive("log", np.log, lambda g, ans, x: np.divide(g, x))
+sqrt = primitive("sqrt", np.sqrt, _sqrt_vjp)
+sin = primitive("sin", np.sin, _sin_vjp)
+cos = primitive("cos", np.cos, _cos_vjp)
+tanh = primitive("tanh", np.tanh, _tanh_vjp)
 
 
 def _float(x):
@@ -93,46 +209,187 @@ def _float(x):
     return x if x.dtype.kind in "fc" else x.astype(np.float64)
 
 
+def _sigmoid(x):
+    # 1 / (1 + exp(-x)), PyTorch's formula; exp overflows to inf for x < -709, giving
+    # the exact limit 0. 4 passes, one buffer.
+    t = _buf(np.negative(_float(x)))
+    with np.errstate(over="ignore"):
+        np.exp(t, out=t)
+    t += 1
+    return np.divide(1, t, out=t)
+
+
+def _sigmoid_vjp(g, ans, x):
+    t = _buf(np.subtract(1, ans))   # g (1 - ans) ans, PyTorch's order: 3 passes
+    t *= g
+    t *= ans
+    return t
+
+
+sigmoid = primitive("sigmoid", _sigmoid, _sigmoid_vjp)
+
+# ---- activations ---------------------------------------------------------------------
+def _relu_vjp(g, ans, x):
+    t = np.greater(x, 0, out=np.empty(np.shape(x), np.result_type(g, x)))  # 2 passes
+    t *= g
+    return t
+
+
+relu = primitive("relu", lambda x: np.maximum(x, 0), _relu_vjp)
+
+
+def _leaky_relu_fwd(x, negative_slope):
+    # where(x > 0, x, slope x) without a mask: slope x is the larger of the two exactly
+    # where x <= 0 when slope <= 1 (the smaller when slope > 1). 2 passes.
+    s = _weak(negative_slope)
+    t = _buf(np.multiply(x, s))
+    return (np.maximum if s <= 1 else np.minimum)(t, x, out=t)
+
+
+def _leaky_kernel(o, g, x, positive, slope):
+    np.greater(x, 0, out=positive)
+    np.multiply(g, slope, out=o)
+    np.putmask(o, positive, g)
+
+
+def _leaky_relu_vjp(g, ans, x, negative_slope):
+    s = _weak(negative_slope)
+    if 0 <= s <= 1:                 # factor max(x > 0, slope): 1 or slope. 3 passes
+        t = np.greater(x, 0, out=np.empty(np.shape(x), np.result_type(g, x)))
+        np.maximum(t, s, out=t)
+        t *= g
+        return t
+    return _fused(lambda o, g, x, m: _leaky_kernel(o, g, x, m, s), g, (g, x), (np.bool_,),
+                  np.result_type(g, x))
+
+
+_leaky_relu = primitive("leaky_relu", _leaky_relu_fwd, _leaky_relu_vjp)
+
+
+def leaky_relu(x, negative_slope: float = 0.01):
+    """x where x > 0, else negative_slope * x."""
+    return _leaky_relu(x, negative_slope=negative_slope)
+
+
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
+_KAPPA = 0.044715
+
+
 def _gelu_tanh(x):
-    return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
+    # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), PyTorch's order: 9 passes, one buffer
+    x = _float(x)
+    t = _buf(np.multiply(x, x))
+    t *= x
+    t *= _KAPPA
+    t += x
+    t *= _SQRT_2_OVER_PI
+    np.tanh(t, out=t)
+    t += 1
+    t *= x
+    t *= 0.5
+    return t
+
+
+def _gelu_tanh_kernel(o, g, x, th, d):
+    np.multiply(x, x, out=d)
+    np.multiply(d, x, out=th)
+    th *= _KAPPA
+    th += x
+    th *= _SQRT_2_OVER_PI
+    np.tanh(th, out=th)             # t = tanh(inner)
+    d *= 3 * _KAPPA
+    d += 1
+    d *= _SQRT_2_OVER_PI            # d inner / dx
+    np.multiply(th, th, out=o)
+    np.subtract(1, o, out=o)
+    o *= d
+    o *= x
+    o *= 0.5                        # 0.5 x (1 - t^2) inner'
+    th += 1
+    th *= 0.5                       # 0.5 (1 + t)
+    o += th
+    o *= g
 
 
 def _gelu_tanh_vjp(g, ans, x, approximate):
-    t = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3))
-    d_inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x ** 2)
-    return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * d_inner)
+    # 19 passes per chunk, two chunk-sized scratch arrays
+    return _fused(_gelu_tanh_kernel, x, (g, x), (x.dtype, x.dtype), np.result_type(g, x))
 
 
 def _gelu_erf_vjp(g, cdf, x):
-    return g * (cdf + x * np.exp(-0.5 * x * x) * _INV_SQRT_2PI)
+    # g (cdf + x exp(-x^2/2) / sqrt(2 pi)): 7 passes, one buffer
+    t = _buf(np.multiply(x, x))
+    t *= -0.5
+    np.exp(t, out=t)
+    t *= x
+    t *= _INV_SQRT_2PI
+    t += cdf
+    t *= g
+    return t
 
 
-_gelu_tanh_op = primitive("gelu", lambda x, approximate: _gelu_tanh(_float(x)), _gelu_tanh_vjp)
+_gelu_tanh_op = primitive("gelu", lambda x, approximate: _gelu_tanh(x), _gelu_tanh_vjp)
 
 
 def gelu(x, approximate: str = "none"):
-    """GELU; `approximate="none"` is the exact erf form (PyTorch's default)."""
+    """GELU; `approximate="none"` is the exact erf form (PyTorch's default).
+
+    The exact form's CDF is `special.ndtr` (fdlibm's erfc, vectorized): 0.5 erfc(-x/sqrt 2),
+    which keeps its accuracy in the lower tail. It is saved for backward; without a graph
+    the output is written over it (one array allocated)."""
     if approximate == "tanh":
         return _gelu_tanh_op(x, approximate="tanh")
     if approximate != "none":
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     xd = _float(x.data if isinstance(x, Tensor) else x)
-    cdf = (0.5 * (1 + _erf(xd * (1 / math.sqrt(2))))).astype(xd.dtype, copy=False)
-    # The CDF is saved so backward does not evaluate erf again.
-    return record("gelu", xd * cdf, (x,), (_gelu_erf_vjp,), saved=(cdf, xd))
+    cdf = special.ndtr(xd)
+    if isinstance(x, Tensor) and x.requires_grad and _grad_enabled():
+        return record("gelu", np.multiply(xd, cdf), (x,), (_gelu_erf_vjp,), saved=(cdf, xd))
+    return Tensor._wrap(_buf(np.multiply(xd, cdf, out=cdf)))
+
+
+def _silu(x):
+    # x / (1 + exp(-x)), PyTorch's formula: 4 passes, one buffer
+    x = _float(x)
+    t = _buf(np.negative(x))
+    with np.errstate(over="ignore"):
+        np.exp(t, out=t)
+    t += 1
+    return np.divide(x, t, out=t)
+
+
+def _silu_kernel(o, g, x, s):
+    np.negative(x, out=s)
+    np.exp(s, out=s)
+    s += 1
+    np.divide(1, s, out=s)          # sigmoid(x)
+    np.subtract(1, s, out=o)
+    o *= x
+    o += 1
+    o *= s
+    o *= g                          # g s (1 + x (1 - s))
 
 
 def _silu_vjp(g, ans, x):
-    s = _sigmoid(x)
-    return g * s * (1 + x * (1 - s))
+    # 9 passes per chunk, one chunk-sized scratch array
+    with np.errstate(over="ignore"):
+        return _fused(_silu_kernel, x, (g, x), (x.dtype,), np.result_type(g, x))
 
 
-silu = primitive("silu", lambda x: x * _sigmoid(x), _silu_vjp)
+silu = primitive("silu", _silu, _silu_vjp)
 
 # ---- selection -------------------------------------------------------------------
-_clip = primitive("clip", lambda x, lo, hi: np.clip(x, lo, hi),
-                  lambda g, ans, x, lo, hi: g * ((x >= (-np.inf if lo is None else lo))
-                                                 & (x <= (np.inf if hi is None else hi))))
+def _clip_vjp(g, ans, x, lo, hi):
+    # 1 where lo <= x <= hi, else 0: exactly where clip(x) == x (NaN: 0). 2 passes.
+    if lo is not None and hi is not None and np.any(np.greater(lo, hi)):
+        return g * np.zeros_like(ans)   # an empty interval: clip gives hi everywhere
+    t = np.equal(ans, x, out=np.empty(np.shape(ans), np.result_type(g, ans)))
+    t *= g
+    return t
+
+
+_clip = primitive("clip", lambda x, lo, hi: np.clip(x, lo, hi), _clip_vjp)
 
 
 def clip(x, min=None, max=None):
@@ -143,13 +400,29 @@ def clip(x, min=None, max=None):
     return _clip(x, lo=_weak(_raw(min)), hi=_weak(_raw(max)))
 
 
+def _tie_kernel(o, g, a, b, half, winner):
+    winner(a, b, out=o)             # 1 where a wins (bool written as float)
+    np.equal(a, b, out=half)
+    half *= 0.5
+    o += half                       # 1, 0.5 on a tie, else 0
+    o *= g
+
+
+def _tie_split(g, ans, a, b, winner):
+    """g where `a` wins, g/2 on a tie, else 0 (PyTorch's maximum/minimum): 5 passes per
+    chunk, one chunk-sized scratch array."""
+    dtype = np.result_type(g, ans)
+    return _fused(lambda o, g, a, b, h: _tie_kernel(o, g, a, b, h, winner), ans,
+                  (g, _weak(a), _weak(b)), (dtype,), dtype)
+
+
 # Ties send the gradient half to each side, like PyTorch's maximum/minimum.
 maximum = primitive("maximum", _binary(np.maximum),
-                    lambda g, ans, x, y: g * ((x > y) + 0.5 * (x == y)),
-                    lambda g, ans, x, y: g * ((y > x) + 0.5 * (x == y)))
+                    lambda g, ans, x, y: _tie_split(g, ans, x, y, np.greater),
+                    lambda g, ans, x, y: _tie_split(g, ans, y, x, np.greater))
 minimum = primitive("minimum", _binary(np.minimum),
-                    lambda g, ans, x, y: g * ((x < y) + 0.5 * (x == y)),
-                    lambda g, ans, x, y: g * ((y < x) + 0.5 * (x == y)))
+                    lambda g, ans, x, y: _tie_split(g, ans, x, y, np.less),
+                    lambda g, ans, x, y: _tie_split(g, ans, y, x, np.less))
 _where = primitive("where", lambda c, x, y: np.where(c, _weak(x), _weak(y)),
                    None,
                    lambda g, ans, c, x, y: np.where(c, g, 0),
