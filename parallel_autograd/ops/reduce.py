@@ -6,6 +6,11 @@ import numpy as np
 from ..primitive import primitive
 
 
+def _buf(a):
+    """An ndarray to write into (ufuncs give numpy scalars for 0-d results)."""
+    return a if type(a) is np.ndarray else np.asarray(a)
+
+
 def _restore(g, x_shape, axis, keepdims):
     """Reshape a reduced gradient so it broadcasts against the input."""
     if axis is None:
@@ -34,17 +39,21 @@ def _mean_vjp(g, ans, x, axis, keepdims):
 
 
 def _extremum_vjp(g, ans, x, axis, keepdims):
-    # Ties share the gradient equally (PyTorch's amax/amin convention).
+    # Ties share the gradient equally (PyTorch's amax/amin convention): the mask of
+    # maxima written as 0/1 floats, counted, then scaled by g / count. 3 passes, one buffer.
     a = _restore(ans, x.shape, axis, keepdims)
-    mask = x == a
-    count = mask.sum(axis=axis, keepdims=True)
-    return _restore(g, x.shape, axis, keepdims) * mask / count
+    t = np.equal(x, a, out=np.empty(x.shape, np.result_type(g, x)))
+    count = t.sum(axis=axis, keepdims=True)
+    t *= _restore(g, x.shape, axis, keepdims) / count
+    return t
 
 
 def _var_vjp(g, ans, x, axis, keepdims, ddof):
+    # (x - mean) * g * 2 / (n - ddof): 2 passes (and the mean's), one buffer
     n = _count(x.shape, axis)
-    centered = x - x.mean(axis=axis, keepdims=True)
-    return _restore(g, x.shape, axis, keepdims) * centered * (2.0 / (n - ddof))
+    t = _buf(np.subtract(x, x.mean(axis=axis, keepdims=True)))
+    t *= _restore(g, x.shape, axis, keepdims) * (2.0 / (n - ddof))
+    return t
 
 
 _sum = primitive("sum", lambda x, axis, keepdims: np.sum(x, axis=axis, keepdims=keepdims),
@@ -94,35 +103,61 @@ def var(x, axis=None, keepdims: bool = False, ddof: int = 0):
 
 
 # ---- softmax family -------------------------------------------------------------------
-def _logsumexp(x, axis, keepdims):
+def _shifted_exp(x, axis):
+    """(exp(x - m), m) with m the finite max along `axis` (0 where it is not finite): one
+    new array, 2 passes (and the max's)."""
     m = np.max(x, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)
+    t = _buf(np.subtract(x, m))
+    np.exp(t, out=t)
+    return t, m
+
+
+def _logsumexp(x, axis, keepdims):
+    # one temporary the size of x (exp(x - m)), summed
+    t, m = _shifted_exp(x, axis)
     with np.errstate(divide="ignore"):  # an all -inf slice gives -inf, as it should
-        out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+        out = np.log(np.sum(t, axis=axis, keepdims=True)) + m
     return out if keepdims else np.squeeze(out, axis=axis)
 
 
 def _logsumexp_vjp(g, ans, x, axis, keepdims):
-    a = _restore(ans, x.shape, axis, keepdims)
-    return _restore(g, x.shape, axis, keepdims) * np.exp(x - a)
+    # g exp(x - ans): 3 passes, one buffer
+    t = _buf(np.subtract(x, _restore(ans, x.shape, axis, keepdims)))
+    np.exp(t, out=t)
+    t *= _restore(g, x.shape, axis, keepdims)
+    return t
 
 
 def _softmax(x, axis):
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return e / np.sum(e, axis=axis, keepdims=True)
+    # exp(x - max) / sum: 3 passes and the max's and the sum's, one buffer
+    t, _ = _shifted_exp(x, axis)
+    t /= np.sum(t, axis=axis, keepdims=True)
+    return t
 
 
 def _softmax_vjp(g, ans, x, axis):
-    gy = g * ans
-    return gy - ans * np.sum(gy, axis=axis, keepdims=True)
+    # ans (g - sum(g ans)), PyTorch's formula: 3 passes and the sum's, one buffer
+    t = _buf(np.multiply(g, ans))
+    s = np.sum(t, axis=axis, keepdims=True)
+    np.subtract(g, s, out=t)
+    t *= ans
+    return t
 
 
 def _log_softmax(x, axis):
-    return x - _logsumexp(x, axis, True)
+    # x - logsumexp(x): 3 passes and the max's and the sum's, one buffer
+    t, m = _shifted_exp(x, axis)
+    with np.errstate(divide="ignore"):
+        lse = np.log(np.sum(t, axis=axis, keepdims=True)) + m
+    return np.subtract(x, lse, out=t)
 
 
 def _log_softmax_vjp(g, ans, x, axis):
-    return g - np.exp(ans) * np.sum(g, axis=axis, keepdims=True)
+    # g - exp(ans) sum(g), PyTorch's formula: 3 passes and the sum's, one buffer
+    t = _buf(np.exp(ans))
+    t *= np.sum(g, axis=axis, keepdims=True)
+    return np.subtract(g, t, out=t)
 
 
 _lse = primitive("logsumexp", _logsumexp, _logsumexp_vjp)
