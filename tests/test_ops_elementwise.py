@@ -294,3 +294,72 @@ def test_every_public_elementwise_op_is_gradchecked():
               and n not in ("primitive", "record")}
     assert {"add", "where", "gelu", "clip", "maximum"} <= public
     assert public - tested == set()
+
+
+# ---- rewritten rules: every special case by finite differences and against PyTorch -------
+POW_EXPONENTS = [0, 1, 2, 3, 0.5, -1, 1.7, -2.5]
+
+
+@pytest.mark.parametrize("y", POW_EXPONENTS)
+def test_scalar_exponent_pow_gradcheck(y):
+    x = rand((3, 4), 12, 0.5, 2.0)
+    assert pa.gradcheck(lambda t: t ** y, [leaf(x)])
+
+
+@pytest.mark.parametrize("slope", [0.0, 0.2, 1.0, -0.5, 3.0])
+def test_leaky_relu_any_slope(slope):
+    x = rand((4, 5), 13)
+    out = pa.leaky_relu(leaf(x), slope)
+    np.testing.assert_array_equal(out.data, np.where(x > 0, x, x * slope))
+    assert pa.gradcheck(lambda t: pa.leaky_relu(t, slope), [leaf(x)])
+
+
+TORCH_UNARY = {
+    "exp": (pa.exp, "exp", None), "log": (pa.log, "log", (0.1, 3.0)),
+    "sqrt": (pa.sqrt, "sqrt", (0.1, 3.0)), "sin": (pa.sin, "sin", None),
+    "cos": (pa.cos, "cos", None), "abs": (pa.abs, "abs", None),
+    "sigmoid_wide": (pa.sigmoid, "sigmoid", (-40, 40)),
+    "silu_wide": (pa.silu, "nn.functional.silu", (-40, 40)),
+    "tanh_wide": (pa.tanh, "tanh", (-5, 5)),
+    "gelu_wide": (pa.gelu, "nn.functional.gelu", (-12, 12)),
+    "gelu_tanh_wide": (lambda t: pa.gelu(t, approximate="tanh"),
+                       lambda th, t: th.nn.functional.gelu(t, approximate="tanh"), (-12, 12)),
+    "leaky_relu_neg": (lambda t: pa.leaky_relu(t, -0.5),
+                       lambda th, t: th.nn.functional.leaky_relu(t, -0.5), None),
+    "clip": (lambda t: pa.clip(t, -0.5, 0.7), lambda th, t: th.clamp(t, -0.5, 0.7), None),
+    **{f"pow{y}": ((lambda y: lambda t: t ** y)(y), (lambda y: lambda th, t: t ** y)(y),
+                   (0.1, 3.0)) for y in POW_EXPONENTS},
+}
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_UNARY))
+def test_unary_values_and_gradients_match_torch(name):
+    torch = pytest.importorskip("torch")
+    fn, ref, dom = TORCH_UNARY[name]
+    if isinstance(ref, str):
+        mod, attr = (torch, ref) if "." not in ref else (torch.nn.functional, ref.split(".")[-1])
+        ref = (lambda f: lambda th, t: f(t))(getattr(mod, attr))
+    x = rand((50, 40), 14) * 3 if dom is None else rand((50, 40), 14, *dom)
+    g = rand((50, 40), 15)
+    t = leaf(x)
+    tt = torch.tensor(x, requires_grad=True)
+    y, yt = fn(t), ref(torch, tt)
+    np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-12, atol=1e-14)
+    (gx,) = pa.grad(y, [t], grad_outputs=g)
+    (gt,) = torch.autograd.grad(yt, [tt], torch.tensor(g))
+    np.testing.assert_allclose(gx, gt.numpy(), rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("name", ["div", "mul", "sub", "maximum", "minimum"])
+def test_binary_gradients_match_torch_with_broadcasting(name):
+    torch = pytest.importorskip("torch")
+    a = np.round(rand((30, 20), 16), 1)
+    b = np.round(rand((20,), 17), 1) + (2.5 if name == "div" else 0)
+    ta, tb = leaf(a), leaf(b)
+    qa, qb = (torch.tensor(v, requires_grad=True) for v in (a, b))
+    y = getattr(pa, name)(ta, tb)
+    yt = getattr(torch, name)(qa, qb)
+    g = rand((30, 20), 18)
+    for mine, theirs in zip(pa.grad(y, [ta, tb], grad_outputs=g),
+                            torch.autograd.grad(yt, [qa, qb], torch.tensor(g))):
+        np.testing.assert_allclose(mine, theirs.numpy(), rtol=1e-12, atol=1e-14)

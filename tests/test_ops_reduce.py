@@ -141,3 +141,32 @@ def test_every_public_reduce_op_is_gradchecked():
               and n not in ("primitive", "record")}
     assert public == {"sum", "mean", "max", "min", "var", "logsumexp", "softmax",
                       "log_softmax"}
+
+
+# ---- rewritten rules against PyTorch, every axis ----------------------------------------
+TORCH_REDUCE = {
+    "softmax": (lambda t, a: pa.softmax(t, axis=a), lambda th, t, a: th.softmax(t, dim=a)),
+    "log_softmax": (lambda t, a: pa.log_softmax(t, axis=a),
+                    lambda th, t, a: th.log_softmax(t, dim=a)),
+    "logsumexp": (lambda t, a: pa.logsumexp(t, axis=a), lambda th, t, a: th.logsumexp(t, dim=a)),
+    "max_ties": (lambda t, a: pa.max(t, axis=a), lambda th, t, a: th.amax(t, dim=a)),
+    "min_ties": (lambda t, a: pa.min(t, axis=a), lambda th, t, a: th.amin(t, dim=a)),
+    "var": (lambda t, a: pa.var(t, axis=a, ddof=1), lambda th, t, a: th.var(t, dim=a)),
+}
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("name", sorted(TORCH_REDUCE))
+def test_reduce_gradients_match_torch(name, axis):
+    torch = pytest.importorskip("torch")
+    x = rand((6, 7, 8), 20) * 4
+    if name.endswith("ties"):
+        x = np.round(x)                 # many ties share the gradient
+    fn, ref = TORCH_REDUCE[name]
+    t, tt = leaf(x), torch.tensor(x, requires_grad=True)
+    y, yt = fn(t, axis), ref(torch, tt, axis)
+    np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-12, atol=1e-14)
+    g = rand(y.shape, 21)
+    (gx,) = pa.grad(y, [t], grad_outputs=g)
+    (gt,) = torch.autograd.grad(yt, [tt], torch.tensor(g))
+    np.testing.assert_allclose(gx, gt.numpy(), rtol=1e-11, atol=1e-13)
