@@ -1,7 +1,11 @@
-"""Small shared helpers: gradient comparison, priors, engine wrappers, call outcomes."""
+"""Small shared helpers: gradient comparison, priors, engine wrappers, call outcomes,
+Ctrl+C on demand."""
 from __future__ import annotations
 
+import _thread
+import signal
 import threading
+import time
 
 import numpy as np
 import threadpoolctl
@@ -11,6 +15,7 @@ from parallel_autograd.engine import engine as engine_module
 
 VARIANTS = ("queue", "inline", "shared", "default", "many_cores")
 SIMULATED_CORES = 16  # what the `many_cores` variant's engine believes it has
+INTERRUPT_TAG = "stress: injected interrupt"  # in every KeyboardInterrupt the harness sends
 
 
 class DefaultEngine:
@@ -256,3 +261,53 @@ class Outcome:
         if self.exc is not None:
             return f"{type(self.exc).__name__}: {self.exc}"
         return "ok"
+
+
+class Interrupter:
+    """Ctrl+C on demand, main thread only: inside the block, `send()` (from any thread)
+    or `after(delay)` sends SIGINT to the main thread, whose handler raises
+    `KeyboardInterrupt(tag)`. On exit it waits for the timer and until every SIGINT
+    sent has reached the handler (which, from then on, only records it), then puts the
+    previous handler back: nothing sent can land later as a real Ctrl+C (a Timer
+    cancelled too late used to). Its KeyboardInterrupt leaving the block is swallowed:
+    the block's own `except KeyboardInterrupt` may not have been entered yet."""
+
+    def __init__(self, tag: str = INTERRUPT_TAG):
+        self.tag = tag
+        self.sent = threading.Event()
+        self.fired = threading.Event()
+        self.timer = None
+        self.old = None
+        self.exiting = False
+
+    def _handler(self, signum, frame):
+        self.fired.set()
+        # Not once __exit__ began (it sets `exiting` first; the frame check covers a
+        # signal landing before that first statement).
+        if not self.exiting and (frame is None
+                                 or frame.f_code is not Interrupter.__exit__.__code__):
+            raise KeyboardInterrupt(self.tag)
+
+    def send(self) -> None:
+        self.sent.set()
+        _thread.interrupt_main()
+
+    def after(self, delay: float) -> None:
+        self.timer = threading.Timer(delay, self.send)
+        self.timer.start()
+
+    def __enter__(self):
+        self.old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        self.exiting = True
+        end = time.monotonic() + 5.0
+        if self.timer is not None:
+            self.timer.join()
+        while self.sent.is_set() and not self.fired.is_set() and time.monotonic() < end:
+            time.sleep(0.0005)
+        signal.signal(signal.SIGINT, self.old)
+        # ours, landed in the block outside the caller's try (e.g. a timer of ~0 s
+        # firing before it): swallowed, like one caught there
+        return isinstance(exc[1], KeyboardInterrupt) and str(exc[1]) == self.tag

@@ -20,6 +20,9 @@ Kinds (`KINDS`, all on by default; `stall` is opt-in):
 - freed_graph: a second backward through a freed graph -> RuntimeError.
 - stall:       a node sleeps past a short deadline -> the watchdog fires, dumps the
                stacks and breaks the call; the engine keeps serving (watchdog self-test).
+- interrupt_commit, fork_busy, cross_close, memory: hazards of the process around a
+               call (Ctrl+C in the write-back, fork from a busy process, engines closing
+               each other, memory of large branches): see `stress.hazards`.
 
 Graph surgery (replacing a node's rule, appending to its hooks) touches only the
 test's own graph objects, never the engine.
@@ -35,14 +38,13 @@ import numpy as np
 
 import parallel_autograd as pa
 
-from . import graphs
-from .checks import (Outcome, diff_all, leaf_diffs, make_priors, set_grads, snapshot,
-                     unchanged)
+from . import graphs, hazards
+from .checks import (INTERRUPT_TAG, Outcome, diff_all, leaf_diffs, make_priors,  # noqa: F401
+                     set_grads, snapshot, unchanged)
 
-KINDS = ("node_error", "hook_error", "nan", "reentrant", "interrupt", "freed_graph")
+KINDS = ("node_error", "hook_error", "nan", "reentrant", "interrupt", "freed_graph") + hazards.KINDS
 OPT_IN = ("stall",)
 ALL_KINDS = KINDS + OPT_IN
-INTERRUPT_TAG = "stress: injected interrupt"
 
 
 class StressFault(Exception):
@@ -575,6 +577,7 @@ RUNNERS = {
     "interrupt": run_interrupt,
     "freed_graph": run_freed_graph,
     "stall": run_stall,
+    **hazards.RUNNERS,
 }
 
 

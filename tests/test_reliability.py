@@ -18,6 +18,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 import parallel_autograd as pa
 from conftest import assert_bitwise
+from stress.checks import Interrupter
 from parallel_autograd.engine import blas
 from parallel_autograd.engine import engine as engine_module
 
@@ -408,20 +409,17 @@ def test_ctrl_c_at_random_moments_never_leaves_a_partial_write_back():
     for k in range(40):
         loss, leaves, expected = _many_leaves(n, with_grads=True)
         old = [t.grad.copy() for t in leaves]
-        delay = rng.uniform(0, 0.03)
-        timer = threading.Timer(delay, _thread.interrupt_main)
-        timer.start()
-        try:
-            if k % 2:
-                pa.backward(loss)
-            else:
-                pa.backward_parallel(loss, num_workers=2)
-            time.sleep(0.05)  # an interrupt still to come lands here
-        except KeyboardInterrupt:
-            pass
-        finally:
-            timer.cancel()
-            timer.join()
+        # Interrupter waits for its timer and for the delivery: a Timer cancelled just
+        # as it fired once sent its SIGINT after the test, into pytest.
+        with Interrupter() as irq:
+            irq.after(rng.uniform(0, 0.03))
+            try:
+                if k % 2:
+                    pa.backward(loss)
+                else:
+                    pa.backward_parallel(loss, num_workers=2)
+            except KeyboardInterrupt:
+                pass
         new = [np.array_equal(t.grad, e) for t, e in zip(leaves, expected)]
         same = [np.array_equal(t.grad, o) for t, o in zip(leaves, old)]
         assert all(new) or all(same), f"call {k}: {sum(new)} of {n} leaves updated"
@@ -520,3 +518,69 @@ def test_errors_raised_on_several_threads_at_once_are_all_reported():
     if hasattr(err, "add_note"):
         assert any("also raised on another thread" in n for n in err.__notes__)
     assert x.grad is None
+
+
+# ---- 6. memory on branches with large arrays ------------------------------------------
+_ELEMS = 2**20  # 8 MiB per float64 array
+
+
+def _shared_input_branches(branches=8):
+    """`sum_i tanh(x * a_i + b_i).sum()`: every branch sends x one 8 MiB contribution,
+    summed in canonical order; the parameters a_i, b_i need no gradient."""
+    rng = np.random.default_rng(0)
+    x = pa.tensor(rng.standard_normal(_ELEMS), requires_grad=True)
+    loss = None
+    for _ in range(branches):
+        a, b = (pa.tensor(rng.standard_normal(_ELEMS)) for _ in range(2))
+        s = pa.tanh(x * a + b).sum()
+        loss = s if loss is None else loss + s
+    return loss, x
+
+
+def _traced_peak(run) -> int:
+    import gc
+    import tracemalloc
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        run()
+        return tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("workers,cap", [(2, 1), (4, 1), (4, 2)])
+def test_parked_contributions_are_bounded_in_bytes_not_only_in_count(workers, cap):
+    # max_parked=4 alone let four 8 MiB contributions wait whatever their size. With
+    # the byte cap, once it is reached no thread starts new work, so only the threads
+    # already running (T - 1 besides the one that filled it) can each park one more.
+    nbytes = _ELEMS * 8
+    with pa.Engine(workers, min_nodes=0, min_work=0, min_width=0, inline_below=0,
+                   max_parked_bytes=cap * nbytes) as eng:
+        for _ in range(3):
+            loss, x = _shared_input_branches()
+            st = eng.backward(loss, stats=True)
+            assert st.mode == "parallel"
+            assert st.parked_peak <= (cap + workers - 1) * nbytes, (st.parked_peak, cap)
+            loss, want = _shared_input_branches()
+            pa.backward(loss)
+            assert_bitwise([want.grad], [x.grad])
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_peak_memory_of_large_branches_within_the_stated_bound(workers):
+    # The README's bound (Known limits): above the sequential peak, each other thread
+    # running the call holds at most one node's working set M and one contribution it
+    # parked past the cap, plus the cap itself: extra <= (T - 1) * 2M + max_parked_bytes.
+    # Here M = 2 arrays (tanh's rule: its temporary and its result; mul's: the gradient
+    # it receives and the one it returns).
+    nbytes = _ELEMS * 8
+    loss, _ = _shared_input_branches()
+    seq = _traced_peak(lambda: pa.backward(loss))
+    with pa.Engine(workers, min_nodes=0, min_work=0, min_width=0, inline_below=0) as eng:
+        for _ in range(3):
+            loss, _ = _shared_input_branches()
+            par = _traced_peak(lambda: eng.backward(loss))
+            bound = seq + (workers - 1) * 2 * (2 * nbytes) + eng.max_parked_bytes
+            assert par <= bound, (par / nbytes, seq / nbytes, bound / nbytes)

@@ -52,9 +52,11 @@ class Engine:
         estimated work is in multithreaded (BLAS) kernels, run sequentially: BLAS
         already uses the cores, and splitting them between workers was measured to
         gain nothing (intra-op or inter-op parallelism, never both).
-    max_parked: contributions a call may hold parked (waiting for the canonical
-        order) before threads stop starting its queued nodes while another thread
-        runs it: bounds the memory the parallel engine holds beyond the sequential one.
+    max_parked, max_parked_bytes: contributions (and bytes of them) a call may hold
+        parked, waiting for the canonical order, before threads stop starting its
+        queued nodes while another thread runs it: bounds the memory the parallel
+        engine holds beyond the sequential one (README, "Memory"). One contribution
+        is always let in, whatever its size.
     limit_blas: while a call runs in parallel, cap BLAS threads at cores // workers.
     share_cheap: hand cheap ready nodes between threads too (keyed accumulation when
         every node is cheap). Can pay only without the GIL, and on CPython 3.13t it was
@@ -68,8 +70,8 @@ class Engine:
     def __init__(self, num_workers: int | None = None, *, min_nodes: int = 8,
                  min_work: float = 1e6, min_width: float = 1.5,
                  inline_below: float = 16384, max_blas_share: float = 0.5,
-                 max_parked: int = 4, limit_blas: bool = True,
-                 share_cheap: bool = False):
+                 max_parked: int = 4, max_parked_bytes: float = 16 * 2**20,
+                 limit_blas: bool = True, share_cheap: bool = False):
         self.num_workers = _check_workers(num_workers)
         # Checked at run time: a free-threaded build may still run with the GIL on.
         self.gil_enabled = gil_enabled()
@@ -80,6 +82,7 @@ class Engine:
         self.inline_below = inline_below
         self.max_blas_share = max_blas_share
         self.max_parked = max_parked
+        self.max_parked_bytes = max_parked_bytes
         self.limit_blas = limit_blas
         self._pool = WorkerPool(self.num_workers - 1)
         # An engine dropped without close() still stops its threads.
@@ -178,7 +181,8 @@ class Engine:
 
     def _run_parallel(self, plan, decision, st) -> GraphTask:
         pool = self._pool
-        task = GraphTask(plan, st, pool, self.inline_below, self.max_parked, self.share_cheap)
+        task = GraphTask(plan, st, pool, self.inline_below, self.max_parked, self.share_cheap,
+                         self.max_parked_bytes)
         pool.start()
         if decision.accumulation == "keyed":
             ready = task.prepare_keyed()

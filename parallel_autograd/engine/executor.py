@@ -36,7 +36,7 @@ def execute(task, first: list) -> None:
     ran = runs = absorbed = 0
     try:
         while True:
-            if stack and runs and not keyed and task.parked >= task.max_parked:
+            if stack and runs and not keyed and task.full:
                 yield_to_queue(task, stack)  # `runs`: the item it was given always runs
                 if heavy is None:
                     break

@@ -27,12 +27,15 @@ Running state:
   still runs one of its items (`finished`, set once).
 - `error`: the first exception (first error wins); later items are skipped but still
   counted down. `runners`: thread ident -> items it runs now (nested: > 1).
-- `parked`: contributions parked across all slots. Backpressure: parked contributions
-  are memory the sequential engine never holds. While `parked >= max_parked` and a
-  thread runs one of this call's items, no thread starts another of its queued items
-  (`throttled`); they stay queued and threads are woken when that ends. With nothing
-  running, the highest-seq ready node is the one every parked contribution waits for,
-  so progress is guaranteed.
+- `parked`, `parked_bytes`: contributions parked across all slots, and the bytes they
+  own. Backpressure: parked contributions are memory the sequential engine never
+  holds. `full` is set while `parked >= max_parked` or `parked_bytes >=
+  max_parked_bytes` (so a large contribution counts for its size, not as one of
+  four); while it is set and a thread runs one of this call's items, no thread starts
+  another of its queued items (`throttled`) and threads hand their inline work to the
+  queue; threads are woken when it clears. With nothing running, the highest-seq
+  ready node is the one every parked contribution waits for, so progress is
+  guaranteed.
 - `shared` (`share_cheap` only): cheap ready nodes given away for any thread of the
   call to take; a deque, atomic on its own, each item counted in `outstanding`.
 - `waiting`: the caller sleeps in `wait()` (written by it only, read racily: a hint).
@@ -67,7 +70,8 @@ class CallStats:
 
     __slots__ = ("mode", "reason", "nodes", "workers", "elapsed", "nodes_per_thread",
                  "busy_per_thread", "queue_wait", "inline_runs", "queued_runs",
-                 "total_cost", "critical_path", "blas_threads", "accumulation")
+                 "total_cost", "critical_path", "blas_threads", "accumulation",
+                 "parked_peak")
 
     def __init__(self):
         self.nodes_per_thread = {}
@@ -77,6 +81,7 @@ class CallStats:
         self.queued_runs = 0
         self.blas_threads = None
         self.accumulation = None
+        self.parked_peak = 0  # most bytes held parked at once (ranked accumulation)
         self.total_cost = 0
         self.critical_path = 0
 
@@ -99,12 +104,14 @@ class GraphTask:
     """One parallel backward call. See the module docstring for its state."""
 
     def __init__(self, plan, stats: CallStats, pool, inline_below: float,
-                 max_parked: int = 4, share_cheap: bool = False):
+                 max_parked: int = 4, share_cheap: bool = False,
+                 max_parked_bytes: float = float("inf")):
         self.plan = plan
         self.stats = stats
         self.pool = pool
         self.inline_below = inline_below
         self.max_parked = max_parked
+        self.max_parked_bytes = max_parked_bytes
         self.share_cheap = share_cheap
         # guards slots, outstanding, runners, parked, error, stats, staged and
         # captured (pending: the striped locks)
@@ -113,6 +120,8 @@ class GraphTask:
         self.outstanding = 0
         self.runners = {}
         self.parked = 0
+        self.parked_bytes = 0
+        self.full = False  # parked beyond max_parked or max_parked_bytes (read racily)
         self.keyed = False
         self.pending = {}
         self.stripes = ()
@@ -204,6 +213,11 @@ class GraphTask:
                     slot.parked = {}
                 slot.parked[rank] = g
                 self.parked += 1
+                self.parked_bytes += held_bytes(g)
+                if self.parked_bytes > self.stats.parked_peak:
+                    self.stats.parked_peak = self.parked_bytes
+                self.full = (self.parked >= self.max_parked
+                             or self.parked_bytes >= self.max_parked_bytes)
                 return None
             slot.busy = True
         unthrottled = False
@@ -219,7 +233,10 @@ class GraphTask:
                     if parked and slot.next_rank in parked:
                         g = parked.pop(slot.next_rank)
                         self.parked -= 1
-                        if self.parked == self.max_parked - 1:
+                        self.parked_bytes -= held_bytes(g)
+                        if self.full and self.parked < self.max_parked \
+                                and self.parked_bytes < self.max_parked_bytes:
+                            self.full = False
                             unthrottled = True
                         continue
                     slot.busy = False
@@ -346,10 +363,10 @@ class GraphTask:
 
     # ---- bookkeeping --------------------------------------------------------------
     def throttled(self) -> bool:
-        """Backpressure: too many parked contributions while another thread runs
-        this call. Read without the lock: every change that can end it is followed
-        by `wake()`, and waits are bounded."""
-        return self.parked >= self.max_parked and bool(self.runners)
+        """Backpressure: too many parked contributions (or bytes) while another
+        thread runs this call. Read without the lock: every change that can end it is
+        followed by `wake()`, and waits are bounded."""
+        return self.full and bool(self.runners)
 
     # begin/end keep `runners` exact even if Ctrl+C lands anywhere in between: each
     # changes it with one store, and end() undoes only what begin() did.
@@ -371,7 +388,7 @@ class GraphTask:
                 del self.runners[tid]
             self.outstanding -= 1
             done = self._check_done()
-            wake = done or (not self.runners and self.parked >= self.max_parked)
+            wake = done or (not self.runners and self.full)
         if wake:
             self.pool.wake(self)
 
@@ -447,6 +464,12 @@ def _note_other_error(first: BaseException, other: BaseException) -> None:
         first.add_note(f"also raised on another thread while this call failed: "
                        f"{type(other).__name__}: {other}"
                        + (f" (in {where})" if where else ""))
+
+
+def held_bytes(g) -> int:
+    """Bytes a parked contribution keeps alive: an array that owns its data counts its
+    size; a view (e.g. a broadcast seed) counts 0, its base is owned elsewhere."""
+    return g.nbytes if g is not None and g.flags.owndata else 0
 
 
 def _count_seeds(roots) -> dict:

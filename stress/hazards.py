@@ -1,0 +1,321 @@
+"""Fault kinds for hazards of the process around a call rather than of one graph:
+each guards a bug adversarial testing found (issue: reliability holes).
+
+- interrupt_commit: Ctrl+C lands while the engine writes `.grad` (SIGINT sent from
+               inside the write-back, at a random leaf, or by a timer aimed at the
+               last part of the call) -> every leaf updated, or none.
+- fork_busy:   `os.fork()` while another thread records ops or runs a parallel
+               backward -> the child can record, run both engines and exit in time.
+- cross_close: two engines whose workers each `close()` the other mid-call -> both
+               calls finish, gradients exact, no deadlock.
+- memory:      branches with large arrays sending one shared input their
+               contributions -> parked bytes and peak memory within the README's bound.
+
+Each runner takes a `faults.FaultRun` and returns True (surfaced correctly), False
+(a failure was reported) or None (nothing to do here, e.g. no fork on this platform).
+"""
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import threading
+import time
+import tracemalloc
+import warnings
+
+import numpy as np
+
+import parallel_autograd as pa
+
+from .checks import (INTERRUPT_TAG, Interrupter, Outcome, diff, leaf_diffs, set_grads, snapshot,
+                     unchanged)
+
+KINDS = ("interrupt_commit", "fork_busy", "cross_close", "memory")
+_FORKS = 8  # forks per fork_busy unit
+
+
+# ---- interrupt_commit ------------------------------------------------------------------
+class _TripGrad(np.ndarray):
+    """A `.grad` array that sends SIGINT to the main thread when the engine adds into
+    it (`t.grad += g` in the write-back)."""
+
+    trip = None  # class-level: set to a callable to arm
+
+    def __iadd__(self, other):
+        if _TripGrad.trip is not None:
+            _TripGrad.trip()
+        return super().__iadd__(other)
+
+
+def run_interrupt_commit(fr):
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        return None
+    fr.api = "backward"  # grad() writes no .grad
+    seq, par = fr.build_pair()
+    if not any(isinstance(t.grad, np.ndarray) for t in par.case.leaves):
+        return None
+    so = seq.run()
+    if not fr.check_outcome(so, seq, "sequential call"):
+        return False
+    expected = [t.grad for t in seq.case.leaves]
+    at_leaf = fr.rng.random() < 0.5
+    length = None
+    if not at_leaf:  # time the call once, to aim the timer at its end
+        t0 = time.perf_counter()
+        if not fr.check_outcome(par.run(), par, "engine call (timing)"):
+            return False
+        length = time.perf_counter() - t0
+    _arm_trips(par, fr.priors)
+    po, via = _interrupted_call(fr, par, length)
+    fr.h.report.notes_counter(f"interrupt_commit: {via.split(' ')[0]}")
+    if po.hang or (po.exc is not None and INTERRUPT_TAG not in str(po.exc)):
+        return fr.check_outcome(po, par, f"interrupted engine call ({via})")
+    got = [t.grad for t in par.case.leaves]
+    updated = sum(diff(e, g, "gradient") is None for e, g in zip(expected, got))
+    if updated == len(got):
+        return True  # completed: the interrupt came during or after the write-back
+    problems = unchanged(par.case.leaves, par.before_objs, par.before_vals)
+    if po.exc is None or problems:
+        fr.fail("mismatch", f"interrupt ({via}) left a partial write-back: {updated} of "
+                f"{len(got)} leaves updated", {"problems": problems[:20]})
+        return False
+    return True  # interrupted before the write-back: nothing changed
+
+
+def _arm_trips(par, priors):
+    """Reset the leaves' .grad to the priors, each array one that can trip."""
+    set_grads(par.case.leaves, priors)
+    for t in par.case.leaves:
+        if isinstance(t.grad, np.ndarray):
+            t.grad = t.grad.view(_TripGrad)
+    par.before_objs, par.before_vals = snapshot(par.case.leaves)
+
+
+def _interrupted_call(fr, par, length):
+    """Run `par` with SIGINT armed: at a random `+=` of the write-back (`length` None),
+    or from a timer aimed at the last 15% of a call `length` seconds long, up to 2%
+    past its end. Returns (outcome, how it was sent)."""
+    po = Outcome()
+    with Interrupter(f"{INTERRUPT_TAG} (commit)") as irq:
+        if length is None:
+            n = sum(isinstance(t.grad, np.ndarray) for t in par.case.leaves)
+            k = int(fr.rng.integers(n))
+            count = [0]
+
+            def trip():
+                count[0] += 1
+                if count[0] == k + 1:
+                    irq.send()
+            _TripGrad.trip = trip
+            via = f"write-back, at leaf {k + 1} of {n}"
+        else:
+            delay = length * fr.rng.uniform(0.85, 1.02)
+            irq.after(delay)
+            via = f"timer at {delay * 1e3:.2f} of {length * 1e3:.2f} ms"
+        try:
+            po = par.run()
+        except KeyboardInterrupt:  # arrived after the call returned: it completed
+            pass
+        finally:
+            _TripGrad.trip = None
+    _TripGrad.trip = None  # even if the interrupt landed in the finally above
+    return po, via + ("" if irq.fired.is_set() else ", not delivered")
+
+
+# ---- fork_busy ---------------------------------------------------------------------------
+def _child_work() -> int:
+    """In the forked child: record ops, run both engines; 0 if the results agree."""
+    x = pa.tensor(np.arange(1.0, 9.0), requires_grad=True)
+    loss = (pa.tanh(x * 0.5) * x).sum() + (x * x).sum()
+    pa.backward(loss)
+    want = x.grad.copy()
+    x.grad = None
+    loss = (pa.tanh(x * 0.5) * x).sum() + (x * x).sum()
+    pa.backward_parallel(loss, num_workers=2)
+    return 0 if np.array_equal(want, x.grad) else 3
+
+
+def run_fork_busy(fr):
+    if not hasattr(os, "fork"):
+        return None
+    deadline = max(10.0, fr.h.deadline_for(fr.build_pair()[0].case))
+    stop = threading.Event()
+    errors = []
+    busy = "recording" if fr.rng.random() < 0.5 else "backward"
+
+    def background():  # records ops, or runs the unit's graph, again and again
+        x = pa.tensor(np.ones(4), requires_grad=True)
+        while not stop.is_set():
+            try:
+                if busy == "backward":
+                    case = fr.build_pair()[1].case
+                    fr.engine.backward(case.root, case.seed_grad)
+                else:
+                    y = x
+                    for _ in range(200):
+                        y = y * 1.0
+            except Exception as e:  # noqa: BLE001 - reported, the unit goes on
+                errors.append(e)
+                return
+    t = threading.Thread(target=background, daemon=True, name="stress-busy")
+    t.start()
+    statuses = []
+    try:
+        for _ in range(_FORKS):  # a lock is held only now and then: fork several times
+            time.sleep(fr.rng.uniform(0.0, 0.005))
+            statuses.append(_fork_child(deadline))
+            if statuses[-1] != 0:
+                break
+    finally:
+        stop.set()
+        t.join(30)
+    status = statuses[-1]
+    fr.h.report.notes_counter(f"fork_busy: while {busy}")
+    if errors:
+        fr.fail("error", f"the busy thread ({busy}) raised {errors[0]!r}")
+        return False
+    if status is None:
+        fr.fail("hang", f"a child forked while another thread was {busy} did not finish "
+                "in time (killed)")
+        return False
+    if status != 0:
+        fr.fail("error", f"a child forked while another thread was {busy} exited "
+                f"with status {status}")
+        return False
+    return True
+
+
+def _fork_child(timeout):
+    """Fork; the child runs `_child_work` and exits. Its exit status, or None."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
+        pid = os.fork()
+    if pid == 0:  # the child: never return into the harness
+        code = 1
+        try:
+            code = _child_work()
+        finally:
+            os._exit(code)
+    return _wait_child(pid, timeout)
+
+
+def _wait_child(pid, timeout):
+    """The child's exit status, or None (after killing it) if it runs past `timeout`."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.005)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return None
+
+
+# ---- cross_close -----------------------------------------------------------------------
+def run_cross_close(fr):
+    barrier = threading.Barrier(2, timeout=10)
+    engines = [pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0)
+               for _ in range(2)]
+
+    def closer(other):
+        class CloseOther(pa.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 1.0
+
+            @staticmethod
+            def backward(ctx, g):
+                barrier.wait()
+                other.close()
+                return g
+        return CloseOther
+
+    slow = pa.primitive("stress_slow", lambda x: x * 1.0,
+                        lambda g, ans, x: (time.sleep(0.05), g)[1])
+    results = {}
+
+    def run(i):
+        x = pa.tensor(np.arange(4.0), requires_grad=True)
+        loss = slow(x).sum() + closer(engines[1 - i]).apply(x).sum()
+        engines[i].backward(loss)
+        results[i] = x.grad
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    if any(t.is_alive() for t in threads):
+        fr.fail("hang", "two engines closing each other from their workers deadlocked")
+        return False
+    if len(results) != 2 or not all(np.array_equal(g, np.full(4, 2.0))
+                                    for g in results.values()):
+        fr.fail("mismatch", f"engines closing each other: gradients {results}")
+        return False
+    return all(fr.h.close_engine(e, "cross_close engine") is not False for e in engines)
+
+
+# ---- memory ------------------------------------------------------------------------------
+def _branches(rng_seed, branches, elems):
+    rng = np.random.default_rng(rng_seed)
+    x = pa.tensor(rng.standard_normal(elems), requires_grad=True)
+    loss = None
+    for _ in range(branches):
+        a, b = (pa.tensor(rng.standard_normal(elems)) for _ in range(2))
+        s = pa.tanh(x * a + b).sum()
+        loss = s if loss is None else loss + s
+    return loss, x
+
+
+def _traced(run) -> int:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        run()
+        return tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+def run_memory(fr):
+    if tracemalloc.is_tracing():
+        return None
+    rng = fr.rng
+    workers = int(rng.integers(2, 5))
+    branches, elems = int(rng.integers(8, 17)), int(2 ** rng.integers(16, 19))
+    nbytes = elems * 8
+    cap = int(rng.integers(1, 4)) * nbytes  # parked bytes allowed: 1 to 3 contributions
+    loss, want = _branches(fr.seed, branches, elems)
+    seq = _traced(lambda: pa.backward(loss))
+    loss, x = _branches(fr.seed, branches, elems)
+    stats = {}
+    with pa.Engine(workers, min_nodes=0, min_work=0, min_width=0, inline_below=0,
+                   max_parked_bytes=cap) as eng:
+        par = _traced(lambda: stats.setdefault("s", eng.backward(loss, stats=True)))
+    st = stats["s"]
+    where = (f"{branches} branches of {elems} elements, {workers} workers, "
+             f"max_parked_bytes={cap // nbytes} contributions")
+    problems = leaf_diffs([want.grad], [x])
+    if problems:
+        fr.fail("mismatch", f"memory ({where}): {problems[0]}")
+        return False
+    # README, "Known limits": once the cap is reached no thread starts new work, so
+    # each other thread parks at most one contribution more, and holds at most one
+    # node's working set (here 2 arrays) beyond the sequential peak.
+    if st.parked_peak > cap + (workers - 1) * nbytes:
+        fr.fail("memory", f"{where}: {st.parked_peak / nbytes:.1f} contributions parked, "
+                "over the cap plus one per other thread")
+        return False
+    bound = seq + (workers - 1) * 2 * (2 * nbytes) + cap
+    if par > bound:
+        fr.fail("memory", f"{where}: peak {par / nbytes:.1f} arrays, over the bound "
+                f"{bound / nbytes:.1f} (sequential {seq / nbytes:.1f})")
+        return False
+    return True
+
+
+RUNNERS = {"interrupt_commit": run_interrupt_commit, "fork_busy": run_fork_busy,
+           "cross_close": run_cross_close, "memory": run_memory}
