@@ -80,10 +80,12 @@ def _axis(axis):
 
 
 def sum(x, axis=None, keepdims: bool = False):
+    """Sum over `axis` (None: all; an int or a tuple); the gradient is g broadcast back."""
     return _sum(x, axis=_axis(axis), keepdims=keepdims)
 
 
 def mean(x, axis=None, keepdims: bool = False):
+    """Mean over `axis` (None: all; an int or a tuple)."""
     return _mean(x, axis=_axis(axis), keepdims=keepdims)
 
 
@@ -166,12 +168,15 @@ _log_softmax_op = primitive("log_softmax", _log_softmax, _log_softmax_vjp)
 
 
 def logsumexp(x, axis=None, keepdims: bool = False):
+    """log(sum(exp(x))) over `axis`, shifted by the maximum (no overflow)."""
     return _lse(x, axis=_axis(axis), keepdims=keepdims)
 
 
 def softmax(x, axis: int = -1):
+    """exp(x) / sum(exp(x)) along `axis`, shifted by the maximum."""
     return _softmax_op(x, axis=axis)
 
 
 def log_softmax(x, axis: int = -1):
+    """x - logsumexp(x) along `axis`."""
     return _log_softmax_op(x, axis=axis)
