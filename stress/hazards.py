@@ -5,7 +5,8 @@ each guards a bug adversarial testing found (issue: reliability holes).
                inside the write-back, at a random leaf, or by a timer aimed at the
                last part of the call) -> every leaf updated, or none.
 - fork_busy:   `os.fork()` while another thread records ops or runs a parallel
-               backward -> the child can record, run both engines and exit in time.
+               backward, or (in a fresh interpreter) runs the process's first parallel
+               call -> the child can record, run both engines and exit in time.
 - cross_close: two engines whose workers each `close()` the other mid-call -> both
                calls finish, gradients exact, no deadlock.
 - memory:      branches with large arrays sending one shared input their
@@ -19,6 +20,8 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import tracemalloc
@@ -125,6 +128,39 @@ def _interrupted_call(fr, par, length):
 
 
 # ---- fork_busy ---------------------------------------------------------------------------
+# A fresh process forks while another of its threads runs the process's first parallel
+# call (imports, pool start-up, BLAS set-up): the child must run a backward and exit 0.
+FIRST_CALL_SCRIPT = r"""
+import os, sys, threading, time, warnings
+warnings.simplefilter("ignore", DeprecationWarning)
+import numpy as np
+import parallel_autograd as pa
+started = threading.Event()
+def first_call():
+    x = pa.tensor(np.ones((32, 32)), requires_grad=True)
+    loss = sum(((x @ x) * float(i)).sum() for i in range(8))
+    started.set()
+    pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0).backward(loss)
+t = threading.Thread(target=first_call)
+t.start()
+started.wait()
+pid = os.fork()
+if pid == 0:
+    x = pa.tensor(np.ones(3), requires_grad=True)
+    pa.backward_parallel((x * 2).sum(), num_workers=2)
+    os._exit(0 if np.array_equal(x.grad, np.full(3, 2.0)) else 3)
+t.join()
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        sys.exit(os.waitstatus_to_exitcode(status))
+    time.sleep(0.01)
+os.kill(pid, 9)
+sys.exit(99)
+"""
+
+
 def _child_work() -> int:
     """In the forked child: record ops, run both engines; 0 if the results agree."""
     x = pa.tensor(np.arange(1.0, 9.0), requires_grad=True)
@@ -143,7 +179,9 @@ def run_fork_busy(fr):
     deadline = max(10.0, fr.h.deadline_for(fr.build_pair()[0].case))
     stop = threading.Event()
     errors = []
-    busy = "recording" if fr.rng.random() < 0.5 else "backward"
+    busy = str(fr.rng.choice(["recording", "backward", "first call"], p=[0.4, 0.4, 0.2]))
+    if busy == "first call":
+        return _fork_in_first_call(fr)
 
     def background():  # records ops, or runs the unit's graph, again and again
         x = pa.tensor(np.ones(4), requires_grad=True)
@@ -183,6 +221,25 @@ def run_fork_busy(fr):
     if status != 0:
         fr.fail("error", f"a child forked while another thread was {busy} exited "
                 f"with status {status}")
+        return False
+    return True
+
+
+def _fork_in_first_call(fr):
+    """FIRST_CALL_SCRIPT in a fresh interpreter (the first call happens once a process)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(pa.__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    try:
+        r = subprocess.run([sys.executable, "-c", FIRST_CALL_SCRIPT], env=env, timeout=120,
+                           capture_output=True, text=True)
+    except subprocess.TimeoutExpired:
+        fr.fail("hang", "a process forked during its first parallel call did not finish")
+        return False
+    fr.h.report.notes_counter("fork_busy: during the first call")
+    if r.returncode != 0:
+        fr.fail("hang" if r.returncode == 99 else "error",
+                f"fork during the process's first parallel call: exit {r.returncode}",
+                {"stderr": r.stderr[-2000:]})
         return False
     return True
 

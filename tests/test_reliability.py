@@ -19,6 +19,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 import parallel_autograd as pa
 from conftest import assert_bitwise
 from stress.checks import Interrupter
+from stress.hazards import FIRST_CALL_SCRIPT
 from parallel_autograd.engine import blas
 from parallel_autograd.engine import engine as engine_module
 
@@ -308,38 +309,10 @@ def test_engine_imports_what_it_needs_at_import_time():
 
 @needs_fork
 def test_fork_during_the_processes_first_parallel_call():
-    script = r"""
-import os, sys, threading, time, warnings
-warnings.simplefilter("ignore", DeprecationWarning)
-import numpy as np
-import parallel_autograd as pa
-started = threading.Event()
-def first_call():
-    x = pa.tensor(np.ones((32, 32)), requires_grad=True)
-    loss = sum(((x @ x) * float(i)).sum() for i in range(8))
-    started.set()
-    pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0).backward(loss)
-t = threading.Thread(target=first_call)
-t.start()
-started.wait()
-pid = os.fork()
-if pid == 0:
-    x = pa.tensor(np.ones(3), requires_grad=True)
-    pa.backward_parallel((x * 2).sum(), num_workers=2)
-    os._exit(0 if np.array_equal(x.grad, np.full(3, 2.0)) else 3)
-t.join()
-deadline = time.monotonic() + 20
-while time.monotonic() < deadline:
-    done, status = os.waitpid(pid, os.WNOHANG)
-    if done:
-        sys.exit(os.waitstatus_to_exitcode(status))
-    time.sleep(0.01)
-os.kill(pid, 9)
-sys.exit(99)
-"""
+    # the script is the stress harness's fork_busy (first call) one
     for _ in range(5):
-        r = subprocess.run([sys.executable, "-c", script], timeout=90, capture_output=True,
-                           text=True)
+        r = subprocess.run([sys.executable, "-c", FIRST_CALL_SCRIPT], timeout=90,
+                           capture_output=True, text=True)
         assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
 
 
