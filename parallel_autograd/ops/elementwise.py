@@ -167,7 +167,7 @@ pow = primitive("pow", _pow, _pow_base, _pow_exponent)
 
 # ---- unary math --------------------------------------------------------------------
 def _abs_vjp(g, ans, x):
-    t = _buf(np.sign(x))            # 2 passes
+    t = np.sign(x)                  # 2 passes (in-place *= also works on 0-d scalars)
     t *= g
     return t
 
@@ -178,7 +178,7 @@ def _sqrt_vjp(g, ans, x):
 
 
 def _sin_vjp(g, ans, x):
-    t = _buf(np.cos(x))             # 2 passes
+    t = np.cos(x)                   # 2 passes
     t *= g
     return t
 
