@@ -21,11 +21,17 @@ $(VENV)/.installed: pyproject.toml
 test: $(VENV)/.installed
 	$(PY) -m pytest
 
+# The PyTorch columns need torch in .venv: `make bench TORCH=1` installs its CPU build first
+# (pip, from download.pytorch.org); without torch the report says so and how to get them.
+# BENCH_ARGS: more options, e.g. BENCH_ARGS="--check --out bench.json".
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 bench: $(VENV)/.installed
-	$(PY) -m stress.compare
+	$(if $(TORCH),$(PY) -m pip install --quiet torch --index-url $(TORCH_CPU_INDEX))
+	$(PY) -m stress.compare $(BENCH_ARGS)
 
 bench-quick: $(VENV)/.installed
-	$(PY) -m stress.compare --quick
+	$(if $(TORCH),$(PY) -m pip install --quiet torch --index-url $(TORCH_CPU_INDEX))
+	$(PY) -m stress.compare --quick $(BENCH_ARGS)
 
 stress: $(VENV)/.installed
 	$(PY) -m stress --duration 60

@@ -187,7 +187,7 @@ def test_faster_than_torch_pass_miss_unresolved_and_noisy_rows():
     t = t3(0.98, spread=0.2)
     assert t["status"] == "unresolved" and t["recheck"] == ["cnn"]
     t = t3(0.5, contention=1.0)  # measured under other load: shown, not scored
-    assert t["status"] == "n/a" and t["checks"][0]["status"] == "noisy"
+    assert t["status"] == "unresolved" and t["checks"][0]["status"] == "noisy"
     assert "not scored" in t["detail"] and t["recheck"] == ["cnn"]
     both = status(3, {"cnn": row(par=1.5), "lstm": row(par=0.98, spread=0.2)},
                   {"cnn": torch_row(), "lstm": torch_row(spread=0.2)})
@@ -632,3 +632,14 @@ def test_tiny_run_with_forward_step_and_the_pytorch_child(tmp_path):
                  "## PyTorch in the benchmark's process and in its own process",
                  "numpy's per-element kernel gap (wide-elementwise's 500 float64"):
         assert head in proc.stdout
+
+
+def test_without_torch_the_report_says_how_to_get_its_columns(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "torch_available", lambda args: False)
+    monkeypatch.setattr(cli, "measure_all", lambda args, argv: (
+        {"default": raw(**{"mlp-chain": row(1.0)})}, {}))
+    assert compare.main(["--check", "--workloads", "mlp-chain"]) == 0
+    out, err = capsys.readouterr()
+    assert "make bench TORCH=1" in err and "Note: no PyTorch columns" in out
+    assert "- n/a  3. backward_parallel faster than PyTorch's backward" in out
+    assert "| torch fwd ms |" not in out

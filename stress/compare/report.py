@@ -99,7 +99,7 @@ def row_name(raw: dict, name: str, *others) -> str:
 def _setting_row(raw: dict, name: str, torch) -> list:
     r, p, workers = raw["workloads"][name], R.par(raw), raw["workers"]
     m = r["median"]
-    row = [row_name(raw, name, torch), str(r["nodes"]), f"{r['bound']['width']:.1f}",
+    row = [row_name(raw, name), str(r["nodes"]), f"{r['bound']['width']:.1f}",
            ms(m["seq"])]
     row += [f"{ms(m[f'par{n}'])} ({ratio_text(R.speedup(raw, name, f'par{n}'))})"
             for n in workers]

@@ -3,9 +3,9 @@
 Each target is a list of *checks* (one per workload, or one), each an interval
 (`stress.compare.ratios`) and a decision (`stats.decide`): PASS when the whole 95%
 interval satisfies the threshold, MISS when none of it does, otherwise unresolved.
-Rows measured under other load are "noisy": shown, not scored. A target is MISS when
-a check is, PASS when every scored check is, otherwise unresolved; n/a when nothing
-was measured. `recheck` lists the workloads whose more rounds could still decide it
+Rows measured under other load are "noisy": shown, not scored (they can neither pass
+nor fail a target). A target is MISS when a check is, PASS when every check is,
+otherwise unresolved; n/a when nothing was measured. `recheck` lists the workloads whose more rounds could still decide it
 (`stress.compare.schedule` measures them again, within the time budget).
 
 `evaluate_targets(raw, torch, tuned)`: one setting's targets; `torch` the PyTorch
@@ -48,16 +48,16 @@ def target(tid, text: str, ok, detail: str) -> dict:
 
 
 def all_of(tid, text: str, checks: list, note: str = "") -> dict:
-    """Every scored check must PASS."""
-    scored = [c for c in checks if c["status"] != NOISY]
-    if not scored:
+    """Every check must PASS: MISS once a scored one is MISS, unresolved while one is
+    unresolved or not scored (noisy)."""
+    if not checks:
         status = NA
-    elif any(c["status"] == MISS for c in scored):
+    elif any(c["status"] == MISS for c in checks):
         status = MISS
-    elif any(c["status"] == UNRESOLVED for c in scored):
-        status = UNRESOLVED
-    else:
+    elif all(c["status"] == PASS for c in checks):
         status = PASS
+    else:  # unresolved checks, or rows not scored: "every workload" is still open
+        status = UNRESOLVED
     t = _with_checks(tid, text, status, checks, note)
     return dict(t, recheck=[] if status == MISS else t["recheck"])
 
