@@ -16,6 +16,7 @@ canonical order in which contributions to one gradient are summed.
 from __future__ import annotations
 
 import itertools
+import sys
 import weakref
 
 import numpy as np
@@ -25,10 +26,21 @@ from . import locks
 _seq_counter = itertools.count()
 
 
-def next_seq() -> int:
-    """The next node creation number (thread safe)."""
+def _next_seq_locked() -> int:
     with locks.seq:
         return next(_seq_counter)
+
+
+# With the GIL, `next()` on an itertools.count is one C call, atomic: no lock (and none a
+# fork child could inherit held). Without it (free-threaded build), a lock. A GIL that is
+# on at import stays on.
+_next_seq = _seq_counter.__next__ if getattr(sys, "_is_gil_enabled", lambda: True)() \
+    else _next_seq_locked
+
+
+def next_seq() -> int:
+    """The next node creation number (thread safe)."""
+    return _next_seq()
 
 
 class Node:
@@ -49,7 +61,7 @@ class Node:
         self.vjps = vjps                    # tuple[callable | None] or None
         self.joint = joint                  # callable(g, *saved) -> tuple, or None
         self.kwargs = kwargs or None        # dict of keyword arguments for the rules
-        self.seq = next_seq()
+        self.seq = _next_seq()
         self.pre_hooks = None               # list of fn(grad) -> grad | None
         self.retained = None                # weakref to the output tensor (retain_grad)
         self.released = False

@@ -33,31 +33,31 @@ def record(name, out, inputs, vjps=None, saved=(), kwargs=None, joint=None, cost
         out = np.asarray(out)
     if not is_grad_enabled():
         return Tensor._wrap(out)
-    next_nodes = []
-    meta = []
-    used = []
+    # The per-op path of every forward: one pass over the inputs, lists filled in place.
+    n = len(inputs)
+    nexts = [None] * n
+    meta = [None] * n
+    rules = None if vjps is None else [None] * n
     tracked = False
-    for i, x in enumerate(inputs):
-        rule = joint if vjps is None else vjps[i]
-        if rule is not None and isinstance(x, Tensor) and x.requires_grad:
-            next_nodes.append(x.grad_fn if x.grad_fn is not None else accumulator_for(x))
-            meta.append((x.data.shape, x.data.dtype))
-            used.append(rule)
+    for i in range(n):
+        x = inputs[i]
+        if isinstance(x, Tensor) and x._requires_grad:
+            rule = joint if rules is None else vjps[i]
+            if rule is None:
+                continue
+            fn = x.grad_fn
+            nexts[i] = fn if fn is not None else accumulator_for(x)
+            data = x.data
+            meta[i] = (data.shape, data.dtype)
+            if rules is not None:
+                rules[i] = rule
             tracked = True
-        else:
-            next_nodes.append(None)
-            meta.append(None)
-            used.append(None)
     if not tracked:
         return Tensor._wrap(out)
-    if joint is not None:
-        node = Node(name, tuple(next_nodes), tuple(meta), saved, joint=joint,
-                    kwargs=kwargs, cost=out.size if cost is None else cost, threaded=threaded,
-                    size=out.size)
-    else:
-        node = Node(name, tuple(next_nodes), tuple(meta), saved, vjps=tuple(used),
-                    kwargs=kwargs, cost=out.size if cost is None else cost, threaded=threaded,
-                    size=out.size)
+    size = out.size
+    node = Node(name, tuple(nexts), tuple(meta), saved,
+                None if rules is None else tuple(rules), joint if rules is None else None,
+                kwargs, size if cost is None else cost, threaded, size)
     return Tensor._wrap(out, node)
 
 
@@ -75,10 +75,10 @@ def primitive(name, forward, *vjps, cost=None, threaded=False):
             ans = forward(*arrays, **kwargs)
         except ValueError as e:
             raise ValueError(f"{name}: {e}") from e
-        ans = np.asarray(ans)
-        c = None if cost is None else cost(ans, *arrays)
-        return record(name, ans, args, vjps, (ans, *arrays), kwargs or None, cost=c,
-                      threaded=threaded)
+        if type(ans) is not np.ndarray:
+            ans = np.asarray(ans)
+        return record(name, ans, args, vjps, (ans, *arrays), kwargs or None, None,
+                      None if cost is None else cost(ans, *arrays), threaded)
 
     op.__name__ = name
     op.__qualname__ = name

@@ -37,8 +37,12 @@ class Tensor:
 
     @classmethod
     def _wrap(cls, arr: np.ndarray, grad_fn=None) -> "Tensor":
-        t = cls.__new__(cls)
-        t._init(arr, grad_fn)
+        t = cls.__new__(cls)  # _init inlined: this is on every op's path
+        t.data = arr
+        t.grad = None
+        t.grad_fn = grad_fn
+        t._hooks = []
+        t._accumulator = None
         t._requires_grad = grad_fn is not None
         return t
 
