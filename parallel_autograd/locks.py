@@ -7,8 +7,8 @@ the child replaces them with fresh ones (`os.register_at_fork`); objects that ow
 lock of their own register with `track` and get a fresh `_lock` too. (The worker
 pools and BLAS limits reset their own state in the child: engine/pool.py, blas.py.)
 
-- `seq`: numbering nodes (`node.next_seq`; `itertools.count` is not atomic without
-  the GIL).
+- `seq`: numbering nodes on a free-threaded build (`node.next_seq`; `itertools.count`
+  is not atomic without the GIL; with it, no lock is taken).
 - `once`: creating a leaf's AccumulateGrad or a node's hook list exactly once.
 - `grad_lock(t)`: guards `t.grad` while an engine accumulates into it; one of 64
   striped locks picked by the tensor's identity, so tensors carry no lock (they
