@@ -342,7 +342,11 @@ def _max_pool_forward(x, kernel, stride, padding, out_hw) -> tuple:
         idx = index[a:b]
         np.take(delta, ab.reshape(b - a, -1).astype(np.intp), out=idx, mode="clip")
         np.add(idx, corner, out=idx)
-        np.add(idx, (np.arange(a, b) * (h * w))[:, None], out=idx)
+        np.add(idx, (np.arange(b - a) * (h * w))[:, None], out=idx)
+        # the value of the first maximum itself: `maximum` may return either of two
+        # equal operands (-0.0 or 0.0)
+        np.take(x3[a:b].reshape(-1), idx, out=out[a:b].reshape(b - a, -1), mode="clip")
+        np.add(idx, a * h * w, out=idx)
     return out.reshape(x.shape[:2] + out_hw), index.reshape(x.shape[:2] + out_hw)
 
 
