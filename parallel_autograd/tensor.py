@@ -16,7 +16,7 @@ import numpy as np
 
 from . import locks
 
-_FLOAT_KINDS = "fc"
+_FLOAT_KINDS = "f"  # complex is rejected: no rule conjugates
 
 
 class Tensor:
@@ -30,7 +30,7 @@ class Tensor:
         if isinstance(data, Tensor):
             data = data.data
         arr = np.array(data, dtype=dtype, copy=True)
-        if dtype is None and arr.dtype.kind in "iub" and requires_grad:
+        if arr.dtype.kind not in _FLOAT_KINDS and requires_grad:
             raise TypeError(_int_grad_message(arr.dtype))
         self._init(arr, None)
         self.requires_grad = requires_grad
@@ -128,9 +128,51 @@ class Tensor:
         return self.data if dtype is None else self.data.astype(dtype)
 
     def __repr__(self):
-        fn = f", grad_fn=<{self.grad_fn.name}>" if self.grad_fn is not None else ""
-        rg = ", requires_grad=True" if self._requires_grad and self.grad_fn is None else ""
-        return f"Tensor(shape={self.data.shape}, dtype={self.data.dtype}{fn}{rg})"
+        """`tensor([1., 2.], requires_grad=True)`, like PyTorch: the values as numpy
+        prints them (summarised past 1,000 elements), then the dtype unless float64,
+        then `grad_fn` or `requires_grad`."""
+        name = "tensor" if type(self) is Tensor else type(self).__name__
+        body = np.array2string(self.data, separator=", ", prefix=name + "(",
+                               threshold=1000, edgeitems=3)
+        extra = []
+        if self.data.dtype != np.float64:
+            extra.append(f"dtype={self.data.dtype}")
+        if self.grad_fn is not None:
+            extra.append(f"grad_fn=<{self.grad_fn.name}>")
+        elif self._requires_grad:
+            extra.append("requires_grad=True")
+        return f"{name}({body}{''.join(', ' + e for e in extra)})"
+
+    # --- pickling and copying --------------------------------------------------
+    def __getstate__(self) -> dict:
+        """What pickling keeps: the values, `requires_grad` and `.grad` (no graph,
+        no hooks: a non-leaf is restored as a leaf, as `torch.save` does). Subclasses'
+        own attributes (a `__dict__`) are kept too."""
+        state = {"data": self.data, "requires_grad": self._requires_grad,
+                 "grad": self.grad}
+        extra = getattr(self, "__dict__", None)
+        if extra:
+            state["dict"] = dict(extra)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self._init(state["data"], None)
+        self._requires_grad = state["requires_grad"]
+        self.grad = state["grad"]
+        if "dict" in state:
+            self.__dict__.update(state["dict"])
+
+    def __deepcopy__(self, memo: dict) -> "Tensor":
+        """A leaf copy (values and `.grad` copied). Like PyTorch, only leaves can be
+        deep-copied: a tensor with a `grad_fn` raises RuntimeError."""
+        if self.grad_fn is not None:
+            raise RuntimeError("Only tensors created explicitly by the user (graph leaves) "
+                               "support the deepcopy protocol; call .detach() first")
+        import copy
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
+        return new
 
     def __bool__(self):
         return bool(self.data)
@@ -154,6 +196,9 @@ class _HookHandle:
 
 
 def _int_grad_message(dtype) -> str:
+    if np.dtype(dtype).kind == "c":
+        return (f"complex tensors cannot require gradients (got dtype {dtype}): the rules "
+                f"are written for real inputs and would give wrong gradients")
     return (f"only floating point tensors can require gradients, got dtype {dtype}; "
             f"convert with dtype=np.float64 or np.float32")
 
