@@ -149,15 +149,16 @@ def row(seq=1.0, par=None, torch=None, spread=0.0, contention=0.0, mode="sequent
     return samples.summarize(r, 2)
 
 
-def torch_row(bwd=1.0, spread=0.0, contention=0.0, n=7, gap=None):
+def torch_row(bwd=1.0, spread=0.0, contention=0.0, n=7, gap=None, gap_load=0.0):
     r = samples.summarize({"times": {"torch": series(bwd, n, spread)},
                            "forward": {"torch": series(bwd / 2, n, spread)},
                            "step": {"torch": series(bwd * 1.5, n, spread)},
                            "fault_samples": {"torch": [0] * n}, "contention": contention,
-                           "torch_nodes": 10}, 2)
+                           "stats": {}, "decision": {}, "torch_nodes": 10}, 2)
     if gap is not None:  # numpy / torch on one thread
         r["kernel_gap"] = {"kernels": ["sin", "cos"], "n": 10, "calls": 1, "samples": {
-            "numpy": series(gap), "torch1": series(1.0), "torchN": series(0.5)}}
+            "numpy": series(gap), "torch1": series(1.0), "torchN": series(0.5)},
+            "contention": gap_load}
     return r
 
 
@@ -222,6 +223,8 @@ def test_wide_elementwise_gap_against_numpys_kernel_gap():
     def t4(par, gap):
         return status(4, {wide: row(par=par)}, {wide: torch_row(1.0, gap=gap)})["status"]
     assert t4(2.0, 3.0) == "PASS" and t4(3.0, 3.0) == "PASS" and t4(2.0, 1.5) == "MISS"
+    noisy_gap = status(4, {wide: row(par=2.0)}, {wide: torch_row(1.0, gap=3.0, gap_load=1.0)})
+    assert noisy_gap["checks"][0]["status"] == "noisy" and noisy_gap["status"] == "unresolved"
     assert status(4, {wide: row(par=2.0)}, {wide: torch_row()})["status"] == "n/a"
 
 
@@ -566,6 +569,11 @@ def test_batches_merge_and_noisy_ones_are_replaced_or_dropped():
     was_noisy = dict(row(9.0, n=3, contention=1.0), batches=[{"rounds": 3, "contention": 1.0}])
     r = samples.merge_batch(was_noisy, quiet, 0.25, 2)  # a quiet batch replaces noisy rounds
     assert r["times"]["seq"] == [2.0] * 3 and r["contention"] == 0.2
+    gaps = [torch_row(gap=g, gap_load=load) for g, load in ((3.0, 1.0), (2.0, 0.1), (9.0, 0.5))]
+    for g in gaps:
+        g["batches"] = [{"rounds": 7, "contention": 0.0}]
+    r = samples.merge_batch(samples.merge_batch(gaps[0], gaps[1], 0.25, 2), gaps[2], 0.25, 2)
+    assert r["kernel_gap"]["samples"]["numpy"] == series(2.0)  # the quietest one is kept
 
 
 def test_remeasuring_stops_at_the_budget_and_the_batch_limit(monkeypatch):

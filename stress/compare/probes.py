@@ -92,7 +92,8 @@ def kernel_gap(torch, n: int, cores: int, rounds: int, seed: int, calls: int = 5
     `np.sin` then `np.cos` into a preallocated output (numpy runs ufuncs on one thread)
     against `torch.sin`/`torch.cos` with one torch thread (`torch1`, the per-core gap)
     and with `cores` threads (`torchN`, as torch runs by default), in `rounds`
-    interleaved rounds of `calls` calls each. Seconds per call, every round kept."""
+    interleaved rounds of `calls` calls each. Seconds per call, every round kept, and the
+    other processes' load meanwhile."""
     x = np.random.default_rng(seed_for(seed, "kernel_gap")).standard_normal(n)
     out = np.empty_like(x)
     xt, ot = torch.from_numpy(x), torch.empty(n, dtype=torch.float64)
@@ -100,6 +101,7 @@ def kernel_gap(torch, n: int, cores: int, rounds: int, seed: int, calls: int = 5
     t_fns = [getattr(torch, k) for k in KERNELS]
     samples = {"numpy": [], "torch1": [], "torchN": []}
     threads = torch.get_num_threads()
+    meter = Contention()
     try:
         for r in range(rounds + 1):  # round 0: warm-up
             for key in list(samples)[r % 3:] + list(samples)[:r % 3]:
@@ -112,4 +114,5 @@ def kernel_gap(torch, n: int, cores: int, rounds: int, seed: int, calls: int = 5
                     samples[key].append(t)
     finally:
         torch.set_num_threads(threads)
-    return {"kernels": list(KERNELS), "n": n, "calls": calls, "samples": samples}
+    return {"kernels": list(KERNELS), "n": n, "calls": calls, "samples": samples,
+            "contention": meter.cores()}

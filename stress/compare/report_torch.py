@@ -115,7 +115,8 @@ def kernel_gap_line(torch: dict) -> str:
             f"{len(s['numpy'])} rounds): numpy {ms(med['numpy'])} ms, torch on one thread "
             f"{ms(med['torch1'])} ms, on {torch['cores']} threads {ms(med['torchN'])} ms; "
             f"gap numpy / torch (one thread each) {ratio_text(gap)}, against torch on "
-            f"{torch['cores']} threads {ratio_text(at_n)}.")
+            f"{torch['cores']} threads {ratio_text(at_n)}; other load meanwhile "
+            f"{cores_text(k.get('contention'))}.")
 
 
 def torch_section(raw, torch: dict) -> list:

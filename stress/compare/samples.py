@@ -57,6 +57,7 @@ def merge_batch(r: dict, batch: dict, limit, cores: int) -> dict:
     """Add `batch` (a timing-only result of the same workload and configurations) to
     `r`: appended when both are quiet, replacing `r`'s samples when only the batch is
     quiet (or both are noisy and the batch is quieter), dropped otherwise."""
+    _keep_quieter_gap(r, batch)
     old_noisy = is_noisy(r["contention"], limit)
     new_noisy = is_noisy(batch["contention"], limit)
     record = dict(batch["batches"][0])
@@ -78,3 +79,11 @@ def merge_batch(r: dict, batch: dict, limit, cores: int) -> dict:
     r["stats"].update(batch["stats"])
     r["decision"].update(batch["decision"])
     return summarize(r, cores)
+
+
+def _keep_quieter_gap(r: dict, batch: dict) -> None:
+    """The PyTorch child's kernel-gap measurement: the batch's when it was quieter."""
+    new, old = batch.get("kernel_gap"), r.get("kernel_gap")
+    if new is not None and (old is None or (new.get("contention") or 0.0)
+                            < (old.get("contention") or 0.0)):
+        r["kernel_gap"] = new
