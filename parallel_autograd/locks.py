@@ -9,6 +9,7 @@ pools and BLAS limits reset their own state in the child: engine/pool.py, blas.p
 
 - `seq`: numbering nodes on a free-threaded build (`node.next_seq`; `itertools.count`
   is not atomic without the GIL; with it, no lock is taken).
+- `version`: handing out in-place write epochs (`version.bump`).
 - `once`: creating a leaf's AccumulateGrad or a node's hook list exactly once.
 - `grad_lock(t)`: guards `t.grad` while an engine accumulates into it; one of 64
   striped locks picked by the tensor's identity, so tensors carry no lock (they
@@ -27,6 +28,7 @@ _STRIPES = 64
 
 seq = threading.Lock()
 once = threading.Lock()
+version = threading.Lock()
 _grad_stripes = tuple(threading.Lock() for _ in range(_STRIPES))
 _tracked = weakref.WeakSet()  # objects with a `_lock` of their own
 
@@ -42,9 +44,10 @@ def track(obj) -> None:
 
 
 def _after_fork_in_child() -> None:
-    global seq, once, _grad_stripes
+    global seq, once, version, _grad_stripes
     seq = threading.Lock()
     once = threading.Lock()
+    version = threading.Lock()
     _grad_stripes = tuple(threading.Lock() for _ in range(_STRIPES))
     for obj in list(_tracked):
         obj._lock = threading.Lock()

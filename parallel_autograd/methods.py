@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .engine.sequential import backward as _backward
+from .inplace import METHODS as _INPLACE
 from .ops import elementwise as _ew
 from .ops import linalg as _la
 from .ops import reduce as _rd
@@ -66,7 +67,7 @@ _METHODS = {
 
 def attach() -> None:
     """Put the operators, op methods and `backward` on `Tensor` (idempotent)."""
-    for name, fn in _OPERATORS.items():
+    for name, fn in {**_OPERATORS, **_INPLACE}.items():
         setattr(Tensor, name, fn)
     for module, names in _METHODS.items():
         for name in names:

@@ -21,7 +21,8 @@ import weakref
 
 import numpy as np
 
-from . import locks
+from . import locks, version
+from .version import EPOCH
 
 _seq_counter = itertools.count()
 
@@ -49,11 +50,11 @@ class Node:
     __slots__ = (
         "name", "vjps", "joint", "saved", "kwargs", "next_nodes", "input_meta",
         "seq", "pre_hooks", "retained", "released", "cost", "threaded", "variable", "size",
-        "__weakref__",
+        "versions", "epoch", "__weakref__",
     )
 
     def __init__(self, name, next_nodes, input_meta, saved=(), vjps=None, joint=None,
-                 kwargs=None, cost=0, threaded=False, size=0):
+                 kwargs=None, cost=0, threaded=False, size=0, versions=None):
         self.name = name
         self.next_nodes = next_nodes        # tuple[Node | None], one per input
         self.input_meta = input_meta        # tuple[(shape, dtype) | None], one per input
@@ -69,6 +70,8 @@ class Node:
         self.threaded = threaded            # the rule's kernels are multithreaded (BLAS)
         self.variable = None                # set only on AccumulateGrad
         self.size = size                    # elements of the gradient it receives (output)
+        self.versions = versions            # version counters of its tensors (version.py)
+        self.epoch = EPOCH[0]               # the in-place write epoch when it was made
 
     def __repr__(self):
         return f"<{self.name} node seq={self.seq}>"
@@ -85,6 +88,8 @@ class Node:
         saved = self.saved
         if self.released:
             raise RuntimeError(freed_graph_message(self))
+        if EPOCH[0] > self.epoch and self.versions is not None:  # a write since: look
+            version.check(self)
         if self.joint is not None:
             grads = self.joint(g, *saved)
             if not isinstance(grads, tuple):

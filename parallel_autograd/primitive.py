@@ -32,16 +32,21 @@ def record(name, out, inputs, vjps=None, saved=(), kwargs=None, joint=None, cost
     if type(out) is not np.ndarray:
         out = np.asarray(out)
     if not is_grad_enabled():
-        return Tensor._wrap(out)
+        return Tensor._wrap(out, None,
+                            None if out.base is None else _shared_counter(out, inputs))
     # The per-op path of every forward: one pass over the inputs, lists filled in place.
     n = len(inputs)
     nexts = [None] * n
     meta = [None] * n
     rules = None if vjps is None else [None] * n
+    vcs = []  # version counters of every tensor input, then the output's
     tracked = False
     for i in range(n):
         x = inputs[i]
-        if isinstance(x, Tensor) and x._requires_grad:
+        if not isinstance(x, Tensor):
+            continue
+        vcs.append(x._vc)
+        if x._requires_grad:
             rule = joint if rules is None else vjps[i]
             if rule is None:
                 continue
@@ -52,13 +57,27 @@ def record(name, out, inputs, vjps=None, saved=(), kwargs=None, joint=None, cost
             if rules is not None:
                 rules[i] = rule
             tracked = True
+    vc = [0] if out.base is None else _shared_counter(out, inputs)
     if not tracked:
-        return Tensor._wrap(out)
+        return Tensor._wrap(out, None, vc)
+    vcs.append(vc)
     size = out.size
     node = Node(name, tuple(nexts), tuple(meta), saved,
                 None if rules is None else tuple(rules), joint if rules is None else None,
-                kwargs, size if cost is None else cost, threaded, size)
-    return Tensor._wrap(out, node)
+                kwargs, size if cost is None else cost, threaded, size, tuple(vcs))
+    return Tensor._wrap(out, node, vc)
+
+
+def _shared_counter(out: np.ndarray, inputs) -> list:
+    """The version counter of the input whose memory `out` views (reshape, indexing,
+    transpose...: writing into one writes into the other), else a fresh one."""
+    root = out.base
+    for x in inputs:
+        if isinstance(x, Tensor):
+            d = x.data
+            if d is root or (d.base is not None and d.base is root):
+                return x._vc
+    return [0]
 
 
 def primitive(name, forward, *vjps, cost=None, threaded=False):

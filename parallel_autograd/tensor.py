@@ -22,7 +22,7 @@ _FLOAT_KINDS = "f"  # complex is rejected: no rule conjugates
 class Tensor:
     """A numpy array that records the ops applied to it when it requires grad."""
 
-    __slots__ = ("data", "grad", "_requires_grad", "grad_fn", "_hooks", "_accumulator",
+    __slots__ = ("data", "grad", "_requires_grad", "grad_fn", "_hooks", "_accumulator", "_vc",
                  "__weakref__")
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
 
@@ -36,17 +36,21 @@ class Tensor:
         self.requires_grad = requires_grad
 
     @classmethod
-    def _wrap(cls, arr: np.ndarray, grad_fn=None) -> "Tensor":
+    def _wrap(cls, arr: np.ndarray, grad_fn=None, vc=None) -> "Tensor":
+        """A tensor around `arr` (no copy); `vc`: the version counter to share
+        (`parallel_autograd.version`), default a fresh one."""
         t = cls.__new__(cls)  # _init inlined: this is on every op's path
         t.data = arr
         t.grad = None
         t.grad_fn = grad_fn
         t._hooks = []
         t._accumulator = None
+        t._vc = [0] if vc is None else vc
         t._requires_grad = grad_fn is not None
         return t
 
     def _init(self, arr, grad_fn):
+        self._vc = [0]
         self.data = arr
         self.grad = None
         self.grad_fn = grad_fn
@@ -104,7 +108,8 @@ class Tensor:
         return _HookHandle(hooks, fn)
 
     def detach(self) -> "Tensor":
-        return Tensor._wrap(self.data)
+        """The same values (shared memory, shared version counter), no history."""
+        return Tensor._wrap(self.data, None, self._vc)
 
     def zero_grad(self) -> None:
         self.grad = None

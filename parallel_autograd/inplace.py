@@ -1,0 +1,115 @@
+"""In-place ops: `+= -= *= /=` and PyTorch's trailing-underscore methods.
+
+They write into the tensor's own ndarray (views and other references see the change)
+and bump its version counter (`parallel_autograd.version`), so a backward that needs
+an overwritten value fails with a clear error instead of computing a wrong gradient.
+
+When they are allowed (PyTorch's rules, stricter in one place):
+- under `no_grad()` (the optimizer-step case), or on tensors that do not require grad,
+  with no operand that requires grad: allowed;
+- on a leaf that requires grad, with grad mode on: RuntimeError (PyTorch's "a leaf
+  Variable that requires grad is being used in an in-place operation");
+- on a tensor with a gradient history, or with an operand that requires grad, with
+  grad mode on: RuntimeError. PyTorch records these; here they are refused, never
+  recorded wrongly: write the op out of place (`y = y + x`).
+
+Writes through `.data` (numpy) bypass the checks and the version counter, as in
+PyTorch. Thread safety: like any write to an array, not synchronised with readers.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import version
+from .grad_mode import is_grad_enabled
+from .tensor import Tensor
+
+
+def _raw(x):
+    return x.data if isinstance(x, Tensor) else x
+
+
+def _check(t: Tensor, name: str, operands) -> None:
+    if not is_grad_enabled():
+        return
+    if t._requires_grad:
+        if t.grad_fn is None:
+            raise RuntimeError(
+                f"a leaf Variable that requires grad is being used in an in-place operation "
+                f"({name}); for an update such as an optimizer step, run it under "
+                f"`with pa.no_grad():`")
+        raise RuntimeError(
+            f"{name}: in-place operations are not recorded on a tensor with a gradient "
+            f"history (grad_fn=<{t.grad_fn.name}>); write it out of place (y = y + x), or "
+            f"run it under pa.no_grad()")
+    for o in operands:
+        if isinstance(o, Tensor) and o._requires_grad:
+            raise RuntimeError(
+                f"{name}: an operand requires grad, but the in-place result would not "
+                f"record it (the tensor written does not require grad); write it out of "
+                f"place (y = y + x)")
+
+
+def _inplace(name: str, write):
+    """An in-place method: `write(data, *raw_operands, **kwargs)` writes into `data`."""
+
+    def method(self: Tensor, *operands, **kwargs) -> Tensor:
+        _check(self, name, operands + tuple(kwargs.values()))
+        try:
+            write(self.data, *[_raw(o) for o in operands],
+                  **{k: _raw(v) for k, v in kwargs.items()})
+        except (TypeError, ValueError) as e:
+            kind = ValueError if isinstance(e, ValueError) else TypeError
+            raise kind(f"{name}: {e}") from e
+        version.bump(self)
+        return self
+
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+def _add(d, other, alpha=1):
+    np.add(d, other if alpha == 1 else np.multiply(other, alpha), out=d)
+
+
+def _sub(d, other, alpha=1):
+    np.subtract(d, other if alpha == 1 else np.multiply(other, alpha), out=d)
+
+
+def _addcmul(d, t1, t2, value=1):
+    prod = np.multiply(t1, t2)  # one temporary (PyTorch's addcmul_ fuses it away)
+    if value != 1:
+        np.multiply(prod, value, out=prod)
+    np.add(d, prod, out=d)
+
+
+def _lerp(d, end, weight):
+    step = np.subtract(end, d)  # one temporary: d + weight * (end - d)
+    np.multiply(step, weight, out=step)
+    np.add(d, step, out=d)
+
+
+def _clamp(d, min=None, max=None):
+    if min is None and max is None:
+        raise ValueError("at least one of min and max must be given")
+    np.clip(d, min, max, out=d)
+
+
+METHODS = {
+    "add_": _inplace("add_", _add),
+    "sub_": _inplace("sub_", _sub),
+    "mul_": _inplace("mul_", lambda d, o: np.multiply(d, o, out=d)),
+    "div_": _inplace("div_", lambda d, o: np.true_divide(d, o, out=d)),
+    "neg_": _inplace("neg_", lambda d: np.negative(d, out=d)),
+    "zero_": _inplace("zero_", lambda d: d.fill(0)),
+    "fill_": _inplace("fill_", lambda d, value: d.fill(value)),
+    "copy_": _inplace("copy_", lambda d, src: np.copyto(d, src)),
+    "clamp_": _inplace("clamp_", _clamp),
+    "addcmul_": _inplace("addcmul_", _addcmul),
+    "lerp_": _inplace("lerp_", _lerp),
+    "__iadd__": _inplace("+=", _add),
+    "__isub__": _inplace("-=", _sub),
+    "__imul__": _inplace("*=", lambda d, o: np.multiply(d, o, out=d)),
+    "__itruediv__": _inplace("/=", lambda d, o: np.true_divide(d, o, out=d)),
+}
+METHODS["clip_"] = METHODS["clamp_"]

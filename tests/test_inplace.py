@@ -1,0 +1,130 @@
+"""In-place ops and the version counter (parallel_autograd/inplace.py, version.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import parallel_autograd as pa
+
+ENGINES = ["sequential", "parallel"]
+
+
+def run_backward(engine, loss):
+    if engine == "sequential":
+        loss.backward()
+    else:
+        with pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0) as eng:
+            eng.backward(loss)
+
+
+def test_the_first_training_loop_a_pytorch_user_writes_updates_the_parameters():
+    w = pa.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    params = [w]
+    before = w.data
+    for _ in range(3):
+        w.grad = None
+        (w * w).sum().backward()
+        with pa.no_grad():
+            for p in params:
+                p -= 0.25 * p.grad  # rebinds p to the same tensor: the update sticks
+    assert w.is_leaf and w.requires_grad and w.data is before
+    assert np.allclose(w.data, np.array([1.0, -2.0, 3.0]) * 0.5 ** 3)
+
+
+@pytest.mark.parametrize("op", ["+=", "-=", "*=", "/="])
+def test_augmented_assignment_on_a_leaf_that_requires_grad_raises(op):
+    w = pa.tensor([1.0, 2.0], requires_grad=True)
+    alias = w
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        exec(f"w {op} 1.0")
+    assert alias.is_leaf and np.array_equal(alias.data, [1.0, 2.0])
+
+
+def test_in_place_on_a_tensor_with_history_or_with_a_grad_operand_is_refused():
+    x = pa.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 2
+    with pytest.raises(RuntimeError, match="not recorded on a tensor with a gradient"):
+        y += 1
+    c = pa.tensor([1.0, 1.0])
+    with pytest.raises(RuntimeError, match="an operand requires grad"):
+        c.add_(x)
+    assert np.array_equal(y.data, [2.0, 4.0]) and np.array_equal(c.data, [1.0, 1.0])
+    with pa.no_grad():  # allowed under no_grad, as in PyTorch
+        y += 1
+        c.add_(x)
+    assert np.array_equal(y.data, [3.0, 5.0]) and np.array_equal(c.data, [2.0, 3.0])
+
+
+def test_methods_write_into_the_same_array_and_views_see_it():
+    base = np.arange(6.0)
+    t = pa.Tensor._wrap(base)
+    view = t.reshape(2, 3)
+    out = t.add_(1).mul_(2).sub_(np.ones(6), alpha=2).div_(2)
+    assert out is t and t.data is base
+    assert np.array_equal(base, np.arange(6.0))  # ((x+1)*2 - 2) / 2
+    view.add_(10)  # a view writes into the tensor it views
+    assert np.array_equal(t.data, np.arange(6.0) + 10)
+    t.zero_()
+    assert not base.any()
+    t.fill_(2.0).copy_(np.arange(6.0)).clamp_(1.0, 4.0)
+    assert np.array_equal(base, np.clip(np.arange(6.0), 1, 4))
+    t.addcmul_(np.full(6, 2.0), np.full(6, 3.0), value=0.5)
+    assert np.array_equal(base, np.clip(np.arange(6.0), 1, 4) + 3)
+    t.lerp_(np.zeros(6), 0.5)
+    assert np.array_equal(base, (np.clip(np.arange(6.0), 1, 4) + 3) / 2)
+    t.neg_()
+    assert (base < 0).all()
+
+
+def test_bad_in_place_input_names_the_method():
+    t = pa.tensor(np.zeros(3))
+    with pytest.raises(ValueError, match="add_"):
+        t.add_(np.ones(4))
+    with pytest.raises(TypeError, match="mul_"):
+        pa.tensor(np.zeros(3, np.int64)).mul_(0.5)
+    with pytest.raises(ValueError, match="clamp_"):
+        t.clamp_()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("case", ["saved input", "saved output", "through a view",
+                                  "through detach"])
+def test_backward_through_an_overwritten_value_raises_and_changes_nothing(engine, case):
+    x = pa.tensor([0.5, 1.0, 2.0], requires_grad=True)
+    x.grad = np.full(3, 7.0)
+    c = pa.tensor([1.0, 2.0, 3.0])
+    if case == "saved output":
+        y = x.exp()
+        loss = (y * 2).sum() + (x * x).sum()
+        with pa.no_grad():
+            y.mul_(3)
+    else:
+        loss = (x * c).sum() + x.sin().sum()
+        target = {"saved input": c, "through a view": c.reshape(3, 1),
+                  "through detach": c.detach()}[case]
+        target.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        run_backward(engine, loss)
+    assert np.array_equal(x.grad, np.full(3, 7.0))  # failure atomicity
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_writes_before_recording_or_through_data_do_not_raise(engine):
+    x = pa.tensor([0.5, 1.0], requires_grad=True)
+    c = pa.tensor([1.0, 2.0])
+    c.add_(1)  # before the graph is recorded: fine
+    loss = (x * c).sum()
+    c.data[:] = 10.0  # .data bypasses the counter, as in PyTorch (and the result shows it)
+    run_backward(engine, loss)
+    assert np.array_equal(x.grad, [10.0, 10.0])
+
+
+def test_the_check_still_applies_on_a_second_backward_with_retain_graph():
+    x = pa.tensor([1.0, 2.0], requires_grad=True)
+    c = pa.tensor([3.0, 4.0])
+    loss = (x * c).sum()
+    loss.backward(retain_graph=True)
+    c.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace"):
+        loss.backward()
+    assert np.array_equal(x.grad, [3.0, 4.0])
