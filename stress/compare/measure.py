@@ -14,8 +14,10 @@ wide-elementwise, numpy's per-element kernel gap to torch.
 
 Configurations: "seq" (the sequential engine), "parN" (`backward_parallel` with N
 workers), "shared" (without the GIL only: `Engine(share_cheap=True, min_work=0)`) and
-"torch" (PyTorch's `loss.backward()`; in the default setting's process and in the
-PyTorch child, `torch.set_num_threads(cores)` in both).
+"torch" (PyTorch's `loss.backward()`, `torch.set_num_threads(cores)`): in the PyTorch
+child alone; in the default setting's process in rounds of its own after ours, each
+PyTorch step right after a sequential-engine step (interleaved with ours, a PyTorch
+step made the next GEMMs of ours up to 2x slower, and ours PyTorch's).
 """
 from __future__ import annotations
 
@@ -128,16 +130,16 @@ def sessions_for(w, data, configs) -> dict:
     return {c: (t_s if c == "torch" else pa_s) for c in configs}
 
 
-def time_configs(sessions: dict, configs, reps) -> dict:
-    """`reps` interleaved rounds (order rotated each round) of every configuration:
-    per configuration the seconds of forward, backward and step, the backward's page
-    faults, and the last stats of each parallel configuration."""
+def time_configs(sessions: dict, configs, reps, rotate: bool = True) -> dict:
+    """`reps` interleaved rounds (order rotated each round unless `rotate` is False) of
+    every configuration: per configuration the seconds of forward, backward and step,
+    the backward's page faults, and the last stats of each parallel configuration."""
     samples = {k: {c: [] for c in configs} for k in ("forward", "times", "step", "faults")}
     calls = {c: backward_call(c, _shared_engine) for c in configs}
     stats = {}
     meter = Contention()
     for r in range(reps):
-        k = r % len(configs)
+        k = r % len(configs) if rotate else 0
         for c in configs[k:] + configs[:k]:
             out = timed_step(sessions[c], calls[c])
             for key, field in (("forward", "forward"), ("times", "backward"),
@@ -148,7 +150,7 @@ def time_configs(sessions: dict, configs, reps) -> dict:
     return {**samples, "stats": stats, "contention": meter.cores(), "rounds": reps}
 
 
-def timed(name, sessions, configs, args, warmup=1) -> tuple:
+def timed(name, sessions, configs, args, warmup=1, rotate=True) -> tuple:
     """Warm-up, then timed rounds, again (up to --retries) while other processes used
     more than --noisy cores: (the quietest attempt, every attempt's contention)."""
     for _ in range(warmup):  # warm-up: caches, default engines, worker threads, BLAS
@@ -157,7 +159,7 @@ def timed(name, sessions, configs, args, warmup=1) -> tuple:
     attempts = []
     for attempt in range(args.retries + 1):
         wait_quiet(args.wait_quiet, args.noisy, name)
-        attempts.append(time_configs(sessions, configs, args.reps))
+        attempts.append(time_configs(sessions, configs, args.reps, rotate))
         busy = attempts[-1]["contention"]
         if busy is None or busy <= args.noisy:
             break
@@ -167,6 +169,19 @@ def timed(name, sessions, configs, args, warmup=1) -> tuple:
     return best, [a["contention"] for a in attempts]
 
 
+def _torch_beside_numpy(name, sessions, args, best) -> None:
+    """PyTorch in this process, each step right after a sequential-engine step (as in
+    the benchmark's rounds before PyTorch had its own process), in rounds of its own:
+    a PyTorch step changes the next GEMMs' time and numpy's BLAS threads PyTorch's, so
+    these rounds stay apart from ours. Adds the "torch" series to `best` (the seq
+    samples of these rounds are dropped) and keeps the larger other load."""
+    beside, _ = timed(name, sessions, ["seq", "torch"], args, rotate=False)
+    for key in ("forward", "times", "step", "faults"):
+        best[key]["torch"] = beside[key]["torch"]
+    loads = [c for c in (best["contention"], beside["contention"]) if c is not None]
+    best["contention"] = max(loads) if loads else None
+
+
 def measure_workload(w, args, workers, cores, torch, keep_timeline=False) -> dict:
     """Everything the report shows about workload `w` in one malloc setting: times of
     every configuration; unless `args.timing_only` the bound and efficiency, peak
@@ -174,7 +189,10 @@ def measure_workload(w, args, workers, cores, torch, keep_timeline=False) -> dic
     t0 = time.perf_counter()
     data = w.data(args.seed, args.size)
     cfgs = configs(workers, torch)
-    best, contentions = timed(w.name, sessions_for(w, data, cfgs), cfgs, args)
+    sessions = sessions_for(w, data, cfgs)
+    best, contentions = timed(w.name, sessions, cfgs[:-1] if torch else cfgs, args)
+    if torch is not None:
+        _torch_beside_numpy(w.name, sessions, args, best)
     res = timing_result(best, cores, w.description, w.branches, data["_dims"])
     res["attempts_contention"] = contentions
     phases = {"timing": time.perf_counter() - t0}
