@@ -16,8 +16,27 @@ def is_grad_enabled() -> bool:
     return getattr(_state, "enabled", True)
 
 
-def set_grad_enabled(mode: bool) -> None:
+def set_mode(mode: bool) -> None:
+    """Set this thread's grad mode (the engines' internal switch; users call
+    `set_grad_enabled`)."""
     _state.enabled = bool(mode)
+
+
+class set_grad_enabled:
+    """Turn recording on or off for this thread, like PyTorch's: as a plain call
+    (`pa.set_grad_enabled(False)`: takes effect at once and stays), or as a context
+    manager (`with pa.set_grad_enabled(False):`: the previous mode comes back on exit)."""
+
+    def __init__(self, mode: bool):
+        self.prev = is_grad_enabled()
+        set_mode(mode)
+
+    def __enter__(self) -> "set_grad_enabled":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        set_mode(self.prev)
+        return False
 
 
 class _GradModeContext:
@@ -30,11 +49,11 @@ class _GradModeContext:
 
     def __enter__(self):
         self._prev.__dict__.setdefault("stack", []).append(is_grad_enabled())
-        set_grad_enabled(self._mode)
+        set_mode(self._mode)
         return self
 
     def __exit__(self, *exc):
-        set_grad_enabled(self._prev.stack.pop())
+        set_mode(self._prev.stack.pop())
         return False
 
     def __call__(self, fn):

@@ -265,3 +265,18 @@ def test_failed_backward_leaves_retained_grads_and_grad_call_clean():
     # the part of the graph that does not go through boom still works
     (gh,) = pa.grad(u.sum(), [h])
     np.testing.assert_allclose(gh, np.exp(h.data))
+
+
+@pytest.mark.parametrize("sa,sb,says", [
+    ((2, 3), (4, 5), "last dimension of the first (3) must equal the second-to-last "
+                     "dimension of the second (4)"),
+    ((3,), (4,), "the only dimension of the second (4)"),
+    ((7, 2, 3), (6, 3, 5), "batch dimensions (7,) and (6,) do not broadcast"),
+    ((), (3, 5), "at least one dimension"),
+])
+def test_matmul_shape_errors_name_both_shapes_and_what_disagrees(sa, sb, says):
+    with pytest.raises(ValueError) as info:
+        pa.matmul(pa.tensor(np.ones(sa), requires_grad=True), pa.tensor(np.ones(sb)))
+    msg = str(info.value)
+    assert msg.startswith(f"matmul: shapes {sa} and {sb} cannot be multiplied")
+    assert says in msg and "gufunc" not in msg and "matmul: matmul" not in msg

@@ -174,3 +174,21 @@ def test_one_instance_shared_by_threads():
     t.join(5)
     res["main"] = pa.is_grad_enabled()
     assert res == {"other": False, "main": True}
+
+
+def test_set_grad_enabled_works_as_a_call_and_as_a_context_manager():
+    x = pa.tensor([1.0], requires_grad=True)
+    assert pa.is_grad_enabled()
+    with pa.set_grad_enabled(False):  # raised after turning grad off, before
+        assert not pa.is_grad_enabled()
+        assert (x * 2).grad_fn is None
+    assert pa.is_grad_enabled() and (x * 2).grad_fn is not None
+    try:
+        pa.set_grad_enabled(False)  # a plain call takes effect and stays
+        assert not pa.is_grad_enabled()
+        with pa.set_grad_enabled(True):
+            assert pa.is_grad_enabled()
+        assert not pa.is_grad_enabled()
+    finally:
+        pa.set_grad_enabled(True)
+    assert pa.is_grad_enabled()

@@ -363,3 +363,23 @@ def test_binary_gradients_match_torch_with_broadcasting(name):
     for mine, theirs in zip(pa.grad(y, [ta, tb], grad_outputs=g),
                             torch.autograd.grad(yt, [qa, qb], torch.tensor(g))):
         np.testing.assert_allclose(mine, theirs.numpy(), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("fn", ["maximum", "minimum"])
+def test_maximum_minimum_with_nan_operands_match_torch(fn):
+    # PyTorch: g where a side wins, g/2 on a tie, 0 where it loses; a NaN on either side
+    # means neither loses, so both get g (both got 0 before).
+    a = np.array([1.0, np.nan, 2.0, 3.0, np.nan, -1.0])
+    b = np.array([1.0, 2.0, np.nan, 1.0, np.nan, 4.0])
+    x, y = pa.tensor(a, requires_grad=True), pa.tensor(b, requires_grad=True)
+    (getattr(pa, fn)(x, y) * np.arange(1.0, 7.0)).sum().backward()
+    win_x = (a > b) if fn == "maximum" else (a < b)
+    win_y = (b > a) if fn == "maximum" else (b < a)
+    nan = np.isnan(a) | np.isnan(b)
+    g = np.arange(1.0, 7.0)
+    assert np.array_equal(x.grad, np.where(a == b, g / 2, np.where(win_x | nan, g, 0.0)))
+    assert np.array_equal(y.grad, np.where(a == b, g / 2, np.where(win_y | nan, g, 0.0)))
+    torch = pytest.importorskip("torch")
+    tx, ty = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    (getattr(torch, fn)(tx, ty) * torch.arange(1.0, 7.0, dtype=torch.float64)).sum().backward()
+    assert np.array_equal(x.grad, tx.grad.numpy()) and np.array_equal(y.grad, ty.grad.numpy())

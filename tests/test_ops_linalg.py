@@ -75,10 +75,13 @@ def test_matmul_float32(shapes):
 
 @pytest.mark.parametrize("shapes", [((2, 3), (4, 5)), ((3,), (4,)), ((2, 2, 3), (3, 3, 4)),
                                     ((), (3,))])
-def test_matmul_mismatch_raises_with_op_name_and_numpy_message(shapes):
+def test_matmul_mismatch_raises_where_numpy_does_with_both_shapes(shapes):
+    # numpy raises for the same shapes; our message names both shapes once (numpy's
+    # gufunc text, "matmul: matmul: ... core dimension 0", named neither):
+    # tests/test_bad_input.py checks what it says about each case.
     a, b = np.ones(shapes[0]), np.ones(shapes[1])
-    with pytest.raises(ValueError) as ref:
+    with pytest.raises(ValueError):
         np.matmul(a, b)
     with pytest.raises(ValueError) as info:
         pa.matmul(leaf(a), leaf(b))
-    assert str(info.value) == f"matmul: {ref.value}"
+    assert str(info.value).startswith(f"matmul: shapes {shapes[0]} and {shapes[1]} cannot")

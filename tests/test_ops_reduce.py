@@ -170,3 +170,27 @@ def test_reduce_gradients_match_torch(name, axis):
     (gx,) = pa.grad(y, [t], grad_outputs=g)
     (gt,) = torch.autograd.grad(yt, [tt], torch.tensor(g))
     np.testing.assert_allclose(gx, gt.numpy(), rtol=1e-11, atol=1e-13)
+
+
+# ---- NaN in max/min: the gradient goes to the NaN, as PyTorch's max does ------------------
+@pytest.mark.parametrize("fn", ["max", "min"])
+def test_extremum_of_data_with_nan_sends_the_gradient_to_the_nans(fn):
+    data = np.array([[1.0, 5.0, np.nan], [2.0, 2.0, 1.0]])
+    x = pa.tensor(data, requires_grad=True)
+    getattr(x, fn)().backward()
+    assert np.array_equal(x.grad, [[0, 0, 1.0], [0, 0, 0]])  # was all NaN
+    x = pa.tensor(data, requires_grad=True)
+    getattr(x, fn)(axis=1).sum().backward()  # torch.amax gives NaN rows; torch.max(dim)
+    want = [[0, 0, 1.0], [0.5, 0.5, 0] if fn == "max" else [0, 0, 1.0]]  # the NaN's index
+    assert np.array_equal(x.grad, want)
+
+
+@pytest.mark.parametrize("fn", ["max", "min"])
+def test_extremum_with_nan_matches_torch_full_reduction(fn):
+    torch = pytest.importorskip("torch")
+    data = np.array([1.0, np.nan, 3.0, np.nan, -2.0])
+    x = pa.tensor(data, requires_grad=True)
+    getattr(x, fn)().backward()
+    t = torch.tensor(data, requires_grad=True)
+    getattr(t, fn)().backward()
+    assert np.array_equal(x.grad, t.grad.numpy())

@@ -20,7 +20,7 @@ import time
 import weakref
 
 from .. import locks
-from ..grad_mode import is_grad_enabled, set_grad_enabled
+from ..grad_mode import is_grad_enabled, set_mode
 from . import blas
 from .cost import decide, gil_enabled, usable_cores
 from .plan import collect, plan_call
@@ -168,10 +168,10 @@ class Engine:
         st.total_cost, st.critical_path = d.total_cost, d.critical_path
         prev_mode = is_grad_enabled()
         try:
-            set_grad_enabled(False)
+            set_mode(False)
             result = run_plan(plan) if d.order is None else self._run_parallel(plan, d, st)
         finally:
-            set_grad_enabled(prev_mode)
+            set_mode(prev_mode)
         st.elapsed = time.perf_counter() - t0
         with self._lock:
             self._calls += 1

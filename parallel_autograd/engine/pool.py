@@ -34,7 +34,7 @@ import threading
 import time
 import weakref
 
-from ..grad_mode import set_grad_enabled
+from ..grad_mode import set_mode
 
 _IDLE_TIMEOUT = 1.0  # seconds; a sleeping worker re-checks (and sees a dropped pool)
 _pools = weakref.WeakSet()
@@ -174,7 +174,7 @@ class WorkerPool:
 
 def _worker(pool_ref, st):
     _thread_role.worker = True
-    set_grad_enabled(False)  # rules run on ndarrays; hooks on workers record no graph
+    set_mode(False)  # rules run on ndarrays; hooks on workers record no graph
     wakeup = queue.SimpleQueue()
     while True:
         t0 = time.perf_counter()

@@ -13,7 +13,7 @@ on separate graphs (leaves may be shared); graphs themselves are not locked.
 from __future__ import annotations
 
 from .. import profiler
-from ..grad_mode import is_grad_enabled, set_grad_enabled
+from ..grad_mode import is_grad_enabled, set_mode
 from .accumulate import Pending, backward_order
 from .plan import Plan, collect, plan_call
 from .step import Sink, annotate, commit, run_node
@@ -28,7 +28,7 @@ def run_plan(plan: Plan) -> Sink:
     node = None
     prev_mode = is_grad_enabled()
     try:
-        set_grad_enabled(False)  # like PyTorch without create_graph: rules, hooks record nothing
+        set_mode(False)  # like PyTorch without create_graph: rules, hooks record nothing
         for node in backward_order(plan.nodes):
             entry = pending.pop(node, None)
             if entry is None:
@@ -46,7 +46,7 @@ def run_plan(plan: Plan) -> Sink:
             annotate(e, node)
         raise
     finally:
-        set_grad_enabled(prev_mode)
+        set_mode(prev_mode)
     return sink
 
 

@@ -403,29 +403,31 @@ def clip(x, min=None, max=None):
     return _clip(x, lo=_weak(_raw(min)), hi=_weak(_raw(max)))
 
 
-def _tie_kernel(o, g, a, b, half, winner):
-    winner(a, b, out=o)             # 1 where a wins (bool written as float)
+def _tie_kernel(o, g, a, b, half, loser):
+    loser(a, b, out=o)              # 1 where a loses (bool written as float)
+    np.subtract(1, o, out=o)        # 1 where a wins, ties, or a NaN is involved
     np.equal(a, b, out=half)
     half *= 0.5
-    o += half                       # 1, 0.5 on a tie, else 0
+    o -= half                       # 1, 0.5 on a tie, 0 where a loses
     o *= g
 
 
-def _tie_split(g, ans, a, b, winner):
-    """g where `a` wins, g/2 on a tie, else 0 (PyTorch's maximum/minimum): 5 passes per
+def _tie_split(g, ans, a, b, loser):
+    """PyTorch's maximum/minimum rule: g where `a` wins, g/2 on a tie, 0 where it loses;
+    with a NaN on either side both get g (no comparison says they lose). 6 passes per
     chunk, one chunk-sized scratch array."""
     dtype = np.result_type(g, ans)
-    return _fused(lambda o, g, a, b, h: _tie_kernel(o, g, a, b, h, winner), ans,
+    return _fused(lambda o, g, a, b, h: _tie_kernel(o, g, a, b, h, loser), ans,
                   (g, _weak(a), _weak(b)), (dtype,), dtype)
 
 
 # Ties send the gradient half to each side, like PyTorch's maximum/minimum.
 maximum = primitive("maximum", _binary(np.maximum),
-                    lambda g, ans, x, y: _tie_split(g, ans, x, y, np.greater),
-                    lambda g, ans, x, y: _tie_split(g, ans, y, x, np.greater))
-minimum = primitive("minimum", _binary(np.minimum),
                     lambda g, ans, x, y: _tie_split(g, ans, x, y, np.less),
                     lambda g, ans, x, y: _tie_split(g, ans, y, x, np.less))
+minimum = primitive("minimum", _binary(np.minimum),
+                    lambda g, ans, x, y: _tie_split(g, ans, x, y, np.greater),
+                    lambda g, ans, x, y: _tie_split(g, ans, y, x, np.greater))
 _where = primitive("where", lambda c, x, y: np.where(c, _weak(x), _weak(y)),
                    None,
                    lambda g, ans, c, x, y: np.where(c, g, 0),

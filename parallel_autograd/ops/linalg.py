@@ -44,5 +44,26 @@ def _cost(ans, a, b):
     return gemm_cost(ans.size, a.shape[-1] if a.ndim else 1)
 
 
-matmul = primitive("matmul", np.matmul, _matmul_vjp_a, _matmul_vjp_b, cost=_cost,
+def _forward(a, b):
+    try:
+        return np.matmul(a, b)
+    except ValueError:  # numpy's gufunc text names neither shape: say what disagrees
+        raise ValueError(_shape_problem(np.shape(a), np.shape(b))) from None
+
+
+def _shape_problem(sa: tuple, sb: tuple) -> str:
+    """Why shapes `sa` @ `sb` cannot be multiplied (matmul's rules)."""
+    shapes = f"shapes {sa} and {sb} cannot be multiplied"
+    if not sa or not sb:
+        return f"{shapes}: both operands need at least one dimension (a scalar is not a matrix)"
+    k_b = sb[0] if len(sb) == 1 else sb[-2]
+    if sa[-1] != k_b:
+        which = "the only" if len(sb) == 1 else "the second-to-last"
+        return (f"{shapes}: the last dimension of the first ({sa[-1]}) must equal "
+                f"{which} dimension of the second ({k_b})")
+    return (f"{shapes}: the batch dimensions {sa[:-2]} and {sb[:-2]} do not broadcast "
+            f"against each other")
+
+
+matmul = primitive("matmul", _forward, _matmul_vjp_a, _matmul_vjp_b, cost=_cost,
                    threaded=True)

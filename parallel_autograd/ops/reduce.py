@@ -41,8 +41,11 @@ def _mean_vjp(g, ans, x, axis, keepdims):
 def _extremum_vjp(g, ans, x, axis, keepdims):
     # Ties share the gradient equally (PyTorch's amax/amin convention): the mask of
     # maxima written as 0/1 floats, counted, then scaled by g / count. 3 passes, one buffer.
+    # A NaN result came from NaN inputs: they get the gradient (PyTorch's max), not all.
     a = _restore(ans, x.shape, axis, keepdims)
     t = np.equal(x, a, out=np.empty(x.shape, np.result_type(g, x)))
+    if x.dtype.kind == "f" and np.isnan(ans).any():  # rare: 2 more passes
+        t += np.isnan(x) & np.isnan(a)
     count = t.sum(axis=axis, keepdims=True)
     t *= _restore(g, x.shape, axis, keepdims) / count
     return t
@@ -90,12 +93,12 @@ def mean(x, axis=None, keepdims: bool = False):
 
 
 def max(x, axis=None, keepdims: bool = False):
-    """Maximum; ties share the gradient equally."""
+    """Maximum; ties share the gradient equally (NaNs, when the result is NaN)."""
     return _max(x, axis=_axis(axis), keepdims=keepdims)
 
 
 def min(x, axis=None, keepdims: bool = False):
-    """Minimum; ties share the gradient equally."""
+    """Minimum; ties share the gradient equally (NaNs, when the result is NaN)."""
     return _min(x, axis=_axis(axis), keepdims=keepdims)
 
 
