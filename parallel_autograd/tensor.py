@@ -23,6 +23,7 @@ class Tensor:
     """A numpy array that records the ops applied to it when it requires grad."""
 
     __slots__ = ("data", "grad", "_requires_grad", "grad_fn", "_hooks", "_accumulator", "_vc",
+                 "_post_hooks",
                  "__weakref__")
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
 
@@ -46,11 +47,13 @@ class Tensor:
         t._hooks = []
         t._accumulator = None
         t._vc = [0] if vc is None else vc
+        t._post_hooks = None
         t._requires_grad = grad_fn is not None
         return t
 
     def _init(self, arr, grad_fn):
         self._vc = [0]
+        self._post_hooks = None
         self.data = arr
         self.grad = None
         self.grad_fn = grad_fn
@@ -106,6 +109,28 @@ class Tensor:
             hooks = self._hooks
         hooks.append(fn)
         return _HookHandle(hooks, fn)
+
+    def register_post_accumulate_grad_hook(self, fn) -> "_HookHandle":
+        """Call `fn(tensor)` once this leaf's `.grad` is final for a backward call
+        (PyTorch's hook of the same name; what an optimizer step in backward or a
+        gradient all-reduce builds on). Returns a handle with `.remove()`.
+
+        When: after the call's write-back, which is all or nothing, so every `.grad`
+        of the call is already written; never for a call that failed. Where: on the
+        thread that called backward, hooks of different leaves in backward order (the
+        leaf used last in the forward pass first), each leaf's in registration order,
+        in both engines. If a hook raises, the gradients stay written, the remaining
+        hooks do not run and the error propagates from backward."""
+        if self.grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on "
+                               "non-leaf tensors")
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that does not require grad")
+        with locks.once:
+            if self._post_hooks is None:
+                self._post_hooks = []
+        self._post_hooks.append(fn)
+        return _HookHandle(self._post_hooks, fn)
 
     def detach(self) -> "Tensor":
         """The same values (shared memory, shared version counter), no history."""

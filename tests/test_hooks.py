@@ -1,4 +1,6 @@
 """Tensor hooks (register_hook / handle.remove) and retain_grad."""
+import threading
+
 import numpy as np
 import pytest
 
@@ -179,3 +181,92 @@ def test_hook_wrong_shape_on_leaf_raises_value_error():
     with pytest.raises(ValueError, match=r"returned shape \(2, 2\), expected \(2,\)"):
         (x * 2.0).sum().backward()
     assert x.grad is None
+
+
+# ---- post-accumulate grad hooks ---------------------------------------------------------
+def _post_hook_graph():
+    a = pa.tensor([1.0, 2.0], requires_grad=True)
+    b = pa.tensor([3.0, 4.0], requires_grad=True)
+    c = pa.tensor([5.0, 6.0], requires_grad=True)
+    loss = ((a * b).sin() + (b * c).tanh() + c * 2.0 + a * 3.0).sum()
+    return loss, (a, b, c)
+
+
+def _backward(engine, loss):
+    if engine == "sequential":
+        pa.backward(loss)
+    else:
+        with pa.Engine(3, min_nodes=0, min_work=0, min_width=0, inline_below=0) as eng:
+            eng.backward(loss)
+
+
+@pytest.mark.parametrize("engine", ["sequential", "parallel"])
+def test_post_accumulate_hooks_see_final_grads_once_in_backward_order(engine):
+    loss, leaves = _post_hook_graph()
+    for t in leaves:
+        t.grad = np.full(2, 100.0)
+    calls = []
+    caller = threading.get_ident()
+    for name, t in zip("abc", leaves):
+        t.register_post_accumulate_grad_hook(
+            lambda t, name=name: calls.append((name, t.grad.copy(),
+                                               [x.grad.copy() for x in leaves],
+                                               threading.get_ident())))
+        t.register_post_accumulate_grad_hook(lambda t, name=name: calls.append(name + "2"))
+    _backward(engine, loss)
+    names = [c if isinstance(c, str) else c[0] for c in calls]
+    # backward order: the accumulator made last runs first (c's, then b's, then a's)
+    seqs = {n: t._accumulator().seq for n, t in zip("abc", leaves)}
+    order = sorted("abc", key=seqs.get, reverse=True)
+    assert names == [x for n in order for x in (n, n + "2")]
+    for c in calls:
+        if not isinstance(c, str):
+            name, own, every, tid = c
+            assert tid == caller
+            # every .grad of the call is already written when any hook runs
+            assert all(np.array_equal(g, t.grad) for g, t in zip(every, leaves))
+            assert np.array_equal(own, leaves["abc".index(name)].grad)
+    loss2, leaves2 = _post_hook_graph()
+    for t in leaves2:
+        t.grad = np.full(2, 100.0)
+    pa.backward(loss2)
+    assert all(np.array_equal(x.grad, y.grad) for x, y in zip(leaves, leaves2))
+
+
+@pytest.mark.parametrize("engine", ["sequential", "parallel"])
+def test_post_accumulate_hooks_do_not_run_for_a_failed_call(engine):
+    loss, (a, b, c) = _post_hook_graph()
+    calls = []
+    a.register_post_accumulate_grad_hook(lambda t: calls.append("a"))
+    b.register_hook(lambda g: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        _backward(engine, loss)
+    assert calls == [] and a.grad is None
+
+
+@pytest.mark.parametrize("engine", ["sequential", "parallel"])
+def test_a_raising_post_accumulate_hook_propagates_with_grads_written(engine):
+    loss, (a, b, c) = _post_hook_graph()
+    calls = []
+
+    def bad(t):
+        raise ValueError("hook says no")
+    handles = [t.register_post_accumulate_grad_hook(bad) for t in (a, b, c)]
+    a.register_post_accumulate_grad_hook(lambda t: calls.append("a"))
+    with pytest.raises(ValueError, match="hook says no"):
+        _backward(engine, loss)
+    assert all(t.grad is not None for t in (a, b, c)) and calls == []
+    for h in handles:
+        h.remove()
+    loss2, (a2, _, _) = _post_hook_graph()
+    a2.register_post_accumulate_grad_hook(lambda t: calls.append("a2"))
+    _backward(engine, loss2)
+    assert calls == ["a2"]
+
+
+def test_post_accumulate_hook_only_on_leaves_that_require_grad():
+    x = pa.tensor([1.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="non-leaf"):
+        (x * 2).register_post_accumulate_grad_hook(lambda t: None)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        pa.tensor([1.0]).register_post_accumulate_grad_hook(lambda t: None)

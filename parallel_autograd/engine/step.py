@@ -123,6 +123,8 @@ def commit(staged) -> None:
     A first gradient is adopted without a copy when the engine allocated it or
     nothing else refers to it (PyTorch's AccumulateGrad steals the same way);
     otherwise `.grad` gets a copy, so it never aliases a user's or a saved array.
+
+    Then the leaves' post-accumulate hooks run (`_run_post_accumulate_hooks`).
     """
     _check_existing_grads(staged)
     firsts = []  # what becomes .grad if it is still None when written
@@ -136,6 +138,22 @@ def commit(staged) -> None:
                     t.grad = g if first is None else first
                 else:
                     t.grad += g
+    hooked = [t for t, _, _ in staged if t._post_hooks and t.grad_fn is None]
+    if hooked:
+        _run_post_accumulate_hooks(hooked)
+
+
+def _run_post_accumulate_hooks(leaves) -> None:
+    """Each leaf's post-accumulate hooks (`Tensor.register_post_accumulate_grad_hook`),
+    leaves in backward order (accumulator seq descending: the same in both engines,
+    whatever order the threads staged them in)."""
+    def order(t):
+        ref = t._accumulator
+        acc = ref() if ref is not None else None
+        return -1 if acc is None else acc.seq
+    for t in sorted(leaves, key=order, reverse=True):
+        for fn in list(t._post_hooks):
+            fn(t)
 
 
 class _InterruptsDeferred:
