@@ -1,10 +1,12 @@
 """nn.functional: gradients by finite differences for every op and several shapes,
-float32 forward/backward, op-specific semantics and bad-input errors."""
+float32 forward/backward, op-specific semantics, bad-input errors, and the memory each
+fused op and rule allocates beyond what it returns (`conftest.temporary_bytes`)."""
 import numpy as np
 import pytest
 
 import parallel_autograd as pa
 import parallel_autograd.nn.functional as F
+from conftest import temporary_bytes
 
 
 def rand(shape, seed=0, low=None, high=None):
@@ -26,6 +28,7 @@ CASES = {
     "linear_nobias_3d": (F.linear, [(2, 3, 4), (5, 4)]),
     "linear_1d_input": (F.linear, [(4,), (2, 4), (2,)]),
     "linear_1d_weight_3d_input": (F.linear, [(2, 3, 4), (4,), ()]),
+    "linear_bias_broadcasts_output_up": (F.linear, [(4,), (2, 4), (3, 2)]),
     "conv2d": (F.conv2d, [(2, 3, 5, 5), (4, 3, 3, 3), (4,)]),
     "conv2d_stride2_pad1": (lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1),
                             [(1, 2, 6, 5), (3, 2, 3, 3), (3,)]),
@@ -56,7 +59,8 @@ CASES = {
     "layer_norm_int_shape": (lambda x, w: F.layer_norm(x, 5, w, eps=1e-3), [(3, 5), (5,)]),
     "rms_norm": (lambda x, w: F.rms_norm(x, (4,), w), [(2, 3, 4), (4,)]),
     "rms_norm_eps": (lambda x: F.rms_norm(x, [3, 4], eps=1e-2), [(2, 3, 4)]),
-    "embedding": (lambda w: F.embedding(np.array([[1, 2, 1], [4, 1, 0]]), w), [(5, 3)]),
+    "rms_norm_2d_weight": (lambda x, w: F.rms_norm(x, (3, 4), w), [(2, 3, 4), (3, 4)]),
+    "embedding": (lambda w: F.embedding(np.array([[1, 2, -4], [4, 1, 0]]), w), [(5, 3)]),
     # the padding row gets no gradient by design (tested below), so it is not looked up here
     "embedding_padding_idx": (lambda w: F.embedding(np.array([0, 4, 4, 1]), w, padding_idx=2),
                               [(5, 3)]),
@@ -317,3 +321,98 @@ def test_sdpa_matches_explicit_formula():
 def test_bad_input_raises_clear_errors(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_dropout_draws_are_those_of_one_uniform_array():
+    x = pa.tensor(np.ones((300, 211)))          # more than one block of draws
+    kept = F.dropout(x, 0.3, seed=5).data != 0
+    np.testing.assert_array_equal(kept, np.random.default_rng(5).random((300, 211)) >= 0.3)
+
+
+def test_sdpa_key_without_grad_and_float_mask_with_grad():
+    q, k, v, m = (rand(s, i) for i, s in enumerate([(2, 4, 3), (2, 5, 3), (2, 5, 2), (4, 5)]))
+    m[1] = -np.inf                               # a query that may attend nothing
+    tq, tv, tm = leaf(q), leaf(v), leaf(m)
+    out = F.scaled_dot_product_attention(tq, pa.tensor(k), tv, tm)
+    assert not np.any(out.data[:, 1])
+    gq, gv, gm = pa.grad(out.sum(), [tq, tv, tm])
+    assert np.all(np.isfinite(gm)) and not np.any(gm[1]) and not np.any(gq[:, 1])
+    assert pa.gradcheck(lambda q, v, m: F.scaled_dot_product_attention(q, pa.tensor(k), v, m),
+                        [leaf(q), leaf(v), leaf(np.where(np.isinf(m), -30.0, m))])
+
+
+# ---- memory: what each fused op and rule allocates beyond what it returns ----------------
+# numpy's iterator buffers (8192 elements per buffered operand), Python objects, small
+# per-row vectors
+SLACK = 256 * 1024
+BLOCK = F._ROW_BLOCK_BYTES                       # the row-block temporaries' size
+
+
+def _rules(y):
+    """Call each rule of y's node under temporary_bytes: [(gradient, extra bytes)]."""
+    node, g = y.grad_fn, rand(y.shape, 11)
+    if node.joint is not None:
+        return [temporary_bytes(node.joint, g, *node.saved)]
+    return [temporary_bytes(v, g, *node.saved, **(node.kwargs or {}))
+            for v in node.vjps if v is not None]
+
+
+def test_linear_memory():
+    x, w, b = leaf(rand((8, 64, 128), 1)), leaf(rand((96, 128), 2)), leaf(rand(96, 3))
+    y, extra = temporary_bytes(F.linear, x, w, b)
+    assert extra <= SLACK                        # one GEMM into the output, bias in place
+    for gi, extra in _rules(y):
+        assert extra <= SLACK                    # one GEMM (or a reduction) each
+
+
+@pytest.mark.parametrize("affine", [False, True])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_norm_memory(op, affine):
+    x = leaf(rand((64, 32, 256), 1))            # 4 MiB: 16 row blocks
+    params = [leaf(rand(256, 2)), leaf(rand(256, 3))][:(2 if op == "layer_norm" else 1)]
+    y, extra = temporary_bytes(getattr(F, op), x, 256, *(params if affine else []))
+    assert extra <= 2 * 8 * 64 * 32 + SLACK      # per-row mean and 1/std (1/rms) kept
+    for gi, extra in _rules(y):
+        assert extra <= BLOCK + SLACK            # g * weight or x-hat in one row block
+
+
+@pytest.mark.parametrize("kw", [{}, dict(weight=np.linspace(0.5, 2, 1000), label_smoothing=0.1,
+                                         ignore_index=3, reduction="sum")])
+def test_cross_entropy_and_nll_memory(kw):
+    x, t = leaf(rand((512, 1000), 1)), np.random.default_rng(2).integers(0, 1000, 512)
+    y, extra = temporary_bytes(F.cross_entropy, x, t, **kw)
+    assert extra <= BLOCK + SLACK                # exp(x - max) one row block at a time
+    ((gx, extra),) = _rules(y)
+    assert extra <= BLOCK + SLACK                # the smoothing term of weighted classes
+    kw.pop("label_smoothing", None)
+    y, extra = temporary_bytes(F.nll_loss, x, t, **kw)
+    assert extra <= SLACK
+    ((gx, extra),) = _rules(y)
+    assert extra <= SLACK                        # zeros and one element a row
+
+
+def test_embedding_and_dropout_memory():
+    idx = np.random.default_rng(1).integers(-500, 500, (64, 128))
+    w = leaf(rand((500, 64), 2))
+    y, extra = temporary_bytes(F.embedding, idx, w)
+    assert extra <= 3 * idx.nbytes + SLACK       # the non-negative indices kept
+    ((gw, extra),) = _rules(y)
+    assert extra <= BLOCK + SLACK                # flat indices one row block at a time
+    x = leaf(rand((512, 512), 3))
+    y, extra = temporary_bytes(F.dropout, x, 0.3, seed=1)
+    assert extra <= x.data.size + 8 * 32768 + SLACK   # a bool mask kept; draws in blocks
+    ((gx, extra),) = _rules(y)
+    assert extra <= SLACK
+
+
+@pytest.mark.parametrize("kw", [dict(is_causal=True), dict(dropout_p=0.2, seed=1)])
+def test_sdpa_memory(kw):
+    q, k, v = (leaf(rand((4, 2, 128, 32), i)) for i in range(3))
+    y, extra = temporary_bytes(F.scaled_dot_product_attention, q, k, v, **kw)
+    p = y.grad_fn.saved[3]
+    assert p.shape == (4, 2, 128, 128)
+    # the attention weights (kept), the causal mask and its negation, or the dropout
+    # mask (kept, 1 byte an element) and the weights after dropout
+    assert extra <= p.nbytes + max(2 * 128 * 128, p.size + p.nbytes) + SLACK
+    ((grads, extra),) = _rules(y)
+    assert extra <= p.nbytes * (2 if "dropout_p" in kw else 1) + SLACK   # dP (and P')

@@ -1,4 +1,5 @@
-"""The convolution and pooling kernels of nn.functional, path by path.
+"""The kernels of nn.functional, path by path: convolution, pooling and the row-blocked
+fused rules (norms, losses, embedding).
 
 conv2d has a flat-shift path ('same' stride-1 convolutions: im2col and col2im as shifts
 of the flattened image), a strided path (everything else, input gradient through an
@@ -177,6 +178,42 @@ def test_max_pool_int_input_with_padding():
     out = F.max_pool2d(pa.tensor(x), 2, 1, 1).data
     assert out.dtype == np.int64
     np.testing.assert_array_equal(out[0, 0], [[x[0, 0, 0, 0], 3, 3], [2, 3, 3], [2, 2, 1]])
+
+
+# ---- row-blocked fused rules (norms, losses, embedding) against PyTorch ----------------
+# name -> (fn(functional module, const, *tensors), input shapes); `const` makes the
+# library's constant from a numpy array
+ROW_OPS = {
+    "layer_norm": (lambda F_, c, x, w, b: F_.layer_norm(x, (3, 8), w, b),
+                   [(7, 3, 8), (3, 8), (3, 8)]),
+    "rms_norm": (lambda F_, c, x, w: F_.rms_norm(x, (8,), w), [(5, 3, 8), (8,)]),
+    "cross_entropy_weighted_smoothed": (
+        lambda F_, c, x: F_.cross_entropy(x, c(np.array([2, 0, 5, 3, 1, 5, 4, 0, 2])),
+                                          c(np.linspace(0.5, 2, 6)), ignore_index=5,
+                                          label_smoothing=0.15), [(9, 6)]),
+    "embedding_repeats": (lambda F_, c, w: F_.embedding(c(np.array([[1, 3, 1, 0],
+                                                                    [3, 3, 2, 1]])), w),
+                          [(4, 8)]),
+}
+
+
+@pytest.mark.parametrize("blocks", ["one", "many"])
+@pytest.mark.parametrize("name", sorted(ROW_OPS))
+def test_row_blocked_rules_match_torch(name, blocks, monkeypatch):
+    torch = torch_or_skip()
+    if blocks == "many":                 # two rows a block: short last blocks included
+        monkeypatch.setattr(F, "_ROW_BLOCK_BYTES", 2 * 8 * 8)
+    fn, shapes = ROW_OPS[name]
+    arrays = [rand(s, i + 1) for i, s in enumerate(shapes)]
+    tp = [leaf(a) for a in arrays]
+    tt = [torch.tensor(a, requires_grad=True) for a in arrays]
+    yp = fn(F, lambda a: a, *tp)
+    yt = fn(torch.nn.functional, torch.tensor, *tt)
+    np.testing.assert_allclose(yp.data, yt.detach().numpy(), rtol=TOL, atol=TOL)
+    w = rand(yp.shape, 9)
+    for a, b in zip(pa.grad(yp, tp, grad_outputs=w),
+                    torch.autograd.grad(yt, tt, torch.tensor(w))):
+        np.testing.assert_allclose(a, b.numpy(), rtol=TOL, atol=TOL)
 
 
 # ---- memory: what each op and rule allocates beyond what it returns -------------------

@@ -1,8 +1,12 @@
 """PyTorch-style functional API (`torch.nn.functional` signatures and semantics).
 
-Composite ops (linear, norms, attention, losses) are built from the op library;
-conv2d and the pools are primitives (`record` with per-input rules) because a
-graph of per-window ops would be far too slow. Images are NCHW.
+linear, conv2d, the pools, layer_norm, rms_norm, embedding, dropout, nll_loss,
+cross_entropy and scaled_dot_product_attention are each one node (`record`) with
+fused rules: a rule allocates the arrays it returns and at most one temporary it
+states (block-sized where it can be), reuses its own temporaries with `out=`, and
+never writes into `g`, a saved array or the caller's arrays; the comment of each
+rule counts its passes over memory. mse_loss and the activations come from the op
+library. Images are NCHW.
 """
 from __future__ import annotations
 
@@ -11,13 +15,9 @@ import math
 import numpy as np
 
 from ..engine.cost import gemm_cost
-from ..ops import elementwise as _ew
 from ..ops import reduce as _rd
-from ..ops.elementwise import gelu, leaky_relu, relu, sigmoid, silu, tanh, where
-from ..ops.linalg import matmul
-from ..ops.reduce import mean
-from ..ops.shape import getitem, reshape, swapaxes
-from ..primitive import primitive, record
+from ..ops.elementwise import gelu, leaky_relu, relu, sigmoid, silu, tanh
+from ..primitive import record
 from ..tensor import Tensor
 
 __all__ = [
@@ -50,18 +50,58 @@ def log_softmax(input, dim: int = -1):
 
 
 # ---- linear ----------------------------------------------------------------------------
+def _sum_to(g, shape) -> np.ndarray:
+    """`g` summed over the dimensions it was broadcast along to reach `shape`: a new
+    array (a copy when nothing is summed), never `g` itself."""
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
+                                      if n == 1 and g.shape[lead + i] != 1)
+    return (g.sum(axis=axes, keepdims=True) if axes else g.copy()).reshape(shape)
+
+
+def _linear_vjp_x(g, x, w, b_shape=None):
+    # g @ W as one GEMM over all leading dimensions; its result is the gradient
+    w2 = w.reshape(-1, x.shape[-1])
+    return (g.reshape(-1, w2.shape[0]) @ w2).reshape(x.shape)
+
+
+def _linear_vjp_w(g, x, w, b_shape=None):
+    # g^T @ x as one GEMM, already (out_features, in_features): no transposed copy
+    w2 = w.reshape(-1, x.shape[-1])
+    return (g.reshape(-1, w2.shape[0]).T @ x.reshape(-1, x.shape[-1])).reshape(w.shape)
+
+
+def _linear_vjp_b(g, x, w, b_shape):
+    return _sum_to(g, b_shape)
+
+
 def linear(input, weight, bias=None):
-    """`input @ weight.T + bias`, weight of shape (out_features, in_features) or (in,)."""
-    shape, wshape = tuple(input.shape), np.shape(_raw(weight))
+    """`input @ weight.T + bias`, weight of shape (out_features, in_features) or (in,).
+
+    One node: one GEMM over all leading dimensions of the input (a batch of rows, not a
+    batch of products), the bias added in place; the rules are one GEMM each (one
+    reduction for the bias) and keep only the input and the weight.
+    """
+    x, w = _raw(input), _raw(weight)
+    shape, wshape = x.shape, w.shape
     if not shape or wshape[-1:] != shape[-1:] or len(wshape) > 2:
         raise ValueError(f"linear: input of shape {shape} does not match weight of "
                          f"shape {wshape} (out_features, in_features)")
-    if len(shape) > 2:  # one big GEMM (weight gradient included), not a batch of small ones
-        input = reshape(input, (-1, shape[-1]))
-    y = matmul(input, swapaxes(weight, 0, 1) if len(wshape) == 2 else weight)
-    if bias is not None:
-        y = y + bias
-    return reshape(y, shape[:-1] + wshape[:-1]) if len(shape) > 2 else y
+    out_shape = shape[:-1] + wshape[:-1]
+    y = (x.reshape(-1, shape[-1]) @ w.reshape(-1, shape[-1]).T).reshape(out_shape)
+    b_shape = None if bias is None else np.shape(_raw(bias))
+    if b_shape is not None and np.broadcast_shapes(out_shape, b_shape) == out_shape \
+            and np.can_cast(np.result_type(y, _raw(bias)), y.dtype, "same_kind"):
+        y += _raw(bias)
+        inputs, vjps = (input, weight, bias), (_linear_vjp_x, _linear_vjp_w, _linear_vjp_b)
+    else:
+        inputs, vjps = (input, weight), (_linear_vjp_x, _linear_vjp_w)
+    out = record("linear", y, inputs, vjps, saved=(x, w),
+                 kwargs=dict(b_shape=b_shape) if len(inputs) == 3 else None,
+                 cost=gemm_cost(y.size, shape[-1]), threaded=True)
+    if bias is not None and len(inputs) == 2:      # a bias that broadcasts the output up
+        out = out + bias
+    return out
 
 
 # ---- convolution and pooling: unrolled over the kernel offsets ---------------------------
@@ -506,61 +546,207 @@ def _check_param(name, what, p, ns):
                          f"normalized_shape {ns}")
 
 
+def _norm_operands(name, input, normalized_shape, params) -> tuple:
+    """(x as (rows, D), normalized shape, each parameter as (D,) or None, float dtype)."""
+    ns, _ = _norm_axes(name, input, normalized_shape)
+    for what, p in params:
+        _check_param(name, what, p, ns)
+    x = _raw(input)
+    d = int(np.prod(ns))
+    dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
+    flat = [None if p is None else _raw(p).reshape(d) for _, p in params]
+    return x.reshape(-1, d), ns, flat, dtype
+
+
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     """Normalize over the trailing `normalized_shape` dims (biased variance), then
-    scale by `weight` and shift by `bias`."""
-    ns, axes = _norm_axes("layer_norm", input, normalized_shape)
-    _check_param("layer_norm", "weight", weight, ns)
-    _check_param("layer_norm", "bias", bias, ns)
-    centered = input - mean(input, axis=axes, keepdims=True)
-    var = mean(centered * centered, axis=axes, keepdims=True)
-    y = centered / _ew.sqrt(var + eps)
-    if weight is not None:
-        y = y * weight
-    return y if bias is None else y + bias
+    scale by `weight` and shift by `bias`.
+
+    One node keeping the input and each row's mean and 1/std. Forward per row block
+    (cache resident): mean, x - mean, variance, scale, weight, bias (6 passes over the
+    block); the output is the only full-size allocation.
+    """
+    x2, ns, (w, b), dtype = _norm_operands("layer_norm", input, normalized_shape,
+                                           (("weight", weight), ("bias", bias)))
+    d = x2.shape[1]
+    y = np.empty(x2.shape, dtype=dtype)
+    mean = np.empty(x2.shape[0], dtype=dtype)
+    rstd = np.empty(x2.shape[0], dtype=dtype)
+    for a, e in _row_blocks(x2.shape[0], d * dtype.itemsize)[1]:
+        t, m, r = y[a:e], mean[a:e], rstd[a:e]
+        np.mean(x2[a:e], axis=1, out=m)
+        np.subtract(x2[a:e], m[:, None], out=t)
+        _inv_sqrt(np.vecdot(t, t) / d + eps, out=r)
+        t *= r[:, None]
+        if w is not None:
+            t *= w
+        if b is not None:
+            t += b
+    inputs, vjps = _norm_inputs((input, _layer_norm_vjp_x), (weight, _layer_norm_vjp_w),
+                                (bias, _norm_vjp_b))
+    return record("layer_norm", y.reshape(_raw(input).shape), inputs, vjps,
+                  saved=(x2, mean, rstd, w), kwargs=dict(shape=_raw(input).shape, ns=ns))
+
+
+def _inv_sqrt(v, out):
+    np.sqrt(v, out=out)
+    return np.reciprocal(out, out=out)
+
+
+def _norm_inputs(*pairs) -> tuple:
+    """(inputs, rules) of the given (tensor, rule) pairs, skipping absent parameters."""
+    kept = [(t, r) for t, r in pairs if t is not None]
+    return tuple(t for t, _ in kept), tuple(r for _, r in kept)
+
+
+def _layer_norm_vjp_x(g, x2, mean, rstd, w, shape, ns):
+    # rstd (h - mean(h) - xh mean(h xh)), h = g w, xh = (x - mean) rstd, per row block
+    # (cache resident): xh into the result, h in a block temporary when weighted;
+    # subtract, scale, two row reductions, then scale, add, subtract, scale: 8 passes
+    # over the block. The result is the only full-size allocation.
+    d = x2.shape[1]
+    g2 = g.reshape(-1, d)
+    out = np.empty(x2.shape, dtype=np.result_type(g, x2))
+    rb, blocks = _row_blocks(x2.shape[0], d * out.itemsize)
+    hbuf = None if w is None else np.empty((rb, d), dtype=out.dtype)
+    for a, e in blocks:
+        t, r = out[a:e], rstd[a:e, None]
+        np.subtract(x2[a:e], mean[a:e, None], out=t)
+        t *= r
+        h = g2[a:e] if w is None else np.multiply(g2[a:e], w, out=hbuf[:e - a])
+        s1, s2 = h.sum(axis=1), np.vecdot(h, t)
+        t *= (s2 / -d)[:, None]
+        t += h
+        t -= (s1 / d)[:, None]
+        t *= r
+    return out.reshape(shape)
+
+
+def _layer_norm_vjp_w(g, x2, mean, rstd, w, shape, ns):
+    # sum over rows of g xh, xh = (x - mean) rstd rebuilt per row block in a block
+    # temporary (2 passes over the block, then one reduction)
+    return _weighted_column_sums(g.reshape(x2.shape), x2, mean, rstd).reshape(ns)
+
+
+def _weighted_column_sums(g2, x2, mean, scale) -> np.ndarray:
+    """sum over rows of g2 * (x2 - mean) * scale (mean None: no centring), per row
+    block through a block temporary."""
+    d = x2.shape[1]
+    acc = np.zeros(d, dtype=np.result_type(g2, x2))
+    rb, blocks = _row_blocks(x2.shape[0], d * acc.itemsize)
+    buf = np.empty((rb, d), dtype=acc.dtype)
+    for a, e in blocks:
+        t = buf[:e - a]
+        if mean is None:
+            np.multiply(x2[a:e], scale[a:e, None], out=t)
+        else:
+            np.subtract(x2[a:e], mean[a:e, None], out=t)
+            t *= scale[a:e, None]
+        acc += np.einsum("ij,ij->j", g2[a:e], t)
+    return acc
+
+
+def _norm_vjp_b(g, x2, *_, shape, ns):
+    return g.reshape(-1, x2.shape[1]).sum(axis=0).reshape(ns)
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """`x / sqrt(mean(x**2) + eps) * weight` over the trailing dims; `eps=None` is the
-    machine epsilon of the input's dtype, as in PyTorch."""
-    ns, axes = _norm_axes("rms_norm", input, normalized_shape)
-    _check_param("rms_norm", "weight", weight, ns)
-    dtype = _raw(input).dtype
+    machine epsilon of the input's dtype, as in PyTorch.
+
+    One node keeping the input and each row's 1/rms. Forward: one row reduction and
+    two scaling passes (per row block); the output is the only full-size allocation.
+    """
+    x2, ns, (w,), dtype = _norm_operands("rms_norm", input, normalized_shape,
+                                         (("weight", weight),))
+    d = x2.shape[1]
     if eps is None:
-        eps = float(np.finfo(dtype if dtype.kind == "f" else np.float64).eps)
-    y = input / _ew.sqrt(mean(input * input, axis=axes, keepdims=True) + eps)
-    return y if weight is None else y * weight
+        eps = float(np.finfo(dtype).eps)
+    y = np.empty(x2.shape, dtype=dtype)
+    rr = np.empty(x2.shape[0], dtype=dtype)
+    for a, e in _row_blocks(x2.shape[0], d * dtype.itemsize)[1]:
+        r = _inv_sqrt(np.vecdot(x2[a:e], x2[a:e]) / d + eps, out=rr[a:e])
+        np.multiply(x2[a:e], r[:, None], out=y[a:e])
+        if w is not None:
+            y[a:e] *= w
+    inputs, vjps = _norm_inputs((input, _rms_norm_vjp_x), (weight, _rms_norm_vjp_w))
+    return record("rms_norm", y.reshape(_raw(input).shape), inputs, vjps,
+                  saved=(x2, rr, w), kwargs=dict(shape=_raw(input).shape, ns=ns))
+
+
+def _rms_norm_vjp_x(g, x2, rr, w, shape, ns):
+    # rr h - x rr^3 mean(h x), h = g w (a block temporary when weighted), per row
+    # block: one row reduction, then scale, add, scale: 4 passes over the block.
+    d = x2.shape[1]
+    g2 = g.reshape(-1, d)
+    out = np.empty(x2.shape, dtype=np.result_type(g, x2))
+    rb, blocks = _row_blocks(x2.shape[0], d * out.itemsize)
+    hbuf = None if w is None else np.empty((rb, d), dtype=out.dtype)
+    for a, e in blocks:
+        r = rr[a:e]
+        h = g2[a:e] if w is None else np.multiply(g2[a:e], w, out=hbuf[:e - a])
+        c = np.vecdot(h, x2[a:e]) * (r * r / -d)
+        t = np.multiply(x2[a:e], c[:, None], out=out[a:e])
+        t += h
+        t *= r[:, None]
+    return out.reshape(shape)
+
+
+def _rms_norm_vjp_w(g, x2, rr, w, shape, ns):
+    # sum over rows of g x rr, x rr rebuilt per row block in a block temporary
+    return _weighted_column_sums(g.reshape(x2.shape), x2, None, rr).reshape(ns)
 
 
 # ---- embedding and dropout --------------------------------------------------------------
-def _embedding_vjp(g, ans, weight, indices, padding_idx):
-    out = np.zeros(weight.shape, dtype=g.dtype)
-    np.add.at(out, indices, g)  # repeated indices accumulate
+def _embedding_vjp(g, rows, num_embeddings, padding_idx):
+    # Zeros with each g row added at its index (repeats accumulate in order): np.add.at
+    # over flat element indices (numpy's fast 1-D path, 3-4x faster than over rows),
+    # made per block of rows so the index temporary stays block-sized.
+    d = g.shape[-1]
+    out = np.zeros((num_embeddings, d), dtype=g.dtype)
+    flat, g2, r = out.reshape(-1), g.reshape(-1, d), rows.reshape(-1)
+    cols = np.arange(d)
+    for a, b in _row_blocks(r.shape[0], d * 8)[1]:
+        np.add.at(flat, (r[a:b, None] * d + cols).reshape(-1), g2[a:b].reshape(-1))
     if padding_idx is not None:
         out[padding_idx] = 0
     return out
 
 
-_embedding = primitive("embedding", lambda weight, indices, padding_idx: weight[indices],
-                       _embedding_vjp)
-
-
 def embedding(input, weight, padding_idx=None):
     """Rows of `weight` (num_embeddings, dim) picked by integer `input` of any shape;
-    the row `padding_idx` gets no gradient."""
+    the row `padding_idx` gets no gradient. The node keeps only the indices."""
     idx = _raw(input)
     if idx.dtype.kind not in "iu":
         raise TypeError(f"embedding: indices must be integers, got dtype {idx.dtype}")
-    n = np.shape(_raw(weight))[0]
+    w = _raw(weight)
+    n = w.shape[0]
     if idx.size and (idx.min() < -n or idx.max() >= n):
         raise IndexError(f"embedding: index out of range for {n} embeddings "
                          f"(got min {idx.min()}, max {idx.max()})")
     if padding_idx is not None:
         padding_idx = int(padding_idx) % n
-    return _embedding(weight, indices=idx, padding_idx=padding_idx)
+    rows = np.where(idx < 0, idx + n, idx).astype(np.intp, copy=False)
+    return record("embedding", w[rows], (weight,), (_embedding_vjp,), saved=(rows,),
+                  kwargs=dict(num_embeddings=n, padding_idx=padding_idx))
 
 
-_dropout = primitive("dropout", lambda x, mask: x * mask, lambda g, ans, x, mask: g * mask)
+def _dropout_vjp(g, keep, scale):
+    # g * keep * scale: 2 passes, the result the only allocation
+    out = np.multiply(g, keep)
+    out *= scale
+    return out
+
+
+def _keep_mask(shape, p: float, rng) -> np.ndarray:
+    """Bernoulli(1 - p) keep mask (bool), drawn in blocks: the same draws as one
+    `rng.random(shape) >= p` without its full-size float64 temporary."""
+    keep = np.empty(shape, dtype=bool)
+    flat = keep.reshape(-1)
+    for a in range(0, flat.size, 32768):
+        b = min(flat.size, a + 32768)
+        np.greater_equal(rng.random(b - a), p, out=flat[a:b])
+    return keep
 
 
 def dropout(input, p: float = 0.5, training: bool = True, seed=None, rng=None):
@@ -568,20 +754,23 @@ def dropout(input, p: float = 0.5, training: bool = True, seed=None, rng=None):
 
     The mask comes from `rng` (a numpy Generator) or a fresh generator seeded with
     `seed`: the same seed gives the same mask. Identity when not training or p == 0.
+    The node keeps a boolean mask (1 byte an element); forward and rule are 2 passes.
     """
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout: probability has to be between 0 and 1, got {p}")
     if not training or p == 0.0:
         return input
     x = _raw(input)
-    dtype = x.dtype if x.dtype.kind == "f" else np.float64
+    dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
     if p == 1.0:
-        mask = np.zeros(x.shape, dtype=dtype)
+        keep, scale = np.zeros(x.shape, dtype=bool), dtype.type(0.0)
     else:
         rng = rng if rng is not None else np.random.default_rng(seed)
-        keep = rng.random(x.shape) >= p
-        mask = keep.astype(dtype) * dtype.type(1.0 / (1.0 - p))
-    return _dropout(input, mask=mask)
+        keep, scale = _keep_mask(x.shape, p, rng), dtype.type(1.0 / (1.0 - p))
+    out = np.multiply(x, keep, dtype=dtype)
+    out *= scale
+    return record("dropout", out, (input,), (_dropout_vjp,), saved=(keep,),
+                  kwargs=dict(scale=scale))
 
 
 # ---- losses ------------------------------------------------------------------------------
@@ -614,29 +803,62 @@ def nll_loss(input, target, weight=None, *, ignore_index: int = -100,
 
     `weight` (C,) rescales each class (a constant: it gets no gradient); targets equal
     to `ignore_index` contribute nothing, and 'mean' divides by the total weight of
-    the targets that count, as in PyTorch.
+    the targets that count, as in PyTorch. One node; its rule writes one scattered
+    element a row into zeros.
     """
     t = _class_targets("nll_loss", input, target)
-    return _nll("nll_loss", input, t, weight, ignore_index, reduction, 0.0)
+    return _nll("nll_loss", input, t, weight, ignore_index, reduction, 0.0, logits=False)
 
 
 def cross_entropy(input, target, weight=None, *, ignore_index: int = -100,
                   reduction: str = "mean", label_smoothing: float = 0.0):
     """Softmax cross-entropy of logits (N, C) against class indices (N,):
-    `nll_loss(log_softmax(input), ...)`, plus PyTorch's label smoothing."""
+    `nll_loss(log_softmax(input), ...)`, plus PyTorch's label smoothing.
+
+    One fused node: the forward needs only each row's logsumexp (no log-probabilities
+    are stored), the rule is softmax minus the smoothed one-hot targets in 3 passes.
+    """
     t = _class_targets("cross_entropy", input, target)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], "
                          f"got {label_smoothing}")
-    return _nll("cross_entropy", log_softmax(input, dim=1), t, weight, ignore_index,
-                reduction, label_smoothing)
+    return _nll("cross_entropy", input, t, weight, ignore_index, reduction,
+                label_smoothing, logits=True)
 
 
-def _nll(name, logp, t, weight, ignore_index, reduction, smoothing):
+_ROW_BLOCK_BYTES = 1 << 18   # row blocks for per-row temporaries: 256 KiB, cache resident
+
+
+def _row_blocks(n: int, row_bytes: int) -> tuple:
+    """(rows per block, [(start, stop), ...]) covering `n` rows."""
+    rb = max(1, min(n, _ROW_BLOCK_BYTES // max(1, row_bytes)))
+    return rb, [(a, min(n, a + rb)) for a in range(0, n, rb)]
+
+
+def _row_logsumexp(x) -> np.ndarray:
+    """log(sum(exp(x))) of each row of `x` (N, C), shifted by the row's finite max:
+    two passes over x (the max; exp and sum through a row-block temporary)."""
+    m = x.max(axis=1)
+    m[~np.isfinite(m)] = 0
+    s = np.empty(x.shape[0], dtype=x.dtype)
+    rb, blocks = _row_blocks(x.shape[0], x.shape[1] * x.itemsize)
+    buf = np.empty((rb, x.shape[1]), dtype=x.dtype)
+    for a, b in blocks:
+        e = np.subtract(x[a:b], m[a:b, None], out=buf[:b - a])
+        np.exp(e, out=e)
+        np.sum(e, axis=1, out=s[a:b])
+    with np.errstate(divide="ignore"):
+        np.log(s, out=s)
+    return np.add(s, m, out=s)
+
+
+def _nll_targets(name, x, t, weight, ignore_index) -> tuple:
+    """(safe targets, per-row scale w[t] or 1 (0 when ignored), valid rows, class
+    weights as x's dtype or None), with PyTorch's errors."""
     if isinstance(weight, str):
         raise TypeError(f"{name}: the third positional argument is the class weight, as in "
                         f"PyTorch; pass reduction={weight!r} by keyword")
-    n, c = logp.shape
+    c = x.shape[1]
     valid = t != ignore_index
     bad = valid & ((t < 0) | (t >= c))
     if bad.any():
@@ -645,18 +867,73 @@ def _nll(name, logp, t, weight, ignore_index, reduction, smoothing):
     w = None if weight is None else _raw(weight)
     if w is not None and w.shape != (c,):
         raise ValueError(f"{name}: weight shape {w.shape} does not match {c} classes")
-    scale = valid if w is None else w[safe] * valid   # per-row weight, 0 when ignored
-    dtype = _raw(logp).dtype
-    loss = -getitem(logp, (np.arange(n), safe))
-    if w is not None or not valid.all():
-        loss = loss * scale.astype(dtype)
+    w = None if w is None else w.astype(x.dtype, copy=False)
+    scale = valid.astype(x.dtype) if w is None else w[safe] * valid
+    return safe, scale, valid, w
+
+
+def _nll(name, input, t, weight, ignore_index, reduction, smoothing, logits: bool):
+    """Per-row loss -(1-e) w[t] logp[t] - e/C sum_c w_c logp_c (logp = x - lse(x) for
+    logits, x itself otherwise), reduced; one node with `_nll_vjp`."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{name}: reduction must be 'mean', 'sum' or 'none', "
+                         f"got {reduction!r}")
+    x = _raw(input)
+    n, c = x.shape
+    safe, scale, valid, w = _nll_targets(name, x, t, weight, ignore_index)
+    lse = _row_logsumexp(x) if logits else None
+    picked = x[np.arange(n), safe]
+    loss = scale * (picked if lse is None else picked - lse)
+    np.negative(loss, out=loss)                                # -w[t] logp[t]
     if smoothing:
-        per_class = logp if w is None else logp * w.astype(dtype)
-        smooth = -_rd.sum(per_class, axis=1) * valid.astype(dtype)
-        loss = loss * (1 - smoothing) + smooth * (smoothing / c)
-    if reduction == "mean" and (w is not None or not valid.all()):
-        return _rd.sum(loss) / scale.sum(dtype=dtype)
-    return _reduce(name, loss, reduction)
+        wsum = c if w is None else w.sum()
+        per_class = x.sum(axis=1) if w is None else x @ w       # sum_c w_c x_c
+        loss *= 1 - smoothing
+        loss += valid * (smoothing / c) * (wsum * lse - per_class)
+    denom = None
+    if reduction == "mean":
+        denom = scale.sum() if (w is not None or not valid.all()) else x.dtype.type(n)
+        loss = np.asarray(loss.sum() / denom, dtype=x.dtype)
+    elif reduction == "sum":
+        loss = np.asarray(loss.sum(), dtype=x.dtype)
+    return record(name, loss, (input,), (_nll_vjp,),
+                  saved=(x if logits else None, lse, safe, scale, valid, w, denom),
+                  kwargs=dict(shape=x.shape, smoothing=smoothing))
+
+
+def _nll_vjp(g, x, lse, safe, scale, valid, w, denom, shape, smoothing):
+    # G = the upstream gradient per row (over the mean's denominator).
+    # nll_loss: zeros with -G w[t] at each row's target (the zero fill, n elements).
+    # cross_entropy: G (a p - (1-e) w[t] onehot(t) - e/C valid w), p = exp(x - lse),
+    # a = (1-e) w[t] + e/C sum(w) valid: 3 passes (subtract, exp, scale), plus one for
+    # smoothing (through a row-block temporary when classes are weighted).
+    rows = np.arange(shape[0])
+    G = g if denom is None else g / denom
+    coef = G * scale * (1 - smoothing)                         # at each row's target
+    if x is None:
+        out = np.zeros(shape, dtype=scale.dtype)
+        out[rows, safe] = np.subtract(0.0, coef)               # +0.0 where ignored
+        return out
+    out = np.subtract(x, lse[:, None])
+    np.exp(out, out=out)
+    wsum = shape[1] if w is None else w.sum()
+    out *= (coef + G * valid * (smoothing * wsum / shape[1]))[:, None]
+    out[rows, safe] -= coef
+    if smoothing:
+        gamma = G * valid * (smoothing / shape[1])
+        if w is None:
+            out -= gamma[:, None]
+        else:
+            _sub_outer(out, gamma, w)
+    return out
+
+
+def _sub_outer(out, a, b) -> None:
+    """out -= outer(a, b), through a row-block temporary."""
+    rb, blocks = _row_blocks(out.shape[0], out.shape[1] * out.itemsize)
+    buf = np.empty((rb, out.shape[1]), dtype=out.dtype)
+    for s, e in blocks:
+        out[s:e] -= np.multiply(a[s:e, None], b, out=buf[:e - s])
 
 
 def mse_loss(input, target, reduction: str = "mean"):
@@ -678,6 +955,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     float mask is added to the scores. `is_causal` masks the upper triangle.
     `scale` defaults to 1/sqrt(E). A query that may attend nothing gets zeros, as in
     PyTorch. Dropout on the attention weights uses `seed`/`rng`.
+
+    One fused node. Forward: the scores are one GEMM, scaled, masked and turned into
+    the softmax in place (the attention weights, kept for the backward), then one GEMM.
     """
     q, k, v = _raw(query), _raw(key), _raw(value)
     if q.ndim < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
@@ -688,23 +968,76 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         raise ValueError("scaled_dot_product_attention: pass either attn_mask or "
                          "is_causal, not both")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = matmul(query, swapaxes(key, -1, -2)) * scale
+    p = np.matmul(q, np.swapaxes(k, -1, -2))
+    p *= scale
     if is_causal:
-        ql, kl = scores.shape[-2:]
-        attn_mask = np.tril(np.ones((ql, kl), dtype=bool))
-    if attn_mask is not None:
-        m = _raw(attn_mask)
-        if m.dtype == bool:
-            scores = where(m, scores, -np.inf)
-        else:
-            scores = scores + attn_mask
-    # Rows with nothing to attend give zeros (PyTorch's safe softmax), not NaN; both
-    # `where`s keep the NaN of an all -inf softmax out of the forward and the gradients.
-    dead = None if attn_mask is None else np.all(scores.data == -np.inf, axis=-1, keepdims=True)
-    if dead is not None and dead.any():
-        weights = where(dead, 0.0, softmax(where(dead, 0.0, scores), dim=-1))
-    else:
-        weights = softmax(scores, dim=-1)
+        attn_mask = np.tril(np.ones(p.shape[-2:], dtype=bool))
+    p = _attention_weights(p, None if attn_mask is None else _raw(attn_mask))
+    keep, dscale, pd = None, None, p
     if dropout_p > 0:
-        weights = dropout(weights, dropout_p, seed=seed, rng=rng)
-    return matmul(weights, value)
+        keep = _keep_mask(p.shape, dropout_p, rng if rng is not None
+                          else np.random.default_rng(seed)) if dropout_p < 1 \
+            else np.zeros(p.shape, dtype=bool)
+        dscale = p.dtype.type(0.0 if dropout_p >= 1 else 1.0 / (1.0 - dropout_p))
+        pd = np.multiply(p, keep)
+        pd *= dscale
+    out = np.matmul(pd, v)
+    inputs = (query, key, value)
+    if attn_mask is not None and _raw(attn_mask).dtype != bool:
+        inputs += (attn_mask,)                       # a float mask may require grad
+    need = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs)
+    # backward: four GEMMs of the scores' size over E or Ev
+    return record("scaled_dot_product_attention", out, inputs, joint=_sdpa_vjp,
+                  saved=(q, k, v, p, keep, scale, dscale, need),
+                  cost=gemm_cost(p.size, q.shape[-1] + v.shape[-1]), threaded=True)
+
+
+def _attention_weights(s, mask):
+    """softmax over the last axis of the scores `s` after the mask (boolean: keep where
+    True; float: added), in place when the mask does not broadcast `s` up; rows with
+    nothing to attend give zeros. Passes: mask, max, subtract, exp, sum, divide."""
+    if mask is not None:
+        grows = np.broadcast_shapes(s.shape, mask.shape) != s.shape
+        if mask.dtype == bool:
+            s = np.where(mask, s, -np.inf) if grows else s
+            if not grows:
+                np.copyto(s, -np.inf, where=~mask)
+        else:
+            s = s + mask if grows else np.add(s, mask, out=s)
+    m = s.max(axis=-1, keepdims=True)
+    m[~np.isfinite(m)] = 0
+    s -= m
+    np.exp(s, out=s)
+    den = s.sum(axis=-1, keepdims=True)
+    den[den == 0] = 1                                # all masked: exp gave zeros
+    s /= den
+    return s
+
+
+def _sdpa_vjp(g, q, k, v, p, keep, scale, dscale, need):
+    # dV = P'^T g (P' = P with dropout); dP = g V^T (one scores-sized temporary),
+    # turned in place into dS = P (dP - rowsum(dP P)) (3 passes), which is the float
+    # mask's gradient; dQ = scale dS K, dK = scale dS^T Q (the scale on the smaller
+    # products). At most four GEMMs (only those whose inputs need a gradient); every
+    # other array is returned (P' is rebuilt in a temporary under dropout).
+    dv = None
+    if need[2]:
+        pd = p if keep is None else np.multiply(p, keep) * dscale
+        dv = np.matmul(np.swapaxes(pd, -1, -2), g)
+        del pd
+    if not (need[0] or need[1] or need[3:] == (True,)):
+        return (None, None, dv) + (None,) * (len(need) - 3)
+    ds = np.matmul(g, np.swapaxes(v, -1, -2))
+    if keep is not None:
+        ds *= keep
+        ds *= dscale
+    ds -= np.vecdot(ds, p)[..., None]
+    ds *= p
+    dq = dk = None
+    if need[0]:
+        dq = np.matmul(ds, k)
+        dq *= scale
+    if need[1]:
+        dk = np.matmul(np.swapaxes(ds, -1, -2), q)
+        dk *= scale
+    return (dq, dk, dv) + ((ds,) if len(need) == 4 else ())
