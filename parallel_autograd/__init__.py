@@ -3,7 +3,8 @@ from . import allocator, nn  # noqa: F401
 from .allocator import tune_allocator
 from .creation import arange, ones, randn, zeros
 from .engine.sequential import backward, grad
-from .engine.engine import Engine, backward_parallel, default_engine, grad_parallel
+from .engine.engine import (Engine, backward_parallel, default_engine, get_default_engine,
+                            grad_parallel, set_default_engine)
 from .function import Function, FunctionCtx
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .ops.elementwise import (abs, add, clip, cos, div, exp, gelu, leaky_relu, log, maximum,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .engine.sequential import backward as _backward
+from .engine.engine import tensor_backward as _backward
 from .inplace import METHODS as _INPLACE
 from .ops import elementwise as _ew
 from .ops import linalg as _la
@@ -18,7 +18,9 @@ from .tensor import Tensor
 
 
 def backward(self: Tensor, grad=None, retain_graph: bool = False) -> None:
-    """Sequential backward from this tensor (see `parallel_autograd.backward`)."""
+    """Backward from this tensor on the default engine (`pa.set_default_engine`: the
+    parallel engine unless changed; results are bitwise the same either way). See
+    `parallel_autograd.backward` for the arguments."""
     _backward(self, grad, retain_graph=retain_graph)
 
 

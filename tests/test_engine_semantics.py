@@ -522,3 +522,40 @@ def test_canonical_order_with_multi_input_consumers():
     naive = sum(vals[k] for k in sorted(vals))
     assert expected != naive
     assert float(x.grad) == expected
+
+
+# ---- what loss.backward() runs on ------------------------------------------------------
+def test_tensor_backward_runs_on_the_default_engine_which_can_be_set():
+    from parallel_autograd.engine import engine as engine_module
+
+    def graph():
+        x = pa.tensor(np.linspace(-1, 1, 200_000), requires_grad=True)
+        return sum((x * float(i)).tanh().sum() for i in range(1, 9)), x
+
+    assert pa.get_default_engine() == "parallel"
+    try:
+        loss, x = graph()
+        loss.backward()  # the default engine: backward_parallel's
+        st = engine_module.default_engine().last_stats
+        assert st is not None  # (one usable core: num_workers=1, so sequential)
+        assert st.mode == "parallel" or engine_module.default_engine().num_workers == 1
+        want = x.grad
+        with pa.Engine(2, min_nodes=0, min_work=0, min_width=0) as eng:
+            pa.set_default_engine(eng)
+            assert pa.get_default_engine() is eng
+            loss, x = graph()
+            loss.backward()
+            assert eng.last_stats is not None and np.array_equal(x.grad, want)
+        pa.set_default_engine("sequential")
+        loss, x = graph()
+        eng_calls = engine_module.default_engine().stats()["calls"]
+        loss.backward()
+        assert engine_module.default_engine().stats()["calls"] == eng_calls
+        assert np.array_equal(x.grad, want)
+        with pytest.raises(ValueError, match="set_default_engine"):
+            pa.set_default_engine("fast")
+        with pytest.raises(TypeError, match="set_default_engine"):
+            pa.set_default_engine(3)
+        assert pa.get_default_engine() == "sequential"
+    finally:
+        pa.set_default_engine("parallel")

@@ -25,6 +25,7 @@ from . import blas
 from .cost import decide, gil_enabled, usable_cores
 from .plan import collect, plan_call
 from .pool import WorkerPool, on_worker_thread
+from .sequential import backward as sequential_backward
 from .sequential import run_plan
 from .step import commit
 from .task import CallStats, GraphTask
@@ -213,6 +214,48 @@ def default_engine(num_workers: int | None = None) -> Engine:
             if eng is None or eng.closed:
                 eng = _defaults[n] = Engine(n)
     return eng
+
+
+_TENSOR_BACKWARD = ["parallel"]  # what Tensor.backward() runs on (set_default_engine)
+
+
+def set_default_engine(engine) -> None:
+    """Choose what `Tensor.backward()` (`loss.backward()`) runs on, process-wide:
+
+    - "parallel" (the default): `backward_parallel` on all usable cores. Its cost
+      model runs a graph sequentially when parallelism cannot pay, and results are
+      bitwise the sequential engine's either way; measured as fast or faster than
+      the sequential engine on every workload of the benchmark (README, Benchmark);
+    - "sequential": the reference engine (`pa.backward`);
+    - an `Engine`: that engine (its workers and thresholds).
+
+    `pa.backward` stays sequential and `backward_parallel` parallel whatever is set.
+    Thread safety: one assignment; a backward already running keeps its engine.
+    """
+    if isinstance(engine, str):
+        if engine not in ("parallel", "sequential"):
+            raise ValueError(f"set_default_engine: expected 'parallel', 'sequential' or an "
+                             f"Engine, got {engine!r}")
+    elif not isinstance(engine, Engine):
+        raise TypeError(f"set_default_engine: expected 'parallel', 'sequential' or an "
+                        f"Engine, got {type(engine).__name__}")
+    _TENSOR_BACKWARD[0] = engine
+
+
+def get_default_engine():
+    """What `Tensor.backward()` runs on: "parallel", "sequential" or an `Engine`."""
+    return _TENSOR_BACKWARD[0]
+
+
+def tensor_backward(root, grad=None, retain_graph: bool = False) -> None:
+    """`Tensor.backward()`: on the engine `set_default_engine` chose."""
+    target = _TENSOR_BACKWARD[0]
+    if target == "sequential":
+        sequential_backward(root, grad, retain_graph=retain_graph)
+    elif target == "parallel":
+        default_engine().backward(root, grad, retain_graph=retain_graph)
+    else:
+        target.backward(root, grad, retain_graph=retain_graph)
 
 
 def backward_parallel(root, grad=None, num_workers: int | None = None,
