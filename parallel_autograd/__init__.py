@@ -16,6 +16,7 @@ from .ops.shape import (broadcast_to, concat, expand, flatten, getitem, pad, per
                         split, squeeze, stack, swapaxes, transpose, unsqueeze)
 from .primitive import primitive, record
 from .profiler import profile
+from .serialization import load, save
 from .tensor import Tensor, tensor
 from .testing import gradcheck
 from . import methods as _methods  # noqa: F401, I001  (last: attaches Tensor's operators)
