@@ -123,8 +123,9 @@ def torch_section(raw, torch: dict) -> list:
     """`## PyTorch ...`: the in-process / own-process table and the kernel gap."""
     parts = ["## PyTorch in the benchmark's process and in its own process", ""]
     if raw is not None and any("torch" in r["times"] for r in raw["workloads"].values()):
-        parts += ["PyTorch timed in the default setting's process, interleaved with our "
-                  "engines, over PyTorch alone in a fresh process (`torch.set_num_threads("
+        parts += ["PyTorch timed in the default setting's process (in rounds of its own "
+                  "after ours, each PyTorch step right after one of the sequential engine) "
+                  "over PyTorch alone in a fresh process (`torch.set_num_threads("
                   f"{torch['cores']})` and its own warm-up in both); the ratios to PyTorch "
                   "above and the targets use the own-process column.", "",
                   in_vs_child_table(raw, torch), ""]
