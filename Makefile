@@ -1,5 +1,5 @@
 PYTHON ?= python3
-VENV := .venv
+VENV ?= .venv
 PY := $(VENV)/bin/python
 
 .PHONY: test bench bench-quick stress clean freethreaded test-ft stress-ft bench-ft

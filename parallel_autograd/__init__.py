@@ -24,4 +24,21 @@ from . import methods as _methods  # noqa: F401, I001  (last: attaches Tensor's 
 clamp = clip
 cat = concat
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+__version__ = "0.1.0"
+
+# What `from parallel_autograd import *` brings in: the names below. Not the submodules
+# (use pa.nn, pa.optim), and not the ops named like Python builtins (abs, max, min, pow,
+# sum), which a star import would shadow silently: call them as pa.max(...) or as
+# tensor methods (t.max()).
+__all__ = [
+    "Engine", "Function", "FunctionCtx", "Tensor", "add", "arange", "backward",
+    "backward_parallel", "broadcast_to", "cat", "clamp", "clip", "concat", "cos",
+    "default_engine", "div", "enable_grad", "exp", "expand", "flatten", "gelu",
+    "get_default_engine", "getitem", "grad", "grad_parallel", "gradcheck",
+    "is_grad_enabled", "leaky_relu", "load", "log", "log_softmax", "logsumexp", "matmul",
+    "maximum", "mean", "minimum", "mul", "neg", "no_grad", "ones", "pad", "permute",
+    "primitive", "profile", "randn", "record", "relu", "reshape", "save",
+    "set_default_engine", "set_grad_enabled", "sigmoid", "silu", "sin", "softmax", "split",
+    "sqrt", "squeeze", "stack", "sub", "swapaxes", "tanh", "tensor", "transpose",
+    "tune_allocator", "unsqueeze", "var", "where", "zeros",
+]

@@ -7,10 +7,12 @@ from .tensor import Tensor
 
 
 def zeros(*shape, dtype=np.float64, requires_grad: bool = False) -> Tensor:
+    """A leaf tensor of zeros of `shape` (`zeros(2, 3)` or `zeros((2, 3))`)."""
     return Tensor(np.zeros(_shape(shape), dtype=dtype), requires_grad=requires_grad)
 
 
 def ones(*shape, dtype=np.float64, requires_grad: bool = False) -> Tensor:
+    """A leaf tensor of ones of `shape` (`ones(2, 3)` or `ones((2, 3))`)."""
     return Tensor(np.ones(_shape(shape), dtype=dtype), requires_grad=requires_grad)
 
 
@@ -23,6 +25,7 @@ def randn(*shape, dtype=np.float64, requires_grad: bool = False, rng=None,
 
 
 def arange(*args, dtype=None, requires_grad: bool = False) -> Tensor:
+    """A leaf tensor of `np.arange(*args)` (integers unless `dtype` or a float argument)."""
     return Tensor(np.arange(*args, dtype=dtype), requires_grad=requires_grad)
 
 

@@ -38,6 +38,12 @@ class FunctionCtx:
 
 
 class Function:
+    """A user-defined op with its own backward, like `torch.autograd.Function`:
+    subclass it with static `forward(ctx, *args)` (on arrays; `ctx.save_for_backward`
+    keeps what backward needs) and `backward(ctx, *grads)` (one gradient per input,
+    None where there is none), then call `MyOp.apply(*args)`. `backward` may run on
+    a worker thread of the parallel engine."""
+
     @staticmethod
     def forward(ctx, *args, **kwargs):
         raise NotImplementedError

@@ -137,8 +137,8 @@ def test_bad_axis_raises_value_error_with_op_name():
 
 
 def test_every_public_reduce_op_is_gradchecked():
-    public = {n for n in pa.__all__ if getattr(rd, n, None) is getattr(pa, n)
-              and n not in ("primitive", "record")}
+    public = {n for n in dir(pa) if not n.startswith("_")  # sum/max/min: not in __all__
+              and getattr(rd, n, None) is getattr(pa, n) and n not in ("primitive", "record")}
     assert public == {"sum", "mean", "max", "min", "var", "logsumexp", "softmax",
                       "log_softmax"}
 

@@ -237,7 +237,19 @@ def annotate(exc: BaseException, node, where: str = "the backward of") -> None:
         exc.autograd_op = node.name
     except AttributeError:
         pass
+    add_note(exc, msg)
+
+
+def add_note(exc: BaseException, msg: str) -> None:
+    """`exc.add_note(msg)` on Python 3.11+. On 3.10 the same `__notes__` list is kept
+    (for code that reads it), and the note is appended to a string message too, since
+    3.10's tracebacks do not print notes."""
     if hasattr(exc, "add_note"):
         exc.add_note(msg)
-    elif exc.args and isinstance(exc.args[0], str):
+        return
+    try:
+        exc.__notes__ = [*getattr(exc, "__notes__", ()), msg]
+    except AttributeError:  # an exception type that takes no attributes
+        pass
+    if exc.args and isinstance(exc.args[0], str):
         exc.args = (f"{exc.args[0]} [{msg}]",) + exc.args[1:]

@@ -60,6 +60,7 @@ import time
 from .. import profiler
 from .accumulate import Slot, contribution_key, seed_key, sum_in_order
 from .executor import execute
+from .step import add_note
 
 _WAIT_SLICE = 0.05  # seconds; bounds how long a waiting caller ignores Ctrl+C
 _LINGER = 200e-6  # seconds a thread out of work spins on a share_cheap call's `shared`
@@ -459,11 +460,9 @@ def _note_other_error(first: BaseException, other: BaseException) -> None:
     if len(others) >= _MAX_NOTED:
         return
     others.append(other)
-    if hasattr(first, "add_note"):
-        where = getattr(other, "autograd_op", None)
-        first.add_note(f"also raised on another thread while this call failed: "
-                       f"{type(other).__name__}: {other}"
-                       + (f" (in {where})" if where else ""))
+    where = getattr(other, "autograd_op", None)
+    add_note(first, f"also raised on another thread while this call failed: "
+                    f"{type(other).__name__}: {other}" + (f" (in {where})" if where else ""))
 
 
 def held_bytes(g) -> int:

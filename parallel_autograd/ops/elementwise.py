@@ -441,3 +441,25 @@ def where(condition, x, y):
 
 def _raw(a):
     return a.data if isinstance(a, Tensor) else a
+
+
+_DOCS = {
+    add: "`x + y` (numpy broadcasting; the gradient is summed back to each shape).",
+    sub: "`x - y` (numpy broadcasting).",
+    mul: "`x * y` (numpy broadcasting).",
+    div: "`x / y` (true division, numpy broadcasting).",
+    neg: "`-x`.",
+    exp: "`e ** x`.",
+    log: "The natural logarithm.",
+    sqrt: "The square root.",
+    sin: "The sine.",
+    cos: "The cosine.",
+    tanh: "The hyperbolic tangent.",
+    sigmoid: "`1 / (1 + exp(-x))`.",
+    silu: "`x * sigmoid(x)` (SiLU, swish).",
+    relu: "`max(x, 0)`; the gradient at 0 is 0, as in PyTorch.",
+    maximum: "Elementwise maximum; on a tie each side gets half the gradient (PyTorch).",
+    minimum: "Elementwise minimum; on a tie each side gets half the gradient (PyTorch).",
+}
+for _op, _doc in _DOCS.items():
+    _op.__doc__ = _doc

@@ -67,3 +67,5 @@ def _shape_problem(sa: tuple, sb: tuple) -> str:
 
 matmul = primitive("matmul", _forward, _matmul_vjp_a, _matmul_vjp_b, cost=_cost,
                    threaded=True)
+matmul.__doc__ = """Matrix product with numpy's `matmul` semantics (1-D operands, broadcast
+batch dimensions); multithreaded (BLAS) kernels, forward and backward."""

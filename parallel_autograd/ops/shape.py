@@ -11,12 +11,16 @@ _reshape = primitive("reshape", lambda x, shape: np.reshape(x, shape),
 
 
 def reshape(x, *shape):
+    """The same values in a new shape (a view when numpy can make one); `-1` infers
+    one dimension. Accepts `reshape(x, 2, 3)` or `reshape(x, (2, 3))`."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     return _reshape(x, shape=shape)
 
 
 def flatten(x, start_dim: int = 0, end_dim: int = -1):
+    """Dimensions `start_dim`..`end_dim` merged into one (PyTorch's flatten; a 0-d
+    tensor becomes shape (1,))."""
     s = x.shape
     if not s:
         return reshape(x, (1,))  # PyTorch: a 0-d tensor flattens to shape (1,)
@@ -46,12 +50,14 @@ def transpose(x, *axes):
 
 
 def permute(x, *dims):
+    """The dimensions reordered as `dims` (a view)."""
     if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
         dims = tuple(dims[0])
     return _transpose(x, axes=tuple(dims))
 
 
 def swapaxes(x, a: int, b: int):
+    """Dimensions `a` and `b` exchanged (a view)."""
     nd = np.ndim(x.data if isinstance(x, Tensor) else x)
     axes = list(range(nd))
     axes[a], axes[b] = axes[b], axes[a]
@@ -63,6 +69,7 @@ _broadcast = primitive("broadcast_to", lambda x, shape: np.broadcast_to(x, shape
 
 
 def broadcast_to(x, *shape):
+    """`x` broadcast to `shape` (a read-only view); the gradient is summed back."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     return _broadcast(x, shape=shape)
@@ -85,10 +92,12 @@ _unsqueeze = primitive("unsqueeze", lambda x, axis: np.expand_dims(x, axis),
 
 
 def squeeze(x, axis=None):
+    """Dimensions of size 1 removed (all, or `axis`)."""
     return _squeeze(x, axis=axis)
 
 
 def unsqueeze(x, axis: int):
+    """A dimension of size 1 inserted at `axis`."""
     return _unsqueeze(x, axis=axis)
 
 
@@ -137,6 +146,7 @@ def _concat_rule(axis, bounds):
 
 
 def concat(tensors, axis: int = 0):
+    """The tensors joined along an existing `axis` (`pa.cat` is the same function)."""
     tensors = list(tensors)
     arrays = [t.data if isinstance(t, Tensor) else np.asarray(t) for t in tensors]
     try:
@@ -149,6 +159,7 @@ def concat(tensors, axis: int = 0):
 
 
 def stack(tensors, axis: int = 0):
+    """The tensors joined along a new `axis`."""
     tensors = list(tensors)
     arrays = [t.data if isinstance(t, Tensor) else np.asarray(t) for t in tensors]
     try:
