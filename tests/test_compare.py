@@ -651,3 +651,18 @@ def test_without_torch_the_report_says_how_to_get_its_columns(monkeypatch, capsy
     assert "make bench TORCH=1" in err and "Note: no PyTorch columns" in out
     assert "- n/a  3. backward_parallel faster than PyTorch's backward" in out
     assert "| torch fwd ms |" not in out
+
+
+def test_a_broken_torch_drops_the_pytorch_columns_not_the_run(tmp_path):
+    # a `torch` that is found but does not import (e.g. a missing shared library)
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('broken for a test')\n")
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "stress.compare", *TINY, "--reps", "1",
+                           "--allocator", "default", "--workloads", "tiny-nodes", "--out",
+                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "the PyTorch child failed" in proc.stderr
+    result = json.loads(out.read_text())
+    assert result["torch_child"] is None and "Note: no PyTorch columns" in proc.stdout

@@ -44,7 +44,8 @@ def import_torch(cores: int):
     """torch with `cores` intra-op threads, or None when it does not import."""
     try:
         import torch
-    except ImportError:
+    except Exception as e:  # not installed, or installed but broken (a missing library)
+        log(f"torch does not import: {type(e).__name__}: {e}")
         return None
     torch.set_num_threads(cores)
     return torch
