@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import random as _random
 from .tensor import Tensor
 
 
@@ -18,8 +19,14 @@ def ones(*shape, dtype=np.float64, requires_grad: bool = False) -> Tensor:
 
 def randn(*shape, dtype=np.float64, requires_grad: bool = False, rng=None,
           seed=None) -> Tensor:
-    """Standard normal samples from `rng` (a numpy Generator) or a fresh one from `seed`."""
-    rng = rng if rng is not None else np.random.default_rng(seed)
+    """Standard normal samples of `shape` as a leaf tensor.
+
+    Drawn from `rng` (a numpy Generator) if given, else from a fresh generator seeded
+    with `seed`, else from the default generator (`parallel_autograd.random`, reseeded
+    by `pa.manual_seed`).
+    """
+    if rng is None:
+        rng = np.random.default_rng(seed) if seed is not None else _random.default_generator
     return Tensor(rng.standard_normal(_shape(shape)).astype(dtype, copy=False),
                   requires_grad=requires_grad)
 

@@ -1,0 +1,93 @@
+"""`Embedding`."""
+from __future__ import annotations
+
+import numpy as np
+
+from ... import version
+from .. import functional as F
+from .. import init
+from ..module import Module
+from ...tensor import Tensor
+from ..parameter import Parameter
+from ._utils import empty_parameter, float_dtype, size_int
+
+
+class Embedding(Module):
+    """A lookup table of `num_embeddings` vectors of size `embedding_dim` (PyTorch's
+    `nn.Embedding`): integer indices of any shape -> (*shape, embedding_dim).
+
+    Args:
+        num_embeddings, embedding_dim: table size.
+        padding_idx: a row that is initialised to zeros and gets no gradient
+            (negative values count from the end and are stored normalised).
+        max_norm, norm_type, scale_grad_by_freq, sparse: only the defaults (None, 2.0,
+            False, False); others raise NotImplementedError.
+        dtype: weight dtype (default float64).
+        generator: numpy Generator for the initial values (default: the default
+            generator).
+
+    Parameter: `weight` (num_embeddings, embedding_dim) ~ N(0, 1), PyTorch's default.
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+                 max_norm: float | None = None, norm_type: float = 2.0,
+                 scale_grad_by_freq: bool = False, sparse: bool = False, _weight=None,
+                 _freeze: bool = False, dtype=None,
+                 generator: np.random.Generator | None = None) -> None:
+        super().__init__()
+        if max_norm is not None or norm_type != 2.0 or scale_grad_by_freq or sparse:
+            raise NotImplementedError("Embedding: max_norm, norm_type, scale_grad_by_freq "
+                                      "and sparse are not supported yet")
+        self.num_embeddings = size_int(num_embeddings, "num_embeddings", "Embedding")
+        self.embedding_dim = size_int(embedding_dim, "embedding_dim", "Embedding")
+        self.padding_idx = _padding_idx(padding_idx, self.num_embeddings)
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
+        if _weight is None:
+            self.weight = empty_parameter((self.num_embeddings, self.embedding_dim),
+                                          float_dtype(dtype, "Embedding"))
+            self.reset_parameters(generator)
+        else:  # PyTorch's private argument: use this table as is (shared, not copied)
+            self.weight = Parameter(_weight, requires_grad=not _freeze)
+            if self.weight.shape != (self.num_embeddings, self.embedding_dim):
+                raise ValueError("Shape of weight does not match num_embeddings and "
+                                 "embedding_dim")
+
+    def reset_parameters(self, generator: np.random.Generator | None = None) -> None:
+        """Redraw the weight from N(0, 1) and zero the padding row."""
+        init.normal_(self.weight, generator=generator)
+        if self.padding_idx is not None:
+            self.weight.data[self.padding_idx] = 0
+            version.bump(self.weight)
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze: bool = True,
+                        padding_idx: int | None = None) -> "Embedding":
+        """An Embedding whose weight is `embeddings` (2-D Tensor or ndarray, shared,
+        not copied, like PyTorch); `freeze=True` makes it not require grad. The
+        padding row is not zeroed."""
+        shape = np.shape(embeddings.data if isinstance(embeddings, Tensor) else embeddings)
+        if len(shape) != 2:
+            raise ValueError("Embeddings parameter is expected to be 2-dimensional")
+        return cls(shape[0], shape[1], padding_idx=padding_idx, _weight=embeddings,
+                   _freeze=freeze)
+
+    def forward(self, input):
+        """The rows of `weight` at the integer indices `input`."""
+        return F.embedding(input, self.weight, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        """PyTorch's: sizes, then padding_idx when set."""
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        return s
+
+
+def _padding_idx(padding_idx, n: int) -> int | None:
+    if padding_idx is None:
+        return None
+    if not -n <= padding_idx < n:
+        raise ValueError(f"Embedding: padding_idx must be within num_embeddings "
+                         f"(-{n} <= padding_idx < {n}), got {padding_idx}")
+    return int(padding_idx) % n

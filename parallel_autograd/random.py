@@ -1,0 +1,93 @@
+"""The default random number generator and `manual_seed` (PyTorch's `torch.manual_seed`).
+
+Everything in the library that draws random numbers without being given a generator
+(`pa.randn` without `rng`/`seed`, layer initialisation in `pa.nn`, `nn.Dropout`,
+`nn.init.*` without `generator=`) draws from one process-wide numpy Generator,
+`default_generator` (PCG64). `manual_seed(s)` reseeds it in place, so
+
+    pa.manual_seed(0); m = pa.nn.Linear(3, 4)
+
+builds the same layer every time, and code that kept a reference to
+`default_generator` sees the reseeded stream. After `manual_seed(s)` the stream is the
+one of `numpy.random.default_rng(s)`.
+
+At import the generator is seeded from fresh OS entropy (numpy's convention; PyTorch
+instead starts every process from the same fixed seed): call `manual_seed` for
+reproducible runs. `initial_seed()` returns the seed in use.
+
+Thread safety: numpy serialises draws from one Generator with a lock, so drawing from
+several threads is safe, but which thread gets which numbers depends on scheduling;
+for reproducible multi-threaded work give each thread its own Generator. A forked
+child process inherits the parent's generator state (as with PyTorch): reseed it in
+the child if the streams must differ.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["default_generator", "manual_seed", "initial_seed", "seed", "get_rng_state",
+           "set_rng_state", "resolve_generator"]
+
+_INITIAL_SEED = [int(np.random.SeedSequence().generate_state(1, np.uint64)[0])]
+
+#: The process-wide generator (a `numpy.random.Generator`); reseeded in place by
+#: `manual_seed`, so references to it stay valid.
+default_generator: np.random.Generator = np.random.Generator(np.random.PCG64(_INITIAL_SEED[0]))
+
+
+def manual_seed(seed: int) -> np.random.Generator:
+    """Reseed the default generator with `seed` (a non-negative int) and return it.
+
+    Afterwards the default generator produces the stream of
+    `numpy.random.default_rng(seed)`. Not atomic with respect to draws made by other
+    threads at the same time (they may see either stream).
+    """
+    seed = _check_seed(seed)
+    default_generator.bit_generator.state = np.random.PCG64(seed).state
+    _INITIAL_SEED[0] = seed
+    return default_generator
+
+
+def seed() -> int:
+    """Reseed the default generator from fresh OS entropy; returns the new seed."""
+    s = int(np.random.SeedSequence().generate_state(1, np.uint64)[0])
+    manual_seed(s)
+    return s
+
+
+def initial_seed() -> int:
+    """The seed the default generator was last seeded with (`manual_seed`, `seed`, or
+    the entropy drawn at import)."""
+    return _INITIAL_SEED[0]
+
+
+def get_rng_state() -> dict:
+    """A copy of the default generator's state (numpy's bit-generator state dict);
+    give it to `set_rng_state` to replay the same draws."""
+    return default_generator.bit_generator.state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore the default generator's state from `get_rng_state()`."""
+    default_generator.bit_generator.state = state
+
+
+def resolve_generator(generator: np.random.Generator | None) -> np.random.Generator:
+    """`generator` if given, else the default generator (read at call time, so it
+    reflects the latest `manual_seed`). Raises TypeError for anything that is not a
+    `numpy.random.Generator`."""
+    if generator is None:
+        return default_generator
+    if not isinstance(generator, np.random.Generator):
+        raise TypeError(f"generator must be a numpy.random.Generator or None, "
+                        f"got {type(generator).__name__}")
+    return generator
+
+
+def _check_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"manual_seed: seed must be an int, got {type(seed).__name__}")
+    seed = int(seed)
+    if seed < 0:
+        raise ValueError(f"manual_seed: seed must be non-negative, got {seed}")
+    return seed
