@@ -305,6 +305,39 @@ def test_modulelist_and_moduledict():
         nn.ModuleList().extend(nn.ReLU())
 
 
+def test_parameter_list_and_dict():
+    pl = nn.ParameterList([np.zeros(2), pa.ones(3)])
+    assert all(type(p) is nn.Parameter for p in pl) and len(pl) == 2
+    arr = np.full(2, 5.0)
+    pl[0] = arr
+    pl.append(nn.Parameter(np.ones(1)))
+    assert pl[0].data is arr and [n for n, _ in pl.named_parameters()] == ["0", "1", "2"]
+    assert type(pl[1:]) is nn.ParameterList and len(pl[1:]) == 2
+    pd = nn.ParameterDict({"b": np.zeros(1), "a": np.zeros(2)})
+    assert list(pd) == ["a", "b"]  # a plain dict is taken sorted, as in PyTorch
+    pd["c"] = pa.zeros(1)
+    pd.update([("0", np.ones(1))])
+    assert list(pd.keys()) == ["a", "b", "c", "0"] and type(pd["c"]) is nn.Parameter
+    assert pd.pop("b").shape == (1,) and "b" not in pd and len(pd) == 3
+    with pytest.raises(TypeError, match="expected a pa.nn.Parameter"):
+        pl.append([1.0])
+    assert repr(nn.ParameterList([np.zeros((2, 3))])) == \
+        "ParameterList(  (0): Parameter containing: [float64 of size 2x3])"  # as PyTorch
+
+
+def test_parameter_containers_names_match_torch():
+    torch = pytest.importorskip("torch")
+    names = []
+    for n, zeros in ((nn, pa.zeros), (torch.nn, torch.zeros)):
+        m = n.Module()
+        m.pl = n.ParameterList([n.Parameter(zeros(2)), n.Parameter(zeros(1))])
+        m.pd = n.ParameterDict({"z": n.Parameter(zeros(1)), "a": n.Parameter(zeros(1))})
+        m.pd.update(__import__("collections").OrderedDict(y=n.Parameter(zeros(1))))
+        names.append([k for k, _ in m.named_parameters()])
+        names.append(list(m.state_dict()))
+    assert names[0] == names[2] and names[1] == names[3]
+
+
 def test_unsupported_arguments_raise_not_implemented():
     for make in (lambda: nn.Conv2d(1, 1, 3, dilation=2), lambda: nn.Conv2d(2, 2, 3, groups=2),
                  lambda: nn.Conv2d(1, 1, 3, padding_mode="reflect"),

@@ -472,6 +472,23 @@ def test_small_model_gradients_match_torch():
                                    err_msg=n)
 
 
+def test_forward_and_backward_from_several_threads():
+    """A Module has no lock: forward and backward from several threads at once are
+    fine (the gradients accumulate as sequentially, up to rounding order)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    m = small_model(0)
+    xs = [pa.randn(6, 3, seed=i) for i in range(12)]
+    for x in xs:
+        pa.backward(m(x).sum())
+    want = [p.grad.copy() for p in m.parameters()]
+    m.zero_grad()
+    with ThreadPoolExecutor(4) as ex:
+        list(ex.map(lambda x: pa.backward_parallel(m(x).sum()), xs))
+    for (n, p), w in zip(m.named_parameters(), want):
+        np.testing.assert_allclose(p.grad, w, rtol=1e-12, atol=1e-13, err_msg=n)
+
+
 def train(model, backward, steps=5, lr=0.1):
     rng = np.random.default_rng(0)
     x = pa.tensor(rng.standard_normal((16, 1, 6, 6)))

@@ -1,6 +1,6 @@
 """The layers of `parallel_autograd.nn`, one file per family (PyTorch's layout)."""
 from .activation import GELU, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh
-from .container import ModuleDict, ModuleList, Sequential
+from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from .conv import Conv2d
 from .dropout import Dropout
 from .flatten import Flatten
@@ -13,6 +13,6 @@ from .sparse import Embedding
 __all__ = [
     "AvgPool2d", "Conv2d", "CrossEntropyLoss", "Dropout", "Embedding", "Flatten", "GELU",
     "Identity", "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "MaxPool2d",
-    "ModuleDict", "ModuleList", "NLLLoss", "RMSNorm", "ReLU", "Sequential", "SiLU",
+    "ModuleDict", "ModuleList", "NLLLoss", "ParameterDict", "ParameterList", "RMSNorm", "ReLU", "Sequential", "SiLU",
     "Sigmoid", "Softmax", "Tanh",
 ]

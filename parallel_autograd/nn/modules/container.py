@@ -1,12 +1,17 @@
-"""Containers: `Sequential`, `ModuleList`, `ModuleDict` (PyTorch's semantics: children
-are named "0", "1", ... or by their keys, which is what the state-dict names use)."""
+"""Containers: `Sequential`, `ModuleList`, `ModuleDict`, `ParameterList`, `ParameterDict`
+(PyTorch's semantics: entries are named "0", "1", ... or by their keys, which is what
+the state-dict names use)."""
 from __future__ import annotations
 
 import operator
 from collections import OrderedDict
 from typing import Iterable, Iterator, Mapping
 
+import numpy as np
+
+from ...tensor import Tensor
 from ..module import Module, _add_indent
+from ..parameter import Parameter
 
 
 def _index(idx, n: int, kind: str) -> int:
@@ -232,3 +237,133 @@ class ModuleDict(Module):
     def clear(self) -> None:
         """Remove every entry."""
         self._modules.clear()
+
+
+def _as_parameter(value) -> Parameter:
+    """A Parameter as is; another Tensor or an ndarray wrapped (sharing memory), as
+    PyTorch's ParameterList/ParameterDict do."""
+    if isinstance(value, Parameter):
+        return value
+    if isinstance(value, (Tensor, np.ndarray)):
+        return Parameter(value)
+    raise TypeError(f"expected a pa.nn.Parameter, a pa.Tensor or an ndarray, "
+                    f"got {type(value).__name__}")
+
+
+def _describe(p: Parameter) -> str:
+    size = "x".join(str(s) for s in p.shape)
+    return f"Parameter containing: [{p.dtype} of size {size}]"
+
+
+class ParameterList(Module):
+    """A list of parameters registered under "0", "1", ... (PyTorch's
+    `nn.ParameterList`); Tensors and ndarrays are wrapped in Parameters (sharing
+    memory). Supports indexing (slices give a ParameterList), assignment, `len`,
+    iteration, `append`, `extend`, `+=`."""
+
+    def __init__(self, values: Iterable | None = None) -> None:
+        super().__init__()
+        if values is not None:
+            self.extend(values)
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return type(self)(list(self)[idx])
+        return self._parameters[str(_index(idx, len(self), "ParameterList"))]
+
+    def __setitem__(self, idx: int, value) -> None:
+        setattr(self, str(_index(idx, len(self), "ParameterList")), _as_parameter(value))
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self) -> Iterator[Parameter]:
+        return iter(self._parameters.values())
+
+    def __iadd__(self, values: Iterable) -> "ParameterList":
+        return self.extend(values)
+
+    def append(self, value) -> "ParameterList":
+        """Add `value` (wrapped in a Parameter if needed) at the end. Returns self."""
+        setattr(self, str(len(self)), _as_parameter(value))
+        return self
+
+    def extend(self, values: Iterable) -> "ParameterList":
+        """Append each of `values`. Returns self."""
+        if isinstance(values, (Tensor, np.ndarray)):
+            raise TypeError("ParameterList.extend should be called with an iterable of "
+                            "parameters, not a single tensor")
+        for v in list(values):
+            self.append(v)
+        return self
+
+    def extra_repr(self) -> str:
+        """One line per parameter: `(i): Parameter containing: [dtype of size AxB]`."""
+        return "\n".join(f"  ({k}): {_describe(p)}" for k, p in enumerate(self))
+
+
+class ParameterDict(Module):
+    """An ordered dict of parameters registered under their keys (PyTorch's
+    `nn.ParameterDict`; a plain dict given to it is taken in sorted key order, as
+    PyTorch does); Tensors and ndarrays are wrapped in Parameters. Supports
+    `d[key]`, assignment, `del`, `in`, `len`, iteration over keys, `keys`, `values`,
+    `items`, `update`, `pop`."""
+
+    def __init__(self, parameters: Mapping | Iterable | None = None) -> None:
+        super().__init__()
+        if parameters is not None:
+            self.update(parameters)
+
+    def __getitem__(self, key: str) -> Parameter:
+        return self._parameters[key]
+
+    def __setitem__(self, key: str, value) -> None:
+        self.register_parameter(key, _as_parameter(value))
+
+    def __delitem__(self, key: str) -> None:
+        del self._parameters[key]
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._parameters)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._parameters
+
+    def keys(self):
+        """The keys, in insertion order."""
+        return self._parameters.keys()
+
+    def values(self):
+        """The parameters, in insertion order."""
+        return self._parameters.values()
+
+    def items(self):
+        """(key, parameter) pairs, in insertion order."""
+        return self._parameters.items()
+
+    def update(self, parameters: Mapping | Iterable) -> None:
+        """Add or replace entries from a mapping or an iterable of (key, value) pairs.
+
+        Like PyTorch, a plain dict (not an OrderedDict or ParameterDict) is added in
+        sorted key order, so the parameter order matches PyTorch's."""
+        if isinstance(parameters, (OrderedDict, ParameterDict)):
+            pairs = parameters.items()
+        elif isinstance(parameters, Mapping):
+            pairs = sorted(parameters.items())
+        else:
+            pairs = parameters
+        for key, value in pairs:
+            self[key] = value
+
+    def pop(self, key: str) -> Parameter:
+        """Remove and return the parameter under `key`."""
+        p = self[key]
+        del self[key]
+        return p
+
+    def extra_repr(self) -> str:
+        """One line per parameter: `(key): Parameter containing: [dtype of size AxB]`."""
+        return "\n".join(f"  ({k}): {_describe(p)}" for k, p in self.items())
