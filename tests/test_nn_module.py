@@ -210,6 +210,10 @@ def test_requires_grad_apply_hooks_submodule_lookup():
     want = m[1](m[0](x * 2)).data + 1
     np.testing.assert_array_equal(m(x).data, want)
     h1.remove()
+    h3 = m.register_forward_pre_hook(lambda mod, args: None)
+    h1.remove()                                   # a stale handle removes nothing else
+    assert list(m._forward_pre_hooks.values()) == [h3._hooks[h3._key]]
+    h3.remove()
     h2.remove()
     np.testing.assert_array_equal(m(x).data, m[1](m[0](x)).data)
     assert calls == [(1, 2)]
@@ -305,6 +309,17 @@ def test_load_state_dict_names_every_problem():
         np.testing.assert_array_equal(v, before[k])
     with pytest.raises(TypeError, match="dict-like"):
         m.load_state_dict([("0.weight", np.zeros((3, 2)))])
+
+
+def test_load_state_dict_into_a_read_only_array_changes_nothing():
+    m = nn.Sequential(nn.Linear(2, 2), nn.Embedding.from_pretrained(np.zeros((3, 2))))
+    m[1].weight.data.flags.writeable = False
+    before = snapshot(m)
+    sd = {k: v + 1 for k, v in before.items()}
+    with pytest.raises(RuntimeError, match="cannot load 1.weight: .* read-only"):
+        m.load_state_dict(sd)
+    for k, v in snapshot(m).items():
+        np.testing.assert_array_equal(v, before[k])
 
 
 def test_load_state_dict_not_strict_returns_the_keys_and_loads_the_rest():

@@ -12,6 +12,7 @@ graph). Mutating it - assigning attributes, `load_state_dict`, `to`, `train`/`ev
 """
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
@@ -48,6 +49,9 @@ class RemovableHandle:
     def remove(self) -> None:
         """Unregister the hook (a no-op when already removed)."""
         self._hooks.pop(self._key, None)
+
+
+_HOOK_IDS = itertools.count()
 
 
 def _typename(value) -> str:
@@ -141,7 +145,7 @@ class Module:
 
     @staticmethod
     def _add_hook(hooks: dict, hook: Callable) -> RemovableHandle:
-        key = max(hooks, default=-1) + 1
+        key = next(_HOOK_IDS)  # never reused: a stale handle cannot remove a newer hook
         hooks[key] = hook
         return RemovableHandle(hooks, key)
 
@@ -531,6 +535,9 @@ def _checked_source(key: str, value, target: Tensor, errors: list):
                       f'numpy.ndarray from the checkpoint but received {type(value)}.')
         return None
     dst = target.data
+    if not dst.flags.writeable:
+        errors.append(f"cannot load {key}: the array in the current model is read-only.")
+        return None
     if dst.ndim == 0 and src.shape == (1,):
         src = src.reshape(())
     if src.shape != dst.shape:
