@@ -16,6 +16,7 @@ from .ops.shape import (broadcast_to, concat, expand, flatten, getitem, pad, per
                         split, squeeze, stack, swapaxes, transpose, unsqueeze)
 from .primitive import primitive, record
 from .profiler import profile
+from .random import default_generator, manual_seed
 from .serialization import load, save
 from .tensor import Tensor, tensor
 from .testing import gradcheck
@@ -31,14 +32,14 @@ __version__ = "0.1.0"
 # sum), which a star import would shadow silently: call them as pa.max(...) or as
 # tensor methods (t.max()).
 __all__ = [
-    "Engine", "Function", "FunctionCtx", "Tensor", "add", "arange", "backward",
-    "backward_parallel", "broadcast_to", "cat", "clamp", "clip", "concat", "cos",
-    "default_engine", "div", "enable_grad", "exp", "expand", "flatten", "gelu",
+    "add", "arange", "backward", "backward_parallel", "broadcast_to", "cat", "clamp",
+    "clip", "concat", "cos", "default_engine", "default_generator", "div", "enable_grad",
+    "Engine", "exp", "expand", "flatten", "Function", "FunctionCtx", "gelu",
     "get_default_engine", "getitem", "grad", "grad_parallel", "gradcheck",
-    "is_grad_enabled", "leaky_relu", "load", "log", "log_softmax", "logsumexp", "matmul",
-    "maximum", "mean", "minimum", "mul", "neg", "no_grad", "ones", "pad", "permute",
-    "primitive", "profile", "randn", "record", "relu", "reshape", "save",
+    "is_grad_enabled", "leaky_relu", "load", "log", "log_softmax", "logsumexp",
+    "manual_seed", "matmul", "maximum", "mean", "minimum", "mul", "neg", "no_grad", "ones",
+    "pad", "permute", "primitive", "profile", "randn", "record", "relu", "reshape", "save",
     "set_default_engine", "set_grad_enabled", "sigmoid", "silu", "sin", "softmax", "split",
-    "sqrt", "squeeze", "stack", "sub", "swapaxes", "tanh", "tensor", "transpose",
+    "sqrt", "squeeze", "stack", "sub", "swapaxes", "tanh", "Tensor", "tensor", "transpose",
     "tune_allocator", "unsqueeze", "var", "where", "zeros",
 ]
