@@ -315,8 +315,11 @@ def run_cross_close(fr):
 
 
 # ---- memory ------------------------------------------------------------------------------
-def _branches(rng_seed, branches, elems):
-    rng = np.random.default_rng(rng_seed)
+def shared_input_branches(seed: int, branches: int, elems: int):
+    """`sum_i tanh(x * a_i + b_i).sum()` on float64 vectors of `elems`: every branch sends
+    x one contribution (summed in canonical order); a_i, b_i need no gradient.
+    Returns (loss, x). Also the memory regression test's graph."""
+    rng = np.random.default_rng(seed)
     x = pa.tensor(rng.standard_normal(elems), requires_grad=True)
     loss = None
     for _ in range(branches):
@@ -326,7 +329,8 @@ def _branches(rng_seed, branches, elems):
     return loss, x
 
 
-def _traced(run) -> int:
+def traced_peak(run) -> int:
+    """Peak bytes tracemalloc saw above the start while `run()` ran."""
     gc.collect()
     tracemalloc.start()
     try:
@@ -345,13 +349,13 @@ def run_memory(fr):
     branches, elems = int(rng.integers(8, 17)), int(2 ** rng.integers(16, 19))
     nbytes = elems * 8
     cap = int(rng.integers(1, 4)) * nbytes  # parked bytes allowed: 1 to 3 contributions
-    loss, want = _branches(fr.seed, branches, elems)
-    seq = _traced(lambda: pa.backward(loss))
-    loss, x = _branches(fr.seed, branches, elems)
+    loss, want = shared_input_branches(fr.seed, branches, elems)
+    seq = traced_peak(lambda: pa.backward(loss))
+    loss, x = shared_input_branches(fr.seed, branches, elems)
     stats = {}
     with pa.Engine(workers, min_nodes=0, min_work=0, min_width=0, inline_below=0,
                    max_parked_bytes=cap) as eng:
-        par = _traced(lambda: stats.setdefault("s", eng.backward(loss, stats=True)))
+        par = traced_peak(lambda: stats.setdefault("s", eng.backward(loss, stats=True)))
     st = stats["s"]
     where = (f"{branches} branches of {elems} elements, {workers} workers, "
              f"max_parked_bytes={cap // nbytes} contributions")

@@ -19,7 +19,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 import parallel_autograd as pa
 from conftest import assert_bitwise
 from stress.checks import Interrupter
-from stress.hazards import FIRST_CALL_SCRIPT
+from stress.hazards import FIRST_CALL_SCRIPT, shared_input_branches, traced_peak
 from parallel_autograd.engine import blas
 from parallel_autograd.engine import engine as engine_module
 
@@ -498,29 +498,8 @@ _ELEMS = 2**20  # 8 MiB per float64 array
 
 
 def _shared_input_branches(branches=8):
-    """`sum_i tanh(x * a_i + b_i).sum()`: every branch sends x one 8 MiB contribution,
-    summed in canonical order; the parameters a_i, b_i need no gradient."""
-    rng = np.random.default_rng(0)
-    x = pa.tensor(rng.standard_normal(_ELEMS), requires_grad=True)
-    loss = None
-    for _ in range(branches):
-        a, b = (pa.tensor(rng.standard_normal(_ELEMS)) for _ in range(2))
-        s = pa.tanh(x * a + b).sum()
-        loss = s if loss is None else loss + s
-    return loss, x
-
-
-def _traced_peak(run) -> int:
-    import gc
-    import tracemalloc
-    gc.collect()
-    tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        run()
-        return tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
+    """`sum_i tanh(x * a_i + b_i).sum()`: every branch sends x one 8 MiB contribution."""
+    return shared_input_branches(0, branches, _ELEMS)
 
 
 @pytest.mark.parametrize("workers,cap", [(2, 1), (4, 1), (4, 2)])
@@ -550,10 +529,10 @@ def test_peak_memory_of_large_branches_within_the_stated_bound(workers):
     # it receives and the one it returns).
     nbytes = _ELEMS * 8
     loss, _ = _shared_input_branches()
-    seq = _traced_peak(lambda: pa.backward(loss))
+    seq = traced_peak(lambda: pa.backward(loss))
     with pa.Engine(workers, min_nodes=0, min_work=0, min_width=0, inline_below=0) as eng:
         for _ in range(3):
             loss, _ = _shared_input_branches()
-            par = _traced_peak(lambda: eng.backward(loss))
+            par = traced_peak(lambda: eng.backward(loss))
             bound = seq + (workers - 1) * 2 * (2 * nbytes) + eng.max_parked_bytes
             assert par <= bound, (par / nbytes, seq / nbytes, bound / nbytes)
