@@ -1,0 +1,378 @@
+"""`Optimizer`: the base class of `pa.optim`'s optimizers, with torch.optim's interface.
+
+Parameter groups, per-parameter state, `zero_grad`, `step(closure)` and
+`state_dict()` / `load_state_dict()` behave like PyTorch's. A subclass validates its
+hyperparameters (`_check_group`) and updates one parameter (`_update`); the base class
+checks every gradient before writing anything, then updates each parameter's array in
+place (`p.data`, which views and other references share) and bumps its version counter
+once (`parallel_autograd.version.bump`), so a graph that saved the old values refuses to
+run backward, as after PyTorch's in-place updates.
+
+Thread safety: an optimizer is not locked. Call its methods from one thread at a time,
+and do not step while a backward call may write the same `.grad` arrays (the step reads
+them without the engine's gradient locks). `zero_grad` writes each `.grad` under the
+engine's lock for that tensor.
+"""
+from __future__ import annotations
+
+import copy
+import numbers
+from collections import defaultdict
+from itertools import chain
+from typing import Any, Callable, Iterable, Optional, Union
+
+import numpy as np
+
+from .. import locks, version
+from ..grad_mode import enable_grad
+from ..tensor import Tensor
+from ._blocks import Scratch
+
+ParamsT = Union[Iterable[Tensor], Iterable[dict], Iterable[tuple]]
+
+
+def _is_flag(value: Any) -> bool:
+    return isinstance(value, (bool, np.bool_))
+
+
+def check_real(owner: str, name: str, value: Any, low: float = 0.0,
+               high: Optional[float] = None, high_open: bool = False) -> None:
+    """Raise TypeError unless `value` is a real number (not a bool), ValueError unless
+    it is finite and `low <= value` (and `value <= high`, or `< high` if `high_open`).
+    The message names `owner`'s argument `name`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{owner}: {name} must be a real number, got "
+                        f"{type(value).__name__} {value!r}")
+    bad = not np.isfinite(value) or not low <= value
+    if high is not None:
+        bad = bad or not (value < high if high_open else value <= high)
+    if bad:
+        hi = "" if high is None else f" and {'<' if high_open else '<='} {high}"
+        raise ValueError(f"{owner}: invalid {name}: {value!r} (it must be >= {low}{hi})")
+
+
+def check_flag(owner: str, name: str, value: Any) -> None:
+    """Raise TypeError unless `value` is a bool."""
+    if not _is_flag(value):
+        raise TypeError(f"{owner}: {name} must be True or False, got {value!r}")
+
+
+class Optimizer:
+    """Base class of the optimizers: holds `param_groups` (a list of dicts, each with
+    `"params"`, a list of tensors, and the group's hyperparameters), `defaults` (the
+    hyperparameters a group gets unless it sets its own) and `state` (per-parameter
+    state, a dict keyed by the parameter tensor itself).
+
+    Args:
+        params: the tensors to optimize (an iterable of leaf tensors that require grad,
+            such as `nn.Parameter`s, or of `(name, tensor)` pairs as
+            `named_parameters()` yields), or an iterable of dicts, one per parameter
+            group, each with `"params"` and any hyperparameters overriding `defaults`.
+        defaults: the default hyperparameters.
+
+    Raises:
+        TypeError: `params` is a single tensor, a set, a dict, or holds something that is
+            not a Tensor; a hyperparameter has the wrong type.
+        ValueError: `params` is empty; a parameter is not a leaf, does not require grad
+            or appears twice; a hyperparameter is out of range.
+
+    Thread safety: not locked; see the module docstring.
+    """
+
+    def __init__(self, params: ParamsT, defaults: dict[str, Any]) -> None:
+        name = type(self).__name__
+        if isinstance(params, Tensor):
+            raise TypeError(f"{name}: params must be an iterable of Tensors or of dicts, "
+                            f"got a single Tensor (wrap it in a list: [param])")
+        if isinstance(params, (dict, set, str)):
+            raise TypeError(f"{name}: params must be an ordered iterable (a list) of "
+                            f"Tensors or of param-group dicts, got a {type(params).__name__}")
+        self.defaults = dict(defaults)
+        self._check_group(self.defaults)
+        self.state: defaultdict[Tensor, dict[str, Any]] = defaultdict(dict)
+        self.param_groups: list[dict[str, Any]] = []
+        self._scratch = Scratch()
+        self._opt_called = False
+        groups = list(params)
+        if not groups:
+            raise ValueError(f"{name}: optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for group in groups:
+            self.add_param_group(group)
+
+    # --- subclass interface ------------------------------------------------------
+    def _check_group(self, group: dict[str, Any]) -> None:
+        """Validate a group's hyperparameters (raise TypeError/ValueError naming the
+        argument). Subclasses override."""
+
+    def _update(self, p: Tensor, grad: np.ndarray, group: dict[str, Any]) -> None:
+        """Update `p.data` in place from `grad` with `group`'s hyperparameters (the base
+        class bumps `p`'s version counter afterwards). Subclasses override."""
+        raise NotImplementedError
+
+    # --- parameter groups --------------------------------------------------------
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a parameter group (a dict with `"params"` and optional hyperparameters;
+        the missing ones are filled in from `defaults`), e.g. to train layers unfrozen
+        later. Validates everything before changing anything: on error neither the
+        optimizer nor `param_group` is modified.
+
+        Raises:
+            TypeError: not a dict, a parameter is not a Tensor, a set of parameters.
+            ValueError: no "params", a parameter is not a leaf, does not require grad or
+                is already in a group; a hyperparameter is out of range.
+        """
+        name = type(self).__name__
+        if not isinstance(param_group, dict):
+            raise TypeError(f"{name}: a param group must be a dict, got "
+                            f"{type(param_group).__name__}")
+        if "params" not in param_group:
+            raise ValueError(f"{name}: a param group needs a 'params' entry")
+        group = dict(param_group)
+        params, names = self._extract_params(group["params"])
+        group["params"] = params
+        if names is not None:
+            group["param_names"] = names
+        for key, value in self.defaults.items():
+            group.setdefault(key, value)
+        self._check_group(group)
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in seen for p in params):
+            raise ValueError(f"{name}: some parameters appear in more than one parameter "
+                             f"group")
+        param_group.clear()
+        param_group.update(group)
+        self.param_groups.append(param_group)
+
+    def _extract_params(self, params: Any) -> tuple[list[Tensor], Optional[list[str]]]:
+        """The group's tensors as a list (and their names when given as pairs), checked:
+        Tensors, leaves, requiring grad, no duplicates."""
+        name = type(self).__name__
+        if isinstance(params, Tensor):
+            params = [params]
+        elif isinstance(params, (set, frozenset)):
+            raise TypeError(f"{name}: parameters must be in an ordered collection (a list), "
+                            f"not a set, whose order changes between runs")
+        params = list(params)
+        pairs = [isinstance(p, tuple) for p in params]
+        if any(pairs) and not all(pairs):
+            raise ValueError(f"{name}: give all parameters with names or all without")
+        names = [p[0] for p in params] if params and all(pairs) else None
+        tensors = [p[1] for p in params] if names is not None else params
+        ids = set()
+        for i, p in enumerate(tensors):
+            where = f"parameter {i}" + (f" ({names[i]!r})" if names else "")
+            if not isinstance(p, Tensor):
+                raise TypeError(f"{name}: can only optimize Tensors, but {where} is a "
+                                f"{type(p).__name__}")
+            if p.grad_fn is not None:
+                raise ValueError(f"{name}: can't optimize a non-leaf Tensor ({where} has "
+                                 f"grad_fn={p.grad_fn.name}); optimize the leaves it was "
+                                 f"computed from")
+            if not p.requires_grad:
+                raise ValueError(f"{name}: {where} does not require grad; pass only "
+                                 f"trainable tensors ([p for p in params if p.requires_grad])")
+            if id(p) in ids:
+                raise ValueError(f"{name}: {where} appears twice in the parameter group")
+            ids.add(id(p))
+        return tensors, names
+
+    # --- gradients and steps ---------------------------------------------------------
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset the gradients of all parameters: set `.grad` to None (the default; the
+        next backward allocates a fresh one, and `step` skips a parameter whose `.grad`
+        is None) or, with `set_to_none=False`, fill the existing arrays with zeros in
+        place (a zero gradient still steps: momentum and weight decay act). Each write
+        is made under the engine's lock for that tensor."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                with locks.grad_lock(p):
+                    if set_to_none:
+                        p.grad = None
+                    elif p.grad is not None:
+                        p.grad.fill(0)
+
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """Update every parameter whose `.grad` is not None, in place, once.
+
+        Args:
+            closure: optional; called first with grad mode on (it should zero the
+                gradients, recompute the loss, call backward and return the loss).
+
+        Returns:
+            The closure's return value, or None without a closure.
+
+        Raises:
+            ValueError: a `.grad` is not an ndarray of the parameter's shape and dtype,
+                a parameter's array is read-only, or its state has another shape; raised
+                before any parameter is written.
+        """
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        work = self._collect()
+        for group, p, g in work:
+            self._update(p, g, group)
+            version.bump(p)
+        self._opt_called = True
+        return loss
+
+    def _collect(self) -> list[tuple[dict[str, Any], Tensor, np.ndarray]]:
+        """(group, parameter, gradient) for each parameter with a gradient, after
+        checking all of them (so that a bad one fails the step before any write)."""
+        work = []
+        state = self.state
+        for gi, group in enumerate(self.param_groups):
+            for pi, p in enumerate(group["params"]):
+                g = p.grad
+                if g is None:
+                    continue
+                arr = p.data
+                if not (isinstance(g, np.ndarray) and g.shape == arr.shape
+                        and g.dtype == arr.dtype and arr.flags.writeable):
+                    raise ValueError(self._bad_param(gi, pi, p, g))
+                if p in state:
+                    for key, value in state[p].items():
+                        if isinstance(value, np.ndarray) and value.shape != arr.shape:
+                            raise ValueError(
+                                f"{type(self).__name__}.step: parameter {pi} of group {gi}: "
+                                f"state {key!r} has shape {value.shape}, the parameter "
+                                f"{arr.shape} (was p.data replaced?)")
+                work.append((group, p, g))
+        return work
+
+    def _bad_param(self, gi: int, pi: int, p: Tensor, g: Any) -> str:
+        """The message for a parameter `step` cannot update."""
+        where = f"{type(self).__name__}.step: parameter {pi} of group {gi}"
+        arr = p.data
+        if not arr.flags.writeable:
+            return f"{where}: its array is read-only"
+        what = (f"{g.dtype} array of shape {g.shape}" if isinstance(g, np.ndarray)
+                else type(g).__name__)
+        return (f"{where}: .grad must be a {arr.dtype} array of shape {arr.shape} like "
+                f"the parameter, got a {what}")
+
+    # --- state dicts -------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's state in PyTorch's structure: `{"state": {index: {name: value}},
+        "param_groups": [{hyperparameters..., "params": [index, ...]}]}`, parameters
+        referred to by their index in the order of `param_groups`. Arrays are copies
+        (later steps do not change a state dict taken before); `pa.save` can write it."""
+        index: dict[int, int] = {}
+        groups = []
+        for group in self.param_groups:
+            packed = {k: copy.deepcopy(v) for k, v in group.items() if k != "params"}
+            packed["params"] = [index.setdefault(id(p), len(index)) for p in group["params"]]
+            groups.append(packed)
+        state = {index[id(p)]: {k: _copy_value(v) for k, v in s.items()}
+                 for p, s in self.state.items() if id(p) in index}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load what `state_dict()` returned (or `pa.load` read back): the groups'
+        hyperparameters and the per-parameter state, matched to this optimizer's
+        parameters by position. Arrays are copied (and cast to the parameter's dtype).
+
+        Raises:
+            ValueError: the number of groups, a group's size, a group's hyperparameters,
+                a state's index or an array's shape does not fit this optimizer; nothing
+                is changed then.
+        """
+        name = type(self).__name__
+        if not isinstance(state_dict, dict) or not {"state", "param_groups"} <= state_dict.keys():
+            raise ValueError(f"{name}.load_state_dict: expected a dict with 'state' and "
+                             f"'param_groups' (from state_dict()), got {type(state_dict).__name__}")
+        saved = state_dict["param_groups"]
+        id_map = self._match_groups(saved)
+        groups = []
+        for gi, (group, sg) in enumerate(zip(self.param_groups, saved)):
+            new = {k: copy.deepcopy(v) for k, v in sg.items() if k != "params"}
+            missing = sorted(set(self.defaults) - set(new))
+            if missing:
+                raise ValueError(f"{name}.load_state_dict: saved group {gi} lacks {missing} "
+                                 f"(a state dict of another optimizer?)")
+            new["params"] = group["params"]
+            if "param_names" in group and "param_names" not in new:
+                new["param_names"] = group["param_names"]
+            self._check_group(new)
+            groups.append(new)
+        state: defaultdict[Tensor, dict[str, Any]] = defaultdict(dict)
+        for k, v in state_dict["state"].items():
+            if k not in id_map:
+                raise ValueError(f"{name}.load_state_dict: state for parameter {k!r}, which "
+                                 f"no saved group lists")
+            p = id_map[k]
+            state[p] = _load_param_state(name, k, p, v)
+        self.state, self.param_groups = state, groups
+
+    def _match_groups(self, saved: Any) -> dict[Any, Tensor]:
+        """Map saved parameter indices to this optimizer's parameters, checking the
+        group count and sizes."""
+        name = type(self).__name__
+        if not isinstance(saved, (list, tuple)) or not all(
+                isinstance(g, dict) and "params" in g for g in saved):
+            raise ValueError(f"{name}.load_state_dict: 'param_groups' must be a list of "
+                             f"dicts with 'params'")
+        if len(saved) != len(self.param_groups):
+            raise ValueError(f"{name}.load_state_dict: loaded state dict has "
+                             f"{len(saved)} parameter groups, the optimizer "
+                             f"{len(self.param_groups)}")
+        for gi, (g, sg) in enumerate(zip(self.param_groups, saved)):
+            if len(g["params"]) != len(sg["params"]):
+                raise ValueError(f"{name}.load_state_dict: loaded parameter group {gi} has "
+                                 f"{len(sg['params'])} parameters, the optimizer's "
+                                 f"{len(g['params'])}")
+        return dict(zip(chain.from_iterable(g["params"] for g in saved),
+                        chain.from_iterable(g["params"] for g in self.param_groups)))
+
+    # --- pickling and printing -----------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """What pickling and deepcopy keep: `defaults`, `state` and `param_groups` (the
+        parameters are pickled with them, as in PyTorch), not the scratch buffers."""
+        return {"defaults": self.defaults, "state": self.state,
+                "param_groups": self.param_groups}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._scratch = Scratch()
+        self._opt_called = False
+
+    def __repr__(self) -> str:
+        """PyTorch's layout: the class, then each group's hyperparameters, sorted."""
+        lines = [type(self).__name__ + " ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            lines.extend(f"    {k}: {group[k]}" for k in sorted(group)
+                         if k not in ("params", "param_names"))
+        return "\n".join(lines) + "\n)"
+
+
+def _copy_value(value: Any) -> Any:
+    return value.copy() if isinstance(value, np.ndarray) else copy.deepcopy(value)
+
+
+def _load_param_state(owner: str, key: Any, p: Tensor, saved: Any) -> dict[str, Any]:
+    """A copy of one parameter's saved state: arrays (or Tensors) of the parameter's
+    shape become C-contiguous arrays of its dtype, `step` a float."""
+    if not isinstance(saved, dict):
+        raise ValueError(f"{owner}.load_state_dict: state {key!r} must be a dict, got "
+                         f"{type(saved).__name__}")
+    out = {}
+    for k, v in saved.items():
+        if isinstance(v, Tensor):
+            v = v.data
+        if k == "step":
+            out[k] = float(np.asarray(v))
+        elif isinstance(v, np.ndarray):
+            if v.shape != p.data.shape:
+                raise ValueError(f"{owner}.load_state_dict: state {k!r} of parameter {key!r} "
+                                 f"has shape {v.shape}, the parameter {p.data.shape}")
+            dtype = p.data.dtype if v.dtype.kind == "f" else v.dtype
+            out[k] = np.array(v, dtype=dtype, order="C", copy=True)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
