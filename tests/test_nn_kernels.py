@@ -2,13 +2,13 @@
 fused rules (norms, losses, embedding).
 
 conv2d has a flat-shift path ('same' stride-1 convolutions: im2col and col2im as shifts
-of the flattened image), a strided path (everything else, input gradient through an
-NHWC buffer), a per-sample and a single-GEMM weight gradient (Ho*Wo >= 256 or not) and
-a chunked input gradient; the pools work on blocks of planes and handle overlapping
-windows, gaps (stride > kernel), padding and odd sizes. Each path is checked against
-PyTorch (values and all gradients), by finite differences, for PyTorch's choices at
-ties, NaN and -inf, for determinism, and for the memory it allocates beyond what it
-returns (`conftest.temporary_bytes`).
+of the flattened image, the input gradient one GEMM per chunk of samples), a strided
+path (everything else, input gradient through an NHWC buffer), and a per-sample and a
+per-chunk weight gradient (O*C*kh*kw < 1024 or not); the pools work on blocks of
+planes and handle overlapping windows, gaps (stride > kernel), padding and odd sizes.
+Each path is checked against PyTorch (values and all gradients), by finite
+differences, for PyTorch's choices at ties, NaN and -inf, for determinism, and for the
+memory it allocates beyond what it returns (`conftest.temporary_bytes`).
 """
 import numpy as np
 import pytest
@@ -40,11 +40,13 @@ CONVS = {
     "flat_rows_of_padding_only": ((2, 2, 3, 5), (2, 2, 1, 3), 1, (2, 1)),
     "flat_1x1": ((3, 4, 4, 3), (2, 4, 1, 1), 1, 0),
     "flat_wide_per_sample_w": ((2, 2, 16, 17), (3, 2, 3, 3), 1, 1),
+    "flat_chunked_w": ((3, 8, 6, 5), (16, 8, 3, 3), 1, 1),
     "strided_s2_p1": ((2, 3, 7, 6), (4, 3, 3, 3), 2, 1),
     "strided_unpadded": ((2, 3, 6, 6), (2, 3, 3, 3), 1, 0),
     "strided_rect_stride": ((2, 2, 7, 8), (3, 2, 3, 2), (2, 1), (1, 0)),
     "strided_gaps": ((1, 2, 9, 9), (2, 2, 2, 2), 3, 1),
     "strided_wide_per_sample_w": ((1, 2, 34, 36), (2, 2, 3, 3), (1, 2), 1),
+    "strided_chunked_w": ((2, 8, 7, 7), (16, 8, 3, 3), 2, 1),
 }
 
 
@@ -238,10 +240,11 @@ def test_conv2d_memory_flat_path():
     rule, args, kw = _rule(y, 0)
     gx, extra = temporary_bytes(rule, *args, **kw)
     assert gx.flags.c_contiguous
-    assert extra <= x.data.nbytes + SLACK     # one chunk of columns <= the input's size
-    rule, args, kw = _rule(y, 1)              # per-sample GEMMs: a buffer <= one g sample
+    # one chunk of columns (<= the input's size) and that chunk of g, transposed
+    assert extra <= x.data.nbytes + y.data.nbytes + SLACK
+    rule, args, kw = _rule(y, 1)              # one GEMM a chunk: g's chunk, <= 1 MiB
     gw, extra = temporary_bytes(rule, *args, **kw)
-    assert extra <= y.data[0].nbytes + SLACK
+    assert extra <= min(y.data.nbytes, 1 << 20) + SLACK
     rule, args, kw = _rule(y, 2)
     gb, extra = temporary_bytes(rule, *args, **kw)
     assert extra <= SLACK
@@ -260,12 +263,16 @@ def test_conv2d_memory_strided_path_and_frozen_weight():
     assert extra <= y.data.nbytes + 8 * 8 * 8 * 16 * 8 + SLACK
 
 
-def test_conv2d_weight_memory_single_gemm_path():
-    x, w = pa.tensor(rand((8, 4, 8, 8), 1)), leaf(rand((8, 4, 3, 3), 2))
-    y = F.conv2d(x, w, padding=1)             # Ho*Wo = 64 < 256: one GEMM
+@pytest.mark.parametrize("o,path", [(8, "per-sample"), (64, "chunked")])
+def test_conv2d_weight_memory(o, path):
+    x, w = pa.tensor(rand((32, 4, 16, 16), 1)), leaf(rand((o, 4, 3, 3), 2))
+    y = F.conv2d(x, w, padding=1)             # O*C*kh*kw = 288 or 2304
     rule, args, kw = _rule(y, 1)
     gw, extra = temporary_bytes(rule, *args, **kw)
-    assert extra <= y.data.nbytes + SLACK     # g in (O, N*Ho*Wo) order for the GEMM
+    if path == "per-sample":                  # a buffer <= one sample of g
+        assert extra <= y.data[0].nbytes + SLACK
+    else:                                     # g's chunk, transposed: <= 1 MiB
+        assert y.data.nbytes > 1 << 20 and extra <= (1 << 20) + SLACK
 
 
 @pytest.mark.parametrize("name,shape,k,s,p", [

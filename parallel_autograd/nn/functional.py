@@ -225,10 +225,12 @@ def _col2im_flat_add(gx, d, padding, taps, out_hw) -> None:
 
 def _conv_vjp_x(g, cols, w, x_shape, stride, padding):
     # Two kernels, each the faster one where it is used (measured on the cnn workload's
-    # shapes and on 3x3 stride 2, 5x5, unpadded 3x3):
-    # - 'same' stride-1 convolutions: one GEMM W^T @ g per chunk of samples into a
-    #   column buffer of at most the input's size (one sample's columns if larger),
-    #   then col2im as kh*kw flat-shifted adds with long contiguous rows;
+    # shapes and on 3x3 stride 2, 5x5, unpadded 3x3, BLAS on 1 and 2 threads):
+    # - 'same' stride-1 convolutions: per chunk of samples, g copied as (O, n*Ho*Wo)
+    #   into a chunk buffer, one GEMM W^T @ g into a column buffer of at most the
+    #   input's size (one sample's columns if larger), then col2im as kh*kw
+    #   flat-shifted adds with long contiguous rows (a GEMM per chunk threads well; one
+    #   per sample does not, one over the whole batch leaves the cache);
     # - otherwise one GEMM per kernel offset into an NHWC buffer whose rows of C
     #   channels are contiguous (strided NCHW adds over short rows are 1.5x slower);
     #   the gradient is that buffer seen as NCHW, as before.
@@ -242,12 +244,17 @@ def _conv_vjp_x(g, cols, w, x_shape, stride, padding):
     g3 = g.reshape(n, o, p)
     wt = w.reshape(o, ck).T
     nb = min(n, max(1, (c * h * wd) * n // (ck * p)))        # samples per chunk
-    buf = np.empty((nb, ck, p), dtype=np.result_type(g, w))
-    gx = np.zeros(x_shape, dtype=buf.dtype)
+    dtype = np.result_type(g, w)
+    gbuf = np.empty((o, nb, p), dtype=dtype)
+    buf = np.empty((ck, nb * p), dtype=dtype)
+    gx = np.zeros(x_shape, dtype=dtype)
     for a in range(0, n, nb):
-        b = min(n, a + nb)
-        d = np.matmul(wt, g3[a:b], out=buf[:b - a])
-        _col2im_flat_add(gx[a:b], d.reshape(b - a, c, kh, kw, p), padding, taps, (ho, wo))
+        m = min(n, a + nb) - a
+        gc = gbuf[:, :m]
+        np.copyto(gc, g3[a:a + m].transpose(1, 0, 2))
+        d = np.matmul(wt, gc.reshape(o, m * p), out=buf[:, :m * p])
+        d5 = d.reshape(c, kh, kw, m, p).transpose(3, 0, 1, 2, 4)  # (m, C, kh, kw, P)
+        _col2im_flat_add(gx[a:a + m], d5, padding, taps, (ho, wo))
     return gx
 
 
@@ -272,22 +279,31 @@ def _conv_vjp_x_nhwc(g, w, x_shape, taps):
 
 
 def _conv_vjp_w(g, cols, w, x_shape, stride, padding):
-    # sum over samples of g_n (O, P) @ cols_n^T (P, C*kh*kw). With enough output
-    # positions per sample (P >= 256) per-sample GEMMs run at full speed and need no
-    # copy of g; otherwise one GEMM over all samples after a transposed copy of g.
+    # sum over samples of g_n (O, P) @ cols_n^T (P, C*kh*kw). Per chunk of samples, g
+    # copied as (O, n*P) into a chunk buffer (<= 1 MiB) and one GEMM with the chunk's
+    # columns: long enough to thread well. A small result (O*C*kh*kw < 1024, e.g. a
+    # first layer on 3 channels) threads badly either way: per-sample GEMMs there,
+    # which need no copy of g (2x faster on the cnn workload's first conv).
     o = w.shape[0]
     ck, n, p = cols.shape
     g3 = g.reshape(n, o, p)
-    if p < 256:
-        return (g3.transpose(1, 0, 2).reshape(o, n * p) @ cols.reshape(ck, n * p).T
-                ).reshape(w.shape)
-    nb = min(n, max(1, p // ck))                              # buffer <= one g sample
-    buf = np.empty((nb, o, ck), dtype=np.result_type(g, cols))
-    acc = np.zeros((o, ck), dtype=buf.dtype)
+    dtype = np.result_type(g, cols)
+    acc = np.zeros((o, ck), dtype=dtype)
+    if o * ck < 1024:
+        nb = min(n, max(1, p // ck))                          # buffer <= one g sample
+        buf = np.empty((nb, o, ck), dtype=dtype)
+        for a in range(0, n, nb):
+            b = min(n, a + nb)
+            np.matmul(g3[a:b], cols[:, a:b].transpose(1, 2, 0), out=buf[:b - a])
+            acc += buf[:b - a].sum(axis=0)
+        return acc.reshape(w.shape)
+    nb = min(n, max(1, (1 << 17) // (o * p)))
+    gbuf = np.empty((o, nb, p), dtype=dtype)
     for a in range(0, n, nb):
-        b = min(n, a + nb)
-        np.matmul(g3[a:b], cols[:, a:b].transpose(1, 2, 0), out=buf[:b - a])
-        acc += buf[:b - a].sum(axis=0)
+        m = min(n, a + nb) - a
+        gc = gbuf[:, :m]
+        np.copyto(gc, g3[a:a + m].transpose(1, 0, 2))
+        acc += gc.reshape(o, m * p) @ cols[:, a:a + m].reshape(ck, m * p).T
     return acc.reshape(w.shape)
 
 
