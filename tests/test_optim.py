@@ -585,3 +585,71 @@ def test_public_api_has_docstrings_and_type_hints():
             params = [p for p in inspect.signature(fn).parameters if p != "self"]
             assert "return" in hints and all(p in hints for p in params), \
                 f"{cls.__name__}.{name} lacks type hints"
+
+
+# ---- with the rest of the library ---------------------------------------------------------------
+def test_optimizer_in_backward_through_post_accumulate_hooks():
+    """One optimizer per parameter stepped from its post-accumulate-grad hook (the
+    pattern the hook exists for) gives bitwise the parameters of a normal step."""
+    X, Y, init = least_squares(seed=6)
+    normal, hooked = leaves(init), leaves(init)
+    opt = optim.Adam(normal, lr=0.01)
+    per_param = {id(p): optim.Adam([p], lr=0.01) for p in hooked}
+
+    def hook(p):
+        per_param[id(p)].step()
+        per_param[id(p)].zero_grad()
+
+    for p in hooked:
+        p.register_post_accumulate_grad_hook(hook)
+    for step in range(10):
+        opt.zero_grad()
+        ls_loss(pa, normal, X, Y, step, 1.0).backward()
+        opt.step()
+        pa.backward_parallel(ls_loss(pa, hooked, X, Y, step, 1.0))
+        assert all(p.grad is None for p in hooked)
+    for p, q in zip(normal, hooked):
+        np.testing.assert_array_equal(p.data, q.data)
+
+
+def test_module_parameters_train_and_checkpoint_with_the_optimizer(tmp_path):
+    """nn.Parameters from a Module (named or not), and a checkpoint of the module and
+    the optimizer through pa.save / pa.load that resumes bitwise."""
+    nn = pa.nn
+    pa.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, 4))
+    opt = optim.AdamW(model.named_parameters(), lr=0.01)
+    X, Y, _ = least_squares(seed=7)
+
+    def train(model, opt, steps, start):
+        for step in range(start, start + steps):
+            rows = slice(32 * (step % 8), 32 * (step % 8 + 1))
+            opt.zero_grad()
+            d = model(pa.tensor(X[rows])) - pa.tensor(Y[rows])
+            (d * d).mean().backward()
+            opt.step()
+
+    train(model, opt, 5, 0)
+    pa.save({"model": model.state_dict(), "opt": opt.state_dict()}, tmp_path / "ckpt")
+    ckpt = pa.load(tmp_path / "ckpt")
+    pa.manual_seed(1)
+    model2 = nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, 4))
+    model2.load_state_dict(ckpt["model"])
+    opt2 = optim.AdamW(model2.named_parameters(), lr=0.5)
+    opt2.load_state_dict(ckpt["opt"])
+    train(model, opt, 5, 5)
+    train(model2, opt2, 5, 5)
+    for p, q in zip(model.parameters(), model2.parameters()):
+        np.testing.assert_array_equal(p.data, q.data)
+
+
+def test_zero_dim_and_empty_parameters():
+    a = pa.tensor(2.0, requires_grad=True)
+    e = pa.tensor(np.zeros((0, 3)), requires_grad=True)
+    opt = optim.SGD([a, e], lr=0.1, momentum=0.9)
+    for _ in range(2):
+        opt.zero_grad()
+        (a * a).backward()
+        e.grad = np.zeros((0, 3))
+        opt.step()
+    assert a.data.shape == () and float(a.data) == pytest.approx(2 - 0.4 - (0.9 * 4 + 3.2) * 0.1)
