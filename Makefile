@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test bench bench-quick stress clean freethreaded test-ft stress-ft bench-ft
+.PHONY: test bench bench-quick stress example clean freethreaded test-ft stress-ft bench-ft
 
 # Free-threaded CPython 3.13t (GIL disabled): see tools/build_freethreaded.sh. The venv lives in
 # $(FT_CACHE); the interpreter build is cached per machine (FT_BUILD_CACHE, ~/.cache/...).
@@ -32,6 +32,13 @@ bench: $(VENV)/.installed
 bench-quick: $(VENV)/.installed
 	$(if $(TORCH),$(PY) -m pip install --quiet torch --index-url $(TORCH_CPU_INDEX))
 	$(PY) -m stress.compare --quick $(BENCH_ARGS)
+
+# Training on scikit-learn's bundled 8x8 digits (no download): an MLP and a CNN with
+# pa.nn, pa.optim.Adam and the parallel engine; fails if test accuracy ends under 95%.
+example: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[examples]'
+	$(PY) examples/train_digits.py --model mlp
+	$(PY) examples/train_digits.py --model cnn
 
 stress: $(VENV)/.installed
 	$(PY) -m stress --duration 60
