@@ -653,3 +653,34 @@ def test_zero_dim_and_empty_parameters():
         e.grad = np.zeros((0, 3))
         opt.step()
     assert a.data.shape == () and float(a.data) == pytest.approx(2 - 0.4 - (0.9 * 4 + 3.2) * 0.1)
+
+
+def test_blocks_cover_every_element_once_for_any_shape_and_layout():
+    """`_blocks.blocks` hands out views that together cover every element exactly once,
+    at the same positions in every operand, whatever the shape, strides and block size."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=150, deadline=None)
+    @given(shape=st.lists(st.integers(0, 6), min_size=0, max_size=4),
+           block=st.integers(1, 300), layout=st.sampled_from(["C", "F", "strided"]))
+    def check(shape, block, layout):
+        n = int(np.prod(shape)) if shape else 1
+        base = np.arange(n, dtype=np.float64).reshape(shape)
+        strided = np.repeat(base, 2, axis=-1)[..., ::2] if shape else base.copy()
+        other = {"C": base.copy(), "F": np.asfortranarray(base), "strided": strided}[layout]
+        seen = np.zeros(shape)
+        old = _blocks.BLOCK_BYTES
+        _blocks.BLOCK_BYTES = block * 8
+        try:
+            for a, b, s, t in _blocks.blocks([base, other], _blocks.Scratch()):
+                assert a.size <= block
+                assert s.shape == t.shape == a.shape == b.shape
+                np.testing.assert_array_equal(a, b)
+                a += 0.0  # a view: writable in place
+                seen[np.isin(base, a)] += 1
+        finally:
+            _blocks.BLOCK_BYTES = old
+        assert (seen == 1).all()
+
+    check()

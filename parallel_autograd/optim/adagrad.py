@@ -69,6 +69,8 @@ class Adagrad(Optimizer):
         state["step"] += 1
         clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
         eps = group["eps"]
+        # Per block, in cache: up to 2 passes (effective gradient), 2 (sum), 2 (std), 3
+        # (update): at most 9. From memory: one read of p, grad, sum, one write of p, sum.
         for P, G, A, S, T in blocks([p.data, grad, state["sum"]], self._scratch):
             g = effective_grad(G, P, group["weight_decay"], group["maximize"], T)
             np.multiply(g, g, out=S)  # state_sum.addcmul_(grad, grad, value=1)

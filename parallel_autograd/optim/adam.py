@@ -84,6 +84,10 @@ class Adam(Optimizer):
         arrays = [p.data, grad, state["exp_avg"], state["exp_avg_sq"]]
         if amsgrad:
             arrays.append(state["max_exp_avg_sq"])
+        # Per block, in cache: up to 2 passes (decay, effective gradient), 3 (lerp), 4
+        # (second moment), 1 (amsgrad max), 3 (denominator), 3 (update): at most 16. From
+        # memory: one read of p, grad, exp_avg, exp_avg_sq (max_exp_avg_sq), one write of
+        # p, exp_avg, exp_avg_sq (max_exp_avg_sq).
         for views in blocks(arrays, self._scratch):
             P, G, M, V = views[:4]
             S, T = views[-2:]

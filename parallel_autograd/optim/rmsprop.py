@@ -73,6 +73,10 @@ class RMSprop(Optimizer):
         state["step"] += 1
         lr, alpha, eps, momentum = group["lr"], group["alpha"], group["eps"], group["momentum"]
         centered = group["centered"]
+        # Per block, in cache: up to 2 passes (effective gradient), 4 (square_avg), 6
+        # (centered: lerp, variance) or 1 (sqrt), 1 (eps), 5 (momentum) or 3 (update): at
+        # most 18. From memory: one read of p, grad and each state array, one write of p
+        # and each state array.
         for views in blocks([p.data, grad, *arrays], self._scratch):
             P, G, V = views[:3]
             S, T = views[-2:]

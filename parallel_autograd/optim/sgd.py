@@ -63,6 +63,9 @@ class SGD(Optimizer):
                 buf = state["momentum_buffer"] = np.empty(p.data.shape, p.data.dtype)
                 first = True
             arrays.append(buf)
+        # Per block, in cache: up to 2 passes (effective gradient), 3 (momentum buffer), 2
+        # (nesterov), 2 (update): at most 9. From memory: one read of p, grad (buffer), one
+        # write of p (buffer).
         for views in blocks(arrays, self._scratch):
             if momentum == 0:
                 P, G, S, T = views
