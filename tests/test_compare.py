@@ -67,7 +67,8 @@ def test_configs_follow_workers_torch_and_the_gil():
     assert measure.configs([1, 2], object()) == ["seq", "par1", "par2"] + shared + ["torch"]
 
 
-def test_a_session_keeps_its_leaves_and_steps_like_a_training_loop():
+def test_a_session_keeps_its_leaves_and_steps_like_a_training_loop(monkeypatch):
+    monkeypatch.setitem(step.OPTIMIZERS, "parallel_autograd", None)  # gradients comparable
     w = workloads.WORKLOADS["mlp-chain"]
     data = w.data(0, "tiny")
     s = step.Session(w, data)
@@ -80,7 +81,19 @@ def test_a_session_keeps_its_leaves_and_steps_like_a_training_loop():
     for t, g in zip(leaves, first):  # zero_grad: the second step does not accumulate
         np.testing.assert_array_equal(t.grad, g)
     assert out["stats"] is None and out2["stats"].mode in ("parallel", "sequential")
-    assert step.OPTIMIZERS == {"parallel_autograd": None, "torch": None}
+
+
+def test_a_training_step_includes_the_optimizer_step_in_place():
+    w = workloads.WORKLOADS["mlp-chain"]
+    data = w.data(0, "tiny")
+    s = step.Session(w, data)
+    assert s.optimizer_step is not None  # Adam, as in the torch column
+    leaves = list(s.leaves)
+    arrays = [t.data for t in leaves]
+    before = [a.copy() for a in arrays]
+    step.timed_step(s, step.backward_call("seq", None))
+    assert s.leaves == leaves and all(t.data is a for t, a in zip(leaves, arrays))
+    assert any(not np.array_equal(a, b) for a, b in zip(arrays, before))  # updated in place
 
 
 # ---- statistics --------------------------------------------------------------------------

@@ -21,13 +21,16 @@ import parallel_autograd as pa
 
 from .backend import PA, torch_backend
 
+def _torch_adam(leaves):
+    import torch
+    return torch.optim.Adam(leaves, lr=1e-4).step
+
+
 # The optimizer step of a training step, per library: a factory `(leaves) -> step()`,
-# or None while there is none to compare. When parallel_autograd gains an optimizer,
-# put a factory for it and the same optimizer of torch here, e.g.
-#   OPTIMIZERS["parallel_autograd"] = lambda leaves: pa.optim.SGD(leaves, lr=1e-3).step
-#   OPTIMIZERS["torch"] = lambda leaves: torch.optim.SGD(leaves, lr=1e-3).step
-# and every step (and its column) includes it; the report's legend says whether it did.
-OPTIMIZERS: dict = {"parallel_autograd": None, "torch": None}
+# or None for none. Adam (lr 1e-4, PyTorch's defaults otherwise) in both: every step
+# (and its column) includes it; the report's legend says whether it did.
+OPTIMIZERS: dict = {"parallel_autograd": lambda leaves: pa.optim.Adam(leaves, lr=1e-4).step,
+                    "torch": _torch_adam}
 
 
 def _minflt() -> int:
