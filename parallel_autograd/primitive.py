@@ -19,7 +19,7 @@ from .node import Node, accumulator_for
 from .tensor import Tensor
 
 
-def record(name, out, inputs, vjps=None, saved=(), kwargs=None, joint=None, cost=None,
+def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None, cost=None,
            threaded=False):
     """Wrap `out` in a Tensor; if any input requires grad, attach a Node.
 
@@ -80,7 +80,7 @@ def _shared_counter(out: np.ndarray, inputs) -> list:
     return [0]
 
 
-def primitive(name, forward, *vjps, cost=None, threaded=False):
+def primitive(name: str, forward, *vjps, cost=None, threaded: bool = False):
     """Make an op from `forward(*arrays, **kwargs)` and one rule per positional input.
 
     `cost(ans, *arrays)` estimates backward work (about ns on one core) for the
@@ -88,7 +88,7 @@ def primitive(name, forward, *vjps, cost=None, threaded=False):
     ops whose rules call multithreaded kernels (BLAS).
     """
 
-    def op(*args, **kwargs):
+    def op(*args, **kwargs) -> Tensor:
         arrays = [a.data if isinstance(a, Tensor) else a for a in args]
         try:
             ans = forward(*arrays, **kwargs)

@@ -38,7 +38,7 @@ def save(obj, f) -> None:
         np.savez(f, **arrays)
 
 
-def load(f):
+def load(f) -> object:
     """Read what `save` wrote: Tensors come back as leaf Tensors (with their
     `requires_grad`), arrays as ndarrays. Raises ValueError if `f` is not such a file
     (truncated, foreign, or from a newer format)."""

@@ -39,3 +39,16 @@ def test_public_functions_and_classes_have_docstrings():
     missing = [n for n in pa.__all__ if callable(getattr(pa, n))
                and not (getattr(pa, n).__doc__ or "").strip()]
     assert not missing, f"no docstring: {missing}"
+
+
+def test_public_functions_have_type_hints():
+    missing = []
+    for n in pa.__all__:
+        f = getattr(pa, n)
+        if inspect.isclass(f) or not callable(f):
+            continue
+        sig = inspect.signature(f)
+        if sig.return_annotation is inspect.Signature.empty and not any(
+                p.annotation is not inspect.Parameter.empty for p in sig.parameters.values()):
+            missing.append(n)
+    assert not missing, f"no type hints: {missing}"

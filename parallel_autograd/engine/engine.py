@@ -242,7 +242,7 @@ def set_default_engine(engine) -> None:
     _TENSOR_BACKWARD[0] = engine
 
 
-def get_default_engine():
+def get_default_engine() -> "str | Engine":
     """What `Tensor.backward()` runs on: "parallel", "sequential" or an `Engine`."""
     return _TENSOR_BACKWARD[0]
 

@@ -395,7 +395,7 @@ def _clip_vjp(g, ans, x, lo, hi):
 _clip = primitive("clip", lambda x, lo, hi: np.clip(x, lo, hi), _clip_vjp)
 
 
-def clip(x, min=None, max=None):
+def clip(x, min=None, max=None) -> Tensor:
     """Clamp to [min, max] (either may be None; bounds get no gradient); the gradient
     is 1 where min <= x <= max, else 0 (PyTorch's clamp)."""
     if min is None and max is None:
@@ -434,7 +434,7 @@ _where = primitive("where", lambda c, x, y: np.where(c, _weak(x), _weak(y)),
                    lambda g, ans, c, x, y: np.where(c, 0, g))
 
 
-def where(condition, x, y):
+def where(condition, x, y) -> Tensor:
     """`x` where `condition` else `y`, all three broadcast; the condition gets no gradient."""
     return _where(np.asarray(_raw(condition), dtype=bool), x, y)
 

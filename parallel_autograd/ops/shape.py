@@ -10,7 +10,7 @@ _reshape = primitive("reshape", lambda x, shape: np.reshape(x, shape),
                      lambda g, ans, x, shape: np.reshape(g, x.shape))
 
 
-def reshape(x, *shape):
+def reshape(x, *shape) -> Tensor:
     """The same values in a new shape (a view when numpy can make one); `-1` infers
     one dimension. Accepts `reshape(x, 2, 3)` or `reshape(x, (2, 3))`."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
@@ -37,7 +37,7 @@ def _transpose_vjp(g, ans, x, axes):
 _transpose = primitive("transpose", lambda x, axes: np.transpose(x, axes), _transpose_vjp)
 
 
-def transpose(x, *axes):
+def transpose(x, *axes) -> Tensor:
     """Reverse all axes (no arguments), swap two (`transpose(x, 0, 1)` like
     PyTorch), or permute them (`transpose(x, (2, 0, 1))`, like numpy)."""
     if not axes:
@@ -49,7 +49,7 @@ def transpose(x, *axes):
     return _transpose(x, axes=tuple(axes))
 
 
-def permute(x, *dims):
+def permute(x, *dims) -> Tensor:
     """The dimensions reordered as `dims` (a view)."""
     if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
         dims = tuple(dims[0])
@@ -68,14 +68,14 @@ _broadcast = primitive("broadcast_to", lambda x, shape: np.broadcast_to(x, shape
                        lambda g, ans, x, shape: g)  # the node sums it back to x.shape
 
 
-def broadcast_to(x, *shape):
+def broadcast_to(x, *shape) -> Tensor:
     """`x` broadcast to `shape` (a read-only view); the gradient is summed back."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     return _broadcast(x, shape=shape)
 
 
-def expand(x, *shape):
+def expand(x, *shape) -> Tensor:
     """PyTorch's expand: -1 keeps a dimension's size."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
@@ -91,7 +91,7 @@ _unsqueeze = primitive("unsqueeze", lambda x, axis: np.expand_dims(x, axis),
                        lambda g, ans, x, axis: np.reshape(g, x.shape))
 
 
-def squeeze(x, axis=None):
+def squeeze(x, axis=None) -> Tensor:
     """Dimensions of size 1 removed (all, or `axis`)."""
     return _squeeze(x, axis=axis)
 
@@ -132,7 +132,7 @@ def _canonical_index(idx):
     return idx
 
 
-def getitem(x, index):
+def getitem(x, index) -> Tensor:
     """`x[index]`: basic slices, integer arrays and boolean masks."""
     return _getitem(x, index=_canonical_index(index))
 
