@@ -236,7 +236,9 @@ def test_conv2d_memory_flat_path():
     y, extra = temporary_bytes(F.conv2d, x, w, b, padding=1)
     cols = y.grad_fn.saved[0]
     assert cols.nbytes == 9 * x.data.nbytes
-    assert extra <= cols.nbytes + SLACK       # the column buffer, kept for the weight
+    # the column buffer, kept for the weight, and one chunk's GEMM result (O, n*Ho*Wo)
+    # before its transposed copy into the output
+    assert extra <= cols.nbytes + y.data.nbytes + SLACK
     rule, args, kw = _rule(y, 0)
     gx, extra = temporary_bytes(rule, *args, **kw)
     assert gx.flags.c_contiguous
@@ -248,6 +250,15 @@ def test_conv2d_memory_flat_path():
     rule, args, kw = _rule(y, 2)
     gb, extra = temporary_bytes(rule, *args, **kw)
     assert extra <= SLACK
+
+
+def test_conv2d_frozen_weight_builds_columns_chunk_by_chunk():
+    x, w = pa.tensor(rand((64, 16, 16, 16), 1)), pa.tensor(rand((32, 16, 3, 3), 2))
+    y, extra = temporary_bytes(F.conv2d, x, w, padding=1)
+    assert y.grad_fn is None
+    full_cols = 9 * x.data.nbytes             # 18 MiB: never allocated at once
+    chunk = F._COLS_BYTES                     # 4 MiB of columns, and its GEMM result
+    assert extra <= chunk + chunk * 32 // (16 * 9) + SLACK < full_cols
 
 
 def test_conv2d_memory_strided_path_and_frozen_weight():

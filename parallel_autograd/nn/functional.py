@@ -183,17 +183,16 @@ def _conv_geometry(x_shape, kernel, stride, padding, out_hw) -> tuple:
     return taps, stride == (1, 1) and out_hw[1] == x_shape[3]
 
 
-def _im2col(x, kernel, stride, padding, out_hw) -> np.ndarray:
-    """Columns (C*kh*kw, N, Ho*Wo) of the convolution: row (c, i, j) holds input channel
-    c at kernel offset (i, j) for every output position, 0 in the padding. One strided
-    copy per kernel offset (rows are long: Ho*Wo per sample and channel)."""
+def _im2col(x, cols, padding, taps, flat: bool, out_hw) -> None:
+    """Fill `cols` (C, kh, kw, n, Ho*Wo), the columns of samples `x` (n, C, H, W): row
+    (c, i, j) holds input channel c at kernel offset (i, j) for every output position,
+    0 in the padding. One strided copy per kernel offset (rows are long: Ho*Wo per
+    sample and channel)."""
     n, c, h, w = x.shape
-    (kh, kw), (ho, wo) = kernel, out_hw
-    cols = np.empty((c, kh, kw, n, ho * wo), dtype=x.dtype)
-    taps, flat = _conv_geometry(x.shape, kernel, stride, padding, out_hw)
+    ho, wo = out_hw
     xf = x.reshape(n, c, h * w) if flat else None
     for _, i, j, out_blk, in_blk in taps:
-        dst = cols[:, i, j].transpose(1, 0, 2)                # (N, C, Ho*Wo) view
+        dst = cols[:, i, j].transpose(1, 0, 2)                # (n, C, Ho*Wo) view
         if flat:
             shift, q0, q1 = _flat_shift(i, j, padding, (h, w), ho * wo)
             dst[..., :q0] = 0
@@ -204,7 +203,38 @@ def _im2col(x, kernel, stride, padding, out_hw) -> np.ndarray:
             d4 = dst.reshape(n, c, ho, wo)
             _zero_outside(d4, out_blk[1], out_blk[2])
             d4[out_blk] = x[in_blk]
-    return cols.reshape(c * kh * kw, n, ho * wo)
+
+
+_COLS_BYTES = 1 << 22   # columns per chunk of the conv forward: cache resident for its GEMM
+
+
+def _conv_forward(x, w, stride, padding, out_hw, keep: bool) -> tuple:
+    """(output (N, O, Ho*Wo), columns (C*kh*kw, N, Ho*Wo) or None). Per chunk of
+    samples (<= 4 MiB of columns): im2col, then one GEMM while the chunk is in cache,
+    written into the output: (O, C*kh*kw) @ (C*kh*kw, n*Ho*Wo) and a transposed copy, or
+    (small O*C*kh*kw, which threads badly) one GEMM per sample straight into NCHW. The
+    columns are kept (written in place, chunk by chunk) only when `keep`."""
+    n, c = x.shape[:2]
+    o, _, kh, kw = w.shape
+    ck, p = c * kh * kw, out_hw[0] * out_hw[1]
+    dtype = np.result_type(x, w)
+    taps, flat = _conv_geometry(x.shape, (kh, kw), stride, padding, out_hw)
+    nb = min(n, max(1, _COLS_BYTES // (ck * p * x.itemsize)))
+    cols = np.empty((c, kh, kw, n if keep else nb, p), dtype=x.dtype)
+    out = np.empty((n, o, p), dtype=dtype)
+    w2 = w.reshape(o, ck)
+    obuf = None if o * ck < 1024 else np.empty((o, nb * p), dtype=dtype)
+    for a in range(0, n, nb):
+        m = min(n, a + nb) - a
+        chunk = cols[:, :, :, a:a + m] if keep else cols[:, :, :, :m]
+        _im2col(x[a:a + m], chunk, padding, taps, flat, out_hw)
+        chunk = chunk.reshape(ck, m, p)
+        if obuf is None:
+            np.matmul(w2, chunk.transpose(1, 0, 2), out=out[a:a + m])
+        else:
+            r = np.matmul(w2, chunk.reshape(ck, m * p), out=obuf[:, :m * p])
+            np.copyto(out[a:a + m], r.reshape(o, m, p).transpose(1, 0, 2))
+    return out, (cols.reshape(ck, n, p) if keep else None)
 
 
 def _col2im_flat_add(gx, d, padding, taps, out_hw) -> None:
@@ -315,8 +345,9 @@ def _conv_vjp_b(g, *_, **__):
 def conv2d(input, weight, bias=None, stride=1, padding=0):
     """2-D cross-correlation, NCHW input, weight (out_channels, in_channels, kh, kw).
 
-    im2col (one strided copy per kernel offset), then one GEMM that writes NCHW
-    directly: (O, C*kh*kw) @ (C*kh*kw, Ho*Wo) for each sample.
+    Per chunk of samples, im2col (one strided copy per kernel offset) and one GEMM
+    (`_conv_forward`); the columns are kept for the weight gradient only when the
+    weight needs one.
     """
     x, w = _raw(input), _raw(weight)
     if x.ndim != 4 or w.ndim != 4:
@@ -332,17 +363,14 @@ def conv2d(input, weight, bias=None, stride=1, padding=0):
     stride, padding = _pair(stride, "conv2d: stride"), _pair(padding, "conv2d: padding")
     ho = _out_size("conv2d", h, kh, stride[0], padding[0])
     wo = _out_size("conv2d", wd, kw, stride[1], padding[1])
-    cols = _im2col(x, (kh, kw), stride, padding, (ho, wo))    # (C*kh*kw, N, Ho*Wo)
-    out = np.matmul(w.reshape(o, -1), cols.transpose(1, 0, 2))  # (N, O, Ho*Wo)
+    need_w = isinstance(weight, Tensor) and weight.requires_grad
+    out, cols = _conv_forward(x, w, stride, padding, (ho, wo), keep=need_w)
     if b is not None:
         out += b[:, None]
-    need_w = isinstance(weight, Tensor) and weight.requires_grad
     inputs, vjps = (input, weight), (_conv_vjp_x, _conv_vjp_w)
     if bias is not None:
         inputs, vjps = inputs + (bias,), vjps + (_conv_vjp_b,)
-    # The column buffer is kept only when the weight needs its gradient.
-    return record("conv2d", out.reshape(n, o, ho, wo), inputs, vjps,
-                  saved=(cols if need_w else None, w),
+    return record("conv2d", out.reshape(n, o, ho, wo), inputs, vjps, saved=(cols, w),
                   kwargs=dict(x_shape=x.shape, stride=stride, padding=padding),
                   cost=gemm_cost(out.size, c * kh * kw), threaded=True)
 
