@@ -75,14 +75,20 @@ def test_conv2d_paths_gradcheck(name):
                         [leaf(rand(xs, 1)), leaf(rand(ws, 2)), leaf(rand(ws[0], 3))])
 
 
-def test_conv2d_is_deterministic_byte_for_byte():
-    x, w = rand((3, 4, 9, 9), 1), rand((5, 4, 3, 3), 2)
+@pytest.mark.parametrize("name", ["flat_chunked_w", "strided_chunked_w", "flat_5x5_chunks"])
+def test_conv2d_is_deterministic_byte_for_byte_whatever_the_blas_threads(name):
+    # the parallel engine lowers BLAS threads: the same bytes either way
+    from threadpoolctl import threadpool_limits
+    xs, ws, stride, padding = CONVS[name]
+    x, w = rand((8,) + xs[1:], 1), rand(ws, 2)
     runs = []
-    for _ in range(2):
-        tx, tw = leaf(x), leaf(w)
-        y = F.conv2d(tx, tw, padding=1)
-        runs.append([y.data] + list(pa.grad((y * y).sum(), [tx, tw])))
-    assert_bitwise(runs[0], runs[1])
+    for threads in (1, 2, 1, 2):
+        with threadpool_limits(threads, user_api="blas"):
+            tx, tw = leaf(x), leaf(w)
+            y = F.conv2d(tx, tw, stride=stride, padding=padding)
+            runs.append([y.data] + list(pa.grad((y * y).sum(), [tx, tw])))
+    for run in runs[1:]:
+        assert_bitwise(runs[0], run)
 
 
 # (x shape, kernel, stride, padding): overlap, gaps, padding, odd sizes, rectangles
