@@ -60,18 +60,21 @@ def _sum_to(g, shape) -> np.ndarray:
 
 
 def _linear_vjp_x(g, x, w, b_shape=None):
-    # g @ W as one GEMM over all leading dimensions; its result is the gradient
+    # g @ W as one GEMM over all leading dimensions (one pass writing the result, the
+    # gradient)
     w2 = w.reshape(-1, x.shape[-1])
     return (g.reshape(-1, w2.shape[0]) @ w2).reshape(x.shape)
 
 
 def _linear_vjp_w(g, x, w, b_shape=None):
-    # g^T @ x as one GEMM, already (out_features, in_features): no transposed copy
+    # g^T @ x as one GEMM reading g and x once, already (out_features, in_features): no
+    # transposed copy
     w2 = w.reshape(-1, x.shape[-1])
     return (g.reshape(-1, w2.shape[0]).T @ x.reshape(-1, x.shape[-1])).reshape(w.shape)
 
 
 def _linear_vjp_b(g, x, w, b_shape):
+    # one reduction pass over g
     return _sum_to(g, b_shape)
 
 
@@ -264,6 +267,8 @@ def _conv_vjp_x(g, cols, w, x_shape, stride, padding):
     # - otherwise one GEMM per kernel offset into an NHWC buffer whose rows of C
     #   channels are contiguous (strided NCHW adds over short rows are 1.5x slower);
     #   the gradient is that buffer seen as NCHW, as before.
+    # Passes ('same' path): the zero fill, then per chunk a copy of g's chunk, the GEMM
+    # writing the chunk's columns and kh*kw adds reading them (while in cache).
     ho, wo = g.shape[2:]
     taps, flat = _conv_geometry(x_shape, w.shape[2:], stride, padding, (ho, wo))
     if not flat:
@@ -314,6 +319,7 @@ def _conv_vjp_w(g, cols, w, x_shape, stride, padding):
     # columns: long enough to thread well. A small result (O*C*kh*kw < 1024, e.g. a
     # first layer on 3 channels) threads badly either way: per-sample GEMMs there,
     # which need no copy of g (2x faster on the cnn workload's first conv).
+    # Passes: one copy of g (by chunks), the GEMMs reading g and the columns once.
     o = w.shape[0]
     ck, n, p = cols.shape
     g3 = g.reshape(n, o, p)
@@ -338,6 +344,7 @@ def _conv_vjp_w(g, cols, w, x_shape, stride, padding):
 
 
 def _conv_vjp_b(g, *_, **__):
+    # one pass over g (contiguous row sums), then a small (N, O) sum
     n, o = g.shape[:2]
     return g.reshape(n, o, -1).sum(axis=2).sum(axis=0)
 
@@ -745,7 +752,8 @@ def _rms_norm_vjp_w(g, x2, rr, w, shape, ns):
 def _embedding_vjp(g, rows, num_embeddings, padding_idx):
     # Zeros with each g row added at its index (repeats accumulate in order): np.add.at
     # over flat element indices (numpy's fast 1-D path, 3-4x faster than over rows),
-    # made per block of rows so the index temporary stays block-sized.
+    # made per block of rows so the index temporary stays block-sized. Passes: the zero
+    # fill and one scattered add of g.
     d = g.shape[-1]
     out = np.zeros((num_embeddings, d), dtype=g.dtype)
     flat, g2, r = out.reshape(-1), g.reshape(-1, d), rows.reshape(-1)
