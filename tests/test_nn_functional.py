@@ -416,3 +416,16 @@ def test_sdpa_memory(kw):
     assert extra <= p.nbytes + max(2 * 128 * 128, p.size + p.nbytes) + SLACK
     ((grads, extra),) = _rules(y)
     assert extra <= p.nbytes * (2 if "dropout_p" in kw else 1) + SLACK   # dP (and P')
+
+
+def test_dropout_without_seed_or_rng_follows_manual_seed():
+    x = pa.tensor(np.ones((64, 64)))
+    masks = []
+    for _ in range(2):
+        pa.manual_seed(3)
+        a = F.dropout(x, 0.5).data
+        s = F.scaled_dot_product_attention(x[None], x[None], x[None], dropout_p=0.5).data
+        masks.append((a, s))
+    assert np.array_equal(masks[0][0], masks[1][0]) and np.array_equal(masks[0][1], masks[1][1])
+    pa.manual_seed(4)
+    assert not np.array_equal(F.dropout(x, 0.5).data, masks[0][0])

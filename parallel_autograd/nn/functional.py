@@ -18,6 +18,7 @@ from ..engine.cost import gemm_cost
 from ..ops import reduce as _rd
 from ..ops.elementwise import gelu, leaky_relu, relu, sigmoid, silu, tanh
 from ..primitive import record
+from ..random import default_generator
 from ..tensor import Tensor
 
 __all__ = [
@@ -801,11 +802,17 @@ def _keep_mask(shape, p: float, rng) -> np.ndarray:
     return keep
 
 
+def _generator(seed) -> np.random.Generator:
+    """A fresh generator from `seed`, or the default one (`pa.manual_seed`) if None."""
+    return default_generator if seed is None else np.random.default_rng(seed)
+
+
 def dropout(input, p: float = 0.5, training: bool = True, seed=None, rng=None):
     """Zero each element with probability `p` and scale the rest by 1/(1-p).
 
-    The mask comes from `rng` (a numpy Generator) or a fresh generator seeded with
-    `seed`: the same seed gives the same mask. Identity when not training or p == 0.
+    The mask comes from `rng` (a numpy Generator), or a fresh generator seeded with
+    `seed` (the same seed gives the same mask), or else the default generator that
+    `pa.manual_seed` reseeds. Identity when not training or p == 0.
     The node keeps a boolean mask (1 byte an element); forward and rule are 2 passes.
     """
     if not 0.0 <= p <= 1.0:
@@ -817,7 +824,7 @@ def dropout(input, p: float = 0.5, training: bool = True, seed=None, rng=None):
     if p == 1.0:
         keep, scale = np.zeros(x.shape, dtype=bool), dtype.type(0.0)
     else:
-        rng = rng if rng is not None else np.random.default_rng(seed)
+        rng = rng if rng is not None else _generator(seed)
         keep, scale = _keep_mask(x.shape, p, rng), dtype.type(1.0 / (1.0 - p))
     out = np.multiply(x, keep, dtype=dtype)
     out *= scale
@@ -1028,7 +1035,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     keep, dscale, pd = None, None, p
     if dropout_p > 0:
         keep = _keep_mask(p.shape, dropout_p, rng if rng is not None
-                          else np.random.default_rng(seed)) if dropout_p < 1 \
+                          else _generator(seed)) if dropout_p < 1 \
             else np.zeros(p.shape, dtype=bool)
         dscale = p.dtype.type(0.0 if dropout_p >= 1 else 1.0 / (1.0 - dropout_p))
         pd = np.multiply(p, keep)
