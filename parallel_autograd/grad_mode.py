@@ -1,25 +1,42 @@
-"""Grad mode: a thread-local switch that decides whether ops record a graph.
+"""Grad mode: a per-thread switch that decides whether ops record a graph.
 
 Like PyTorch, the mode is per thread: `no_grad()` in one thread does not affect
-another. The parallel engine runs rules on raw ndarrays, so workers never record.
+another (each thread starts with recording on). It lives in a `ContextVar`, which is
+per thread here, and per asyncio task. The engines run a backward pass with recording
+off in a copy of the caller's context (`run_without_grad`): `Context.run` restores
+the caller's context in C however the call ends, so a Ctrl+C landing at any moment,
+even in the last instructions of the call, cannot leave the caller's mode off.
 """
 from __future__ import annotations
 
+import contextvars
 import functools
 import threading
 
-_state = threading.local()
+_enabled: contextvars.ContextVar = contextvars.ContextVar("parallel_autograd_grad_enabled",
+                                                          default=True)
 
 
 def is_grad_enabled() -> bool:
     """True when ops on tensors that require grad record graph nodes (this thread)."""
-    return getattr(_state, "enabled", True)
+    return _enabled.get()
 
 
 def set_mode(mode: bool) -> None:
     """Set this thread's grad mode (the engines' internal switch; users call
     `set_grad_enabled`)."""
-    _state.enabled = bool(mode)
+    _enabled.set(bool(mode))
+
+
+def run_without_grad(fn, *args):
+    """`fn(*args)` with recording off, in a copy of the caller's context: the caller's
+    mode is untouched whatever happens inside, an interrupt included."""
+    return contextvars.copy_context().run(_call_without_grad, fn, args)
+
+
+def _call_without_grad(fn, args):
+    _enabled.set(False)
+    return fn(*args)
 
 
 class set_grad_enabled:

@@ -42,3 +42,17 @@ def temporary_bytes(fn, *args, **kwargs):
     arrays = [a if isinstance(a, np.ndarray) else getattr(a, "data", None) for a in items]
     held = sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
     return result, peak - base - min(held, current - base)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _grad_mode_left_enabled():
+    """Every test must leave this thread's grad mode on (a test that does not would
+    break the tests after it): fail the culprit, then put it back."""
+    yield
+    from parallel_autograd.grad_mode import is_grad_enabled, set_mode
+    if not is_grad_enabled():
+        set_mode(True)
+        pytest.fail("the test left grad mode disabled on the main thread")

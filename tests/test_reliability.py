@@ -536,3 +536,71 @@ def test_peak_memory_of_large_branches_within_the_stated_bound(workers):
             par = traced_peak(lambda: eng.backward(loss))
             bound = seq + (workers - 1) * 2 * (2 * nbytes) + eng.max_parked_bytes
             assert par <= bound, (par / nbytes, seq / nbytes, bound / nbytes)
+
+
+# ---- Ctrl+C at every line of a backward call ----------------------------------------------
+def _lines_of_a_call(run) -> int:
+    """Line events inside parallel_autograd while `run()` executes on this thread."""
+    count = [0]
+
+    def tracer(frame, event, arg):
+        if "parallel_autograd" in frame.f_code.co_filename:
+            if event == "line":
+                count[0] += 1
+            return tracer
+        return None
+    sys.settrace(tracer)
+    try:
+        run()
+    finally:
+        sys.settrace(None)
+    return count[0]
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason="signals reach the main thread only")
+@pytest.mark.timeout(300)
+def test_ctrl_c_at_every_line_of_a_sequential_backward_leaves_grad_mode_and_grads_whole():
+    # A SIGINT raised at the n-th executed line of the library, for every n: the call
+    # either completes or raises KeyboardInterrupt; either way grad mode is still on and
+    # every .grad is all old or all new. (Before: a Ctrl+C in the engine's `finally`
+    # could skip restoring grad mode, and every later op silently recorded nothing.)
+    import signal
+
+    def graph():
+        x = pa.tensor([1.0, 2.0], requires_grad=True)
+        y = pa.tensor([3.0, -1.0], requires_grad=True)
+        x.grad, y.grad = np.zeros(2), np.ones(2)
+        return (x * y).tanh().sum() + (x * 2.0).sum(), (x, y)
+
+    loss, _ = graph()
+    total = _lines_of_a_call(lambda: pa.backward(loss))
+    assert total > 50
+    outcomes = set()
+    for n in range(1, total + 2):
+        loss, (x, y) = graph()
+        old = [x.grad.copy(), y.grad.copy()]
+        count = [0]
+
+        def tracer(frame, event, arg):
+            if "parallel_autograd" in frame.f_code.co_filename:
+                if event == "line":
+                    count[0] += 1
+                    if count[0] == n:
+                        signal.raise_signal(signal.SIGINT)
+                return tracer
+            return None
+        sys.settrace(tracer)
+        try:
+            pa.backward(loss)
+            sys.settrace(None)
+            outcomes.add("completed")
+        except KeyboardInterrupt:
+            sys.settrace(None)
+            outcomes.add("interrupted")
+        assert pa.is_grad_enabled(), f"grad mode left off by a Ctrl+C at line {n}"
+        new = [x.grad, y.grad]
+        same = all(np.array_equal(a, b) for a, b in zip(old, new))
+        changed = all(not np.array_equal(a, b) for a, b in zip(old, new))
+        assert same or changed, f"partial write-back after a Ctrl+C at line {n}"
+    assert outcomes == {"completed", "interrupted"}

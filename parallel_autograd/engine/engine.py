@@ -20,7 +20,7 @@ import time
 import weakref
 
 from .. import locks
-from ..grad_mode import is_grad_enabled, set_mode
+from ..grad_mode import run_without_grad
 from . import blas
 from .cost import decide, gil_enabled, usable_cores
 from .plan import collect, plan_call
@@ -167,12 +167,10 @@ class Engine:
         d = decide(plan, self)
         st.mode, st.reason, st.accumulation = d.mode, d.reason, d.accumulation
         st.total_cost, st.critical_path = d.total_cost, d.critical_path
-        prev_mode = is_grad_enabled()
-        try:
-            set_mode(False)
-            result = run_plan(plan) if d.order is None else self._run_parallel(plan, d, st)
-        finally:
-            set_mode(prev_mode)
+        # rules and hooks record nothing; the caller's grad mode is untouched however
+        # the call ends (run_without_grad: a copy of its context, which workers copy)
+        result = run_plan(plan) if d.order is None else \
+            run_without_grad(self._run_parallel, plan, d, st)
         st.elapsed = time.perf_counter() - t0
         with self._lock:
             self._calls += 1

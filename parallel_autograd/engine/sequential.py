@@ -13,22 +13,26 @@ on separate graphs (leaves may be shared); graphs themselves are not locked.
 from __future__ import annotations
 
 from .. import profiler
-from ..grad_mode import is_grad_enabled, set_mode
+from ..grad_mode import run_without_grad
 from .accumulate import Pending, backward_order
 from .plan import Plan, collect, plan_call
 from .step import Sink, annotate, commit, run_node
 
 
 def run_plan(plan: Plan) -> Sink:
-    """Execute a plan on this thread; returns the Sink (staged, captured). Commits nothing."""
+    """Execute a plan on this thread; returns the Sink (staged, captured). Commits nothing.
+    Like PyTorch without create_graph, rules and hooks record nothing: the walk runs with
+    grad mode off, in a copy of the caller's context (`run_without_grad`)."""
+    return run_without_grad(_walk, plan)
+
+
+def _walk(plan: Plan) -> Sink:
     pending = Pending()  # gradients summed so far; popped (freed) when their node runs
     for node, g in plan.roots:
         pending.add(node, g)
     sink = Sink(plan, profiler.active())
     node = None
-    prev_mode = is_grad_enabled()
     try:
-        set_mode(False)  # like PyTorch without create_graph: rules, hooks record nothing
         for node in backward_order(plan.nodes):
             entry = pending.pop(node, None)
             if entry is None:
@@ -45,8 +49,6 @@ def run_plan(plan: Plan) -> Sink:
         if node is not None:
             annotate(e, node)
         raise
-    finally:
-        set_mode(prev_mode)
     return sink
 
 
