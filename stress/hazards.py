@@ -203,7 +203,7 @@ def run_fork_busy(fr):
     try:
         for _ in range(_FORKS):  # a lock is held only now and then: fork several times
             time.sleep(fr.rng.uniform(0.0, 0.005))
-            statuses.append(_fork_child(deadline))
+            statuses.append(fork_call(_child_work, deadline))
             if statuses[-1] != 0:
                 break
     finally:
@@ -244,22 +244,19 @@ def _fork_in_first_call(fr):
     return True
 
 
-def _fork_child(timeout):
-    """Fork; the child runs `_child_work` and exits. Its exit status, or None."""
+def fork_call(child, timeout: float):
+    """Fork; the child runs `child()` and exits with the code it returns (None: 0; an
+    exception: 1), never returning into the caller. Returns the child's exit code, or
+    None (after killing it) if it runs past `timeout` seconds."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads
         pid = os.fork()
-    if pid == 0:  # the child: never return into the harness
+    if pid == 0:
         code = 1
         try:
-            code = _child_work()
+            code = child() or 0
         finally:
             os._exit(code)
-    return _wait_child(pid, timeout)
-
-
-def _wait_child(pid, timeout):
-    """The child's exit status, or None (after killing it) if it runs past `timeout`."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         done, status = os.waitpid(pid, os.WNOHANG)

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 import parallel_autograd as pa
 from conftest import assert_bitwise
 from stress.checks import Interrupter
-from stress.hazards import FIRST_CALL_SCRIPT, shared_input_branches, traced_peak
+from stress.hazards import FIRST_CALL_SCRIPT, fork_call, shared_input_branches, traced_peak
 from parallel_autograd.engine import blas
 from parallel_autograd.engine import engine as engine_module
 
@@ -207,30 +206,10 @@ def test_a_threadpool_limits_context_on_another_thread_keeps_control():
 
 
 # ---- fork ------------------------------------------------------------------------------
-def _child_status(pid, timeout=20.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    return "hung"
-
-
 def _fork_and_check(child):
-    with warnings.catch_warnings():  # 3.12+ warns about forking a threaded process
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            child()
-            code = 0
-        finally:
-            os._exit(code)
-    return _child_status(pid)
+    """The exit code of a forked child running `child()` ("hung" if it did not finish)."""
+    code = fork_call(child, timeout=20.0)
+    return "hung" if code is None else code
 
 
 def _fork_while(background, stop, child, times):
