@@ -269,10 +269,16 @@ def fork_call(child, timeout: float):
 
 
 # ---- cross_close -----------------------------------------------------------------------
-def run_cross_close(fr):
+def engines_closing_each_other(timeout: float = 30.0) -> dict:
+    """Two forced engines, each running a backward (from its own thread) whose queued
+    `Function.backward` closes the other engine while the caller keeps a slow branch.
+    Returns {"engines", "hung" (a call did not finish in `timeout`), "grads" (name ->
+    x.grad, 2.0 everywhere when right), "on_worker" (whether each close ran on a pool
+    worker)}. Shared by the `cross_close` fault kind and its regression test."""
     barrier = threading.Barrier(2, timeout=10)
     engines = [pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0)
                for _ in range(2)]
+    on_worker, grads = [], {}
 
     def closer(other):
         class CloseOther(pa.Function):
@@ -282,33 +288,41 @@ def run_cross_close(fr):
 
             @staticmethod
             def backward(ctx, g):
+                on_worker.append(threading.current_thread().name.startswith("pa-worker"))
                 barrier.wait()
                 other.close()
                 return g
         return CloseOther
 
     slow = pa.primitive("stress_slow", lambda x: x * 1.0,
-                        lambda g, ans, x: (time.sleep(0.05), g)[1])
-    results = {}
+                        lambda g, ans, x: (time.sleep(0.2), g)[1])
 
     def run(i):
-        x = pa.tensor(np.arange(4.0), requires_grad=True)
+        x = pa.tensor(np.ones(4), requires_grad=True)
+        # the caller keeps the slow branch (first input), the closing one is queued
         loss = slow(x).sum() + closer(engines[1 - i]).apply(x).sum()
         engines[i].backward(loss)
-        results[i] = x.grad
+        grads[i] = x.grad.copy()
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(30)
-    if any(t.is_alive() for t in threads):
+        t.join(timeout)
+    return {"engines": engines, "hung": any(t.is_alive() for t in threads),
+            "grads": grads, "on_worker": on_worker}
+
+
+def run_cross_close(fr):
+    out = engines_closing_each_other()
+    if out["hung"]:
         fr.fail("hang", "two engines closing each other from their workers deadlocked")
         return False
-    if len(results) != 2 or not all(np.array_equal(g, np.full(4, 2.0))
-                                    for g in results.values()):
-        fr.fail("mismatch", f"engines closing each other: gradients {results}")
+    grads = out["grads"]
+    if len(grads) != 2 or not all(np.array_equal(g, np.full(4, 2.0)) for g in grads.values()):
+        fr.fail("mismatch", f"engines closing each other: gradients {grads}")
         return False
-    return all(fr.h.close_engine(e, "cross_close engine") is not False for e in engines)
+    return all(fr.h.close_engine(e, "cross_close engine") is not False
+               for e in out["engines"])
 
 
 # ---- memory ------------------------------------------------------------------------------

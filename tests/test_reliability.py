@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -18,7 +17,8 @@ from threadpoolctl import threadpool_info, threadpool_limits
 import parallel_autograd as pa
 from conftest import assert_bitwise
 from stress.checks import Interrupter
-from stress.hazards import FIRST_CALL_SCRIPT, fork_call, shared_input_branches, traced_peak
+from stress.hazards import (FIRST_CALL_SCRIPT, engines_closing_each_other, fork_call,
+                            shared_input_branches, traced_peak)
 from parallel_autograd.engine import blas
 from parallel_autograd.engine import engine as engine_module
 
@@ -382,51 +382,14 @@ def test_ctrl_c_at_random_moments_never_leaves_a_partial_write_back():
 # ---- engines closing each other from hooks ----------------------------------------------
 def test_engines_closing_each_other_from_their_workers_do_not_deadlock():
     # Before: each close() joined the other engine's worker, which was waiting in its
-    # own close(): both calls hung forever.
-    barrier = threading.Barrier(2, timeout=10)
-    on_worker = []
-
-    def closer(other):
-        class CloseOther(pa.Function):
-            @staticmethod
-            def forward(ctx, x):
-                return x * 1.0
-
-            @staticmethod
-            def backward(ctx, g):
-                on_worker.append(threading.current_thread().name.startswith("pa-worker"))
-                barrier.wait()
-                other[0].close()
-                return g
-        return CloseOther
-
-    def slow(g):
-        time.sleep(0.2)
-        return g
-
-    slow_op = pa.primitive("slow", lambda x: x * 1.0, lambda g, ans, x: slow(g))
-    a = pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0)
-    b = pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0)
-    ref_a, ref_b = [b], [a]
-    results = {}
-
-    def run(name, eng, other):
-        x = pa.tensor(np.ones(4), requires_grad=True)
-        # the caller keeps the slow branch (first input), the closing one is queued
-        loss = slow_op(x).sum() + closer(other).apply(x).sum()
-        eng.backward(loss)
-        results[name] = x.grad.copy()
-
-    ta = threading.Thread(target=run, args=("a", a, ref_a), daemon=True)
-    tb = threading.Thread(target=run, args=("b", b, ref_b), daemon=True)
-    ta.start()
-    tb.start()
-    ta.join(timeout=30)
-    tb.join(timeout=30)
-    assert not ta.is_alive() and not tb.is_alive(), "deadlock"
-    assert on_worker == [True, True]
+    # own close(): both calls hung forever. (The stress kind cross_close runs the same.)
+    out = engines_closing_each_other()
+    assert not out["hung"], "deadlock"
+    assert out["on_worker"] == [True, True]
+    a, b = out["engines"]
     assert a.closed and b.closed
-    assert all(np.array_equal(g, np.full(4, 2.0)) for g in results.values())
+    assert len(out["grads"]) == 2
+    assert all(np.array_equal(g, np.full(4, 2.0)) for g in out["grads"].values())
     for eng in (a, b):  # close() from a plain thread still waits for the workers
         eng.close()
         assert not any(t.is_alive() for t in eng._pool.threads)

@@ -657,10 +657,7 @@ def _layer_norm_vjp_x(g, x2, mean, rstd, w, shape, ns):
     # subtract, scale, two row reductions, then scale, add, subtract, scale: 8 passes
     # over the block. The result is the only full-size allocation.
     d = x2.shape[1]
-    g2 = g.reshape(-1, d)
-    out = np.empty(x2.shape, dtype=np.result_type(g, x2))
-    rb, blocks = _row_blocks(x2.shape[0], d * out.itemsize)
-    hbuf = None if w is None else np.empty((rb, d), dtype=out.dtype)
+    g2, out, blocks, hbuf = _norm_rule_setup(g, x2, w)
     for a, e in blocks:
         t, r = out[a:e], rstd[a:e, None]
         np.subtract(x2[a:e], mean[a:e, None], out=t)
@@ -726,14 +723,22 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
                   saved=(x2, rr, w), kwargs=dict(shape=_raw(input).shape, ns=ns))
 
 
+def _norm_rule_setup(g, x2, w):
+    """What both normalization input rules start from: g as rows, the result (the only
+    full-size allocation), the row blocks, and a block temporary for h = g w when
+    weighted."""
+    d = x2.shape[1]
+    out = np.empty(x2.shape, dtype=np.result_type(g, x2))
+    rb, blocks = _row_blocks(x2.shape[0], d * out.itemsize)
+    hbuf = None if w is None else np.empty((rb, d), dtype=out.dtype)
+    return g.reshape(-1, d), out, blocks, hbuf
+
+
 def _rms_norm_vjp_x(g, x2, rr, w, shape, ns):
     # rr h - x rr^3 mean(h x), h = g w (a block temporary when weighted), per row
     # block: one row reduction, then scale, add, scale: 4 passes over the block.
     d = x2.shape[1]
-    g2 = g.reshape(-1, d)
-    out = np.empty(x2.shape, dtype=np.result_type(g, x2))
-    rb, blocks = _row_blocks(x2.shape[0], d * out.itemsize)
-    hbuf = None if w is None else np.empty((rb, d), dtype=out.dtype)
+    g2, out, blocks, hbuf = _norm_rule_setup(g, x2, w)
     for a, e in blocks:
         r = rr[a:e]
         h = g2[a:e] if w is None else np.multiply(g2[a:e], w, out=hbuf[:e - a])
