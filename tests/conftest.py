@@ -22,20 +22,27 @@ def temporary_bytes(fn, *args, **kwargs):
     return `(result, extra)`: `extra` is the peak of bytes allocated during the call minus
     the bytes of the arrays in the result that the call allocated (they are still held at
     the end). A rule or op that allocates no more than it returns has `extra` near 0 (a few
-    hundred bytes of Python objects); each full-size temporary adds its size."""
+    hundred bytes of Python objects); each full-size temporary adds its size.
+
+    The caching allocator is off during the call: a reused block is no allocation, so
+    with it on a wasteful rule could look lean."""
     import tracemalloc
 
     import numpy as np
 
+    from parallel_autograd import memory
+
     was_tracing = tracemalloc.is_tracing()
     if not was_tracing:
         tracemalloc.start()
+    was_caching = memory.set_enabled(False)
     try:
         tracemalloc.reset_peak()
         base = tracemalloc.get_traced_memory()[0]
         result = fn(*args, **kwargs)
         current, peak = tracemalloc.get_traced_memory()
     finally:
+        memory.set_enabled(was_caching)
         if not was_tracing:
             tracemalloc.stop()
     items = result if isinstance(result, (tuple, list)) else (result,)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..memory import pooled as _pooled
+
 
 def seq_key(node) -> int:
     """Sort key of a node: its creation number (`Node.seq`)."""
@@ -44,7 +46,7 @@ def add_gradient(buf, owned: bool, g):
     if owned:
         np.add(buf, g, out=buf)
         return buf, True
-    s = buf + g
+    s = _pooled.add(buf, g)  # the sum's memory is the engine's (cached when large)
     # 0-d arrays add to a numpy scalar, which np.add(out=) rejects: keep ndarrays
     return (s if type(s) is np.ndarray else np.asarray(s)), True
 

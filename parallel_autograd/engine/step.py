@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 
-from .. import locks
+from .. import locks, memory
 
 
 
@@ -210,8 +210,10 @@ def _check_existing_grads(staged) -> None:
 
 def _unshared(g) -> bool:
     # References when no one else holds g: the staged tuple, commit's loop
-    # variable, this parameter and getrefcount's argument (calibrated below).
-    return g.base is None and g.flags.writeable and sys.getrefcount(g) <= _SOLE_REFS
+    # variable, this parameter and getrefcount's argument (calibrated below). Its
+    # memory is its own: it owns it, or it is the one view of a cached block.
+    return (g.flags.writeable and sys.getrefcount(g) <= _SOLE_REFS
+            and (g.base is None or memory.is_sole_view(g)))
 
 
 def _calibrate() -> int:

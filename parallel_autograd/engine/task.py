@@ -57,7 +57,7 @@ import queue
 import threading
 import time
 
-from .. import profiler
+from .. import memory, profiler
 from .accumulate import Slot, contribution_key, seed_key, sum_in_order
 from .executor import execute
 from .step import add_note
@@ -466,9 +466,12 @@ def _note_other_error(first: BaseException, other: BaseException) -> None:
 
 
 def held_bytes(g) -> int:
-    """Bytes a parked contribution keeps alive: an array that owns its data counts its
-    size; a view (e.g. a broadcast seed) counts 0, its base is owned elsewhere."""
-    return g.nbytes if g is not None and g.flags.owndata else 0
+    """Bytes a parked contribution keeps alive: an array that owns its data, or views a
+    block of the caching allocator (`memory`), counts its size; another view (e.g. a
+    broadcast seed) counts 0, its base is owned elsewhere."""
+    if g is None:
+        return 0
+    return g.nbytes if g.base is None or memory.is_block(g.base) else 0
 
 
 def _count_seeds(roots) -> dict:

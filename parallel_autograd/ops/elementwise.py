@@ -11,6 +11,9 @@ import math
 import numpy as np
 
 from ..grad_mode import is_grad_enabled as _grad_enabled
+from .. import memory as _memory
+from ..memory import empty as _empty
+from ..memory import pooled as P
 from ..primitive import primitive, record
 from ..tensor import Tensor
 from . import special
@@ -21,7 +24,8 @@ def _weak(a):
 
 
 def _binary(ufunc):
-    return lambda x, y: ufunc(_weak(x), _weak(y))
+    """The forward of a binary op: numpy scalars weak, the output cached when large."""
+    return _memory.ufunc(ufunc, weak=True)
 
 
 # Rules and forwards allocate only the array they return: each writes its temporaries
@@ -44,15 +48,15 @@ def _fused(kernel, like, operands, scratch=(), dtype=None):
     `scratch` arrays of the given dtypes. Operands that are not ndarrays (Python
     scalars, weakly typed) are passed through unchanged. Small arrays: one call.
     """
-    out = np.empty(np.shape(like), like.dtype if dtype is None else dtype)
+    out = _empty(np.shape(like), like.dtype if dtype is None else dtype)
     if out.size <= _BLOCK:
-        kernel(out, *operands, *(np.empty(out.shape, d) for d in scratch))
+        kernel(out, *operands, *(_empty(out.shape, d) for d in scratch))
         return out
     where = [i for i, a in enumerate(operands) if type(a) is np.ndarray]
     it = np.nditer([out] + [operands[i] for i in where],
                    flags=["external_loop", "buffered", "zerosize_ok"],
                    op_flags=[["writeonly"]] + [["readonly"]] * len(where), buffersize=_BLOCK)
-    bufs = [np.empty(_BLOCK, d) for d in scratch]
+    bufs = [_empty(_BLOCK, d) for d in scratch]
     args = list(operands)
     with it:
         for chunk in it:
@@ -66,7 +70,7 @@ def _fused(kernel, like, operands, scratch=(), dtype=None):
 # ---- arithmetic ------------------------------------------------------------------
 def _div_y(g, ans, x, y):
     # -g * ans / y: 3 passes, one buffer
-    t = _buf(np.multiply(g, ans))
+    t = _buf(P.multiply(g, ans))
     t /= y
     return np.negative(t, out=t)
 
@@ -78,23 +82,23 @@ add = primitive("add", _binary(np.add),
                 lambda g, ans, x, y: g)
 sub = primitive("sub", _binary(np.subtract),
                 lambda g, ans, x, y: g,
-                lambda g, ans, x, y: np.negative(g))
+                lambda g, ans, x, y: P.negative(g))
 mul = primitive("mul", _binary(np.multiply),
-                lambda g, ans, x, y: np.multiply(g, y),
-                lambda g, ans, x, y: np.multiply(g, x))
+                lambda g, ans, x, y: P.multiply(g, y),
+                lambda g, ans, x, y: P.multiply(g, x))
 div = primitive("div", _binary(np.true_divide),
-                lambda g, ans, x, y: np.divide(g, y),
+                lambda g, ans, x, y: P.divide(g, y),
                 _div_y)
-neg = primitive("neg", np.negative, lambda g, ans, x: np.negative(g))
+neg = primitive("neg", P.negative, lambda g, ans, x: P.negative(g))
 
 
 def _pow(x, y):
     x, y = _weak(x), _weak(y)
     if type(y) is int and y == 3 and isinstance(x, np.ndarray) and x.dtype.kind == "f":
-        t = _buf(np.multiply(x, x))  # x*x*x as PyTorch (libm's pow: ~50 ns an element)
+        t = _buf(P.multiply(x, x))  # x*x*x as PyTorch (libm's pow: ~50 ns an element)
         t *= x
         return t
-    return np.power(x, y)
+    return P.power(x, y)
 
 
 def _pow_base(g, ans, x, y):
@@ -103,26 +107,26 @@ def _pow_base(g, ans, x, y):
     if type(y) not in (int, float):
         return _pow_base_array(g, ans, x, y)
     if y == 0:                      # d/dx x**0 is 0 even at x == 0
-        return np.multiply(g, 0.0)
+        return P.multiply(g, 0.0)
     if y == 1:
-        return np.multiply(g, 1.0)
+        return P.multiply(g, 1.0)
     if y == 2:                      # 2 passes
-        t = _buf(np.multiply(x, 2))
+        t = _buf(P.multiply(x, 2))
         t *= g
         return t
     if y == 3:                      # 3 passes
-        t = _buf(np.multiply(x, x))
+        t = _buf(P.multiply(x, x))
         t *= 3
         t *= g
         return t
     with np.errstate(divide="ignore", invalid="ignore"):
         if y == 0.5:                # 0.5 / sqrt(x), from ans: 2 passes
-            t = _buf(np.divide(0.5, ans))
+            t = _buf(P.divide(0.5, ans))
         elif y == -1:               # -1 / x**2 = -ans*ans: 3 passes
-            t = _buf(np.multiply(ans, ans))
+            t = _buf(P.multiply(ans, ans))
             np.negative(t, out=t)
         else:                       # one power: 3 passes
-            t = _buf(np.power(x, y - 1))
+            t = _buf(P.power(x, y - 1))
             t *= y
     t *= g
     return t
@@ -167,44 +171,44 @@ pow = primitive("pow", _pow, _pow_base, _pow_exponent)
 
 # ---- unary math --------------------------------------------------------------------
 def _abs_vjp(g, ans, x):
-    t = np.sign(x)                  # 2 passes (in-place *= also works on 0-d scalars)
+    t = P.sign(x)                  # 2 passes (in-place *= also works on 0-d scalars)
     t *= g
     return t
 
 
 def _sqrt_vjp(g, ans, x):
-    t = _buf(np.multiply(ans, 2))   # g / (2 ans): 2 passes
+    t = _buf(P.multiply(ans, 2))   # g / (2 ans): 2 passes
     return np.divide(g, t, out=t)
 
 
 def _sin_vjp(g, ans, x):
-    t = np.cos(x)                   # 2 passes
+    t = P.cos(x)                   # 2 passes
     t *= g
     return t
 
 
 def _cos_vjp(g, ans, x):
-    t = _buf(np.sin(x))             # -sin(x) g: 3 passes
+    t = _buf(P.sin(x))             # -sin(x) g: 3 passes
     np.negative(t, out=t)
     t *= g
     return t
 
 
 def _tanh_vjp(g, ans, x):
-    t = _buf(np.multiply(ans, ans))  # g (1 - ans^2): 3 passes
+    t = _buf(P.multiply(ans, ans))  # g (1 - ans^2): 3 passes
     np.subtract(1, t, out=t)
     t *= g
     return t
 
 
 # exp (g ans) and log (g / x): 1 pass
-abs = primitive("abs", np.abs, _abs_vjp)
-exp = primitive("exp", np.exp, lambda g, ans, x: np.multiply(g, ans))
-log = primitive("log", np.log, lambda g, ans, x: np.divide(g, x))
-sqrt = primitive("sqrt", np.sqrt, _sqrt_vjp)
-sin = primitive("sin", np.sin, _sin_vjp)
-cos = primitive("cos", np.cos, _cos_vjp)
-tanh = primitive("tanh", np.tanh, _tanh_vjp)
+abs = primitive("abs", P.abs, _abs_vjp)
+exp = primitive("exp", P.exp, lambda g, ans, x: P.multiply(g, ans))
+log = primitive("log", P.log, lambda g, ans, x: P.divide(g, x))
+sqrt = primitive("sqrt", P.sqrt, _sqrt_vjp)
+sin = primitive("sin", P.sin, _sin_vjp)
+cos = primitive("cos", P.cos, _cos_vjp)
+tanh = primitive("tanh", P.tanh, _tanh_vjp)
 
 
 def _float(x):
@@ -215,7 +219,7 @@ def _float(x):
 def _sigmoid(x):
     # 1 / (1 + exp(-x)), PyTorch's formula; exp overflows to inf for x < -709, giving
     # the exact limit 0. 4 passes, one buffer.
-    t = _buf(np.negative(_float(x)))
+    t = _buf(P.negative(_float(x)))
     with np.errstate(over="ignore"):
         np.exp(t, out=t)
     t += 1
@@ -223,7 +227,7 @@ def _sigmoid(x):
 
 
 def _sigmoid_vjp(g, ans, x):
-    t = _buf(np.subtract(1, ans))   # g (1 - ans) ans, PyTorch's order: 3 passes
+    t = _buf(P.subtract(1, ans))   # g (1 - ans) ans, PyTorch's order: 3 passes
     t *= g
     t *= ans
     return t
@@ -233,19 +237,19 @@ sigmoid = primitive("sigmoid", _sigmoid, _sigmoid_vjp)
 
 # ---- activations ---------------------------------------------------------------------
 def _relu_vjp(g, ans, x):
-    t = np.greater(x, 0, out=np.empty(np.shape(x), np.result_type(g, x)))  # 2 passes
+    t = np.greater(x, 0, out=_empty(np.shape(x), np.result_type(g, x)))  # 2 passes
     t *= g
     return t
 
 
-relu = primitive("relu", lambda x: np.maximum(x, 0), _relu_vjp)
+relu = primitive("relu", lambda x: P.maximum(x, 0), _relu_vjp)
 
 
 def _leaky_relu_fwd(x, negative_slope):
     # where(x > 0, x, slope x) without a mask: slope x is the larger of the two exactly
     # where x <= 0 when slope <= 1 (the smaller when slope > 1). 2 passes.
     s = _weak(negative_slope)
-    t = _buf(np.multiply(x, s))
+    t = _buf(P.multiply(x, s))
     return (np.maximum if s <= 1 else np.minimum)(t, x, out=t)
 
 
@@ -258,7 +262,7 @@ def _leaky_kernel(o, g, x, positive, slope):
 def _leaky_relu_vjp(g, ans, x, negative_slope):
     s = _weak(negative_slope)
     if 0 <= s <= 1:                 # factor max(x > 0, slope): 1 or slope. 3 passes
-        t = np.greater(x, 0, out=np.empty(np.shape(x), np.result_type(g, x)))
+        t = np.greater(x, 0, out=_empty(np.shape(x), np.result_type(g, x)))
         np.maximum(t, s, out=t)
         t *= g
         return t
@@ -282,7 +286,7 @@ _KAPPA = 0.044715
 def _gelu_tanh(x):
     # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), PyTorch's order: 9 passes, one buffer
     x = _float(x)
-    t = _buf(np.multiply(x, x))
+    t = _buf(P.multiply(x, x))
     t *= x
     t *= _KAPPA
     t += x
@@ -322,7 +326,7 @@ def _gelu_tanh_vjp(g, ans, x, approximate):
 
 def _gelu_erf_vjp(g, cdf, x):
     # g (cdf + x exp(-x^2/2) / sqrt(2 pi)): 7 passes, one buffer
-    t = _buf(np.multiply(x, x))
+    t = _buf(P.multiply(x, x))
     t *= -0.5
     np.exp(t, out=t)
     t *= x
@@ -348,14 +352,14 @@ def gelu(x, approximate: str = "none"):
     xd = _float(x.data if isinstance(x, Tensor) else x)
     cdf = special.ndtr(xd)
     if isinstance(x, Tensor) and x.requires_grad and _grad_enabled():
-        return record("gelu", np.multiply(xd, cdf), (x,), (_gelu_erf_vjp,), saved=(cdf, xd))
+        return record("gelu", P.multiply(xd, cdf), (x,), (_gelu_erf_vjp,), saved=(cdf, xd))
     return Tensor._wrap(_buf(np.multiply(xd, cdf, out=cdf)))
 
 
 def _silu(x):
     # x / (1 + exp(-x)), PyTorch's formula: 4 passes, one buffer
     x = _float(x)
-    t = _buf(np.negative(x))
+    t = _buf(P.negative(x))
     with np.errstate(over="ignore"):
         np.exp(t, out=t)
     t += 1
@@ -385,9 +389,9 @@ silu = primitive("silu", _silu, _silu_vjp)
 # ---- selection -------------------------------------------------------------------
 def _clip_vjp(g, ans, x, lo, hi):
     # 1 where lo <= x <= hi, else 0: exactly where clip(x) == x (NaN: 0). 2 passes.
-    if lo is not None and hi is not None and np.any(np.greater(lo, hi)):
+    if lo is not None and hi is not None and np.any(P.greater(lo, hi)):
         return g * np.zeros_like(ans)   # an empty interval: clip gives hi everywhere
-    t = np.equal(ans, x, out=np.empty(np.shape(ans), np.result_type(g, ans)))
+    t = np.equal(ans, x, out=_empty(np.shape(ans), np.result_type(g, ans)))
     t *= g
     return t
 

@@ -11,6 +11,7 @@ import tracemalloc
 import numpy as np
 
 import parallel_autograd as pa
+from parallel_autograd import memory
 
 from .machine import Contention
 from .stats import seed_for
@@ -18,9 +19,15 @@ from .stats import seed_for
 
 def peak_memory(w, data, config) -> tuple:
     """Traced bytes during one backward pass: (peak above the level at its start,
-    absolute peak including the graph's saved values)."""
+    absolute peak including the graph's saved values). The caching allocator is off:
+    tracemalloc would not see a cached block reused."""
     gc.collect()
     tracemalloc.start()
+    with memory.caching_disabled():
+        return _traced(w, data, config)
+
+
+def _traced(w, data, config) -> tuple:
     try:
         loss, leaves = w.build(data)
         gc.collect()

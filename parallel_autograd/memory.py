@@ -1,0 +1,380 @@
+"""A caching allocator for the package's large arrays: memory that is reused, not refaulted.
+
+With glibc's default malloc, a large numpy buffer is a fresh `mmap` (or heap memory
+that was trimmed back to the OS), so every training step page-faults its forward
+intermediates and gradients in again: zeroed pages, one fault per 4 KiB (or a 2 MiB
+huge page zeroed and compacted), and `munmap` with cross-core TLB flushes when freed.
+That cost was up to 3x the arithmetic on this project's benchmark. PyTorch pays it less
+because its autograd metadata pins the heap; the usual advice is jemalloc or glibc
+tuning (`allocator.tune_allocator()`), both process-wide.
+
+This module keeps the package's own large buffers instead, as PyTorch's CUDA caching
+allocator does for device memory: ops, rules and the engines ask `empty` (or a
+`ufunc` wrapper) for their outputs, and get a view of a cached block that no array uses
+any more. A block is free when nothing but the cache references it: the cache knows
+it from the block's reference count (every view of a block holds one reference to it,
+numpy collapses views of views to the block), so nothing has to be returned
+explicitly and an array that escapes to the user simply keeps its block busy.
+
+- Only arrays of at least `min_bytes` (64 KiB) are cached: small ones come from
+  malloc's bins, which glibc reuses without faulting, and cost ~0.2 us there.
+- Blocks are kept by exact size (rounded up to 4 KiB), so a training loop that
+  allocates the same shapes every step reuses the same memory every step.
+- At most `max_bytes` of blocks are kept (default: a quarter of physical memory, at
+  most 4 GiB). Over the limit, free blocks of other sizes are released first; if that
+  is not enough, the array is a plain `np.empty` (counted in `stats()["uncached"]`).
+- `empty_cache()` releases every free block (as `torch.cuda.empty_cache()`); `stats()`
+  reports what is held. `PARALLEL_AUTOGRAD_CACHE=0` in the environment, or
+  `set_enabled(False)`, turns caching off (every request is a plain `np.empty`).
+- Off on free-threaded builds: there a reference count read from another thread is
+  not exact, and a block could look free while a view is being made of it.
+
+Thread safety: `empty` and the other methods take the allocator's lock (renewed in a
+fork child, `locks.track`); handing out a free block happens under it, and a block
+can only become busy through the allocator, so a block seen free is free.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from typing import Iterator
+
+import numpy as np
+
+from . import locks
+
+_PAGE = 4096
+_GIL = getattr(sys, "_is_gil_enabled", lambda: True)()
+
+
+def _physical_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 16 << 30
+
+
+class CachingAllocator:
+    """Reusable blocks for arrays of at least `min_bytes`, at most `max_bytes` held.
+
+    Thread safety: every method takes the allocator's lock.
+    """
+
+    def __init__(self, min_bytes: int = 1 << 16, max_bytes: int | None = None,
+                 enabled: bool | None = None):
+        if max_bytes is None:
+            max_bytes = min(_physical_bytes() // 4, 4 << 30)
+        for name, v in (("min_bytes", min_bytes), ("max_bytes", max_bytes)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        if enabled is None:
+            enabled = _GIL and os.environ.get("PARALLEL_AUTOGRAD_CACHE", "1") != "0"
+        self.enabled = bool(enabled)
+        self._buckets: dict[int, list] = {}   # block size -> blocks of that size
+        self._ids: set[int] = set()           # id() of every block held (alive: held)
+        self._cursor: dict[int, int] = {}     # where the next search in a bucket starts
+        self._reserved = 0
+        self._hits = self._misses = self._uncached = 0
+        self._lock = threading.Lock()
+        locks.track(self)
+
+    def empty(self, shape, dtype=np.float64) -> np.ndarray:
+        """An uninitialised array like `np.empty(shape, dtype)`, from a cached block
+        when it is large enough to be cached."""
+        dtype = np.dtype(dtype)
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        n = dtype.itemsize
+        for d in shape:
+            n *= d
+        if n < self.min_bytes or not self.enabled or dtype.hasobject:
+            return np.empty(shape, dtype)
+        block = self._block(-(-n // _PAGE) * _PAGE)
+        if block is None:
+            return np.empty(shape, dtype)
+        return np.ndarray(shape, dtype, buffer=block)
+
+    def _block(self, size: int):
+        with self._lock:
+            bucket = self._buckets.get(size)
+            if bucket is not None:
+                n = len(bucket)
+                start = self._cursor[size]
+                for k in range(n):
+                    i = start + k
+                    if i >= n:
+                        i -= n
+                    if _refs(bucket[i]) <= _FREE_REFS:
+                        self._cursor[size] = i + 1 if i + 1 < n else 0
+                        self._hits += 1
+                        return bucket[i]
+            if self._reserved + size > self.max_bytes:
+                self._release(self._reserved + size - self.max_bytes)
+                if self._reserved + size > self.max_bytes:
+                    self._uncached += 1
+                    return None
+            block = np.empty(size, np.uint8)
+            if bucket is None:
+                bucket = self._buckets[size] = []
+                self._cursor[size] = 0
+            bucket.append(block)
+            self._ids.add(id(block))
+            self._reserved += size
+            self._misses += 1
+            return block
+
+    def _release(self, need: int) -> int:
+        """Drop free blocks (largest sizes first) until `need` bytes are released or
+        none is left; the caller holds the lock. Returns the bytes released."""
+        freed = 0
+        for size in sorted(self._buckets, reverse=True):
+            bucket = self._buckets[size]
+            keep = []
+            for i in range(len(bucket)):
+                if _refs(bucket[i]) <= _FREE_REFS:
+                    self._ids.discard(id(bucket[i]))
+                else:
+                    keep.append(bucket[i])
+            dropped = len(bucket) - len(keep)
+            if dropped:
+                freed += dropped * size
+                self._reserved -= dropped * size
+                if keep:
+                    self._buckets[size] = keep
+                    self._cursor[size] = 0
+                else:
+                    del self._buckets[size], self._cursor[size]
+            if freed >= need:
+                break
+        return freed
+
+    def empty_cache(self) -> int:
+        """Release every free block to the C allocator; returns the bytes released."""
+        with self._lock:
+            return self._release(self._reserved + 1)
+
+    def stats(self) -> dict:
+        """`reserved_bytes` (all blocks held), `in_use_bytes` (blocks some array uses),
+        `blocks`, and the counts of requests served by a cached block (`hits`), by a new
+        block (`misses`) and by plain `np.empty` over the limit (`uncached`)."""
+        with self._lock:
+            busy = 0
+            for size, bucket in self._buckets.items():
+                for i in range(len(bucket)):
+                    if _refs(bucket[i]) > _FREE_REFS:
+                        busy += size
+            return {"reserved_bytes": self._reserved, "in_use_bytes": busy,
+                    "blocks": sum(len(b) for b in self._buckets.values()),
+                    "hits": self._hits, "misses": self._misses, "uncached": self._uncached}
+
+
+def _refs(block) -> int:
+    return sys.getrefcount(block)
+
+
+def _calibrate() -> int:
+    # A free block's references as `_block` sees it: its bucket, the loop's
+    # `bucket[i]` argument to `_refs`, `_refs`' parameter and getrefcount's argument.
+    bucket = [np.empty(1, np.uint8)]
+    for i in range(1):
+        return _refs(bucket[i])
+
+
+_FREE_REFS = _calibrate()
+
+default_allocator = CachingAllocator()
+
+
+def empty(shape, dtype=np.float64) -> np.ndarray:
+    """`np.empty(shape, dtype)` from the default allocator (cached when large)."""
+    return default_allocator.empty(shape, dtype)
+
+
+def empty_like(a: np.ndarray, dtype=None) -> np.ndarray:
+    """`np.empty_like(a)` (C order) from the default allocator."""
+    return default_allocator.empty(a.shape, a.dtype if dtype is None else dtype)
+
+
+def empty_cache() -> int:
+    """Release every free cached block; returns the bytes released. Thread-safe."""
+    return default_allocator.empty_cache()
+
+
+def stats() -> dict:
+    """The default allocator's `CachingAllocator.stats()`. Thread-safe."""
+    return default_allocator.stats()
+
+
+def set_enabled(enabled: bool) -> bool:
+    """Turn caching on or off (off: every request is a plain `np.empty`; blocks already
+    held stay until `empty_cache()`). Returns the previous setting. Turning it on is
+    refused on free-threaded builds (RuntimeError)."""
+    if enabled and not _GIL:
+        raise RuntimeError("the caching allocator needs the GIL: reference counts read "
+                           "from another thread are not exact on free-threaded builds")
+    prev, default_allocator.enabled = default_allocator.enabled, bool(enabled)
+    return prev
+
+
+@contextlib.contextmanager
+def caching_disabled() -> Iterator[None]:
+    """A block in which every request is a plain `np.empty` (restored after): for
+    measuring what code allocates, e.g. with tracemalloc, which sees a new block but
+    not the reuse of a cached one. Process-wide, not per thread."""
+    prev = default_allocator.enabled
+    default_allocator.enabled = False
+    try:
+        yield
+    finally:
+        default_allocator.enabled = prev
+
+
+# ---- ufuncs writing into cached memory ------------------------------------------
+_out_dtypes: dict = {}  # (ufunc, operand dtypes or Python scalar types) -> output dtype
+
+
+def _ufunc_out(ufunc, args):
+    """A cached output for `ufunc(*args)`, or None (small, several outputs, or numpy
+    should decide: then numpy allocates, and raises its own errors)."""
+    big = 0
+    for a in args:
+        if type(a) is np.ndarray and a.size > big:
+            big = a.size
+    if big * 8 < default_allocator.min_bytes or not default_allocator.enabled:
+        return None
+    # arrays and numpy scalars by dtype; Python numbers by type (weak, as numpy 2 treats them)
+    key = (ufunc,) + tuple(a.dtype if isinstance(a, (np.ndarray, np.generic)) else type(a)
+                           for a in args)
+    dt = _out_dtypes.get(key)
+    if dt is None:
+        try:
+            dt = ufunc.resolve_dtypes(key[1:] + (None,) * ufunc.nout)
+        except (TypeError, ValueError, np.exceptions.DTypePromotionError):
+            dt = ()
+        dt = _out_dtypes[key] = dt[-1] if len(dt) == ufunc.nin + 1 else False
+    if dt is False:
+        return None
+    shapes = [a.shape for a in args if type(a) is np.ndarray]
+    shape = shapes[0]
+    for s in shapes:
+        if s != shape:
+            try:
+                shape = np.broadcast_shapes(*shapes)
+            except ValueError:
+                return None
+            break
+    return default_allocator.empty(shape, dt)
+
+
+_MIN_ELEMS = 8192  # below this many elements an output is under 64 KiB (8-byte items)
+
+
+def ufunc(f: np.ufunc, weak: bool = False):
+    """`f(x)` (one-input ufuncs) or `f(x, y)` (two inputs), positional only, with the
+    output from the default allocator when an operand is large; otherwise exactly the
+    numpy call. Thread-safe.
+
+    `weak=True`: numpy scalar operands are made Python scalars first (`item()`), so they
+    take the array's dtype as Python numbers do (`float32 * np.float64(2)` stays float32).
+    The check is on every call of every op, so it is written for speed: ~0.1 us (one
+    closure per arity, names bound in the closure, no keyword arguments)."""
+    nd, small, out_for, generic = np.ndarray, _MIN_ELEMS, _ufunc_out, np.generic
+
+    def call1(x, /):
+        if type(x) is nd and x.size >= small:
+            out = out_for(f, (x,))
+            if out is not None:
+                return f(x, out=out)
+        return f(x)
+
+    def call2(x, y, /):
+        if (type(x) is nd and x.size >= small) or (type(y) is nd and y.size >= small):
+            out = out_for(f, (x, y))
+            if out is not None:
+                return f(x, y, out=out)
+        return f(x, y)
+
+    def call2_weak(x, y, /):
+        if type(x) is not nd and isinstance(x, generic):
+            x = x.item()
+        if type(y) is not nd and isinstance(y, generic):
+            y = y.item()
+        if (type(x) is nd and x.size >= small) or (type(y) is nd and y.size >= small):
+            out = out_for(f, (x, y))
+            if out is not None:
+                return f(x, y, out=out)
+        return f(x, y)
+
+    if f.nin not in (1, 2) or f.nout != 1:
+        raise ValueError(f"memory.ufunc wraps ufuncs of 1 or 2 inputs and 1 output, "
+                         f"not numpy.{f.__name__}")
+    c = call1 if f.nin == 1 else call2_weak if weak else call2
+    c.__name__ = c.__qualname__ = f.__name__
+    c.__doc__ = f"numpy.{f.__name__}, its output cached when large (memory.ufunc)."
+    return c
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`np.matmul(a, b)` with its output from the default allocator when it is large
+    (both operands at least 2-d); numpy's own result otherwise."""
+    if (type(a) is np.ndarray and type(b) is np.ndarray and a.ndim >= 2 and b.ndim >= 2
+            and default_allocator.enabled):
+        m, k = a.shape[-2:]
+        n = b.shape[-1]
+        if b.shape[-2] == k:
+            lead = a.shape[:-2] if a.shape[:-2] == b.shape[:-2] else None
+            if lead is None:
+                try:
+                    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+                except ValueError:
+                    return np.matmul(a, b)
+            dt = np.result_type(a, b)
+            if dt.kind in "fc":
+                return np.matmul(a, b, out=default_allocator.empty(lead + (m, n), dt))
+    return np.matmul(a, b)
+
+
+def is_block(base) -> bool:
+    """True when `base` (an array's `.base`) is a block of the default allocator: the
+    array's memory is the package's own, as if it owned its data."""
+    return id(base) in default_allocator._ids
+
+
+def is_sole_view(a: np.ndarray) -> bool:
+    """True when `a` views a block of the default allocator and no other array views
+    that block (its memory is `a`'s alone, as if `a` owned it)."""
+    base = a.base
+    return id(base) in default_allocator._ids and sys.getrefcount(base) <= _SOLE_VIEW_REFS
+
+
+def _calibrate_view() -> int:
+    # a block's references when one array views it, counted as is_sole_view counts
+    bucket = [np.empty(1, np.uint8)]
+    a = np.ndarray((1,), np.uint8, buffer=bucket[0])
+    base = a.base
+    return sys.getrefcount(base)
+
+
+_SOLE_VIEW_REFS = _calibrate_view()
+
+
+class _Pooled:
+    """`pooled.<name>`: numpy's ufunc `<name>` as a `ufunc` wrapper (made once, then a
+    plain attribute). `pooled.matmul` is `matmul` above."""
+
+    def __init__(self):
+        self.matmul = matmul
+
+    def __getattr__(self, name: str):
+        f = getattr(np, name)
+        if not isinstance(f, np.ufunc):
+            raise AttributeError(f"numpy.{name} is not a ufunc")
+        w = ufunc(f)
+        setattr(self, name, w)
+        return w
+
+
+pooled = _Pooled()

@@ -1,0 +1,228 @@
+"""The caching allocator (`parallel_autograd.memory`): blocks are reused only when no
+array uses them, limits hold, the ufunc/matmul wrappers give numpy's results, and a
+training loop stops allocating after its first steps."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import parallel_autograd as pa
+from parallel_autograd import memory
+from parallel_autograd.memory import CachingAllocator
+
+pytestmark = pytest.mark.skipif(not memory._GIL, reason="the cache is off without the GIL")
+
+BIG = 1 << 16  # elements: 512 KiB of float64, above min_bytes
+
+
+def _block(a):
+    return a.base
+
+
+def test_large_arrays_come_from_blocks_small_ones_from_numpy():
+    al = CachingAllocator()
+    small = al.empty((10, 10))
+    assert small.base is None and small.shape == (10, 10) and small.dtype == np.float64
+    a = al.empty((256, 256), np.float32)
+    assert a.shape == (256, 256) and a.dtype == np.float32 and a.flags.c_contiguous
+    assert a.flags.writeable and a.base is not None and a.base.dtype == np.uint8
+    assert al.stats()["misses"] == 1 and al.stats()["reserved_bytes"] == 256 * 256 * 4
+
+
+def test_a_block_is_reused_only_once_no_array_views_it():
+    al = CachingAllocator()
+    a = al.empty(BIG)
+    blk = a.base
+    v = a[::3]                        # a view of a view's memory: views the block too
+    del a
+    b = al.empty(BIG)
+    assert b.base is not blk and not np.shares_memory(b, v)
+    v[:] = 1.0
+    b[:] = 2.0
+    assert np.all(v == 1.0)
+    del v, blk
+    c = al.empty(BIG)
+    assert np.shares_memory(c, np.ndarray(BIG, np.float64, buffer=c.base)) and c.base is not b.base
+    st = al.stats()
+    assert st["hits"] == 1 and st["misses"] == 2 and st["blocks"] == 2
+
+
+def test_sizes_round_to_pages_and_share_blocks_across_shapes():
+    al = CachingAllocator()
+    a = al.empty((1000, 100))          # 800,000 bytes -> 200 pages
+    blk_id = id(a.base)
+    del a
+    b = al.empty((100, 1000))
+    assert id(b.base) == blk_id and b.shape == (100, 1000)
+    del b
+    c = al.empty(99_950, np.float64)   # 799,600 bytes: the same 200 pages
+    assert id(c.base) == blk_id
+
+
+def test_over_the_limit_free_blocks_go_first_then_arrays_are_uncached():
+    al = CachingAllocator(max_bytes=3 * BIG * 8)
+    keep = [al.empty(BIG) for _ in range(2)]
+    other = al.empty(BIG // 2)
+    del other                          # free, of another size: released to make room
+    x = al.empty(BIG)
+    assert x.base is not None and al.stats()["reserved_bytes"] == 3 * BIG * 8
+    y = al.empty(BIG)                  # nothing free: a plain array
+    assert y.base is None and al.stats()["uncached"] == 1
+    assert al.stats()["reserved_bytes"] <= al.max_bytes
+    del keep, x, y
+
+
+def test_empty_cache_releases_free_blocks_only():
+    al = CachingAllocator()
+    busy = al.empty(BIG)
+    free = al.empty(2 * BIG)
+    del free
+    assert al.empty_cache() == 2 * BIG * 8
+    st = al.stats()
+    assert st["reserved_bytes"] == BIG * 8 == st["in_use_bytes"] and st["blocks"] == 1
+    busy[:] = 3.0                       # still valid memory
+    assert al.empty_cache() == 0
+
+
+def test_disabled_and_object_dtypes_are_plain_numpy():
+    assert CachingAllocator(enabled=False).empty(BIG).base is None
+    assert CachingAllocator().empty(BIG, object).base is None
+    with memory.caching_disabled():
+        assert memory.empty(BIG).base is None
+    assert memory.empty(BIG).base is not None
+
+
+def test_bad_limits_are_rejected():
+    with pytest.raises(ValueError, match="max_bytes"):
+        CachingAllocator(max_bytes=-1)
+    with pytest.raises(ValueError, match="min_bytes"):
+        CachingAllocator(min_bytes=1.5)
+
+
+def test_is_sole_view_counts_the_views_of_a_block():
+    a = memory.empty(BIG)
+    assert memory.is_sole_view(a) and memory.is_block(a.base)
+    v = a.reshape(4, -1)
+    assert not memory.is_sole_view(a) and not memory.is_sole_view(v)
+    del v
+    assert memory.is_sole_view(a)
+    assert not memory.is_sole_view(np.ones(BIG)[1:])
+
+
+@pytest.mark.parametrize("name", ["add", "subtract", "multiply", "true_divide", "maximum",
+                                  "power", "greater"])
+@pytest.mark.parametrize("case", ["same", "broadcast", "scalar", "weak", "ints", "f32"])
+def test_binary_wrappers_give_numpys_results(name, case):
+    rng = np.random.default_rng(0)
+    f = getattr(np, name)
+    x = rng.standard_normal(BIG) + 2
+    y = {"same": rng.standard_normal(BIG), "broadcast": rng.standard_normal((4, 1)),
+         "scalar": 1.5, "weak": np.float64(1.5), "ints": np.arange(BIG) % 5,
+         "f32": rng.standard_normal(BIG).astype(np.float32)}[case]
+    if case == "broadcast":
+        x = x.reshape(4, 1, -1)[:, :, :BIG // 4]
+    for weak in (False, True):
+        with np.errstate(all="ignore"):
+            got = memory.ufunc(f, weak=weak)(x, y)
+            yy = y.item() if weak and isinstance(y, np.generic) else y
+            want = f(x, yy)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert np.array_equal(got, want, equal_nan=True)
+        assert got.base is not None  # cached
+
+
+def test_weak_numpy_scalars_keep_the_arrays_dtype():
+    x = np.ones(BIG, np.float32)
+    assert memory.ufunc(np.multiply, weak=True)(x, np.float64(2)).dtype == np.float32
+    assert memory.ufunc(np.multiply)(x, np.float64(2)).dtype == np.float64  # numpy's rule
+
+
+def test_unary_wrapper_and_errors_are_numpys():
+    x = np.linspace(-3, 3, BIG)
+    assert np.array_equal(memory.ufunc(np.tanh)(x), np.tanh(x))
+    assert memory.ufunc(np.sin)(np.ones(4)).base is None  # small: numpy's own
+    with pytest.raises(ValueError, match="broadcast"):
+        memory.ufunc(np.add)(np.ones(BIG), np.ones(BIG + 1))
+    with pytest.raises(ValueError, match="1 or 2 inputs"):
+        memory.ufunc(np.divmod)
+
+
+@pytest.mark.parametrize("sa,sb", [((300, 200), (200, 400)), ((3, 300, 64), (64, 300)),
+                                   ((2, 1, 128, 64), (5, 64, 128)), ((300,), (300, 300))])
+def test_matmul_wrapper_is_numpys(sa, sb):
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(sa), rng.standard_normal(sb)
+    got = memory.matmul(a, b)
+    assert got.shape == np.matmul(a, b).shape and np.array_equal(got, np.matmul(a, b))
+    with pytest.raises(ValueError):
+        memory.matmul(np.ones((300, 200)), np.ones((300, 200)))
+
+
+def test_threads_never_get_memory_another_array_uses():
+    al = CachingAllocator()
+    errors = []
+
+    def worker(k):
+        try:
+            rng = np.random.default_rng(k)
+            live = []
+            for i in range(300):
+                a = al.empty(int(rng.choice([BIG, BIG // 2])))
+                a.fill(k * 1000 + i)
+                live.append((a, k * 1000 + i))
+                if len(live) > 6:
+                    b, v = live.pop(int(rng.integers(len(live))))
+                    if not np.all(b == v):
+                        errors.append(f"thread {k}: an array was overwritten")
+            for b, v in live:
+                if not np.all(b == v):
+                    errors.append(f"thread {k}: an array was overwritten")
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert al.stats()["hits"] > 0
+
+
+def test_a_training_loop_stops_allocating_after_its_first_steps():
+    rng = np.random.default_rng(0)
+    model = pa.nn.Sequential(pa.nn.Linear(256, 512), pa.nn.GELU(), pa.nn.Linear(512, 64))
+    opt = pa.optim.Adam(model.parameters(), lr=1e-3)
+    x = pa.tensor(rng.standard_normal((128, 256)))
+    target = pa.tensor(rng.standard_normal((128, 64)))
+    misses = []
+    for _ in range(4):
+        opt.zero_grad()
+        loss = ((model(x) - target) ** 2).mean()
+        pa.backward_parallel(loss)
+        opt.step()
+        del loss
+        misses.append(memory.stats()["misses"])
+    assert misses[1] == misses[2] == misses[3], misses
+
+
+def test_the_environment_variable_turns_caching_off():
+    code = "from parallel_autograd import memory; print(memory.empty(1 << 16).base is None)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PARALLEL_AUTOGRAD_CACHE": "0"}, timeout=60)
+    assert out.stdout.strip() == "True", out.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_fork_child_allocates_while_the_parent_held_the_lock():
+    from stress.hazards import fork_call
+
+    al = memory.default_allocator
+    with al._lock:  # held by this thread at the fork: the child gets a fresh lock
+        code = fork_call(lambda: memory.empty(BIG).fill(1.0), timeout=30)
+    assert code == 0
