@@ -317,9 +317,32 @@ def ufunc(f: np.ufunc, weak: bool = False):
     return c
 
 
+def _blas_ready(a: np.ndarray) -> bool:
+    """Whether numpy can hand `a`'s matrices to BLAS as they are: unit stride along
+    one of the last two axes (numpy copies other operands, e.g. broadcast ones with
+    zero strides, into a buffer of its own: fresh memory on every call)."""
+    if a.ndim < 2:
+        return True
+    s0, s1 = a.strides[-2:]
+    n0, n1 = a.shape[-2:]
+    item = a.itemsize
+    return ((s1 == item and s0 >= n1 * item) or (s0 == item and s1 >= n0 * item)
+            or n0 <= 1 or n1 <= 1)
+
+
+def _blas_operand(a: np.ndarray) -> np.ndarray:
+    if _blas_ready(a) or a.size < _MIN_ELEMS:
+        return a
+    c = default_allocator.empty(a.shape, a.dtype)  # one pass, cached memory
+    np.copyto(c, a)
+    return c
+
+
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """`np.matmul(a, b)` with its output from the default allocator when it is large
-    (both operands at least 2-d); numpy's own result otherwise."""
+    (both operands at least 2-d), and operands BLAS cannot take as they are copied
+    into cached memory first (numpy would copy them into fresh memory); numpy's own
+    result otherwise. The same BLAS call either way: bitwise numpy's result."""
     if (type(a) is np.ndarray and type(b) is np.ndarray and a.ndim >= 2 and b.ndim >= 2
             and default_allocator.enabled):
         m, k = a.shape[-2:]
@@ -332,8 +355,9 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
                 except ValueError:
                     return np.matmul(a, b)
             dt = np.result_type(a, b)
-            if dt.kind in "fc":
-                return np.matmul(a, b, out=default_allocator.empty(lead + (m, n), dt))
+            if dt.kind in "fc" and a.dtype == b.dtype:
+                out = default_allocator.empty(lead + (m, n), dt)
+                return np.matmul(_blas_operand(a), _blas_operand(b), out=out)
     return np.matmul(a, b)
 
 

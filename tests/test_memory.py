@@ -159,6 +159,12 @@ def test_matmul_wrapper_is_numpys(sa, sb):
     a, b = rng.standard_normal(sa), rng.standard_normal(sb)
     got = memory.matmul(a, b)
     assert got.shape == np.matmul(a, b).shape and np.array_equal(got, np.matmul(a, b))
+    # operands BLAS cannot take as they are (broadcast, strided): copied into cached
+    # memory, and still bitwise numpy's result
+    bb = np.broadcast_to(b[..., :1, :], b.shape)
+    aa = np.repeat(a, 2, axis=-1)[..., ::2]
+    assert not memory._blas_ready(bb) and (aa.ndim < 2 or not memory._blas_ready(aa))
+    assert np.array_equal(memory.matmul(aa, bb), np.matmul(aa, bb))
     with pytest.raises(ValueError):
         memory.matmul(np.ones((300, 200)), np.ones((300, 200)))
 
@@ -226,3 +232,32 @@ def test_a_fork_child_allocates_while_the_parent_held_the_lock():
     with al._lock:  # held by this thread at the fork: the child gets a fresh lock
         code = fork_call(lambda: memory.empty(BIG).fill(1.0), timeout=30)
     assert code == 0
+
+
+@pytest.mark.parametrize("shape", [(-1,), (64, -1), (4, 64, 512), (-1, 256)])
+def test_reshape_copies_land_in_cached_memory_with_numpys_values(shape):
+    from parallel_autograd.ops.shape import _reshaped
+
+    x = np.arange(2 * BIG, dtype=np.float64).reshape(256, 512).T  # not C-contiguous
+    got = _reshaped(x, shape)
+    assert np.array_equal(got, np.reshape(x, shape)) and memory.is_block(got.base)
+    with pytest.raises(ValueError):
+        _reshaped(x, (3, -1))
+    with pytest.raises(ValueError):
+        _reshaped(x, (7, 7))
+
+
+def test_joins_and_pad_are_numpys_and_cached():
+    rng = np.random.default_rng(2)
+    parts = [pa.tensor(rng.standard_normal((64, 300))) for _ in range(3)]
+    for op, ref in ((pa.concat, np.concatenate), (pa.stack, np.stack)):
+        for axis in (0, 1, -1):
+            got = op(parts, axis=axis).data
+            assert np.array_equal(got, ref([p.data for p in parts], axis=axis))
+            assert memory.is_block(got.base)
+    mixed = [parts[0], pa.tensor(parts[1].data.astype(np.float32))]
+    assert pa.concat(mixed).dtype == np.float64  # numpy promotes, numpy allocates
+    with pytest.raises(ValueError, match="concat"):
+        pa.concat([parts[0], pa.tensor(np.ones((64, 299)))], axis=0)
+    got = pa.pad(parts[0], ((1, 2), (3, 0)), value=-1.5).data
+    assert np.array_equal(got, np.pad(parts[0].data, ((1, 2), (3, 0)), constant_values=-1.5))

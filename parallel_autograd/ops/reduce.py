@@ -1,8 +1,11 @@
-"""Reductions (numpy-style `axis`/`keepdims`) and the softmax family."""
+"""Reductions (numpy-style `axis`/`keepdims`) and the softmax family. Full-size
+outputs come from the caching allocator (`memory`)."""
 from __future__ import annotations
 
 import numpy as np
 
+from ..memory import empty as _empty
+from ..memory import pooled as P
 from ..primitive import primitive
 
 
@@ -43,7 +46,7 @@ def _extremum_vjp(g, ans, x, axis, keepdims):
     # maxima written as 0/1 floats, counted, then scaled by g / count. 3 passes, one buffer.
     # A NaN result came from NaN inputs: they get the gradient (PyTorch's max), not all.
     a = _restore(ans, x.shape, axis, keepdims)
-    t = np.equal(x, a, out=np.empty(x.shape, np.result_type(g, x)))
+    t = np.equal(x, a, out=_empty(x.shape, np.result_type(g, x)))
     if x.dtype.kind == "f" and np.isnan(ans).any():  # rare: 2 more passes
         t += np.isnan(x) & np.isnan(a)
     count = t.sum(axis=axis, keepdims=True)
@@ -54,7 +57,7 @@ def _extremum_vjp(g, ans, x, axis, keepdims):
 def _var_vjp(g, ans, x, axis, keepdims, ddof):
     # (x - mean) * g * 2 / (n - ddof): 2 passes (and the mean's), one buffer
     n = _count(x.shape, axis)
-    t = _buf(np.subtract(x, x.mean(axis=axis, keepdims=True)))
+    t = _buf(P.subtract(x, x.mean(axis=axis, keepdims=True)))
     t *= _restore(g, x.shape, axis, keepdims) * (2.0 / (n - ddof))
     return t
 
@@ -113,7 +116,7 @@ def _shifted_exp(x, axis):
     new array, 2 passes (and the max's)."""
     m = np.max(x, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)
-    t = _buf(np.subtract(x, m))
+    t = _buf(P.subtract(x, m))
     np.exp(t, out=t)
     return t, m
 
@@ -128,7 +131,7 @@ def _logsumexp(x, axis, keepdims):
 
 def _logsumexp_vjp(g, ans, x, axis, keepdims):
     # g exp(x - ans): 3 passes, one buffer
-    t = _buf(np.subtract(x, _restore(ans, x.shape, axis, keepdims)))
+    t = _buf(P.subtract(x, _restore(ans, x.shape, axis, keepdims)))
     np.exp(t, out=t)
     t *= _restore(g, x.shape, axis, keepdims)
     return t
@@ -143,7 +146,7 @@ def _softmax(x, axis):
 
 def _softmax_vjp(g, ans, x, axis):
     # ans (g - sum(g ans)), PyTorch's formula: 3 passes and the sum's, one buffer
-    t = _buf(np.multiply(g, ans))
+    t = _buf(P.multiply(g, ans))
     s = np.sum(t, axis=axis, keepdims=True)
     np.subtract(g, s, out=t)
     t *= ans
@@ -160,7 +163,7 @@ def _log_softmax(x, axis):
 
 def _log_softmax_vjp(g, ans, x, axis):
     # g - exp(ans) sum(g), PyTorch's formula: 3 passes and the sum's, one buffer
-    t = _buf(np.exp(ans))
+    t = _buf(P.exp(ans))
     t *= np.sum(g, axis=axis, keepdims=True)
     return np.subtract(g, t, out=t)
 

@@ -1,13 +1,42 @@
-"""Shape ops: views, indexing, joining and splitting."""
+"""Shape ops: views, indexing, joining and splitting. Where numpy would copy, the
+copy's memory comes from the caching allocator (`memory`)."""
 from __future__ import annotations
 
 import numpy as np
 
+from ..memory import empty as _empty
 from ..primitive import primitive, record
 from ..tensor import Tensor
 
-_reshape = primitive("reshape", lambda x, shape: np.reshape(x, shape),
-                     lambda g, ans, x, shape: np.reshape(g, x.shape))
+
+def _reshaped(a, shape):
+    """`np.reshape(a, shape)`: a view when numpy can make one, else a C-order copy into
+    a cached buffer (one pass)."""
+    if type(a) is not np.ndarray or a.size < 8192 or a.flags.c_contiguous:
+        return np.reshape(a, shape)
+    try:
+        return np.reshape(a, shape, copy=False)
+    except TypeError:                 # numpy < 2.1: no copy=; numpy decides
+        return np.reshape(a, shape)
+    except ValueError:                # a copy is needed (or the shape is wrong)
+        pass
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if shape.count(-1) == 1:
+        known = 1
+        for d in shape:
+            known *= d if d != -1 else 1
+        if known <= 0 or a.size % known:
+            return np.reshape(a, shape)  # numpy's own error
+        shape = tuple(a.size // known if d == -1 else d for d in shape)
+    if int(np.prod(shape)) != a.size or any(d < 0 for d in shape):
+        return np.reshape(a, shape)      # numpy's own error
+    out = _empty(shape, a.dtype)
+    np.copyto(out.reshape(a.shape), a)   # out is C-contiguous: reshape is a view
+    return out
+
+
+_reshape = primitive("reshape", lambda x, shape: _reshaped(x, shape),
+                     lambda g, ans, x, shape: _reshaped(g, x.shape))
 
 
 def reshape(x, *shape) -> Tensor:
@@ -86,9 +115,9 @@ def expand(x, *shape) -> Tensor:
 
 
 _squeeze = primitive("squeeze", lambda x, axis: np.squeeze(x, axis=axis),
-                     lambda g, ans, x, axis: np.reshape(g, x.shape))
+                     lambda g, ans, x, axis: _reshaped(g, x.shape))
 _unsqueeze = primitive("unsqueeze", lambda x, axis: np.expand_dims(x, axis),
-                       lambda g, ans, x, axis: np.reshape(g, x.shape))
+                       lambda g, ans, x, axis: _reshaped(g, x.shape))
 
 
 def squeeze(x, axis=None) -> Tensor:
@@ -111,7 +140,8 @@ def _is_basic(index) -> bool:
 
 
 def _getitem_vjp(g, ans, x, index):
-    out = np.zeros(x.shape, dtype=g.dtype)
+    out = _empty(x.shape, g.dtype)  # zeros, then g written in: 2 passes
+    out.fill(0)
     if _is_basic(index):
         out[index] = g
     else:
@@ -145,13 +175,44 @@ def _concat_rule(axis, bounds):
     return rule
 
 
+def _joined(arrays, axis, new):
+    """A cached output for concatenating (`new` None) or stacking (`new` = count)
+    `arrays` along `axis`, or None (small, mixed dtypes or shapes: numpy decides and
+    raises its own errors)."""
+    if not arrays:
+        return None
+    first = arrays[0]
+    if first.ndim == 0 and new is None:
+        return None
+    dt, shape = first.dtype, first.shape
+    total = 0
+    for a in arrays:
+        if a.dtype != dt or a.ndim != first.ndim:
+            return None
+        total += a.size
+    if total < 8192:
+        return None
+    nd = first.ndim + (new is not None)
+    if not -nd <= axis < nd:
+        return None
+    ax = axis % nd
+    if new is not None:
+        if any(a.shape != shape for a in arrays):
+            return None
+        return _empty(shape[:ax] + (new,) + shape[ax:], dt)
+    rest = shape[:ax] + shape[ax + 1:]
+    if any(a.shape[:ax] + a.shape[ax + 1:] != rest for a in arrays):
+        return None
+    return _empty(shape[:ax] + (sum(a.shape[ax] for a in arrays),) + shape[ax + 1:], dt)
+
+
 def concat(tensors, axis: int = 0):
     """The tensors joined along an existing `axis` (`pa.cat` is the same function)."""
     tensors = list(tensors)
     arrays = [t.data if isinstance(t, Tensor) else np.asarray(t) for t in tensors]
     try:
-        out = np.concatenate(arrays, axis=axis)
-    except ValueError as e:
+        out = np.concatenate(arrays, axis=axis, out=_joined(arrays, axis, None))
+    except (ValueError, TypeError) as e:
         raise ValueError(f"concat: {e}") from e
     sizes = np.cumsum([0] + [a.shape[axis] for a in arrays])
     bounds = list(zip(sizes[:-1], sizes[1:]))
@@ -163,8 +224,8 @@ def stack(tensors, axis: int = 0):
     tensors = list(tensors)
     arrays = [t.data if isinstance(t, Tensor) else np.asarray(t) for t in tensors]
     try:
-        out = np.stack(arrays, axis=axis)
-    except ValueError as e:
+        out = np.stack(arrays, axis=axis, out=_joined(arrays, axis, len(arrays)))
+    except (ValueError, TypeError) as e:
         raise ValueError(f"stack: {e}") from e
     n = len(arrays)
 
@@ -201,10 +262,16 @@ def _pad_vjp(g, ans, x, pad_width, mode, value):
     return g[tuple(slice(lo, lo + n) for (lo, _), n in zip(pad_width, x.shape))]
 
 
-_pad = primitive("pad",
-                 lambda x, pad_width, mode, value: np.pad(x, pad_width, mode="constant",
-                                                          constant_values=value),
-                 _pad_vjp)
+def _pad_forward(x, pad_width, mode, value):
+    # the constant everywhere, then x into the middle: 2 passes over the output
+    x = np.asarray(x)
+    out = _empty(tuple(lo + n + hi for (lo, hi), n in zip(pad_width, x.shape)), x.dtype)
+    out.fill(value)
+    out[tuple(slice(lo, lo + n) for (lo, _), n in zip(pad_width, x.shape))] = x
+    return out
+
+
+_pad = primitive("pad", _pad_forward, _pad_vjp)
 
 
 def pad(x, pad_width, value: float = 0.0):
