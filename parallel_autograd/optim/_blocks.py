@@ -18,14 +18,16 @@ Blocks are cut from the flattened arrays when all operands are C-contiguous, and
 along the leading axes otherwise (any strides work; the scratch takes the block's
 shape).
 
-Thread safety: a `Scratch` belongs to one optimizer and must not be used by two
-threads at once (an optimizer is not locked; see `Optimizer`).
+Thread safety: a `Scratch` belongs to one thread of one optimizer (`Optimizer._scratch`
+is per thread) and must not be used by two threads at once.
 """
 from __future__ import annotations
 
 from typing import Iterator, Sequence
 
 import numpy as np
+
+from .. import memory
 
 BLOCK_BYTES = 1 << 19  # 512 KiB per operand block: 65,536 float64 or 131,072 float32
 
@@ -41,7 +43,8 @@ class Scratch:
         """Two flat buffers of `dtype` with at least `n` elements each."""
         bufs = self._bufs.get(dtype)
         if bufs is None or bufs[0].size < n:
-            bufs = (np.empty(n, dtype), np.empty(n, dtype))
+            bufs = (memory.empty(n, dtype), memory.empty(n, dtype))  # cached: a step's
+            # threads are new each step, their buffers come back to the cache
             self._bufs[dtype] = bufs
         return bufs
 

@@ -8,15 +8,26 @@ place (`p.data`, which views and other references share) and bumps its version c
 once (`parallel_autograd.version.bump`), so a graph that saved the old values refuses to
 run backward, as after PyTorch's in-place updates.
 
+A large step runs on several threads: when the parameters to update hold at least
+`Optimizer.parallel_min_elements` elements (2**18) and the process may use more than one
+core, they are dealt to up to that many threads (largest first, each to the least loaded),
+the caller running one share. numpy releases the GIL in the elementwise passes, and each
+parameter's update is independent of the others, so the results are bitwise those of one
+thread. Measured 2026-11-23 (2 cores, Adam): wide-elementwise's 65 parameters (6.6M
+elements) 38.8 -> about 21 ms a step, wide-matmul's 33 (2.2M) 13.7 -> about 8 ms.
+
 Thread safety: an optimizer is not locked. Call its methods from one thread at a time,
 and do not step while a backward call may write the same `.grad` arrays (the step reads
 them without the engine's gradient locks). `zero_grad` writes each `.grad` under the
-engine's lock for that tensor.
+engine's lock for that tensor. The threads of one step each have their own scratch
+buffers; the step returns (or raises) only after all of them finished.
 """
 from __future__ import annotations
 
 import copy
 import numbers
+import os
+import threading
 from collections import defaultdict
 from itertools import chain
 from typing import Any, Callable, Iterable, Optional, Union
@@ -29,6 +40,25 @@ from ..tensor import Tensor
 from ._blocks import Scratch
 
 ParamsT = Union[Iterable[Tensor], Iterable[dict], Iterable[tuple]]
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _deal(work: list, n: int) -> list[list]:
+    """`work` items `(group, p, g)` dealt to `n` shares, largest first, each to the
+    share with the fewest elements so far (sizes within one largest item)."""
+    shares: list[list] = [[] for _ in range(n)]
+    loads = [0] * n
+    for item in sorted(work, key=lambda w: -w[1].data.size):
+        i = loads.index(min(loads))
+        shares[i].append(item)
+        loads[i] += item[1].data.size
+    return [s for s in shares if s]
 
 
 def _is_flag(value: Any) -> bool:
@@ -91,7 +121,7 @@ class Optimizer:
         self._check_group(self.defaults)
         self.state: defaultdict[Tensor, dict[str, Any]] = defaultdict(dict)
         self.param_groups: list[dict[str, Any]] = []
-        self._scratch = Scratch()
+        self._local = threading.local()
         self._opt_called = False
         groups = list(params)
         if not groups:
@@ -100,6 +130,18 @@ class Optimizer:
             groups = [{"params": groups}]
         for group in groups:
             self.add_param_group(group)
+
+    parallel_min_elements: int = 1 << 18
+    """A step updating at least this many elements runs on several threads (0: always
+    when there are several cores; a huge value: never)."""
+
+    @property
+    def _scratch(self) -> Scratch:
+        """The calling thread's scratch buffers (one set per thread of a step)."""
+        s = getattr(self._local, "scratch", None)
+        if s is None:
+            s = self._local.scratch = Scratch()
+        return s
 
     # --- subclass interface ------------------------------------------------------
     def _check_group(self, group: dict[str, Any]) -> None:
@@ -215,11 +257,41 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         work = self._collect()
-        for group, p, g in work:
-            self._update(p, g, group)
-            version.bump(p)
+        n = min(_cores(), len(work))
+        if n > 1 and sum(w[1].data.size for w in work) >= self.parallel_min_elements:
+            self._run_threads(_deal(work, n))
+        else:
+            self._run_share(work)
         self._opt_called = True
         return loss
+
+    def _run_share(self, share: list) -> None:
+        for group, p, g in share:
+            self._update(p, g, group)
+            version.bump(p)
+
+    def _run_threads(self, shares: list[list]) -> None:
+        """Run the first share here and the others on threads of their own; wait for
+        all of them (also when this thread is interrupted), then raise the first error."""
+        errors: list[BaseException] = []
+
+        def run(share):
+            try:
+                self._run_share(share)
+            except BaseException as e:  # noqa: BLE001 - re-raised by the caller
+                errors.append(e)
+
+        threads = [threading.Thread(target=run, args=(sh,), name="pa-optim", daemon=True)
+                   for sh in shares[1:]]
+        for t in threads:
+            t.start()
+        try:
+            self._run_share(shares[0])
+        finally:
+            for t in threads:
+                t.join()
+        if errors:
+            raise errors[0]
 
     def _collect(self) -> list[tuple[dict[str, Any], Tensor, np.ndarray]]:
         """(group, parameter, gradient) for each parameter with a gradient, after
@@ -338,7 +410,7 @@ class Optimizer:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._scratch = Scratch()
+        self._local = threading.local()
         self._opt_called = False
 
     def __repr__(self) -> str:
