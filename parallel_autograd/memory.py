@@ -43,7 +43,7 @@ from typing import Iterator
 
 import numpy as np
 
-from . import locks
+from . import intraop, locks
 
 _PAGE = 4096
 _GIL = getattr(sys, "_is_gil_enabled", lambda: True)()
@@ -270,6 +270,10 @@ def _ufunc_out(ufunc, args):
 
 
 _MIN_ELEMS = 8192  # below this many elements an output is under 64 KiB (8-byte items)
+# one-input ufuncs costly enough per element that splitting a large call over threads pays
+_EXPENSIVE = frozenset({"sin", "cos", "tan", "arcsin", "arccos", "arctan", "sinh", "cosh",
+                        "tanh", "arcsinh", "arccosh", "arctanh", "exp", "exp2", "expm1",
+                        "log", "log2", "log10", "log1p", "cbrt"})
 
 
 def ufunc(f: np.ufunc, weak: bool = False):
@@ -288,6 +292,13 @@ def ufunc(f: np.ufunc, weak: bool = False):
             out = out_for(f, (x,))
             if out is not None:
                 return f(x, out=out)
+        return f(x)
+
+    def call1_split(x, /):  # call1, the kernel split over threads when that pays
+        if type(x) is nd and x.size >= small:
+            out = out_for(f, (x,))
+            if out is not None:
+                return intraop.unary(f, x, out)
         return f(x)
 
     def call2(x, y, /):
@@ -311,7 +322,10 @@ def ufunc(f: np.ufunc, weak: bool = False):
     if f.nin not in (1, 2) or f.nout != 1:
         raise ValueError(f"memory.ufunc wraps ufuncs of 1 or 2 inputs and 1 output, "
                          f"not numpy.{f.__name__}")
-    c = call1 if f.nin == 1 else call2_weak if weak else call2
+    if f.nin == 1:
+        c = call1_split if f.__name__ in _EXPENSIVE else call1
+    else:
+        c = call2_weak if weak else call2
     c.__name__ = c.__qualname__ = f.__name__
     c.__doc__ = f"numpy.{f.__name__}, its output cached when large (memory.ufunc)."
     return c

@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 
-from .. import locks
+from .. import intraop, locks
 from ..grad_mode import run_without_grad
 from . import blas
 from .cost import decide, gil_enabled, usable_cores
@@ -190,7 +190,8 @@ class Engine:
         try:
             if self.limit_blas:  # never more than the caller had (blas.py)
                 st.blas_threads = blas.acquire(task, max(1, usable_cores() // self.num_workers))
-            task.run_to_completion(ready)
+            with intraop.engine_running():  # no kernel split while the workers run
+                task.run_to_completion(ready)
         finally:
             if self.limit_blas:
                 blas.release(task)

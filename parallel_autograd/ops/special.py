@@ -35,6 +35,8 @@ import math
 
 import numpy as np
 
+from .. import intraop, memory
+
 __all__ = ["erf", "erfc", "ndtr"]
 
 _CHUNK = 32768  # elements per chunk: 128 KiB of float64, so a chunk's temporaries stay in L2
@@ -220,13 +222,26 @@ _ROWS = 13  # scratch rows: a, outer x and |x|, result copy, 9 for the intervals
 
 def _evaluate(x, out, complement: bool, scale: float, half: bool) -> np.ndarray:
     """erf/erfc of `scale * x` (halved if `half`) over chunks, computed in float64, into
-    `out` or a new array of x's float dtype (float64 for other dtypes)."""
+    `out` or a new array of x's float dtype (float64 for other dtypes). Large contiguous
+    float64 arrays are split over threads (`intraop`): bitwise the same values."""
     x = np.asarray(x)
     if out is None:
-        out = np.empty(x.shape, x.dtype if x.dtype.kind == "f" else np.float64)
+        out = memory.empty(x.shape, x.dtype if x.dtype.kind == "f" else np.float64)
     elif out.shape != x.shape:
         raise ValueError(f"out has shape {out.shape}, expected {x.shape}")
-    t = np.empty((_ROWS, min(_CHUNK, max(x.size, 1))))
+    threads = intraop.threads_for(x.size)
+    if (threads > 1 and x.dtype == np.float64 and out.dtype == np.float64
+            and x.flags.c_contiguous and out.flags.c_contiguous):
+        xf, of = x.reshape(-1), out.reshape(-1)
+        intraop.run(lambda lo, hi: _evaluate_range(xf[lo:hi], of[lo:hi], complement, scale,
+                                                   half), x.size, threads)
+        return out
+    _evaluate_range(x, out, complement, scale, half)
+    return out
+
+
+def _evaluate_range(x, out, complement: bool, scale: float, half: bool) -> None:
+    t = memory.empty((_ROWS, min(_CHUNK, max(x.size, 1))))
     it = np.nditer([x, out], flags=["external_loop", "buffered", "zerosize_ok"],
                    op_flags=[["readonly"], ["writeonly"]], op_dtypes=[np.float64] * 2,
                    casting="same_kind", buffersize=_CHUNK)
@@ -235,10 +250,9 @@ def _evaluate(x, out, complement: bool, scale: float, half: bool) -> np.ndarray:
         for xc, oc in it:
             if scale != 1:
                 if u.size < xc.size:
-                    u = np.empty(xc.size)
+                    u = memory.empty(xc.size)
                 xc = np.multiply(xc, scale, out=u[:xc.size])
             _chunk(xc, oc, complement, half, t)
-    return out
 
 
 def erf(x, out: np.ndarray | None = None) -> np.ndarray:

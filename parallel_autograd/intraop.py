@@ -1,0 +1,167 @@
+"""Intra-op parallelism: one large elementwise kernel split over several threads.
+
+The parallel engine runs independent nodes side by side (inter-op parallelism). A graph
+with no branches to overlap, and every forward pass, runs one op at a time on one core,
+where PyTorch splits each kernel over its thread pool. numpy releases the GIL inside a
+ufunc's loop, so a kernel cut into contiguous ranges, one per thread, runs on all cores
+with bitwise the same result (each element is computed by the same code; numpy's SIMD
+loops give the same values on any subrange).
+
+Only kernels that pay are split: transcendental ufuncs (`sin`, `exp`, `tanh`, ...: 5-30 ns
+an element here) on at least `MIN_ELEMENTS` elements, and the vectorized erf family
+(`ops.special`), chunk by chunk. Memory-bound arithmetic (`add`, `mul`: ~0.5 ns an
+element) is left alone: two threads would share the same memory bandwidth.
+
+Never on top of inter-op parallelism: while any parallel backward call is running
+(`engine_running`), or on one of the engine's worker threads, kernels run whole on the
+calling thread, as BLAS is limited there (engine/blas.py).
+
+- `set_num_threads(n)` / `get_num_threads()`: threads a kernel may use (default: the cores
+  this process may run on); 1 turns splitting off. `PARALLEL_AUTOGRAD_INTRAOP_THREADS` in
+  the environment sets the default.
+- The helper threads are made on first use, persistent and daemonic; a fork child makes new
+  ones (the parent's do not exist there).
+
+Thread safety: `run` may be called from any thread; the helpers serve one range at a
+time each, in order of submission. A Ctrl+C in the caller while helpers still work on
+its ranges returns at once: the helpers finish writing into the output, which their
+task keeps alive (no memory is reused under them).
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from typing import Callable
+
+import numpy as np
+
+MIN_ELEMENTS = 1 << 16  # below this a split costs more (~20 us a hand-off) than it saves
+
+_lock = threading.Lock()
+_helpers: list = []          # [queue.SimpleQueue of tasks], one per helper thread
+_running_engines = [0]       # parallel backward calls running now (engine_running)
+
+
+def _default_threads() -> int:
+    env = os.environ.get("PARALLEL_AUTOGRAD_INTRAOP_THREADS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            pass
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+_num_threads = [_default_threads()]
+
+
+def set_num_threads(n: int) -> int:
+    """Threads one kernel may use (1: never split). Returns the previous value.
+    Process-wide; thread-safe."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"set_num_threads: n must be an int >= 1, got {n!r}")
+    with _lock:
+        prev, _num_threads[0] = _num_threads[0], n
+    return prev
+
+
+def get_num_threads() -> int:
+    """Threads one kernel may use (`set_num_threads`)."""
+    return _num_threads[0]
+
+
+class engine_running:
+    """Context manager the parallel engine holds while it runs a call: kernels are not
+    split meanwhile (its threads already use the cores). Thread-safe."""
+
+    def __enter__(self):
+        with _lock:
+            _running_engines[0] += 1
+
+    def __exit__(self, *exc):
+        with _lock:
+            _running_engines[0] -= 1
+
+
+def threads_for(n: int) -> int:
+    """How many threads a kernel over `n` elements may use now (1: run it whole)."""
+    t = _num_threads[0]
+    if t <= 1 or n < MIN_ELEMENTS or _running_engines[0]:
+        return 1
+    from .engine.pool import on_worker_thread  # late: the engine imports this module
+    if on_worker_thread():
+        return 1
+    return max(1, min(t, n // (MIN_ELEMENTS // 2)))
+
+
+def _helper(tasks: queue.SimpleQueue) -> None:
+    while True:
+        fn, lo, hi, done = tasks.get()
+        try:
+            fn(lo, hi)
+            done.put(None)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            done.put(e)
+
+
+def _ensure_helpers(k: int) -> list:
+    with _lock:
+        while len(_helpers) < k:
+            q: queue.SimpleQueue = queue.SimpleQueue()
+            threading.Thread(target=_helper, args=(q,), name=f"pa-intraop-{len(_helpers)}",
+                             daemon=True).start()
+            _helpers.append(q)
+        return _helpers[:k]
+
+
+def run(fn: Callable[[int, int], None], n: int, threads: int) -> None:
+    """`fn(lo, hi)` over `[0, n)` cut into `threads` contiguous ranges, the first on the
+    calling thread, the others on helper threads; returns when all are done and raises
+    the first error. The ranges' bounds are multiples of 64 elements (cache lines)."""
+    if threads <= 1:
+        fn(0, n)
+        return
+    step = -(-n // threads)
+    step += -step % 64
+    bounds = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+    done: queue.SimpleQueue = queue.SimpleQueue()
+    for q, (lo, hi) in zip(_ensure_helpers(len(bounds) - 1), bounds[1:]):
+        q.put((fn, lo, hi, done))
+    error = None
+    try:
+        fn(*bounds[0])
+    except BaseException as e:  # noqa: BLE001 - raised after the helpers finished
+        error = e
+    for _ in bounds[1:]:
+        e = done.get()
+        if error is None and e is not None:
+            error = e
+    if error is not None:
+        raise error
+
+
+def unary(f: np.ufunc, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """`f(x, out=out)` split over threads when that pays (x and out C-contiguous, same
+    shape); bitwise numpy's result."""
+    n = x.size
+    t = threads_for(n)
+    if t <= 1 or not (x.flags.c_contiguous and out.flags.c_contiguous and out.shape == x.shape):
+        return f(x, out=out)
+    xf, of = x.reshape(-1), out.reshape(-1)
+    run(lambda lo, hi: f(xf[lo:hi], out=of[lo:hi]), n, t)
+    return out
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()
+    _helpers.clear()
+    _running_engines[0] = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
