@@ -6,7 +6,10 @@ fused rules: a rule allocates the arrays it returns and at most one temporary it
 states (block-sized where it can be), reuses its own temporaries with `out=`, and
 never writes into `g`, a saved array or the caller's arrays; the comment of each
 rule counts its passes over memory. mse_loss and the activations come from the op
-library. Images are NCHW.
+library. Images are NCHW. The full-size arrays a forward or a rule makes (outputs,
+temporaries, columns, masks) come from the caching allocator (`memory`): reused memory,
+not fresh pages to fault in every step (except a GEMM whose operand BLAS cannot take as
+it is, `_matmul`).
 """
 from __future__ import annotations
 
@@ -14,7 +17,10 @@ import math
 
 import numpy as np
 
+from .. import memory
 from ..engine.cost import gemm_cost
+from ..memory import empty as _empty
+from ..memory import pooled as P
 from ..ops import reduce as _rd
 from ..ops.elementwise import gelu, leaky_relu, relu, sigmoid, silu, tanh
 from ..primitive import record
@@ -30,6 +36,53 @@ __all__ = [
 
 def _raw(x):
     return x.data if isinstance(x, Tensor) else np.asarray(x)
+
+
+def _zeros(shape, dtype) -> np.ndarray:
+    """`np.zeros(shape, dtype)` from the cache: an empty array and one zero-filling pass."""
+    z = _empty(shape, dtype)
+    z.fill(0)
+    return z
+
+
+def _copy(a) -> np.ndarray:
+    """`a.copy()` (C order) into cached memory."""
+    c = _empty(a.shape, a.dtype)
+    np.copyto(c, a)
+    return c
+
+
+def _reshape(a, shape) -> np.ndarray:
+    """`a.reshape(shape)`: a view when numpy can make one, else numpy's copy (C order)
+    made in cached memory."""
+    try:
+        return a.reshape(shape, copy=False)
+    except TypeError:                                 # numpy < 2.1: no copy keyword
+        return a.reshape(shape)
+    except ValueError:                                # a view is impossible: a copy
+        return _copy(a).reshape(shape)
+
+
+def _blas_ready(a) -> bool:
+    """Whether numpy hands `a`'s matrices to BLAS as they are (unit stride along one of
+    the last two axes, or a row or column): no operand copy of numpy's to imitate."""
+    if a.ndim < 2:
+        return True
+    s0, s1 = a.strides[-2:]
+    n0, n1 = a.shape[-2:]
+    item = a.itemsize
+    return ((s1 == item and s0 >= n1 * item) or (s0 == item and s1 >= n0 * item)
+            or n0 <= 1 or n1 <= 1)
+
+
+def _matmul(a, b) -> np.ndarray:
+    """`np.matmul(a, b)`, its output from the cache (`memory.matmul`) when numpy would
+    give both operands to BLAS as they are. Otherwise numpy's own call: numpy copies such
+    an operand with the orientation of its smaller stride, and a float32 GEMM's bits
+    depend on that orientation (memory.matmul's copies are C order)."""
+    if _blas_ready(a) and _blas_ready(b):
+        return memory.matmul(a, b)
+    return np.matmul(a, b)
 
 
 def _pair(v, what: str) -> tuple:
@@ -57,21 +110,22 @@ def _sum_to(g, shape) -> np.ndarray:
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
                                       if n == 1 and g.shape[lead + i] != 1)
-    return (g.sum(axis=axes, keepdims=True) if axes else g.copy()).reshape(shape)
+    return (g.sum(axis=axes, keepdims=True) if axes else _copy(g)).reshape(shape)
 
 
 def _linear_vjp_x(g, x, w, b_shape=None):
     # g @ W as one GEMM over all leading dimensions (one pass writing the result, the
     # gradient)
-    w2 = w.reshape(-1, x.shape[-1])
-    return (g.reshape(-1, w2.shape[0]) @ w2).reshape(x.shape)
+    w2 = _reshape(w, (-1, x.shape[-1]))
+    return _matmul(_reshape(g, (-1, w2.shape[0])), w2).reshape(x.shape)
 
 
 def _linear_vjp_w(g, x, w, b_shape=None):
     # g^T @ x as one GEMM reading g and x once, already (out_features, in_features): no
     # transposed copy
-    w2 = w.reshape(-1, x.shape[-1])
-    return (g.reshape(-1, w2.shape[0]).T @ x.reshape(-1, x.shape[-1])).reshape(w.shape)
+    w2 = _reshape(w, (-1, x.shape[-1]))
+    return _matmul(_reshape(g, (-1, w2.shape[0])).T,
+                   _reshape(x, (-1, x.shape[-1]))).reshape(w.shape)
 
 
 def _linear_vjp_b(g, x, w, b_shape):
@@ -92,7 +146,7 @@ def linear(input, weight, bias=None):
         raise ValueError(f"linear: input of shape {shape} does not match weight of "
                          f"shape {wshape} (out_features, in_features)")
     out_shape = shape[:-1] + wshape[:-1]
-    y = (x.reshape(-1, shape[-1]) @ w.reshape(-1, shape[-1]).T).reshape(out_shape)
+    y = _matmul(_reshape(x, (-1, shape[-1])), _reshape(w, (-1, shape[-1])).T).reshape(out_shape)
     b_shape = None if bias is None else np.shape(_raw(bias))
     if b_shape is not None and np.broadcast_shapes(out_shape, b_shape) == out_shape \
             and np.can_cast(np.result_type(y, _raw(bias)), y.dtype, "same_kind"):
@@ -194,7 +248,7 @@ def _im2col(x, cols, padding, taps, flat: bool, out_hw) -> None:
     sample and channel)."""
     n, c, h, w = x.shape
     ho, wo = out_hw
-    xf = x.reshape(n, c, h * w) if flat else None
+    xf = _reshape(x, (n, c, h * w)) if flat else None
     for _, i, j, out_blk, in_blk in taps:
         dst = cols[:, i, j].transpose(1, 0, 2)                # (n, C, Ho*Wo) view
         if flat:
@@ -224,10 +278,10 @@ def _conv_forward(x, w, stride, padding, out_hw, keep: bool) -> tuple:
     dtype = np.result_type(x, w)
     taps, flat = _conv_geometry(x.shape, (kh, kw), stride, padding, out_hw)
     nb = min(n, max(1, _COLS_BYTES // (ck * p * x.itemsize)))
-    cols = np.empty((c, kh, kw, n if keep else nb, p), dtype=x.dtype)
-    out = np.empty((n, o, p), dtype=dtype)
-    w2 = w.reshape(o, ck)
-    obuf = None if o * ck < 1024 else np.empty((o, nb * p), dtype=dtype)
+    cols = _empty((c, kh, kw, n if keep else nb, p), dtype=x.dtype)
+    out = _empty((n, o, p), dtype=dtype)
+    w2 = _reshape(w, (o, ck))
+    obuf = None if o * ck < 1024 else _empty((o, nb * p), dtype=dtype)
     for a in range(0, n, nb):
         m = min(n, a + nb) - a
         chunk = cols[:, :, :, a:a + m] if keep else cols[:, :, :, :m]
@@ -277,13 +331,13 @@ def _conv_vjp_x(g, cols, w, x_shape, stride, padding):
     n, c, h, wd = x_shape
     o, _, kh, kw = w.shape
     ck, p = c * kh * kw, ho * wo
-    g3 = g.reshape(n, o, p)
-    wt = w.reshape(o, ck).T
+    g3 = _reshape(g, (n, o, p))
+    wt = _reshape(w, (o, ck)).T
     nb = min(n, max(1, (c * h * wd) * n // (ck * p)))        # samples per chunk
     dtype = np.result_type(g, w)
-    gbuf = np.empty((o, nb, p), dtype=dtype)
-    buf = np.empty((ck, nb * p), dtype=dtype)
-    gx = np.zeros(x_shape, dtype=dtype)
+    gbuf = _empty((o, nb, p), dtype=dtype)
+    buf = _empty((ck, nb * p), dtype=dtype)
+    gx = _zeros(x_shape, dtype=dtype)
     for a in range(0, n, nb):
         m = min(n, a + nb) - a
         gc = gbuf[:, :m]
@@ -302,10 +356,10 @@ def _conv_vjp_x_nhwc(g, w, x_shape, taps):
     o, _, kh, kw = w.shape
     ho, wo = g.shape[2:]
     dtype = np.result_type(g, w)
-    g2 = g.transpose(0, 2, 3, 1).reshape(-1, o)
-    w2 = np.ascontiguousarray(w.transpose(2, 3, 0, 1))       # (kh, kw, O, C)
-    out = np.zeros((n, h, wd, c), dtype=dtype)
-    t = np.empty((n * ho * wo, c), dtype=dtype)
+    g2 = _reshape(g.transpose(0, 2, 3, 1), (-1, o))
+    w2 = _copy(w.transpose(2, 3, 0, 1))                     # (kh, kw, O, C)
+    out = _zeros((n, h, wd, c), dtype=dtype)
+    t = _empty((n * ho * wo, c), dtype=dtype)
     t4 = t.reshape(n, ho, wo, c)
     for _, i, j, (_, ro, co), (_, ri, ci) in taps:
         np.matmul(g2, w2[i, j], out=t)
@@ -323,31 +377,31 @@ def _conv_vjp_w(g, cols, w, x_shape, stride, padding):
     # Passes: one copy of g (by chunks), the GEMMs reading g and the columns once.
     o = w.shape[0]
     ck, n, p = cols.shape
-    g3 = g.reshape(n, o, p)
+    g3 = _reshape(g, (n, o, p))
     dtype = np.result_type(g, cols)
-    acc = np.zeros((o, ck), dtype=dtype)
+    acc = _zeros((o, ck), dtype=dtype)
     if o * ck < 1024:
         nb = min(n, max(1, p // ck))                          # buffer <= one g sample
-        buf = np.empty((nb, o, ck), dtype=dtype)
+        buf = _empty((nb, o, ck), dtype=dtype)
         for a in range(0, n, nb):
             b = min(n, a + nb)
             np.matmul(g3[a:b], cols[:, a:b].transpose(1, 2, 0), out=buf[:b - a])
             acc += buf[:b - a].sum(axis=0)
         return acc.reshape(w.shape)
     nb = min(n, max(1, (1 << 17) // (o * p)))
-    gbuf = np.empty((o, nb, p), dtype=dtype)
+    gbuf = _empty((o, nb, p), dtype=dtype)
     for a in range(0, n, nb):
         m = min(n, a + nb) - a
         gc = gbuf[:, :m]
         np.copyto(gc, g3[a:a + m].transpose(1, 0, 2))
-        acc += gc.reshape(o, m * p) @ cols[:, a:a + m].reshape(ck, m * p).T
+        acc += _matmul(gc.reshape(o, m * p), _reshape(cols[:, a:a + m], (ck, m * p)).T)
     return acc.reshape(w.shape)
 
 
 def _conv_vjp_b(g, *_, **__):
     # one pass over g (contiguous row sums), then a small (N, O) sum
     n, o = g.shape[:2]
-    return g.reshape(n, o, -1).sum(axis=2).sum(axis=0)
+    return _reshape(g, (n, o, -1)).sum(axis=2).sum(axis=0)
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0):
@@ -411,8 +465,8 @@ def _plane_blocks(planes: int, plane_bytes: int) -> tuple:
 
 
 def _planes(a, shape2) -> np.ndarray:
-    """`a` as (N*C, *shape2): a view when `a` is contiguous, else a copy."""
-    return a.reshape((-1,) + tuple(shape2))
+    """`a` as (N*C, *shape2): a view when `a` is contiguous, else a (cached) copy."""
+    return _reshape(a, (-1,) + tuple(shape2))
 
 
 def _max_pool_forward(x, kernel, stride, padding, out_hw) -> tuple:
@@ -420,11 +474,14 @@ def _max_pool_forward(x, kernel, stride, padding, out_hw) -> tuple:
     n, c, h, w = x.shape
     taps = _taps((h, w), out_hw, kernel, stride, padding)
     x3 = _planes(x, (h, w))
-    out = np.empty((n * c,) + out_hw, dtype=x.dtype)
-    index = np.empty((n * c, out_hw[0] * out_hw[1]), dtype=np.intp)
+    out = _empty((n * c,) + out_hw, dtype=x.dtype)
+    index = _empty((n * c, out_hw[0] * out_hw[1]), dtype=np.intp)
     nb, blocks = _plane_blocks(n * c, h * w * x.itemsize)
-    arg = np.empty((nb,) + out_hw, dtype=np.uint8 if len(taps) <= 256 else np.intp)
-    m = np.empty_like(arg)
+    arg = _empty((nb,) + out_hw, dtype=np.uint8 if len(taps) <= 256 else np.intp)
+    m = _empty(arg.shape, arg.dtype)
+    # the offsets as indices for `take` (a block temporary; `arg` itself when intp)
+    wide = arg.reshape(nb, -1) if arg.dtype == np.intp else \
+        _empty((nb, out_hw[0] * out_hw[1]), np.intp)
     corner = _window_corners((h, w), out_hw, stride, padding)
     delta = (np.arange(kernel[0])[:, None] * w + np.arange(kernel[1])).ravel()
     for a, b in blocks:
@@ -432,7 +489,10 @@ def _max_pool_forward(x, kernel, stride, padding, out_hw) -> tuple:
         _max_pool_block(x3[a:b], out[a:b], ab, mb, taps, any(padding))
         _max_pool_specials(x3[a:b], out[a:b], ab, taps, kernel, stride, padding)
         idx = index[a:b]
-        np.take(delta, ab.reshape(b - a, -1).astype(np.intp), out=idx, mode="clip")
+        ai = wide[:b - a]
+        if arg.dtype != np.intp:
+            np.copyto(ai, ab.reshape(b - a, -1))
+        np.take(delta, ai, out=idx, mode="clip")
         np.add(idx, corner, out=idx)
         np.add(idx, (np.arange(b - a) * (h * w))[:, None], out=idx)
         # the value of the first maximum itself: `maximum` may return either of two
@@ -478,12 +538,12 @@ def _max_pool_specials(x3, out, arg, taps, kernel, stride, padding) -> None:
     if x3.dtype.kind == "f":
         if np.isfinite(out.sum()):
             return
-        if np.isnan(out).any():
+        if P.isnan(out).any():
             for t, _, _, out_blk, in_blk in taps:
-                np.copyto(arg[out_blk], arg.dtype.type(t), where=np.isnan(x3[in_blk]))
+                np.copyto(arg[out_blk], arg.dtype.type(t), where=P.isnan(x3[in_blk]))
     if not any(padding):
         return
-    low = out == _lowest(x3.dtype)
+    low = P.equal(out, _lowest(x3.dtype))
     if low.any():
         ho, wo = out.shape[1:]
         i0 = np.maximum(0, padding[0] - stride[0] * np.arange(ho))
@@ -498,8 +558,8 @@ def _max_pool_vjp(g, index, x_shape, kernel, stride, padding):
     # where windows overlap (in output order, as PyTorch). Passes: the zero fill and
     # one scatter of the output's size. Measured 3-4x faster than one masked strided
     # write per kernel offset (numpy's strided loops over short rows are slow).
-    gx = np.zeros(x_shape, dtype=g.dtype)
-    flat, gr = gx.reshape(-1), np.ravel(g)    # a copy only when g is not contiguous
+    gx = _zeros(x_shape, dtype=g.dtype)
+    flat, gr = gx.reshape(-1), _reshape(g, (-1,))   # a copy only when g is not contiguous
     if stride[0] >= kernel[0] and stride[1] >= kernel[1]:
         flat[index.reshape(-1)] = gr
     else:
@@ -539,10 +599,10 @@ def _avg_pool_vjp(g, divisor, x_shape, kernel, stride, padding):
     taps = _taps((h, w), g.shape[2:], kernel, stride, padding)
     tiles = stride == kernel and not any(padding) and g.shape[2] * kernel[0] == h \
         and g.shape[3] * kernel[1] == w
-    gx = (np.empty if tiles else np.zeros)((n * c, h, w), dtype=g.dtype)
+    gx = (_empty if tiles else _zeros)((n * c, h, w), dtype=g.dtype)
     g3 = _planes(g, g.shape[2:])
     nb, blocks = _plane_blocks(n * c, h * w * g.itemsize)
-    tmp = np.empty((nb,) + g.shape[2:], dtype=g.dtype)
+    tmp = _empty((nb,) + g.shape[2:], dtype=g.dtype)
     write = np.copyto if stride[0] >= kernel[0] and stride[1] >= kernel[1] else \
         (lambda dst, src: np.add(dst, src, out=dst))
     for a, b in blocks:
@@ -564,7 +624,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, count_include_pad: bo
     n, c, h, w = x.shape
     taps = _taps((h, w), out_hw, kernel, stride, padding)
     x3 = _planes(x, (h, w))
-    out = np.empty((n * c,) + out_hw, dtype=x.dtype if x.dtype.kind == "f" else np.float64)
+    out = _empty((n * c,) + out_hw, dtype=x.dtype if x.dtype.kind == "f" else np.float64)
     divisor = _avg_divisor((h, w), out_hw, kernel, stride, padding, count_include_pad)
     for a, b in _plane_blocks(n * c, h * w * x.itemsize)[1]:
         xb, ob = x3[a:b], out[a:b]
@@ -607,7 +667,7 @@ def _norm_operands(name, input, normalized_shape, params) -> tuple:
     d = int(np.prod(ns))
     dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
     flat = [None if p is None else _raw(p).reshape(d) for _, p in params]
-    return x.reshape(-1, d), ns, flat, dtype
+    return _reshape(x, (-1, d)), ns, flat, dtype
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
@@ -621,9 +681,9 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-
     x2, ns, (w, b), dtype = _norm_operands("layer_norm", input, normalized_shape,
                                            (("weight", weight), ("bias", bias)))
     d = x2.shape[1]
-    y = np.empty(x2.shape, dtype=dtype)
-    mean = np.empty(x2.shape[0], dtype=dtype)
-    rstd = np.empty(x2.shape[0], dtype=dtype)
+    y = _empty(x2.shape, dtype=dtype)
+    mean = _empty(x2.shape[0], dtype=dtype)
+    rstd = _empty(x2.shape[0], dtype=dtype)
     for a, e in _row_blocks(x2.shape[0], d * dtype.itemsize)[1]:
         t, m, r = y[a:e], mean[a:e], rstd[a:e]
         np.mean(x2[a:e], axis=1, out=m)
@@ -674,16 +734,16 @@ def _layer_norm_vjp_x(g, x2, mean, rstd, w, shape, ns):
 def _layer_norm_vjp_w(g, x2, mean, rstd, w, shape, ns):
     # sum over rows of g xh, xh = (x - mean) rstd rebuilt per row block in a block
     # temporary (2 passes over the block, then one reduction)
-    return _weighted_column_sums(g.reshape(x2.shape), x2, mean, rstd).reshape(ns)
+    return _weighted_column_sums(_reshape(g, x2.shape), x2, mean, rstd).reshape(ns)
 
 
 def _weighted_column_sums(g2, x2, mean, scale) -> np.ndarray:
     """sum over rows of g2 * (x2 - mean) * scale (mean None: no centring), per row
     block through a block temporary."""
     d = x2.shape[1]
-    acc = np.zeros(d, dtype=np.result_type(g2, x2))
+    acc = _zeros(d, dtype=np.result_type(g2, x2))
     rb, blocks = _row_blocks(x2.shape[0], d * acc.itemsize)
-    buf = np.empty((rb, d), dtype=acc.dtype)
+    buf = _empty((rb, d), dtype=acc.dtype)
     for a, e in blocks:
         t = buf[:e - a]
         if mean is None:
@@ -696,7 +756,7 @@ def _weighted_column_sums(g2, x2, mean, scale) -> np.ndarray:
 
 
 def _norm_vjp_b(g, x2, *_, shape, ns):
-    return g.reshape(-1, x2.shape[1]).sum(axis=0).reshape(ns)
+    return _reshape(g, (-1, x2.shape[1])).sum(axis=0).reshape(ns)
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
@@ -711,8 +771,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     d = x2.shape[1]
     if eps is None:
         eps = float(np.finfo(dtype).eps)
-    y = np.empty(x2.shape, dtype=dtype)
-    rr = np.empty(x2.shape[0], dtype=dtype)
+    y = _empty(x2.shape, dtype=dtype)
+    rr = _empty(x2.shape[0], dtype=dtype)
     for a, e in _row_blocks(x2.shape[0], d * dtype.itemsize)[1]:
         r = _inv_sqrt(np.vecdot(x2[a:e], x2[a:e]) / d + eps, out=rr[a:e])
         np.multiply(x2[a:e], r[:, None], out=y[a:e])
@@ -728,10 +788,10 @@ def _norm_rule_setup(g, x2, w):
     full-size allocation), the row blocks, and a block temporary for h = g w when
     weighted."""
     d = x2.shape[1]
-    out = np.empty(x2.shape, dtype=np.result_type(g, x2))
+    out = _empty(x2.shape, dtype=np.result_type(g, x2))
     rb, blocks = _row_blocks(x2.shape[0], d * out.itemsize)
-    hbuf = None if w is None else np.empty((rb, d), dtype=out.dtype)
-    return g.reshape(-1, d), out, blocks, hbuf
+    hbuf = None if w is None else _empty((rb, d), dtype=out.dtype)
+    return _reshape(g, (-1, d)), out, blocks, hbuf
 
 
 def _rms_norm_vjp_x(g, x2, rr, w, shape, ns):
@@ -751,7 +811,7 @@ def _rms_norm_vjp_x(g, x2, rr, w, shape, ns):
 
 def _rms_norm_vjp_w(g, x2, rr, w, shape, ns):
     # sum over rows of g x rr, x rr rebuilt per row block in a block temporary
-    return _weighted_column_sums(g.reshape(x2.shape), x2, None, rr).reshape(ns)
+    return _weighted_column_sums(_reshape(g, x2.shape), x2, None, rr).reshape(ns)
 
 
 # ---- embedding and dropout --------------------------------------------------------------
@@ -761,11 +821,14 @@ def _embedding_vjp(g, rows, num_embeddings, padding_idx):
     # made per block of rows so the index temporary stays block-sized. Passes: the zero
     # fill and one scattered add of g.
     d = g.shape[-1]
-    out = np.zeros((num_embeddings, d), dtype=g.dtype)
-    flat, g2, r = out.reshape(-1), g.reshape(-1, d), rows.reshape(-1)
+    out = _zeros((num_embeddings, d), dtype=g.dtype)
+    flat, g2, r = out.reshape(-1), _reshape(g, (-1, d)), rows.reshape(-1)
     cols = np.arange(d)
-    for a, b in _row_blocks(r.shape[0], d * 8)[1]:
-        np.add.at(flat, (r[a:b, None] * d + cols).reshape(-1), g2[a:b].reshape(-1))
+    rb, blocks = _row_blocks(r.shape[0], d * 8)
+    ibuf = _empty((rb, d), dtype=np.result_type(r, cols))
+    for a, b in blocks:
+        at = np.add(r[a:b, None] * d, cols, out=ibuf[:b - a])
+        np.add.at(flat, at.reshape(-1), _reshape(g2[a:b], (-1,)))
     if padding_idx is not None:
         out[padding_idx] = 0
     return out
@@ -785,13 +848,16 @@ def embedding(input, weight, padding_idx=None):
     if padding_idx is not None:
         padding_idx = int(padding_idx) % n
     rows = np.where(idx < 0, idx + n, idx).astype(np.intp, copy=False)
-    return record("embedding", w[rows], (weight,), (_embedding_vjp,), saved=(rows,),
+    # w[rows] (rows are in range: `clip` clips nothing, and unlike `raise` it does not
+    # buffer `out`)
+    out = np.take(w, rows, axis=0, out=_empty(rows.shape + w.shape[1:], w.dtype), mode="clip")
+    return record("embedding", out, (weight,), (_embedding_vjp,), saved=(rows,),
                   kwargs=dict(num_embeddings=n, padding_idx=padding_idx))
 
 
 def _dropout_vjp(g, keep, scale):
     # g * keep * scale: 2 passes, the result the only allocation
-    out = np.multiply(g, keep)
+    out = P.multiply(g, keep)
     out *= scale
     return out
 
@@ -799,11 +865,16 @@ def _dropout_vjp(g, keep, scale):
 def _keep_mask(shape, p: float, rng) -> np.ndarray:
     """Bernoulli(1 - p) keep mask (bool), drawn in blocks: the same draws as one
     `rng.random(shape) >= p` without its full-size float64 temporary."""
-    keep = np.empty(shape, dtype=bool)
+    keep = _empty(shape, dtype=bool)
     flat = keep.reshape(-1)
+    # the draws into one cached block buffer (a Generator fills `out` with the draws
+    # `random(size)` returns)
+    buf = _empty(min(flat.size, 32768), np.float64) \
+        if isinstance(rng, np.random.Generator) else None
     for a in range(0, flat.size, 32768):
         b = min(flat.size, a + 32768)
-        np.greater_equal(rng.random(b - a), p, out=flat[a:b])
+        u = rng.random(b - a) if buf is None else rng.random(out=buf[:b - a])
+        np.greater_equal(u, p, out=flat[a:b])
     return keep
 
 
@@ -827,11 +898,15 @@ def dropout(input, p: float = 0.5, training: bool = True, seed=None, rng=None):
     x = _raw(input)
     dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
     if p == 1.0:
-        keep, scale = np.zeros(x.shape, dtype=bool), dtype.type(0.0)
+        keep, scale = _zeros(x.shape, dtype=bool), dtype.type(0.0)
     else:
         rng = rng if rng is not None else _generator(seed)
         keep, scale = _keep_mask(x.shape, p, rng), dtype.type(1.0 / (1.0 - p))
-    out = np.multiply(x, keep, dtype=dtype)
+    if x.dtype == dtype:                 # the loop `dtype=` would pick: numpy's result
+        out = P.multiply(x, keep)
+    else:                                # integers, multiplied as floats
+        out = np.multiply(x, keep, dtype=dtype,
+                          **(dict(out=_empty(x.shape, dtype)) if x.ndim else {}))
     out *= scale
     return record("dropout", out, (input,), (_dropout_vjp,), saved=(keep,),
                   kwargs=dict(scale=scale))
@@ -904,9 +979,9 @@ def _row_logsumexp(x) -> np.ndarray:
     two passes over x (the max; exp and sum through a row-block temporary)."""
     m = x.max(axis=1)
     m[~np.isfinite(m)] = 0
-    s = np.empty(x.shape[0], dtype=x.dtype)
+    s = _empty(x.shape[0], dtype=x.dtype)
     rb, blocks = _row_blocks(x.shape[0], x.shape[1] * x.itemsize)
-    buf = np.empty((rb, x.shape[1]), dtype=x.dtype)
+    buf = _empty((rb, x.shape[1]), dtype=x.dtype)
     for a, b in blocks:
         e = np.subtract(x[a:b], m[a:b, None], out=buf[:b - a])
         np.exp(e, out=e)
@@ -975,10 +1050,10 @@ def _nll_vjp(g, x, lse, safe, scale, valid, w, denom, shape, smoothing):
     G = g if denom is None else g / denom
     coef = G * scale * (1 - smoothing)                         # at each row's target
     if x is None:
-        out = np.zeros(shape, dtype=scale.dtype)
+        out = _zeros(shape, dtype=scale.dtype)
         out[rows, safe] = np.subtract(0.0, coef)               # +0.0 where ignored
         return out
-    out = np.subtract(x, lse[:, None])
+    out = P.subtract(x, lse[:, None])
     np.exp(out, out=out)
     wsum = shape[1] if w is None else w.sum()
     out *= (coef + G * valid * (smoothing * wsum / shape[1]))[:, None]
@@ -995,7 +1070,7 @@ def _nll_vjp(g, x, lse, safe, scale, valid, w, denom, shape, smoothing):
 def _sub_outer(out, a, b) -> None:
     """out -= outer(a, b), through a row-block temporary."""
     rb, blocks = _row_blocks(out.shape[0], out.shape[1] * out.itemsize)
-    buf = np.empty((rb, out.shape[1]), dtype=out.dtype)
+    buf = _empty((rb, out.shape[1]), dtype=out.dtype)
     for s, e in blocks:
         out[s:e] -= np.multiply(a[s:e, None], b, out=buf[:e - s])
 
@@ -1032,20 +1107,21 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         raise ValueError("scaled_dot_product_attention: pass either attn_mask or "
                          "is_causal, not both")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    p = np.matmul(q, np.swapaxes(k, -1, -2))
+    p = _matmul(q, np.swapaxes(k, -1, -2))
     p *= scale
-    if is_causal:
-        attn_mask = np.tril(np.ones(p.shape[-2:], dtype=bool))
+    if is_causal:                                    # tril(ones): keep column j <= row i
+        attn_mask = np.greater_equal(np.arange(p.shape[-2])[:, None], np.arange(p.shape[-1]),
+                                     out=_empty(p.shape[-2:], bool))
     p = _attention_weights(p, None if attn_mask is None else _raw(attn_mask))
     keep, dscale, pd = None, None, p
     if dropout_p > 0:
         keep = _keep_mask(p.shape, dropout_p, rng if rng is not None
                           else _generator(seed)) if dropout_p < 1 \
-            else np.zeros(p.shape, dtype=bool)
+            else _zeros(p.shape, dtype=bool)
         dscale = p.dtype.type(0.0 if dropout_p >= 1 else 1.0 / (1.0 - dropout_p))
-        pd = np.multiply(p, keep)
+        pd = P.multiply(p, keep)
         pd *= dscale
-    out = np.matmul(pd, v)
+    out = _matmul(pd, v)
     inputs = (query, key, value)
     if attn_mask is not None and _raw(attn_mask).dtype != bool:
         inputs += (attn_mask,)                       # a float mask may require grad
@@ -1063,11 +1139,13 @@ def _attention_weights(s, mask):
     if mask is not None:
         grows = np.broadcast_shapes(s.shape, mask.shape) != s.shape
         if mask.dtype == bool:
-            s = np.where(mask, s, -np.inf) if grows else s
-            if not grows:
-                np.copyto(s, -np.inf, where=~mask)
+            if grows:           # np.where(mask, s, -inf): a copy, then the fill below
+                t = _empty(np.broadcast_shapes(s.shape, mask.shape), np.result_type(s, -np.inf))
+                np.copyto(t, s)
+                s = t
+            np.copyto(s, -np.inf, where=P.invert(mask))
         else:
-            s = s + mask if grows else np.add(s, mask, out=s)
+            s = P.add(s, mask) if grows else np.add(s, mask, out=s)
     m = s.max(axis=-1, keepdims=True)
     m[~np.isfinite(m)] = 0
     s -= m
@@ -1086,12 +1164,15 @@ def _sdpa_vjp(g, q, k, v, p, keep, scale, dscale, need):
     # other array is returned (P' is rebuilt in a temporary under dropout).
     dv = None
     if need[2]:
-        pd = p if keep is None else np.multiply(p, keep) * dscale
-        dv = np.matmul(np.swapaxes(pd, -1, -2), g)
+        pd = p
+        if keep is not None:
+            pd = P.multiply(p, keep)
+            pd *= dscale
+        dv = _matmul(np.swapaxes(pd, -1, -2), g)
         del pd
     if not (need[0] or need[1] or need[3:] == (True,)):
         return (None, None, dv) + (None,) * (len(need) - 3)
-    ds = np.matmul(g, np.swapaxes(v, -1, -2))
+    ds = _matmul(g, np.swapaxes(v, -1, -2))
     if keep is not None:
         ds *= keep
         ds *= dscale
@@ -1099,9 +1180,9 @@ def _sdpa_vjp(g, q, k, v, p, keep, scale, dscale, need):
     ds *= p
     dq = dk = None
     if need[0]:
-        dq = np.matmul(ds, k)
+        dq = _matmul(ds, k)
         dq *= scale
     if need[1]:
-        dk = np.matmul(np.swapaxes(ds, -1, -2), q)
+        dk = _matmul(np.swapaxes(ds, -1, -2), q)
         dk *= scale
     return (dq, dk, dv) + ((ds,) if len(need) == 4 else ())
