@@ -345,10 +345,17 @@ def _blas_ready(a: np.ndarray) -> bool:
 
 
 def _blas_operand(a: np.ndarray) -> np.ndarray:
+    """`a` itself, or a copy BLAS can take in cached memory, laid out as numpy's matmul
+    lays out its own copy (each matrix row-major unless its column stride is the smaller
+    one): a float32 GEMM's bits depend on the layout, so this keeps numpy's result."""
     if _blas_ready(a) or a.size < _MIN_ELEMS:
         return a
-    c = default_allocator.empty(a.shape, a.dtype)  # one pass, cached memory
-    np.copyto(c, a)
+    s0, s1 = a.strides[-2:]
+    if abs(s1) <= abs(s0):
+        c = default_allocator.empty(a.shape, a.dtype)
+    else:  # column-major matrices: the last two axes swapped in memory
+        c = default_allocator.empty(a.shape[:-2] + a.shape[:-3:-1], a.dtype).swapaxes(-1, -2)
+    np.copyto(c, a)  # one pass, cached memory
     return c
 
 
@@ -369,7 +376,8 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
                 except ValueError:
                     return np.matmul(a, b)
             dt = np.result_type(a, b)
-            if dt.kind in "fc" and a.dtype == b.dtype:
+            # m or n of 1: numpy takes gemv or its own loop on the operands as they are
+            if dt.kind in "fc" and a.dtype == b.dtype and m > 1 and n > 1:
                 out = default_allocator.empty(lead + (m, n), dt)
                 return np.matmul(_blas_operand(a), _blas_operand(b), out=out)
     return np.matmul(a, b)

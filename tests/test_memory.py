@@ -261,3 +261,26 @@ def test_joins_and_pad_are_numpys_and_cached():
         pa.concat([parts[0], pa.tensor(np.ones((64, 299)))], axis=0)
     got = pa.pad(parts[0], ((1, 2), (3, 0)), value=-1.5).data
     assert np.array_equal(got, np.pad(parts[0].data, ((1, 2), (3, 0)), constant_values=-1.5))
+
+
+def _reversed(a):
+    b = np.empty(a.shape[::-1], a.dtype).T
+    b[...] = a
+    return b
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("sa,sb", [((300, 200), (200, 400)), ((4, 128, 64), (4, 64, 128)),
+                                   ((2, 1, 96, 80), (5, 80, 64)), ((1, 300), (300, 300)),
+                                   ((300, 300), (300, 1))])
+def test_matmul_copies_operands_as_numpy_does(dtype, sa, sb):
+    """float32 GEMM bits depend on the operands' layout: every layout gives numpy's bits."""
+    rng = np.random.default_rng(3)
+    a0, b0 = rng.standard_normal(sa).astype(dtype), rng.standard_normal(sb).astype(dtype)
+    layouts = [lambda x: x, _reversed, lambda x: np.repeat(x, 2, axis=-1)[..., ::2],
+               lambda x: np.swapaxes(_reversed(np.swapaxes(x, -1, -2)), -1, -2),
+               lambda x: np.broadcast_to(x[..., :1, :], x.shape)]
+    for fa in layouts:
+        for fb in layouts:
+            a, b = fa(a0), fb(b0)
+            assert memory.matmul(a, b).tobytes() == np.matmul(a, b).tobytes()

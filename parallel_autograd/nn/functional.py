@@ -8,8 +8,7 @@ never writes into `g`, a saved array or the caller's arrays; the comment of each
 rule counts its passes over memory. mse_loss and the activations come from the op
 library. Images are NCHW. The full-size arrays a forward or a rule makes (outputs,
 temporaries, columns, masks) come from the caching allocator (`memory`): reused memory,
-not fresh pages to fault in every step (except a GEMM whose operand BLAS cannot take as
-it is, `_matmul`).
+not fresh pages to fault in every step.
 """
 from __future__ import annotations
 
@@ -63,28 +62,6 @@ def _reshape(a, shape) -> np.ndarray:
         return _copy(a).reshape(shape)
 
 
-def _blas_ready(a) -> bool:
-    """Whether numpy hands `a`'s matrices to BLAS as they are (unit stride along one of
-    the last two axes, or a row or column): no operand copy of numpy's to imitate."""
-    if a.ndim < 2:
-        return True
-    s0, s1 = a.strides[-2:]
-    n0, n1 = a.shape[-2:]
-    item = a.itemsize
-    return ((s1 == item and s0 >= n1 * item) or (s0 == item and s1 >= n0 * item)
-            or n0 <= 1 or n1 <= 1)
-
-
-def _matmul(a, b) -> np.ndarray:
-    """`np.matmul(a, b)`, its output from the cache (`memory.matmul`) when numpy would
-    give both operands to BLAS as they are. Otherwise numpy's own call: numpy copies such
-    an operand with the orientation of its smaller stride, and a float32 GEMM's bits
-    depend on that orientation (memory.matmul's copies are C order)."""
-    if _blas_ready(a) and _blas_ready(b):
-        return memory.matmul(a, b)
-    return np.matmul(a, b)
-
-
 def _pair(v, what: str) -> tuple:
     if isinstance(v, (int, np.integer)):
         return int(v), int(v)
@@ -117,14 +94,14 @@ def _linear_vjp_x(g, x, w, b_shape=None):
     # g @ W as one GEMM over all leading dimensions (one pass writing the result, the
     # gradient)
     w2 = _reshape(w, (-1, x.shape[-1]))
-    return _matmul(_reshape(g, (-1, w2.shape[0])), w2).reshape(x.shape)
+    return memory.matmul(_reshape(g, (-1, w2.shape[0])), w2).reshape(x.shape)
 
 
 def _linear_vjp_w(g, x, w, b_shape=None):
     # g^T @ x as one GEMM reading g and x once, already (out_features, in_features): no
     # transposed copy
     w2 = _reshape(w, (-1, x.shape[-1]))
-    return _matmul(_reshape(g, (-1, w2.shape[0])).T,
+    return memory.matmul(_reshape(g, (-1, w2.shape[0])).T,
                    _reshape(x, (-1, x.shape[-1]))).reshape(w.shape)
 
 
@@ -146,7 +123,8 @@ def linear(input, weight, bias=None):
         raise ValueError(f"linear: input of shape {shape} does not match weight of "
                          f"shape {wshape} (out_features, in_features)")
     out_shape = shape[:-1] + wshape[:-1]
-    y = _matmul(_reshape(x, (-1, shape[-1])), _reshape(w, (-1, shape[-1])).T).reshape(out_shape)
+    y = memory.matmul(_reshape(x, (-1, shape[-1])),
+                      _reshape(w, (-1, shape[-1])).T).reshape(out_shape)
     b_shape = None if bias is None else np.shape(_raw(bias))
     if b_shape is not None and np.broadcast_shapes(out_shape, b_shape) == out_shape \
             and np.can_cast(np.result_type(y, _raw(bias)), y.dtype, "same_kind"):
@@ -394,7 +372,7 @@ def _conv_vjp_w(g, cols, w, x_shape, stride, padding):
         m = min(n, a + nb) - a
         gc = gbuf[:, :m]
         np.copyto(gc, g3[a:a + m].transpose(1, 0, 2))
-        acc += _matmul(gc.reshape(o, m * p), _reshape(cols[:, a:a + m], (ck, m * p)).T)
+        acc += memory.matmul(gc.reshape(o, m * p), _reshape(cols[:, a:a + m], (ck, m * p)).T)
     return acc.reshape(w.shape)
 
 
@@ -1107,7 +1085,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         raise ValueError("scaled_dot_product_attention: pass either attn_mask or "
                          "is_causal, not both")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    p = _matmul(q, np.swapaxes(k, -1, -2))
+    p = memory.matmul(q, np.swapaxes(k, -1, -2))
     p *= scale
     if is_causal:                                    # tril(ones): keep column j <= row i
         attn_mask = np.greater_equal(np.arange(p.shape[-2])[:, None], np.arange(p.shape[-1]),
@@ -1121,7 +1099,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         dscale = p.dtype.type(0.0 if dropout_p >= 1 else 1.0 / (1.0 - dropout_p))
         pd = P.multiply(p, keep)
         pd *= dscale
-    out = _matmul(pd, v)
+    out = memory.matmul(pd, v)
     inputs = (query, key, value)
     if attn_mask is not None and _raw(attn_mask).dtype != bool:
         inputs += (attn_mask,)                       # a float mask may require grad
@@ -1168,11 +1146,11 @@ def _sdpa_vjp(g, q, k, v, p, keep, scale, dscale, need):
         if keep is not None:
             pd = P.multiply(p, keep)
             pd *= dscale
-        dv = _matmul(np.swapaxes(pd, -1, -2), g)
+        dv = memory.matmul(np.swapaxes(pd, -1, -2), g)
         del pd
     if not (need[0] or need[1] or need[3:] == (True,)):
         return (None, None, dv) + (None,) * (len(need) - 3)
-    ds = _matmul(g, np.swapaxes(v, -1, -2))
+    ds = memory.matmul(g, np.swapaxes(v, -1, -2))
     if keep is not None:
         ds *= keep
         ds *= dscale
@@ -1180,9 +1158,9 @@ def _sdpa_vjp(g, q, k, v, p, keep, scale, dscale, need):
     ds *= p
     dq = dk = None
     if need[0]:
-        dq = _matmul(ds, k)
+        dq = memory.matmul(ds, k)
         dq *= scale
     if need[1]:
-        dk = _matmul(np.swapaxes(ds, -1, -2), q)
+        dk = memory.matmul(np.swapaxes(ds, -1, -2), q)
         dk *= scale
     return (dq, dk, dv) + ((ds,) if len(need) == 4 else ())
