@@ -9,7 +9,6 @@ import pytest
 
 import parallel_autograd as pa
 from parallel_autograd import intraop, memory
-from parallel_autograd.ops import special
 
 
 @pytest.fixture
@@ -43,17 +42,6 @@ def test_split_ufuncs_are_bitwise_numpys(name, t, threads):
     threads(t)
     got = getattr(memory.pooled, name)(x)
     assert got.tobytes() == getattr(np, name)(x).tobytes()
-
-
-@pytest.mark.parametrize("t", [2, 7])
-def test_split_erf_family_is_bitwise_the_whole(t, threads):
-    x = np.random.default_rng(2).standard_normal(5 * intraop.MIN_ELEMENTS + 5) * 4
-    threads(1)
-    want = [special.ndtr(x).copy(), special.erf(x).copy(), special.erfc(x).copy()]
-    threads(t)
-    got = [special.ndtr(x), special.erf(x), special.erfc(x)]
-    for a, b in zip(got, want):
-        assert a.tobytes() == b.tobytes()
 
 
 def test_the_first_error_is_raised_after_all_ranges_ran():

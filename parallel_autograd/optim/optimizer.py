@@ -13,8 +13,10 @@ A large step runs on several threads: when the parameters to update hold at leas
 core, they are dealt to up to that many threads (largest first, each to the least loaded),
 the caller running one share. numpy releases the GIL in the elementwise passes, and each
 parameter's update is independent of the others, so the results are bitwise those of one
-thread. Measured 2026-11-23 (2 cores, Adam): wide-elementwise's 65 parameters (6.6M
-elements) 38.8 -> about 21 ms a step, wide-matmul's 33 (2.2M) 13.7 -> about 8 ms.
+thread. Measured 2026-11-23 (2 cores, Adam, the benchmark's parameters after a backward
+pass): wide-elementwise's 65 parameters (6.6M elements) 38.8 -> 19.6 ms a step; after a
+backward pass full of GEMMs (mlp-chain, attention, wide-matmul) no gain on that machine,
+whose second core OpenBLAS's threads keep busy for a while after their last GEMM.
 
 Thread safety: an optimizer is not locked. Call its methods from one thread at a time,
 and do not step while a backward call may write the same `.grad` arrays (the step reads
