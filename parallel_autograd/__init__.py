@@ -1,5 +1,5 @@
 """parallel_autograd: reverse-mode autodiff on numpy with a parallel backward engine."""
-from . import allocator, memory, nn, optim  # noqa: F401
+from . import allocator, intraop, memory, nn, optim  # noqa: F401
 from .allocator import tune_allocator
 from .creation import arange, ones, randn, zeros
 from .engine.sequential import backward, grad

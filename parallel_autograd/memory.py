@@ -46,6 +46,7 @@ import numpy as np
 from . import intraop, locks
 
 _PAGE = 4096
+_RECENT = 4  # blocks per size class looked at first (the last handed out)
 _GIL = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
@@ -77,6 +78,7 @@ class CachingAllocator:
         self._buckets: dict[int, list] = {}   # block size -> blocks of that size
         self._ids: set[int] = set()           # id() of every block held (alive: held)
         self._cursor: dict[int, int] = {}     # where the next search in a bucket starts
+        self._recent: dict[int, list] = {}    # indices of the blocks handed out last
         self._reserved = 0
         self._hits = self._misses = self._uncached = 0
         self._lock = threading.Lock()
@@ -101,6 +103,19 @@ class CachingAllocator:
         with self._lock:
             bucket = self._buckets.get(size)
             if bucket is not None:
+                # The blocks handed out last first, most recent first: one freed since
+                # is likely still in the CPU's caches, as with malloc's LIFO reuse. With
+                # the cursor alone, wide-elementwise's parallel backward took 62 ms against
+                # 51 with tuned malloc and no cache (one run each, 2026-11-23); with this,
+                # 53-61 against 52-57 (three runs each).
+                recent = self._recent[size]
+                for j in range(len(recent) - 1, -1, -1):
+                    i = recent[j]
+                    if _refs(bucket[i]) <= _FREE_REFS:
+                        del recent[j]
+                        recent.append(i)
+                        self._hits += 1
+                        return bucket[i]
                 n = len(bucket)
                 start = self._cursor[size]
                 for k in range(n):
@@ -109,6 +124,7 @@ class CachingAllocator:
                         i -= n
                     if _refs(bucket[i]) <= _FREE_REFS:
                         self._cursor[size] = i + 1 if i + 1 < n else 0
+                        self._remember(recent, i)
                         self._hits += 1
                         return bucket[i]
             if self._reserved + size > self.max_bytes:
@@ -120,11 +136,19 @@ class CachingAllocator:
             if bucket is None:
                 bucket = self._buckets[size] = []
                 self._cursor[size] = 0
+                self._recent[size] = []
+            self._remember(self._recent[size], len(bucket))
             bucket.append(block)
             self._ids.add(id(block))
             self._reserved += size
             self._misses += 1
             return block
+
+    @staticmethod
+    def _remember(recent: list, i: int) -> None:
+        recent.append(i)
+        if len(recent) > _RECENT:
+            del recent[0]
 
     def _release(self, need: int) -> int:
         """Drop free blocks (largest sizes first) until `need` bytes are released or
@@ -145,8 +169,9 @@ class CachingAllocator:
                 if keep:
                     self._buckets[size] = keep
                     self._cursor[size] = 0
+                    self._recent[size] = []
                 else:
-                    del self._buckets[size], self._cursor[size]
+                    del self._buckets[size], self._cursor[size], self._recent[size]
             if freed >= need:
                 break
         return freed

@@ -7,8 +7,9 @@ several times, timing each node: its rule plus the additions of its output
 gradients into their consumers' buffers (the work a worker does for that node).
 Per-node times are medians over the walks. Nothing is committed to `.grad`.
 
-The walk runs twice: once with BLAS limited to one thread, which measures each
-node's work on one core, and once with BLAS as configured, which measures how fast
+The walk runs twice: once with BLAS (and intraop's kernel split) limited to one
+thread, which measures each node's work on one core, and once as configured
+(BLAS's threads, split kernels), which measures how fast
 a node can finish when it has the machine. Then
 
     total    = sum of the one-core times                  (the work)
@@ -28,6 +29,7 @@ import statistics
 import time
 from collections import defaultdict
 
+from parallel_autograd import intraop
 from parallel_autograd.engine.accumulate import Pending, backward_order
 from parallel_autograd.engine.cost import critical_path
 from parallel_autograd.engine.plan import plan_call
@@ -60,11 +62,15 @@ def _node_times(plan, order, repeats, blas_threads):
     if blas_threads is None:
         for _ in range(repeats):
             _walk(plan, order, times)
-    else:
+    else:  # one core's work: BLAS and the split of large kernels (intraop) limited too
         from threadpoolctl import threadpool_limits
-        with threadpool_limits(limits=blas_threads, user_api="blas"):
-            for _ in range(repeats):
-                _walk(plan, order, times)
+        prev = intraop.set_num_threads(blas_threads)
+        try:
+            with threadpool_limits(limits=blas_threads, user_api="blas"):
+                for _ in range(repeats):
+                    _walk(plan, order, times)
+        finally:
+            intraop.set_num_threads(prev)
     return {n: statistics.median(ts) for n, ts in times.items()}
 
 
