@@ -369,11 +369,19 @@ def _blas_ready(a: np.ndarray) -> bool:
             or n0 <= 1 or n1 <= 1)
 
 
+# numpy 2.3 and later copy an operand BLAS cannot take and call BLAS on the copy; numpy
+# 1.24 to 2.2 run their own (non-BLAS) loop on the whole product instead, whose bits differ
+# from BLAS's. Measured on 1.26.4, 2.0.2, 2.2.6 (own loop) and 2.3.5, 2.4.6, 2.5.5 (copy).
+# Copying where numpy would not would change the result: only numpy that copies is helped.
+NUMPY_COPIES_FOR_BLAS = np.lib.NumpyVersion(np.__version__) >= "2.3.0"
+
+
 def _blas_operand(a: np.ndarray) -> np.ndarray:
     """`a` itself, or a copy BLAS can take in cached memory, laid out as numpy's matmul
     lays out its own copy (each matrix row-major unless its column stride is the smaller
-    one): a float32 GEMM's bits depend on the layout, so this keeps numpy's result."""
-    if _blas_ready(a) or a.size < _MIN_ELEMS:
+    one): a float32 GEMM's bits depend on the layout, so this keeps numpy's result. `a`
+    itself always where numpy does not copy (`NUMPY_COPIES_FOR_BLAS` false)."""
+    if not NUMPY_COPIES_FOR_BLAS or _blas_ready(a) or a.size < _MIN_ELEMS:
         return a
     s0, s1 = a.strides[-2:]
     if abs(s1) <= abs(s0):
@@ -387,8 +395,9 @@ def _blas_operand(a: np.ndarray) -> np.ndarray:
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """`np.matmul(a, b)` with its output from the default allocator when it is large
     (both operands at least 2-d), and operands BLAS cannot take as they are copied
-    into cached memory first (numpy would copy them into fresh memory); numpy's own
-    result otherwise. The same BLAS call either way: bitwise numpy's result."""
+    into cached memory first where numpy would copy them into fresh memory (numpy 2.3
+    and later); numpy's own result otherwise. The same kernel either way: bitwise
+    numpy's result. Thread-safe (the allocator is)."""
     if (type(a) is np.ndarray and type(b) is np.ndarray and a.ndim >= 2 and b.ndim >= 2
             and default_allocator.enabled):
         m, k = a.shape[-2:]

@@ -10,6 +10,7 @@ import pytest
 import parallel_autograd as pa
 import parallel_autograd.nn.functional as F
 from parallel_autograd import memory
+from conftest import assert_bitwise
 
 pytestmark = pytest.mark.skipif(not memory._GIL, reason="the cache is off without the GIL")
 
@@ -81,10 +82,7 @@ def test_results_are_bitwise_those_without_caching(name, dtype, layout):
     with memory.caching_disabled():
         ref_out, ref_grads = _run(fn, shapes, dtype, layout)
     out, grads = _run(fn, shapes, dtype, layout)
-    for a, b in zip([ref_out] + ref_grads, [out] + grads):
-        a, b = np.asarray(a), np.asarray(b)
-        assert a.dtype == b.dtype and a.shape == b.shape
-        assert a.tobytes() == b.tobytes()
+    assert_bitwise([ref_out] + ref_grads, [out] + grads, "output and gradients")
 
 
 @pytest.mark.parametrize("name", ["linear", "conv2d_same", "max_pool2d", "layer_norm",

@@ -9,6 +9,7 @@ import pytest
 import parallel_autograd as pa
 import parallel_autograd.optim as optim
 from parallel_autograd.optim import optimizer as optimizer_module
+from conftest import assert_bitwise
 
 SHAPES = [(300, 200), (4096,), (17, 33, 5), (1,), (), (64, 64), (1000,), (2, 3)]
 CASES = [("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
@@ -36,8 +37,7 @@ def _train(name, kw, threads_from, cores, monkeypatch, steps=3):
 def test_threaded_steps_are_bitwise_the_single_thread_steps(name, kw, cores, monkeypatch):
     one, _ = _train(name, kw, 1 << 62, 1, monkeypatch)
     many, opt = _train(name, kw, 0, cores, monkeypatch)
-    for a, b in zip(one, many):
-        assert a.tobytes() == b.tobytes()
+    assert_bitwise(one, many, "parameter")
     assert opt.state[opt.param_groups[0]["params"][0]]  # state made on the threads
 
 
