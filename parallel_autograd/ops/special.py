@@ -92,6 +92,13 @@ def _horner(z: np.ndarray, coeffs: tuple, out: np.ndarray) -> np.ndarray:
     return out
 
 
+def _gather(x: np.ndarray, idx: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """x[idx] into `out`. mode="clip" (the indices are in range: they come from
+    flatnonzero on x's own chunk) spares numpy's buffered copy that `out=` costs in the
+    default mode="raise": 16 -> 9 us for 7,500 of 32,768 elements."""
+    return np.take(x, idx, out=out, mode="clip")
+
+
 def _small(x: np.ndarray, res: np.ndarray, t: np.ndarray, complement: bool) -> None:
     """erf(x) (or erfc(x)) for |x| < 0.84375 into `res`: x + x*y, y = P(x^2)/Q(x^2).
     `t`: two scratch rows as long as x. 22 passes over the chunk (erfc 24)."""
@@ -182,7 +189,7 @@ def _outer(x: np.ndarray, a: np.ndarray, res: np.ndarray, t: np.ndarray,
         n = sel.size
         if not n:
             continue
-        xs, as_, v = np.take(x, sel, out=t[0, :n]), np.take(a, sel, out=t[1, :n]), t[2, :n]
+        xs, as_, v = _gather(x, sel, t[0, :n]), _gather(a, sel, t[1, :n]), t[2, :n]
         if part == 0:
             _mid(xs, as_, v, t[3:, :n], complement)
         else:
@@ -203,7 +210,7 @@ def _chunk(x: np.ndarray, out: np.ndarray, complement: bool, half: bool,
     idx = np.flatnonzero(a >= _SMALL)   # NaN is not: the small formula gives NaN for it
     m = idx.size
     if m:
-        xo, ao = np.take(x, idx, out=t[1, :m]), np.take(a, idx, out=t[2, :m])
+        xo, ao = _gather(x, idx, t[1, :m]), _gather(a, idx, t[2, :m])
     res = t[3, :n] if np.may_share_memory(x, out) else out
     if m < n:                       # whole chunk; outer elements overwritten below
         _small(x, res, t[4:, :n], complement)
