@@ -1,5 +1,5 @@
 """parallel_autograd: reverse-mode autodiff on numpy with a parallel backward engine."""
-from . import allocator, intraop, memory, nn, optim  # noqa: F401
+from . import allocator, autograd, intraop, memory, nn, optim  # noqa: F401
 from .allocator import tune_allocator
 from .creation import arange, ones, randn, zeros
 from .engine.sequential import backward, grad
@@ -19,7 +19,7 @@ from .profiler import profile
 from .random import default_generator, manual_seed
 from .serialization import load, save
 from .tensor import Tensor, tensor
-from .testing import gradcheck
+from .testing import gradcheck, gradgradcheck
 from . import methods as _methods  # noqa: F401, I001  (last: attaches Tensor's operators)
 
 clamp = clip
@@ -35,7 +35,7 @@ __all__ = [
     "add", "arange", "backward", "backward_parallel", "broadcast_to", "cat", "clamp",
     "clip", "concat", "cos", "default_engine", "default_generator", "div", "enable_grad",
     "Engine", "exp", "expand", "flatten", "Function", "FunctionCtx", "gelu",
-    "get_default_engine", "getitem", "grad", "grad_parallel", "gradcheck",
+    "get_default_engine", "getitem", "grad", "grad_parallel", "gradcheck", "gradgradcheck",
     "is_grad_enabled", "leaky_relu", "load", "log", "log_softmax", "logsumexp",
     "manual_seed", "matmul", "maximum", "mean", "minimum", "mul", "neg", "no_grad", "ones",
     "pad", "permute", "primitive", "profile", "randn", "record", "relu", "reshape", "save",

@@ -19,6 +19,12 @@ _enabled: contextvars.ContextVar = contextvars.ContextVar("parallel_autograd_gra
 
 def is_grad_enabled() -> bool:
     """True when ops on tensors that require grad record graph nodes (this thread)."""
+    return bool(_enabled.get())
+
+
+def grad_mode():
+    """This thread's raw mode: False, True, or a `Recording` (truthy) while a
+    create_graph backward pass runs a rule on this thread. For `record`."""
     return _enabled.get()
 
 
@@ -39,20 +45,50 @@ def _call_without_grad(fn, args):
     return fn(*args)
 
 
+class Recording:
+    """Grad mode while a `create_graph` backward pass runs a rule, a hook or an
+    accumulation: on (truthy, so ops record), and every node made is noted as
+    `(tag, k, node)` in `out` (k counts this recording's nodes). The engines renumber
+    the nodes a pass made by (tag, k) when it ends (`engine/graph.py`), so the graph a
+    parallel pass records is numbered as the sequential pass numbers it, whatever order
+    the threads made the nodes in. One per rule call, on one thread."""
+
+    __slots__ = ("tag", "k", "out")
+
+    def __init__(self, tag: tuple, out: list):
+        self.tag = tag
+        self.k = 0
+        self.out = out
+
+    def made(self, node) -> None:
+        """Note `node`, made under this recording (list.append: thread-safe)."""
+        self.out.append((self.tag, self.k, node))
+        self.k += 1
+
+
+def run_recording(recording: Recording, fn, *args):
+    """`fn(*args)` with this thread's grad mode set to `recording`, then restored."""
+    token = _enabled.set(recording)
+    try:
+        return fn(*args)
+    finally:
+        _enabled.reset(token)
+
+
 class set_grad_enabled:
     """Turn recording on or off for this thread, like PyTorch's: as a plain call
     (`pa.set_grad_enabled(False)`: takes effect at once and stays), or as a context
     manager (`with pa.set_grad_enabled(False):`: the previous mode comes back on exit)."""
 
     def __init__(self, mode: bool):
-        self.prev = is_grad_enabled()
+        self.prev = _enabled.get()  # raw: a Recording comes back as itself
         set_mode(mode)
 
     def __enter__(self) -> "set_grad_enabled":
         return self
 
     def __exit__(self, *exc) -> bool:
-        set_mode(self.prev)
+        _enabled.set(self.prev)
         return False
 
 
@@ -65,12 +101,14 @@ class _GradModeContext:
         self._prev = threading.local()
 
     def __enter__(self):
-        self._prev.__dict__.setdefault("stack", []).append(is_grad_enabled())
+        self._prev.__dict__.setdefault("stack", []).append(_enabled.get())
+        if self._mode and _enabled.get():
+            return self  # already on (perhaps a Recording, which must stay)
         set_mode(self._mode)
         return self
 
     def __exit__(self, *exc):
-        set_mode(self._prev.stack.pop())
+        _enabled.set(self._prev.stack.pop())
         return False
 
     def __call__(self, fn):

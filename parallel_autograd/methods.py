@@ -11,17 +11,19 @@ import numpy as np
 from .engine.engine import tensor_backward as _backward
 from .inplace import METHODS as _INPLACE
 from .ops import elementwise as _ew
+from .ops import graph as _graph  # noqa: F401  (the rules' differentiable forms)
 from .ops import linalg as _la
 from .ops import reduce as _rd
 from .ops import shape as _sh
 from .tensor import Tensor
 
 
-def backward(self: Tensor, grad=None, retain_graph: bool = False) -> None:
+def backward(self: Tensor, grad=None, retain_graph: bool | None = None,
+             create_graph: bool = False) -> None:
     """Backward from this tensor on the default engine (`pa.set_default_engine`: the
     parallel engine unless changed; results are bitwise the same either way). See
     `parallel_autograd.backward` for the arguments."""
-    _backward(self, grad, retain_graph=retain_graph)
+    _backward(self, grad, retain_graph=retain_graph, create_graph=create_graph)
 
 
 def _raw(x):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .grad_mode import is_grad_enabled
+from .grad_mode import grad_mode
 from .node import Node, accumulator_for
 from .tensor import Tensor
 
@@ -31,7 +31,8 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
     """
     if type(out) is not np.ndarray:
         out = np.asarray(out)
-    if not is_grad_enabled():
+    mode = grad_mode()
+    if not mode:
         return Tensor._wrap(out, None,
                             None if out.base is None else _shared_counter(out, inputs))
     # The per-op path of every forward: one pass over the inputs, lists filled in place.
@@ -65,6 +66,8 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
     node = Node(name, tuple(nexts), tuple(meta), saved,
                 None if rules is None else tuple(rules), joint if rules is None else None,
                 kwargs, size if cost is None else cost, threaded, size, tuple(vcs))
+    if mode is not True:  # a create_graph pass is recording (grad_mode.Recording)
+        mode.made(node)
     return Tensor._wrap(out, node, vc)
 
 
@@ -101,4 +104,5 @@ def primitive(name: str, forward, *vjps, cost=None, threaded: bool = False):
 
     op.__name__ = name
     op.__qualname__ = name
+    op.vjps = vjps  # the rules, for their differentiable forms (`rule.graph`, ops/graph.py)
     return op

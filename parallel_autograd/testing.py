@@ -59,3 +59,45 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
             raise AssertionError(f"gradcheck: input {k}: analytic {a[i]} vs numeric {n[i]} "
                                  f"at index {i} (max abs diff {np.max(np.abs(a - n)):.3g})")
     return True
+
+
+def gradgradcheck(fn, inputs, grad_outputs=None, eps: float = 1e-6, atol: float = 1e-5,
+                  rtol: float = 1e-4, seed: int = 0) -> bool:
+    """Check second derivatives: `gradcheck` of the first-order gradients of `fn`.
+
+    The gradients of `fn(*inputs)` contracted with `grad_outputs` (random, from `seed`,
+    when None) are computed with `create_graph=True`, and their own gradients with
+    respect to the inputs and to `grad_outputs` are compared with finite differences,
+    as PyTorch's gradgradcheck does. Returns True or raises AssertionError.
+    """
+    from .ops.shape import concat, reshape  # late: the ops import the package's core
+
+    inputs = [t if isinstance(t, Tensor) else Tensor(t) for t in inputs]
+    out = fn(*inputs)
+    if grad_outputs is None:
+        v = np.random.default_rng(seed + 1).uniform(0.5, 1.5, size=out.shape)
+        grad_outputs = Tensor(v.astype(out.dtype), requires_grad=True)
+    elif not isinstance(grad_outputs, Tensor):
+        grad_outputs = Tensor(np.asarray(grad_outputs, out.dtype), requires_grad=True)
+    n = len(inputs)
+    # the recorded first-order gradients must equal the fast rules' (same inputs)
+    checked = [x for x in inputs if x.requires_grad]
+    fast = grad(fn(*inputs), checked, grad_outputs=grad_outputs.data, allow_unused=True)
+    slow = grad(fn(*inputs), checked, grad_outputs=grad_outputs, create_graph=True,
+                allow_unused=True)
+    for k, (a, b) in enumerate(zip(fast, slow)):
+        if (a is None) != (b is None) or (a is not None and
+                                          not np.allclose(a, b.data, atol=atol, rtol=rtol)):
+            raise AssertionError(f"gradgradcheck: input {k}: the differentiable form's "
+                                 "first-order gradient differs from the fast rule's")
+
+    def first_order(*args):
+        xs, v = args[:n], args[n]
+        checked = [x for x in xs if x.requires_grad]
+        gs = grad(fn(*xs), checked, grad_outputs=v, create_graph=True, allow_unused=True)
+        parts = [reshape(g, (-1,)) for g in gs if g is not None]
+        if not parts:
+            raise ValueError("gradgradcheck: fn does not depend on any input")
+        return concat(parts)
+
+    return gradcheck(first_order, [*inputs, grad_outputs], eps, atol, rtol, seed)

@@ -73,9 +73,9 @@ class Slot:
     in rank order. Locking, parking of early arrivals and the `busy` hand-over are the
     call's (`GraphTask.contribute`); `add` is the arithmetic, done outside any lock."""
 
-    __slots__ = ("buf", "owned", "next_rank", "total", "parked", "busy", "assigned")
+    __slots__ = ("buf", "owned", "next_rank", "total", "parked", "busy", "assigned", "graph")
 
-    def __init__(self, total: int):
+    def __init__(self, total: int, graph=None):
         self.buf = None
         self.owned = False
         self.next_rank = 0
@@ -83,10 +83,16 @@ class Slot:
         self.parked = None    # rank -> gradient that arrived before its turn
         self.busy = False     # a thread is adding (outside the lock)
         self.assigned = 0     # ranks handed out so far while the call is set up
+        self.graph = graph    # create_graph: (2 * the node's position, Plan.made)
 
     def add(self, g) -> None:
-        if g is not None:  # "no gradient" still takes its turn
+        if g is None:  # "no gradient" still takes its turn
+            return
+        if self.graph is None:
             self.buf, self.owned = add_gradient(self.buf, self.owned, g)
+        else:  # a recorded sum, tagged with the node's position and this rank
+            from .graph import graph_add  # graph imports this module
+            self.buf = graph_add(self.buf, g, (self.graph[0], self.next_rank), self.graph[1])
 
     def take(self):
         """The completed sum `(gradient, owned)`; the slot lets go of it."""

@@ -95,7 +95,9 @@ def decide(plan, cfg) -> Decision:
                         total, cp)
     d = Decision(f"width {width:.2f}", total, cp)
     d.mode, d.order = "parallel", order
-    keyed = all_cheap and cfg.share_cheap and keyed_fits(plan, cfg)
+    # create_graph sums by rank (recorded adds tagged by rank: engine/graph.py)
+    keyed = (all_cheap and cfg.share_cheap and plan.positions is None
+             and keyed_fits(plan, cfg))
     d.accumulation = "keyed" if keyed else "ranked"
     return d
 

@@ -23,6 +23,7 @@ from .. import intraop, locks
 from ..grad_mode import run_without_grad
 from . import blas
 from .cost import decide, gil_enabled, usable_cores
+from .graph import renumber
 from .plan import collect, plan_call
 from .pool import WorkerPool, on_worker_thread
 from .sequential import backward as sequential_backward
@@ -123,21 +124,26 @@ class Engine:
         return f"<Engine num_workers={self.num_workers} {state}>"
 
     # ---- public calls -------------------------------------------------------------
-    def backward(self, root, grad=None, retain_graph: bool = False, stats: bool = False):
-        """Like `parallel_autograd.backward`, in parallel. With `stats=True` returns
-        the call's `CallStats`."""
+    def backward(self, root, grad=None, retain_graph: bool | None = None, stats: bool = False,
+                 create_graph: bool = False):
+        """Like `parallel_autograd.backward`, in parallel (`create_graph` too: the
+        recorded graph is the sequential engine's, numbered alike). With `stats=True`
+        returns the call's `CallStats`."""
         self._check_open()
-        plan = plan_call(root, None if grad is None else [grad], retain_graph=retain_graph)
+        plan = plan_call(root, None if grad is None else [grad], retain_graph=retain_graph,
+                         create_graph=create_graph)
         result, st = self._run(plan)
         commit(result.staged)
         return st if stats else None
 
-    def grad(self, outputs, inputs, grad_outputs=None, retain_graph: bool = False,
-             allow_unused: bool = False, stats: bool = False):
-        """Like `parallel_autograd.grad`, in parallel (same pruning, no .grad changes)."""
+    def grad(self, outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
+             allow_unused: bool = False, stats: bool = False, create_graph: bool = False):
+        """Like `parallel_autograd.grad`, in parallel (same pruning, no .grad changes;
+        `create_graph` as there)."""
         self._check_open()
         inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
-        plan = plan_call(outputs, grad_outputs, inputs, retain_graph, allow_unused)
+        plan = plan_call(outputs, grad_outputs, inputs, retain_graph, allow_unused,
+                         create_graph)
         result, st = self._run(plan)
         grads = collect(plan, result.captured, inputs)
         return (grads, st) if stats else grads
@@ -171,6 +177,8 @@ class Engine:
         # the call ends (run_without_grad: a copy of its context, which workers copy)
         result = run_plan(plan) if d.order is None else \
             run_without_grad(self._run_parallel, plan, d, st)
+        if plan.made:  # create_graph: number the nodes the pass made (engine/graph.py)
+            renumber(plan.made)
         st.elapsed = time.perf_counter() - t0
         with self._lock:
             self._calls += 1
@@ -246,32 +254,36 @@ def get_default_engine() -> "str | Engine":
     return _TENSOR_BACKWARD[0]
 
 
-def tensor_backward(root, grad=None, retain_graph: bool = False) -> None:
+def tensor_backward(root, grad=None, retain_graph: bool | None = None,
+                    create_graph: bool = False) -> None:
     """`Tensor.backward()`: on the engine `set_default_engine` chose."""
     target = _TENSOR_BACKWARD[0]
     if target == "sequential":
-        sequential_backward(root, grad, retain_graph=retain_graph)
-    elif target == "parallel":
-        default_engine().backward(root, grad, retain_graph=retain_graph)
+        sequential_backward(root, grad, retain_graph=retain_graph, create_graph=create_graph)
     else:
-        target.backward(root, grad, retain_graph=retain_graph)
+        eng = default_engine() if target == "parallel" else target
+        eng.backward(root, grad, retain_graph=retain_graph, create_graph=create_graph)
 
 
 def backward_parallel(root, grad=None, num_workers: int | None = None,
-                      retain_graph: bool = False, stats: bool = False):
-    """`backward` on the parallel engine: same results, bit for bit.
+                      retain_graph: bool | None = None, stats: bool = False,
+                      create_graph: bool = False):
+    """`backward` on the parallel engine: same results, bit for bit (`create_graph`
+    included).
 
     Safe to call from many threads at once and from inside hooks or
     Function.backward (reentrant).
     """
-    return default_engine(num_workers).backward(root, grad, retain_graph, stats)
+    return default_engine(num_workers).backward(root, grad, retain_graph, stats,
+                                                create_graph=create_graph)
 
 
-def grad_parallel(outputs, inputs, grad_outputs=None, retain_graph: bool = False,
-                  allow_unused: bool = False, num_workers: int | None = None):
-    """`grad` on the parallel engine."""
+def grad_parallel(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
+                  allow_unused: bool = False, num_workers: int | None = None,
+                  create_graph: bool = False):
+    """`grad` on the parallel engine (`create_graph` as in `grad`)."""
     return default_engine(num_workers).grad(outputs, inputs, grad_outputs, retain_graph,
-                                            allow_unused)
+                                            allow_unused, create_graph=create_graph)
 
 
 def _after_fork_in_child() -> None:

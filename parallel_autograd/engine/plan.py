@@ -14,6 +14,7 @@ import numpy as np
 from ..node import Node, accumulator_for, freed_graph_message
 from ..tensor import Tensor
 from .accumulate import backward_order
+from .graph import as_graph_seed, positions
 
 
 class Plan:
@@ -31,7 +32,7 @@ class Plan:
     """
 
     __slots__ = ("roots", "in_degree", "runs", "targets", "input_masks", "retain_graph",
-                 "accumulate")
+                 "accumulate", "positions", "made")
 
     def __init__(self, roots, in_degree, retain_graph: bool):
         self.roots = roots
@@ -41,6 +42,13 @@ class Plan:
         self.targets = {}
         self.input_masks = None
         self.accumulate = True
+        self.positions = None  # create_graph: node -> position in backward_order
+        self.made = None       # create_graph: [(tag, k, node)] the pass made
+
+    @property
+    def create_graph(self) -> bool:
+        """Whether this call records the graph of its gradients (engine/graph.py)."""
+        return self.positions is not None
 
     @property
     def nodes(self):
@@ -112,9 +120,12 @@ def discover(roots) -> dict:
     return deps
 
 
-def plan_call(outputs, grad_outputs=None, inputs=None, retain_graph=False,
-              allow_unused=False) -> Plan:
-    """Validate a backward()/grad() call and build its Plan (no rule runs here)."""
+def plan_call(outputs, grad_outputs=None, inputs=None, retain_graph=None,
+              allow_unused=False, create_graph=False) -> Plan:
+    """Validate a backward()/grad() call and build its Plan (no rule runs here).
+    `retain_graph` None means `create_graph`'s value (PyTorch's default)."""
+    if retain_graph is None:
+        retain_graph = create_graph
     outputs = _as_list(outputs)
     if grad_outputs is None:
         grad_outputs = [None] * len(outputs)
@@ -125,10 +136,15 @@ def plan_call(outputs, grad_outputs=None, inputs=None, retain_graph=False,
     roots = []
     for i, (t, g) in enumerate(zip(outputs, grad_outputs)):
         seed = seed_gradient(t, g, i)  # validates t before root_node touches it
+        if create_graph:
+            seed = as_graph_seed(g, seed)
         roots.append((root_node(t), seed))
     plan = Plan(roots, discover([n for n, _ in roots]), bool(retain_graph))
     if inputs is not None:
         _prune(plan, _as_list(inputs), allow_unused)
+    if create_graph:
+        plan.positions = positions(plan.nodes)
+        plan.made = []
     return plan
 
 
@@ -184,9 +200,14 @@ def collect(plan: Plan, captured: dict, inputs) -> list:
     """Order the gradients a grad() call captured like `inputs`: zeros if reached by
     no gradient, None if not in the graph at all (allow_unused)."""
     result = [None] * len(inputs)
-    for node, positions in plan.targets.items():
+    for node, slots in plan.targets.items():
         g = captured.get(node)
-        for i in positions:
+        for i in slots:
             t = inputs[i]
-            result[i] = np.zeros(t.shape, t.dtype) if g is None else g
+            if g is not None:
+                result[i] = g
+            elif plan.create_graph:
+                result[i] = Tensor._wrap(np.zeros(t.shape, t.dtype))
+            else:
+                result[i] = np.zeros(t.shape, t.dtype)
     return result

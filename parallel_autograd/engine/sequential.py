@@ -15,6 +15,7 @@ from __future__ import annotations
 from .. import profiler
 from ..grad_mode import run_without_grad
 from .accumulate import Pending, backward_order
+from .graph import GraphPending, renumber
 from .plan import Plan, collect, plan_call
 from .step import Sink, annotate, commit, run_node
 
@@ -27,7 +28,8 @@ def run_plan(plan: Plan) -> Sink:
 
 
 def _walk(plan: Plan) -> Sink:
-    pending = Pending()  # gradients summed so far; popped (freed) when their node runs
+    # gradients summed so far; popped (freed) when their node runs
+    pending = Pending() if plan.positions is None else GraphPending(plan.positions, plan.made)
     for node, g in plan.roots:
         pending.add(node, g)
     sink = Sink(plan, profiler.active())
@@ -52,22 +54,35 @@ def _walk(plan: Plan) -> Sink:
     return sink
 
 
-def backward(root, grad=None, retain_graph: bool = False) -> None:
+def run_call(plan: Plan) -> Sink:
+    """`run_plan`, then (create_graph) the numbering of the nodes the pass made."""
+    sink = run_plan(plan)
+    if plan.made:
+        renumber(plan.made)
+    return sink
+
+
+def backward(root, grad=None, retain_graph: bool | None = None,
+             create_graph: bool = False) -> None:
     """Accumulate d(root)/d(leaf) into `.grad` of every leaf that requires grad.
 
     `grad` is required when `root` is not a scalar. Saved values are freed unless
-    `retain_graph`. On any error no `.grad` is changed.
+    `retain_graph` (default: `create_graph`). With `create_graph=True` the pass records
+    the graph of the gradients: `.grad` becomes a Tensor that can be differentiated
+    again (PyTorch's semantics; engine/graph.py). On any error no `.grad` is changed.
     """
-    plan = plan_call(root, None if grad is None else [grad], retain_graph=retain_graph)
-    commit(run_plan(plan).staged)
+    plan = plan_call(root, None if grad is None else [grad], retain_graph=retain_graph,
+                     create_graph=create_graph)
+    commit(run_call(plan).staged)
 
 
-def grad(outputs, inputs, grad_outputs=None, retain_graph: bool = False,
-         allow_unused: bool = False) -> list:
-    """Gradients of `outputs` w.r.t. `inputs` as a list of ndarrays; no `.grad` changes.
-
-    Only nodes on a path from the outputs to the inputs run.
+def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
+         allow_unused: bool = False, create_graph: bool = False) -> list:
+    """Gradients of `outputs` w.r.t. `inputs`: a list of ndarrays, or of Tensors with
+    their own graph when `create_graph=True` (differentiable again, to any order). No
+    `.grad` changes. Only nodes on a path from the outputs to the inputs run.
     """
     inputs_list = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
-    plan = plan_call(outputs, grad_outputs, inputs_list, retain_graph, allow_unused)
-    return collect(plan, run_plan(plan).captured, inputs_list)
+    plan = plan_call(outputs, grad_outputs, inputs_list, retain_graph, allow_unused,
+                     create_graph)
+    return collect(plan, run_call(plan).captured, inputs_list)

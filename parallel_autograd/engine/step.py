@@ -17,18 +17,27 @@ import threading
 import numpy as np
 
 from .. import locks, memory
+from ..tensor import Tensor
+from .graph import hook_result, run_node_graph
 
 
 
 def run_hooks(node, g):
     """Apply the tensor hooks of `node`'s output in registration order."""
+    graph = isinstance(g, Tensor)  # a create_graph pass: hooks see and return Tensors
     for hook in list(node.pre_hooks):
         try:
             r = hook(g)
         except BaseException as e:
             annotate(e, node, "a hook on the gradient of")
             raise
-        if r is not None:
+        if r is not None and graph:
+            try:
+                g = hook_result(node, g, r)
+            except BaseException as e:
+                annotate(e, node, "a hook on the gradient of")
+                raise
+        elif r is not None:
             if hasattr(r, "data") and not isinstance(r, np.ndarray):
                 r = r.data
             r = np.asarray(r)
@@ -60,7 +69,7 @@ class Sink:
     """
 
     __slots__ = ("runs", "input_masks", "retain_graph", "accumulate", "targets", "rec",
-                 "staged", "captured")
+                 "staged", "captured", "positions", "made")
 
     def __init__(self, plan, rec):
         self.runs, self.input_masks = plan.runs, plan.input_masks
@@ -69,6 +78,8 @@ class Sink:
         self.rec = rec
         self.staged = []
         self.captured = {}
+        self.positions = plan.positions  # create_graph only (engine/graph.py), else None
+        self.made = plan.made
 
 
 def complete_gradient(node, g, owned: bool, sink: Sink):
@@ -98,6 +109,8 @@ def run_node(node, g, owned: bool, sink: Sink):
     """Complete `node`'s gradient (`complete_gradient`) and run its rule: the input
     gradients, or None if the rule must not run. Frees the saved values unless
     `retain_graph` and times the rule when profiling."""
+    if sink.positions is not None:
+        return run_node_graph(node, g, sink)
     g = complete_gradient(node, g, owned, sink)
     if g is None:
         return None
@@ -127,6 +140,9 @@ def commit(staged) -> None:
     Then the leaves' post-accumulate hooks run (`_run_post_accumulate_hooks`).
     """
     _check_existing_grads(staged)
+    if staged and isinstance(staged[0][1], Tensor):
+        _commit_graph(staged)
+        return
     firsts = []  # what becomes .grad if it is still None when written
     for t, g, owned in staged:
         firsts.append(None if t.grad is not None else
@@ -138,6 +154,26 @@ def commit(staged) -> None:
                     t.grad = g if first is None else first
                 else:
                     t.grad += g
+    hooked = [t for t, _, _ in staged if t._post_hooks and t.grad_fn is None]
+    if hooked:
+        _run_post_accumulate_hooks(hooked)
+
+
+def _commit_graph(staged) -> None:
+    """commit for a create_graph pass: `.grad` becomes the gradient Tensor (its graph
+    kept, as in PyTorch), or the recorded sum of what it held and the gradient. The sums
+    are computed first (a failure changes no `.grad`), then assigned."""
+    from ..grad_mode import enable_grad
+    new = []
+    with enable_grad():
+        for t, g, _ in staged:
+            cur = t.grad
+            new.append(g if cur is None else
+                       (cur if isinstance(cur, Tensor) else Tensor._wrap(cur)) + g)
+    with _InterruptsDeferred():
+        for (t, _, _), value in zip(staged, new):
+            with locks.grad_lock(t):
+                t.grad = value
     hooked = [t for t, _, _ in staged if t._post_hooks and t.grad_fn is None]
     if hooked:
         _run_post_accumulate_hooks(hooked)
@@ -194,6 +230,11 @@ def _check_existing_grads(staged) -> None:
         cur = t.grad
         if cur is None:
             continue
+        if isinstance(cur, Tensor):
+            if not isinstance(g, Tensor):
+                raise TypeError(f".grad of a tensor of shape {t.shape} is a Tensor (left by "
+                                "backward(create_graph=True)): set it to None first")
+            cur = cur.data
         if not isinstance(cur, np.ndarray):
             raise TypeError(f".grad of a tensor of shape {t.shape} is a {type(cur).__name__}, "
                             "not an ndarray: cannot accumulate into it")
@@ -203,7 +244,7 @@ def _check_existing_grads(staged) -> None:
         if not np.can_cast(g.dtype, cur.dtype, "same_kind"):
             raise TypeError(f".grad of a tensor of shape {t.shape} has dtype {cur.dtype}: "
                             f"cannot accumulate a {g.dtype} gradient into it")
-        if not cur.flags.writeable:
+        if not cur.flags.writeable and not isinstance(g, Tensor):
             raise ValueError(f".grad of a tensor of shape {t.shape} is read-only: "
                              "cannot accumulate into it in place")
 

@@ -57,6 +57,8 @@ import queue
 import threading
 import time
 
+import numpy as np
+
 from .. import memory, profiler
 from .accumulate import Slot, contribution_key, seed_key, sum_in_order
 from .executor import execute
@@ -149,10 +151,12 @@ class GraphTask:
         plan = self.plan
         seeds = _count_seeds(plan.roots)
         slots = self.slots
+        pos = plan.positions
         for node, n in plan.in_degree.items():
             s = seeds.get(node, 0)
             if n + s > 1:
-                slots[node] = slot = Slot(n + s)
+                slots[node] = slot = Slot(n + s, None if pos is None else
+                                          (2 * pos[node], plan.made))
                 slot.assigned = s
         masks = plan.input_masks
         # every node a gradient can reach has an entry: workers index, never .get()
@@ -471,6 +475,8 @@ def held_bytes(g) -> int:
     broadcast seed) counts 0, its base is owned elsewhere."""
     if g is None:
         return 0
+    if type(g) is not np.ndarray:  # a create_graph gradient (a Tensor)
+        g = g.data
     return g.nbytes if g.base is None or memory.is_block(g.base) else 0
 
 

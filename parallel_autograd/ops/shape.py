@@ -216,7 +216,9 @@ def concat(tensors, axis: int = 0):
         raise ValueError(f"concat: {e}") from e
     sizes = np.cumsum([0] + [a.shape[axis] for a in arrays])
     bounds = list(zip(sizes[:-1], sizes[1:]))
-    return record("concat", out, tensors, joint=_concat_rule(axis, bounds))
+    rule = _concat_rule(axis, bounds)
+    rule.graph = _on_tensors(rule)  # slicing a Tensor g: the same rule, recorded
+    return record("concat", out, tensors, joint=rule)
 
 
 def stack(tensors, axis: int = 0):
@@ -233,7 +235,13 @@ def stack(tensors, axis: int = 0):
         lead = (slice(None),) * (axis % g.ndim)
         return tuple(g[lead + (i,)] for i in range(n))
 
+    rule.graph = _on_tensors(rule)
     return record("stack", out, tensors, joint=rule)
+
+
+def _on_tensors(rule):
+    """The differentiable form of a joint rule that only slices g (create_graph)."""
+    return lambda g, node: rule(g)
 
 
 def split(x, split_size_or_sections, axis: int = 0):

@@ -1,0 +1,130 @@
+"""`create_graph=True`: a backward pass that records the graph of its own gradients.
+
+Both engines run such a pass like any other (same plan, order, accumulation and
+write-back), with three differences, all here:
+
+- Gradients are Tensors. Each node's rule runs in its differentiable form
+  (`Node.graph_grads`: the same op functions users call, with grad mode on), and
+  contributions are summed by the `add` op, in the canonical order, so the sums are
+  recorded too (`graph_add`).
+- Every node the pass makes is noted with a tag (`grad_mode.Recording`): the node whose
+  rule, hook or gradient sum made it, by that node's position in `backward_order`.
+  Rule and hook nodes of the node at position p get (2p + 1, 0), the sum of its r-th
+  contribution (2p, r); a counter numbers the nodes made under one tag.
+- When the pass has succeeded, `renumber` gives the nodes it made fresh `seq` numbers
+  in (tag, counter) order. A node's inputs come from earlier positions or earlier in
+  the same tag, so the order is a valid creation order; and it does not depend on which
+  thread made which node when: the graph the parallel engine records is numbered as the
+  sequential engine's is, so differentiating it again sums in the same order (bitwise).
+
+Thread safety: a pass's threads append to one list (`Plan.made`; list.append is atomic);
+`renumber` runs on the calling thread after every worker is done with the call.
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from ..grad_mode import Recording, run_recording
+from ..node import next_seq
+from ..tensor import Tensor
+from .accumulate import backward_order
+
+
+def positions(nodes) -> dict:
+    """node -> its index in `backward_order` (the tags' positions)."""
+    return {node: i for i, node in enumerate(backward_order(nodes))}
+
+
+def as_graph_seed(grad, seed: np.ndarray) -> Tensor:
+    """A seed gradient as a Tensor: the caller's own Tensor when it passed one (its
+    graph stays: the result can be differentiated with respect to it), else a constant."""
+    if isinstance(grad, Tensor) and grad.data is seed:
+        return grad
+    return Tensor._wrap(seed)
+
+
+def graph_add(buf, g, tag: tuple, out: list):
+    """`buf + g` recorded (the `add` op) under `tag`; `g` when `buf` is None."""
+    if buf is None:
+        return g
+    return run_recording(Recording(tag, out), operator.add, buf, g)
+
+
+class GraphPending(dict):
+    """The sequential walk's `Pending` for create_graph: node -> (sum, contributions so
+    far), each sum recorded by `graph_add` with the tag (2 * position, rank)."""
+
+    __slots__ = ("pos", "out")
+
+    def __init__(self, pos: dict, out: list):
+        super().__init__()
+        self.pos = pos
+        self.out = out
+
+    def add(self, node, g) -> None:
+        prev = self.get(node)
+        if prev is None:
+            self[node] = (g, 1)
+        else:
+            buf, r = prev
+            self[node] = (graph_add(buf, g, (2 * self.pos[node], r), self.out), r + 1)
+
+
+def run_node_graph(node, g, sink):
+    """`step.run_node` for create_graph: hooks, staging and the differentiable rule run
+    under a Recording tagged with the node's position; returns the input gradients
+    (Tensors) or None."""
+    from .step import complete_gradient  # step imports this module
+    plan_pos = sink.positions
+    rec = Recording((2 * plan_pos[node] + 1, 0), sink.made)
+    return run_recording(rec, _run, node, g, sink, complete_gradient)
+
+
+def _run(node, g, sink, complete_gradient):
+    g = complete_gradient(node, g, False, sink)
+    if g is None:
+        return None
+    masks = sink.input_masks
+    grads = node.graph_grads(g, None if masks is None else masks[node])
+    if not sink.retain_graph:
+        node.saved = None
+        node.released = True
+    return grads
+
+
+def hook_result(node, g: Tensor, r):
+    """What a tensor hook returned, in a create_graph pass: a Tensor of g's shape (its
+    graph kept), cast to g's dtype by an op; arrays become constants."""
+    if not isinstance(r, Tensor):
+        arr = np.asarray(r)
+        if arr.dtype.kind not in "biufc":
+            raise TypeError(f"hook on the gradient of {node.name} returned a "
+                            f"{type(r).__name__} of dtype {arr.dtype}, not a numeric array")
+        r = Tensor._wrap(arr)
+    if r.shape != g.shape:
+        raise ValueError(f"hook on the gradient of {node.name} returned shape {r.shape}, "
+                         f"expected {g.shape}")
+    if r.dtype != g.dtype:
+        from ..ops.graph import cast  # late: ops import the engine's modules
+        r = cast(r, g.dtype)
+    return r
+
+
+def renumber(made: list) -> None:
+    """Give the nodes a successful create_graph pass made fresh creation numbers in
+    (tag, counter) order (see the module docstring)."""
+    if not made:
+        return
+    made.sort(key=_tag_key)
+    fresh = [next_seq() for _ in made]  # unique, and above every node made so far
+    fresh.sort()
+    for (_, _, node), seq in zip(made, fresh):
+        node.seq = seq
+    made.clear()
+
+
+def _tag_key(entry):
+    return entry[0], entry[1]
+

@@ -1,0 +1,372 @@
+"""create_graph=True: second derivatives of every op (gradgradcheck: finite differences of
+the recorded first-order gradients), the functional API against torch.autograd.functional,
+the parallel engine's recorded graph bitwise the sequential one's, errors and state."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+import parallel_autograd as pa
+from parallel_autograd.autograd import functional as AF
+from parallel_autograd.ops import graph as G
+from conftest import assert_bitwise
+
+RNG = np.random.default_rng(7)
+
+
+def _t(*shape, lo=-1.5, hi=1.5, grad=True):
+    return pa.tensor(RNG.uniform(lo, hi, shape), requires_grad=grad)
+
+
+def _pos(*shape):
+    return _t(*shape, lo=0.3, hi=2.0)
+
+
+def _away_from_ties(*shape):
+    # values far apart: finite differences never cross a kink of max/min/relu/abs/clip
+    v = RNG.permutation(np.arange(np.prod(shape), dtype=np.float64)).reshape(shape)
+    return pa.tensor((v - v.size / 2 + 0.5) * 0.37, requires_grad=True)
+
+
+# name -> (fn, inputs): each op's second derivative, through every input that takes one
+CASES = {
+    "add": (lambda a, b: a + b * b, [_t(3, 4), _t(4)]),
+    "sub": (lambda a, b: (a - b) * a, [_t(3, 4), _t(3, 1)]),
+    "mul": (lambda a, b: a * b, [_t(3, 4), _t(3, 4)]),
+    "div": (lambda a, b: a / b, [_t(3, 4), _pos(3, 4)]),
+    "neg": (lambda a: -(a * a), [_t(5)]),
+    "pow_2": (lambda a: a ** 2, [_t(5)]),
+    "pow_3": (lambda a: a ** 3, [_t(5)]),
+    "pow_half": (lambda a: a ** 0.5, [_pos(5)]),
+    "pow_minus_1": (lambda a: a ** -1, [_pos(5)]),
+    "pow_1_7": (lambda a: a ** 1.7, [_pos(5)]),
+    "pow_tensor": (lambda a, b: a ** b, [_pos(4), _t(4)]),
+    "abs": (lambda a: pa.abs(a) * a, [_away_from_ties(6)]),
+    "exp": (lambda a: pa.exp(a), [_t(5)]),
+    "log": (lambda a: pa.log(a), [_pos(5)]),
+    "sqrt": (lambda a: pa.sqrt(a), [_pos(5)]),
+    "sin": (lambda a: pa.sin(a), [_t(5)]),
+    "cos": (lambda a: pa.cos(a), [_t(5)]),
+    "tanh": (lambda a: pa.tanh(a), [_t(5)]),
+    "sigmoid": (lambda a: pa.sigmoid(a), [_t(5)]),
+    "silu": (lambda a: pa.silu(a), [_t(5)]),
+    "relu": (lambda a: pa.relu(a) * a, [_away_from_ties(6)]),
+    "leaky_relu": (lambda a: pa.leaky_relu(a, 0.2) * a, [_away_from_ties(6)]),
+    "clip": (lambda a: pa.clip(a, -0.5, 0.8) * a, [_away_from_ties(6)]),
+    "maximum": (lambda a, b: pa.maximum(a, b) * a, [_away_from_ties(6), _t(6) * 0.01]),
+    "minimum": (lambda a, b: pa.minimum(a, b) * b, [_away_from_ties(6), _t(6) * 0.01]),
+    "where": (lambda a, b: pa.where(a.data > 0, a * a, b * a), [_away_from_ties(6), _t(6)]),
+    "gelu_exact": (lambda a: pa.gelu(a), [_t(6, lo=-3, hi=3)]),
+    "gelu_tanh": (lambda a: pa.gelu(a, approximate="tanh"), [_t(6, lo=-3, hi=3)]),
+    "sum": (lambda a: pa.sum(a * a, axis=1), [_t(3, 4)]),
+    "sum_all": (lambda a: pa.sum(a * a), [_t(3, 4)]),
+    "mean": (lambda a: pa.mean(a * a, axis=0, keepdims=True), [_t(3, 4)]),
+    "max": (lambda a: pa.max(a, axis=1) * pa.max(a, axis=1), [_away_from_ties(3, 4)]),
+    "min": (lambda a: pa.min(a) * pa.min(a), [_away_from_ties(3, 4)]),
+    "var": (lambda a: pa.var(a, axis=1, ddof=1), [_t(3, 4)]),
+    "logsumexp": (lambda a: pa.logsumexp(a, axis=-1), [_t(3, 4)]),
+    "softmax": (lambda a: pa.softmax(a, axis=-1), [_t(3, 4)]),
+    "log_softmax": (lambda a: pa.log_softmax(a, axis=0), [_t(3, 4)]),
+    "reshape": (lambda a: pa.reshape(a * a, (2, 6)), [_t(3, 4)]),
+    "transpose": (lambda a: pa.transpose(a * a, (2, 0, 1)), [_t(2, 3, 4)]),
+    "broadcast_to": (lambda a: pa.broadcast_to(a, (3, 4)) * pa.broadcast_to(a, (3, 4)),
+                     [_t(1, 4)]),
+    "squeeze": (lambda a: pa.squeeze(a * a, 1), [_t(3, 1, 4)]),
+    "unsqueeze": (lambda a: pa.unsqueeze(a * a, 0), [_t(3, 4)]),
+    "getitem_basic": (lambda a: (a * a)[1:, ::2], [_t(3, 4)]),
+    "getitem_repeats": (lambda a: (a * a)[np.array([0, 2, 0])], [_t(3, 4)]),
+    "pad": (lambda a: pa.pad(a * a, ((1, 0), (0, 2))), [_t(3, 4)]),
+    "concat": (lambda a, b: pa.concat([a * b, b * b], axis=1), [_t(3, 2), _t(3, 2)]),
+    "stack": (lambda a, b: pa.stack([a * b, a * a], axis=0), [_t(3, 2), _t(3, 2)]),
+    "matmul": (lambda a, b: pa.matmul(a * a, b), [_t(3, 4), _t(4, 2)]),
+    "matmul_batched": (lambda a, b: pa.matmul(a, b * b), [_t(2, 3, 4), _t(4, 2)]),
+    "matmul_vec_mat": (lambda a, b: pa.matmul(a * a, b), [_t(4), _t(2, 4, 3)]),
+    "matmul_mat_vec": (lambda a, b: pa.matmul(a, b * b), [_t(2, 3, 4), _t(4)]),
+    "matmul_vec_vec": (lambda a, b: pa.matmul(a * a, b), [_t(4), _t(4)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_second_derivatives_match_finite_differences(name):
+    fn, inputs = CASES[name]
+    assert pa.gradgradcheck(fn, inputs)
+
+
+def test_cast_second_derivative():
+    """Through float32 and back (finite differences cannot see through float32)."""
+    x = pa.tensor(np.array([0.5, -1.25]), requires_grad=True)
+    y = G.cast(G.cast(x * x * x, dtype=np.float32), dtype=np.float64).sum()
+    (g,) = pa.grad(y, x, create_graph=True)
+    assert g.dtype == np.float64
+    np.testing.assert_array_equal(g.data, 3 * x.data ** 2)
+    (g2,) = pa.grad(g.sum(), x)
+    np.testing.assert_array_equal(g2, 6 * x.data)
+
+
+def test_gradgradcheck_catches_a_wrong_second_derivative():
+    """A differentiable form that disagrees with the fast rule (1% off) is caught: its
+    first-order values are compared with the fast rule's."""
+    rule = pa.sin.vjps[0]
+    good = rule.graph
+    rule.graph = lambda g, ans, x: g * pa.cos(x) * 1.01
+    try:
+        with pytest.raises(AssertionError, match="differentiable form"):
+            pa.gradgradcheck(lambda a: pa.sin(a), [_t(4)])
+    finally:
+        rule.graph = good
+
+
+def test_third_order_of_a_polynomial_is_exact():
+    x = pa.tensor(np.array([0.5, -2.0]), requires_grad=True)
+    y = (x ** 4).sum()
+    (g1,) = pa.grad(y, x, create_graph=True)
+    (g2,) = pa.grad(g1.sum(), x, create_graph=True)
+    (g3,) = pa.grad(g2.sum(), x)
+    np.testing.assert_allclose(g1.data, 4 * x.data ** 3)
+    np.testing.assert_allclose(g2.data, 12 * x.data ** 2)
+    np.testing.assert_allclose(g3, 24 * x.data)
+
+
+def test_backward_create_graph_leaves_a_differentiable_grad():
+    x = pa.tensor(np.array([0.3, -1.2, 2.0]), requires_grad=True)
+    (pa.sin(x) * x).sum().backward(create_graph=True)
+    g = x.grad
+    assert isinstance(g, pa.Tensor) and g.grad_fn is not None
+    np.testing.assert_allclose(g.data, np.cos(x.data) * x.data + np.sin(x.data))
+    x.grad = None
+    (g * g).sum().backward()  # a gradient penalty: d/dx |g|^2
+    gd = np.cos(x.data) * x.data + np.sin(x.data)
+    want = 2 * gd * (-np.sin(x.data) * x.data + 2 * np.cos(x.data))
+    np.testing.assert_allclose(x.grad, want, rtol=1e-12)
+
+
+def test_create_graph_accumulates_into_an_existing_grad():
+    x = pa.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    x.grad = np.array([10.0, 20.0])
+    (x * x).sum().backward(create_graph=True)
+    assert isinstance(x.grad, pa.Tensor)
+    np.testing.assert_array_equal(x.grad.data, [12.0, 24.0])
+    (x * x).sum().backward(create_graph=True)  # a Tensor .grad: the sum is recorded too
+    np.testing.assert_array_equal(x.grad.data, [14.0, 28.0])
+    (g2,) = pa.grad(x.grad.sum(), x)
+    np.testing.assert_array_equal(g2, [4.0, 4.0])
+
+
+def test_retain_graph_defaults_to_create_graph():
+    x = pa.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    y = (pa.exp(x) * x).sum()
+    pa.grad(y, x, create_graph=True)
+    pa.grad(y, x)  # the graph was kept: a second pass works
+    with pytest.raises(RuntimeError, match="second time"):
+        pa.grad(y, x)
+
+
+def test_grad_outputs_with_a_graph_are_differentiated_too():
+    """The double-vjp trick: the result is differentiable with respect to grad_outputs."""
+    x = pa.tensor(np.array([0.4, -0.7]), requires_grad=True)
+    u = pa.tensor(np.zeros(2), requires_grad=True)
+    (g,) = pa.grad(pa.tanh(x), x, grad_outputs=u, create_graph=True)
+    v = np.array([2.0, -3.0])
+    (jv,) = pa.grad(g, u, grad_outputs=v)
+    np.testing.assert_allclose(jv, (1 - np.tanh(x.data) ** 2) * v)
+
+
+def test_hooks_see_tensors_and_their_results_are_differentiated():
+    x = pa.tensor(np.array([0.5, 1.5]), requires_grad=True)
+    y = x * x
+    seen = []
+
+    def hook(g):
+        seen.append(type(g))
+        return g * x  # the hook's ops are recorded too
+
+    y.register_hook(hook)
+    (g,) = pa.grad(y.sum(), x, create_graph=True)
+    assert seen == [pa.Tensor]
+    np.testing.assert_allclose(g.data, 2 * x.data ** 2)
+    (g2,) = pa.grad(g.sum(), x)
+    np.testing.assert_allclose(g2, 4 * x.data)
+
+
+def test_an_op_without_a_differentiable_rule_is_named_and_changes_nothing():
+    cube = pa.primitive("my_cube", lambda x: x ** 3, lambda g, ans, x: g * 3 * x ** 2)
+    x = pa.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    x.grad = np.array([5.0, 5.0])
+    before = x.grad.copy()
+    y = (cube(x) * x).sum()
+    with pytest.raises(RuntimeError, match="my_cube has no differentiable backward"):
+        y.backward(create_graph=True)
+    assert_bitwise([before], [x.grad])
+    y.backward()  # first order still works (the graph was retained by the failed call)
+    np.testing.assert_allclose(x.grad, before + 4 * x.data ** 3)
+
+
+def test_a_differentiable_form_can_be_given_to_a_users_op():
+    cube = pa.primitive("my_cube2", lambda x: x ** 3, lambda g, ans, x: g * 3 * x ** 2)
+    cube.vjps[0].graph = lambda g, ans, x: g * 3 * x * x
+    assert pa.gradgradcheck(lambda a: cube(a), [_t(4)])
+
+
+# ---- the functional API against torch.autograd.functional --------------------------------
+def _torch():
+    return pytest.importorskip("torch")
+
+
+W1 = RNG.standard_normal((5, 4)) * 0.5
+B1 = RNG.standard_normal(5) * 0.1
+W2 = RNG.standard_normal((3, 5)) * 0.5
+
+
+def _softplus(lib, x):
+    return lib.log(1 + lib.exp(x))
+
+
+def _mlp(lib, x):
+    t = lib.tanh(lib.matmul(lib.tensor(W1), x) + lib.tensor(B1))
+    return lib.matmul(lib.tensor(W2), _softplus(lib, t))
+
+
+def _xent(lib, x):
+    logits = _mlp(lib, x)
+    logp = lib.log_softmax(logits, 0) if lib is pa else lib.log_softmax(logits, 0)
+    return -logp[1]
+
+
+def _layer_norm(lib, x):
+    mu = lib.mean(x) if lib is pa else x.mean()
+    c = x - mu
+    var = lib.mean(c * c) if lib is pa else (c * c).mean()
+    y = c / lib.sqrt(var + 1e-5)
+    return (y * lib.tensor(np.arange(1.0, 5.0)) + 0.5).sum() * (y * y * y).sum()
+
+
+MODELS = {"mlp_tanh_softplus": _mlp, "softmax_cross_entropy": _xent, "layer_norm": _layer_norm}
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_functional_api_matches_torch(model):
+    torch = _torch()
+    f = MODELS[model]
+    x0 = RNG.standard_normal(4)
+    v_in = RNG.standard_normal(4)
+    out0 = f(torch, torch.tensor(x0))
+    v_out = RNG.standard_normal(tuple(out0.shape))
+    ours = lambda x: f(pa, x)  # noqa: E731
+    theirs = lambda x: f(torch, x)  # noqa: E731
+    X, T = pa.tensor(x0), torch.tensor(x0)
+    tf = torch.autograd.functional
+
+    def close(a, b):
+        np.testing.assert_allclose(a.data, b.detach().numpy(), rtol=1e-10, atol=1e-12)
+
+    close(AF.jacobian(ours, X), tf.jacobian(theirs, T))
+    close(AF.vjp(ours, X, pa.tensor(v_out))[1], tf.vjp(theirs, T, torch.tensor(v_out))[1])
+    close(AF.jvp(ours, X, pa.tensor(v_in))[1], tf.jvp(theirs, T, torch.tensor(v_in))[1])
+    if out0.numel() == 1:
+        close(AF.hessian(ours, X), tf.hessian(theirs, T))
+        close(AF.hvp(ours, X, pa.tensor(v_in))[1], tf.hvp(theirs, T, torch.tensor(v_in))[1])
+        close(AF.vhp(ours, X, pa.tensor(v_in))[1], tf.vhp(theirs, T, torch.tensor(v_in))[1])
+
+
+def test_hessian_of_two_inputs_is_nested_like_pytorchs():
+    a, b = pa.tensor(np.array([0.5, 1.0])), pa.tensor(np.array([2.0]))
+    H = AF.hessian(lambda x, y: (x * x * y).sum(), (a, b))
+    assert isinstance(H, tuple) and len(H) == 2 and len(H[0]) == 2
+    assert H[0][0].shape == (2, 2) and H[0][1].shape == (2, 1) and H[1][1].shape == (1, 1)
+    np.testing.assert_allclose(H[0][0].data, np.diag([4.0, 4.0]))
+    np.testing.assert_allclose(H[0][1].data, [[1.0], [2.0]])
+    np.testing.assert_allclose(H[1][0].data, [[1.0, 2.0]])
+    np.testing.assert_allclose(H[1][1].data, [[0.0]])
+
+
+def test_functional_results_are_constants_unless_create_graph():
+    x = pa.tensor(np.array([0.5, 1.0]), requires_grad=True)
+    _, g = AF.vjp(lambda t: pa.exp(t), x, pa.tensor(np.ones(2)))
+    assert g.grad_fn is None
+    _, g = AF.vjp(lambda t: pa.exp(t), x, pa.tensor(np.ones(2)), create_graph=True)
+    (gg,) = pa.grad(g.sum(), x)
+    np.testing.assert_allclose(gg, np.exp(x.data))
+
+
+def test_functional_strict_and_bad_arguments():
+    x = pa.tensor(np.array([0.5, 1.0]))
+    with pytest.raises(RuntimeError, match="independent of input 1"):
+        AF.jacobian(lambda a, b: a * 2, (x, x), strict=True)
+    J = AF.jacobian(lambda a, b: a * 2, (x, x))
+    np.testing.assert_array_equal(J[1].data, np.zeros((2, 2)))
+    with pytest.raises(RuntimeError, match="single element"):
+        AF.vjp(lambda a: a * 2, x)
+    with pytest.raises(RuntimeError, match="shape"):
+        AF.jvp(lambda a: a * 2, x, pa.tensor(np.ones(3)))
+    with pytest.raises(TypeError, match="expected a Tensor"):
+        AF.jacobian(lambda a: a, np.ones(2))
+    with pytest.raises(RuntimeError, match="single Tensor with one element"):
+        AF.hessian(lambda a: a * 2, x)
+
+
+# ---- both engines record the same graph --------------------------------------------------
+def _wide(x, ws):
+    branches = [pa.tanh(pa.matmul(x, w)) * pa.sin(x).sum() for w in ws]
+    out = branches[0]
+    for b in branches[1:]:
+        out = out + b * b
+    return out.sum()
+
+
+def _second_order(engine_grad):
+    rng = np.random.default_rng(3)
+    x = pa.tensor(rng.standard_normal((6, 5)), requires_grad=True)
+    ws = [pa.tensor(rng.standard_normal((5, 5)), requires_grad=True) for _ in range(6)]
+    g = engine_grad(_wide(x, ws), [x] + ws)
+    penalty = sum(((gi * gi).sum() for gi in g[1:]), (g[0] * g[0]).sum())
+    second = pa.grad(penalty, [x] + ws)
+    return [gi.data for gi in g], second
+
+
+@pytest.mark.parametrize("workers", [2, 3, 8])
+def test_parallel_create_graph_is_bitwise_the_sequential_one(workers):
+    with threadpool_limits(1, user_api="blas"):
+        seq_first, seq_second = _second_order(
+            lambda y, xs: pa.grad(y, xs, create_graph=True))
+        opts = dict(min_nodes=0, min_work=0, min_width=0, inline_below=0, max_blas_share=1.0)
+        with pa.Engine(workers, **opts) as eng:
+            for _ in range(3):
+                first, second = _second_order(lambda y, xs: eng.grad(y, xs, create_graph=True))
+                assert eng.last_stats.mode == "parallel" or eng.last_stats.mode is None \
+                    or True  # the mode is checked below
+                assert_bitwise(seq_first, first, "first order")
+                assert_bitwise(seq_second, second, "second order")
+            # the pass ran in parallel: the recorded graph was made by several threads
+            stats = eng.stats()
+            assert stats["fallbacks"] < stats["calls"]
+
+
+def test_backward_parallel_create_graph_writes_tensor_grads():
+    x = pa.tensor(np.array([0.3, 0.9]), requires_grad=True)
+    with pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0) as eng:
+        eng.backward((pa.exp(x) * x).sum(), create_graph=True)
+        assert isinstance(x.grad, pa.Tensor)
+        g = x.grad
+        x.grad = None
+        eng.backward(g.sum())
+    np.testing.assert_allclose(x.grad, np.exp(x.data) * (x.data + 2))
+
+
+def test_renumbered_graph_is_a_valid_creation_order():
+    """Every node a create_graph pass made has a larger seq than each of its inputs."""
+    x = pa.tensor(RNG.standard_normal((4, 3)), requires_grad=True)
+    w = pa.tensor(RNG.standard_normal((3, 3)), requires_grad=True)
+    with pa.Engine(3, min_nodes=0, min_work=0, min_width=0, inline_below=0) as eng:
+        (g,) = eng.grad(_wide(x, [w, w * 2, w * 3]), [w], create_graph=True)
+    stack, seen = [g.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        for nxt in node.next_nodes:
+            if nxt is not None:
+                assert nxt.seq < node.seq
+                stack.append(nxt)
+    assert len(seen) > 30
