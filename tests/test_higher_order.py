@@ -419,3 +419,18 @@ def test_renumbered_graph_is_a_valid_creation_order():
                 assert nxt.seq < node.seq
                 stack.append(nxt)
     assert len(seen) > 30
+
+
+@pytest.mark.parametrize("w_shape", [(3, 4), (4,)])
+def test_linear_second_derivatives(w_shape):
+    F = pa.nn.functional
+    inputs = [_t(2, 4), _t(*w_shape)] + ([_t(3)] if len(w_shape) == 2 else [])
+    assert pa.gradgradcheck(lambda x, w, *b: pa.tanh(F.linear(x, w, *b)), inputs)
+
+
+def test_an_nn_op_without_a_differentiable_form_is_named():
+    F = pa.nn.functional
+    x = _t(2, 3)
+    y = F.layer_norm(x, (3,)).sum() * x.sum()
+    with pytest.raises(RuntimeError, match="layer_norm has no differentiable backward"):
+        pa.grad(y, x, create_graph=True)
