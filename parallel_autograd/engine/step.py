@@ -141,8 +141,15 @@ def commit(staged) -> None:
     """
     _check_existing_grads(staged)
     if staged and isinstance(staged[0][1], Tensor):
-        _commit_graph(staged)
-        return
+        _write_graph_grads(staged)
+    else:
+        _write_grads(staged)
+    hooked = [t for t, _, _ in staged if t._post_hooks and t.grad_fn is None]
+    if hooked:
+        _run_post_accumulate_hooks(hooked)
+
+
+def _write_grads(staged) -> None:
     firsts = []  # what becomes .grad if it is still None when written
     for t, g, owned in staged:
         firsts.append(None if t.grad is not None else
@@ -154,12 +161,9 @@ def commit(staged) -> None:
                     t.grad = g if first is None else first
                 else:
                     t.grad += g
-    hooked = [t for t, _, _ in staged if t._post_hooks and t.grad_fn is None]
-    if hooked:
-        _run_post_accumulate_hooks(hooked)
 
 
-def _commit_graph(staged) -> None:
+def _write_graph_grads(staged) -> None:
     """commit for a create_graph pass: `.grad` becomes the gradient Tensor (its graph
     kept, as in PyTorch), or the recorded sum of what it held and the gradient. The sums
     are computed first (a failure changes no `.grad`), then assigned."""
@@ -174,9 +178,6 @@ def _commit_graph(staged) -> None:
         for (t, _, _), value in zip(staged, new):
             with locks.grad_lock(t):
                 t.grad = value
-    hooked = [t for t, _, _ in staged if t._post_hooks and t.grad_fn is None]
-    if hooked:
-        _run_post_accumulate_hooks(hooked)
 
 
 def _run_post_accumulate_hooks(leaves) -> None:
