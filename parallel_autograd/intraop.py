@@ -42,6 +42,7 @@ MIN_ELEMENTS = 1 << 16  # below this a split costs more (~20 us a hand-off) than
 
 _lock = threading.Lock()
 _helpers: list = []          # [queue.SimpleQueue of tasks], one per helper thread
+_threads: list = []          # the helper threads, in the same order
 _running_engines = [0]       # parallel backward calls running now (engine_running)
 
 
@@ -69,6 +70,13 @@ def set_num_threads(n: int) -> int:
     with _lock:
         prev, _num_threads[0] = _num_threads[0], n
     return prev
+
+
+def helper_threads() -> list:
+    """The persistent helper threads started so far (at most get_num_threads() - 1; they
+    live as long as the process, like BLAS's). Thread-safe (a copy)."""
+    with _lock:
+        return list(_threads)
 
 
 def get_num_threads() -> int:
@@ -114,8 +122,10 @@ def _ensure_helpers(k: int) -> list:
     with _lock:
         while len(_helpers) < k:
             q: queue.SimpleQueue = queue.SimpleQueue()
-            threading.Thread(target=_helper, args=(q,), name=f"pa-intraop-{len(_helpers)}",
-                             daemon=True).start()
+            t = threading.Thread(target=_helper, args=(q,), name=f"pa-intraop-{len(_helpers)}",
+                             daemon=True)
+            t.start()
+            _threads.append(t)
             _helpers.append(q)
         return _helpers[:k]
 
@@ -162,6 +172,7 @@ def _after_fork_in_child() -> None:
     global _lock
     _lock = threading.Lock()
     _helpers.clear()
+    _threads.clear()
     _running_engines[0] = 0
 
 

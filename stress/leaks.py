@@ -141,6 +141,7 @@ class LeakMonitor:
         known = set()
         for pool in self.pools():
             known.update(t.ident for t in pool.threads)
+        known.update(t.ident for t in pa.intraop.helper_threads())  # persistent, by design
         return [t for t in threading.enumerate()
                 if t.ident not in self.base_threads and t.ident not in known]
 
