@@ -30,7 +30,10 @@ def grad_mode():
 
 def set_mode(mode: bool) -> None:
     """Set this thread's grad mode (the engines' internal switch; users call
-    `set_grad_enabled`)."""
+    `set_grad_enabled`). Turning it on when it is on keeps the current value: inside a
+    create_graph pass that is a `Recording`, which must keep noting the nodes made."""
+    if mode and _enabled.get():
+        return
     _enabled.set(bool(mode))
 
 
@@ -102,8 +105,6 @@ class _GradModeContext:
 
     def __enter__(self):
         self._prev.__dict__.setdefault("stack", []).append(_enabled.get())
-        if self._mode and _enabled.get():
-            return self  # already on (perhaps a Recording, which must stay)
         set_mode(self._mode)
         return self
 

@@ -434,3 +434,32 @@ def test_an_nn_op_without_a_differentiable_form_is_named():
     y = F.layer_norm(x, (3,)).sum() * x.sum()
     with pytest.raises(RuntimeError, match="layer_norm has no differentiable backward"):
         pa.grad(y, x, create_graph=True)
+
+
+def test_turning_grad_on_inside_a_hook_keeps_the_pass_numbering():
+    """enable_grad / set_grad_enabled(True) in a hook of a create_graph pass leave the
+    pass's recording in place: the nodes the hook makes are renumbered with the rest."""
+    x = pa.tensor(RNG.standard_normal(4), requires_grad=True)
+    y = pa.tanh(x) * x
+
+    def hook(g):
+        with pa.enable_grad():
+            pa.set_grad_enabled(True)
+            return g * pa.sin(x)
+
+    y.register_hook(hook)
+    first_new = next_seq()
+    (g,) = pa.grad((y * y).sum(), x, create_graph=True)
+    made = _made_graph([g], first_new)
+    assert ("sin", (None,)) not in made and any(name == "sin" for name, _ in made)
+    stack, seen = [g.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        for nxt in node.next_nodes:
+            if nxt is not None:
+                assert nxt.seq < node.seq
+                stack.append(nxt)
+    assert pa.is_grad_enabled()

@@ -73,25 +73,12 @@ class GraphPending(dict):
 
 
 def run_node_graph(node, g, sink):
-    """`step.run_node` for create_graph: hooks, staging and the differentiable rule run
-    under a Recording tagged with the node's position; returns the input gradients
-    (Tensors) or None."""
-    from .step import complete_gradient  # step imports this module
-    plan_pos = sink.positions
-    rec = Recording((2 * plan_pos[node] + 1, 0), sink.made)
-    return run_recording(rec, _run, node, g, sink, complete_gradient)
-
-
-def _run(node, g, sink, complete_gradient):
-    g = complete_gradient(node, g, False, sink)
-    if g is None:
-        return None
-    masks = sink.input_masks
-    grads = node.graph_grads(g, None if masks is None else masks[node])
-    if not sink.retain_graph:
-        node.saved = None
-        node.released = True
-    return grads
+    """`step.run_node` for create_graph: the whole step (hooks, staging, the rule's
+    differentiable form) under a Recording tagged with the node's position; returns the
+    input gradients (Tensors) or None."""
+    from .step import run_node  # step imports this module
+    rec = Recording((2 * sink.positions[node] + 1, 0), sink.made)
+    return run_recording(rec, run_node, node, g, False, sink, True)
 
 
 def hook_result(node, g: Tensor, r):

@@ -105,11 +105,13 @@ def complete_gradient(node, g, owned: bool, sink: Sink):
     return g if runs is None or node in runs else None
 
 
-def run_node(node, g, owned: bool, sink: Sink):
+def run_node(node, g, owned: bool, sink: Sink, recording: bool = False):
     """Complete `node`'s gradient (`complete_gradient`) and run its rule: the input
     gradients, or None if the rule must not run. Frees the saved values unless
-    `retain_graph` and times the rule when profiling."""
-    if sink.positions is not None:
+    `retain_graph` and times the rule when profiling. In a create_graph pass the whole
+    step runs again under the node's `Recording` (`recording=True`: engine/graph.py)
+    with the rule's differentiable form."""
+    if sink.positions is not None and not recording:
         return run_node_graph(node, g, sink)
     g = complete_gradient(node, g, owned, sink)
     if g is None:
@@ -117,7 +119,8 @@ def run_node(node, g, owned: bool, sink: Sink):
     rec = sink.rec
     t0 = rec.now() if rec is not None else 0.0
     masks = sink.input_masks
-    grads = node.input_grads(g, None if masks is None else masks[node])
+    mask = None if masks is None else masks[node]
+    grads = node.graph_grads(g, mask) if recording else node.input_grads(g, mask)
     if not sink.retain_graph:
         node.saved = None
         node.released = True
