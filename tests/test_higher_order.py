@@ -463,3 +463,54 @@ def test_turning_grad_on_inside_a_hook_keeps_the_pass_numbering():
                 assert nxt.seq < node.seq
                 stack.append(nxt)
     assert pa.is_grad_enabled()
+
+
+def _creation_order_is_valid(roots) -> int:
+    stack, seen = [r.grad_fn for r in roots], set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        for nxt in node.next_nodes:
+            if nxt is not None:
+                assert nxt.seq < node.seq, f"{nxt} is an input of {node}"
+                stack.append(nxt)
+    return len(seen)
+
+
+def _nested_pass_first_order(x_data):
+    """d/dx sum(y^2), y = tanh(x) x, with y's gradient multiplied by dz/dx, z = sum((sin(x) x)^2)."""
+    t = np.tanh(x_data)
+    y = t * x_data
+    dz = 2 * np.sin(x_data) * x_data * (np.cos(x_data) * x_data + np.sin(x_data))
+    return 2 * y * dz * ((1 - t * t) * x_data + t)
+
+
+@pytest.mark.parametrize("engine", ["sequential", "parallel"])
+def test_a_create_graph_pass_inside_a_hook_of_one_is_numbered_with_it(engine):
+    """A hook of a create_graph pass that runs a create_graph pass itself (as a
+    checkpoint's recomputation does): the inner pass's nodes take inputs the hook made
+    before calling it, so they are numbered after them, with the outer pass's nodes."""
+    x = pa.tensor(RNG.standard_normal(5), requires_grad=True)
+    y = pa.tanh(x) * x
+
+    def hook(g):
+        z = pa.sin(x) * x
+        (dz,) = pa.grad((z * z).sum(), x, create_graph=True)
+        return g * dz
+
+    handle = y.register_hook(hook)
+    if engine == "sequential":
+        (g,) = pa.grad((y * y).sum(), x, create_graph=True)
+    else:
+        with pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0) as eng:
+            (g,) = eng.grad((y * y).sum(), x, create_graph=True)
+    np.testing.assert_allclose(g.data, _nested_pass_first_order(x.data), rtol=1e-12)
+    assert _creation_order_is_valid([g]) > 10
+    handle.remove()  # y's node is on g's graph too: the hook would fire again
+    (gg,) = pa.grad(g.sum(), x)
+    eps = 1e-6
+    fd = [(_nested_pass_first_order(x.data + eps * e).sum()
+           - _nested_pass_first_order(x.data - eps * e).sum()) / (2 * eps) for e in np.eye(5)]
+    np.testing.assert_allclose(gg.data, fd, rtol=1e-6, atol=1e-8)

@@ -26,7 +26,7 @@ import operator
 
 import numpy as np
 
-from ..grad_mode import Recording, run_recording
+from ..grad_mode import Recording, grad_mode, run_recording
 from ..node import next_seq
 from ..tensor import Tensor
 from .accumulate import backward_order
@@ -101,10 +101,21 @@ def hook_result(node, g: Tensor, r):
 
 def renumber(made: list) -> None:
     """Give the nodes a successful create_graph pass made fresh creation numbers in
-    (tag, counter) order (see the module docstring)."""
+    (tag, counter) order (see the module docstring); or, when called inside a rule of an
+    enclosing create_graph pass, hand them in that order to the enclosing pass."""
     if not made:
         return
     made.sort(key=_tag_key)
+    outer = grad_mode()
+    if isinstance(outer, Recording):
+        # A pass run by a rule or hook of an enclosing create_graph pass (a checkpoint's
+        # recomputation, a hook calling grad): its nodes become that rule's, in this
+        # pass's order, and are numbered with the enclosing pass's nodes when it ends, so
+        # they stay after the nodes that rule made before calling this pass (their inputs).
+        for entry in made:
+            outer.made(entry[2])
+        made.clear()
+        return
     fresh = [next_seq() for _ in made]  # unique, and above every node made so far
     fresh.sort()
     for (_, _, node), seq in zip(made, fresh):
