@@ -5,7 +5,7 @@ from .creation import arange, ones, randn, zeros
 from .engine.sequential import backward, grad
 from .engine.engine import (Engine, backward_parallel, default_engine, get_default_engine,
                             grad_parallel, set_default_engine)
-from .function import Function, FunctionCtx
+from .function import Function, FunctionCtx, once_differentiable
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .ops.elementwise import (abs, add, clip, cos, div, exp, gelu, leaky_relu, log, maximum,
                               minimum, mul, neg, pow, relu, sigmoid, silu, sin, sqrt, sub,
@@ -37,7 +37,7 @@ __all__ = [
     "Engine", "exp", "expand", "flatten", "Function", "FunctionCtx", "gelu",
     "get_default_engine", "getitem", "grad", "grad_parallel", "gradcheck", "gradgradcheck",
     "is_grad_enabled", "leaky_relu", "load", "log", "log_softmax", "logsumexp",
-    "manual_seed", "matmul", "maximum", "mean", "minimum", "mul", "neg", "no_grad", "ones",
+    "manual_seed", "matmul", "maximum", "mean", "minimum", "mul", "neg", "no_grad", "once_differentiable", "ones",
     "pad", "permute", "primitive", "profile", "randn", "record", "relu", "reshape", "save",
     "set_default_engine", "set_grad_enabled", "sigmoid", "silu", "sin", "softmax", "split",
     "sqrt", "squeeze", "stack", "sub", "swapaxes", "tanh", "Tensor", "tensor", "transpose",

@@ -16,14 +16,30 @@
 returns an ndarray; `backward` receives the output gradient as an ndarray and
 returns one gradient (or None) per forward argument. `backward` may run on an
 engine worker thread; it may itself call `backward`/`grad` (reentrant).
+
+Higher-order gradients (`create_graph=True`), as in PyTorch: the same `backward` runs on
+Tensors with grad mode on. The gradient is a Tensor, and `ctx.saved_tensors` holds
+Tensors: a saved input (the very array `forward` received) or the output (the very array
+it returned) is connected to the graph, anything else is a constant. A `backward` written
+with the package's ops and operators (`3 * x ** 2 * g`, `pa.cos(x) * g`) is therefore
+differentiable to any order; one that calls numpy functions on them fails with an error
+naming the Function. Decorate such a `backward` with `once_differentiable`: it then runs
+on arrays in a create_graph pass too, and differentiating its result raises.
 """
 from __future__ import annotations
 
 import numpy as np
 
+import copy
+import weakref
+from typing import Callable
+
 from .grad_mode import no_grad
+from .node import graph_input
 from .primitive import record
 from .tensor import Tensor
+
+__all__ = ["Function", "FunctionCtx", "once_differentiable"]
 
 
 class FunctionCtx:
@@ -35,6 +51,15 @@ class FunctionCtx:
 
     def save_for_backward(self, *arrays):
         self.saved_tensors = tuple(a.data if isinstance(a, Tensor) else a for a in arrays)
+
+
+def once_differentiable(backward: Callable) -> Callable:
+    """Decorator for a `Function.backward` that works on ndarrays only (PyTorch's name):
+    in a create_graph pass it still runs on arrays, and its gradients are recorded as
+    nodes that raise a RuntimeError naming the Function if differentiated again. Put it
+    under `@staticmethod`."""
+    backward._once_differentiable = True
+    return backward
 
 
 class Function:
@@ -64,14 +89,92 @@ class Function:
         if isinstance(out, (tuple, list)):  # np.asarray would silently stack them
             raise TypeError(f"{cls.__name__}.forward returned a {type(out).__name__}: a "
                             "Function has exactly one output (return one array)")
-        backward = cls.backward
-
-        def joint(g, ctx):
-            grads = backward(ctx, g)
-            grads = grads if isinstance(grads, tuple) else (grads,)
-            return tuple(x.data if isinstance(x, Tensor) else x for x in grads)
-
+        out = np.asarray(out)
+        # what the differentiable form connects to the graph: the inputs and the output,
+        # by identity (ids are safe: every array saved is alive as long as ctx is)
+        ctx._graph_ids = (tuple(id(a) for a in raw), id(out))
         # ctx travels as the node's saved value (not in the closure), so the engine
         # frees ctx.saved_tensors with the node's other saved values after backward.
-        node_name = cls.__name__
-        return record(node_name, np.asarray(out), args, saved=(ctx,), joint=joint)
+        return record(cls.__name__, out, args, saved=(ctx,), joint=_joint(cls))
+
+
+# Function subclass -> its joint rule, made once per class (weak: classes made in a loop
+# or a test go away; a race makes one twice, harmlessly)
+_JOINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _joint(cls):
+    joint = _JOINTS.get(cls)
+    if joint is None or joint.backward is not cls.backward:
+        joint = _JOINTS[cls] = _make_joint(cls)
+    return joint
+
+
+def _make_joint(cls):
+    backward, name = cls.backward, cls.__name__
+
+    def joint(g, ctx):
+        grads = backward(ctx, g)
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        return tuple(x.data if isinstance(x, Tensor) else x for x in grads)
+
+    def graph(g, node):
+        if getattr(backward, "_once_differentiable", False):
+            return _once(joint, name, g, node)
+        return _on_tensors(backward, name, g, node)
+
+    joint.backward = backward
+    joint.graph = graph
+    return joint
+
+
+def _on_tensors(backward, name: str, g: Tensor, node) -> tuple:
+    """`backward` on Tensors (create_graph): ctx.saved_tensors with the saved inputs and
+    output as Tensors on the graph (see the module docstring)."""
+    ctx = node.saved[0]
+    input_ids, out_id = ctx._graph_ids
+    saved = []
+    for a in ctx.saved_tensors:
+        if id(a) == out_id:
+            a = Tensor._wrap(a, node)
+        elif id(a) in input_ids:
+            a = graph_input(node, input_ids.index(id(a)), a)
+        saved.append(a)
+    view = copy.copy(ctx)
+    view.saved_tensors = tuple(saved)
+    try:
+        grads = backward(view, g)
+    except (TypeError, AttributeError) as e:
+        raise RuntimeError(
+            f"create_graph: {name}.backward failed on Tensors ({type(e).__name__}: {e}). "
+            f"In a create_graph pass its gradient and saved tensors are Tensors, so it must "
+            f"use parallel_autograd ops (pa.cos, not np.cos); or decorate it with "
+            f"@pa.once_differentiable (its gradient then cannot be differentiated again)"
+        ) from e
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    for i, gi in enumerate(grads):
+        if gi is not None and not isinstance(gi, Tensor) and i < len(node.next_nodes) \
+                and node.next_nodes[i] is not None:
+            raise RuntimeError(
+                f"create_graph: {name}.backward returned a {type(gi).__name__} for input "
+                f"{i}, not a Tensor, so that gradient cannot be differentiated again: "
+                f"compute it with parallel_autograd ops on the Tensors it is given, or "
+                f"decorate backward with @pa.once_differentiable")
+    return grads
+
+
+def _once(joint, name: str, g: Tensor, node) -> tuple:
+    """A once_differentiable backward in a create_graph pass: run on arrays; each gradient
+    recorded as a node (on g and the inputs) whose backward raises."""
+    grads = joint(g.data, node.saved[0])
+
+    def refuse(gg, *_):
+        raise RuntimeError(f"{name}.backward is marked once_differentiable: its gradient "
+                           f"cannot be differentiated again")
+
+    refuse.graph = lambda gg, n: refuse(gg)
+    inputs = [g] + [graph_input(node, i, np.broadcast_to(np.zeros((), meta[1]), meta[0]))
+                    for i, meta in enumerate(node.input_meta) if meta is not None]
+    return tuple(None if gi is None else
+                 record(f"{name}Backward", np.asarray(gi), inputs, joint=refuse)
+                 for gi in grads)

@@ -428,12 +428,116 @@ def test_linear_second_derivatives(w_shape):
     assert pa.gradgradcheck(lambda x, w, *b: pa.tanh(F.linear(x, w, *b)), inputs)
 
 
-def test_an_nn_op_without_a_differentiable_form_is_named():
-    F = pa.nn.functional
-    x = _t(2, 3)
-    y = F.layer_norm(x, (3,)).sum() * x.sum()
-    with pytest.raises(RuntimeError, match="layer_norm has no differentiable backward"):
-        pa.grad(y, x, create_graph=True)
+class _NumpyCos(pa.Function):
+    """A backward on arrays only (np.sin): fine at first order, not on Tensors."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return np.cos(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return -np.sin(x) * g
+
+
+def test_a_function_whose_backward_needs_arrays_is_named_and_changes_nothing():
+    x = _t(3)
+    x.grad = prior = np.ones(3)
+    y = (_NumpyCos.apply(x) * x).sum()
+    with pytest.raises(RuntimeError, match="create_graph: _NumpyCos.backward failed on "
+                                           "Tensors.*once_differentiable"):
+        y.backward(create_graph=True)
+    assert x.grad is prior and np.array_equal(prior, np.ones(3))
+    y.backward()  # first order still works
+    np.testing.assert_allclose(x.grad, 1 - np.sin(x.data) * x.data + np.cos(x.data))
+
+
+class _Cube(pa.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x ** 3
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 3 * x ** 2 * g
+
+
+class _ExpScaled(pa.Function):
+    """exp(x) * k, saving its output and a constant: the output is on the graph."""
+
+    @staticmethod
+    def forward(ctx, x, k):
+        out = np.exp(x) * k
+        ctx.save_for_backward(out)
+        ctx.k = k
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        return g * out, None
+
+
+class _TwoInputs(pa.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y, x * y)   # x * y: a new array, a constant
+        return x * x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y, _ = ctx.saved_tensors
+        return 2 * x * y * g, x * x * g
+
+
+@pytest.mark.parametrize("fn, shapes", [
+    (lambda x: _Cube.apply(pa.sin(x)), [(4,)]),
+    (lambda x: _ExpScaled.apply(x * x, 1.5), [(2, 3)]),
+    (lambda x, y: _TwoInputs.apply(x, pa.tanh(y)), [(3,), (3,)]),
+])
+def test_user_functions_are_differentiable_to_any_order(fn, shapes):
+    inputs = [_t(*s) for s in shapes]
+    assert pa.gradgradcheck(fn, inputs)
+
+    def first_order(*xs):
+        gs = pa.grad((fn(*xs) ** 2).sum(), list(xs), create_graph=True)
+        return pa.concat([pa.reshape(g, (-1,)) for g in gs])
+
+    assert pa.gradgradcheck(first_order, inputs)  # third order
+
+
+class _OnceCube(pa.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x ** 3
+
+    @staticmethod
+    @pa.once_differentiable
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 3 * np.square(x) * g
+
+
+@pytest.mark.parametrize("engine", ["sequential", "parallel"])
+def test_once_differentiable_runs_once_and_refuses_a_second_time(engine):
+    x = _t(4)
+    y = (_OnceCube.apply(x) * pa.sin(x)).sum()
+    if engine == "sequential":
+        (g,) = pa.grad(y, x, create_graph=True)
+    else:
+        with pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0) as eng:
+            (g,) = eng.grad(y, x, create_graph=True)
+    d = x.data
+    np.testing.assert_allclose(g.data, 3 * d ** 2 * np.sin(d) + d ** 3 * np.cos(d))
+    x.grad = prior = np.zeros(4)
+    with pytest.raises(RuntimeError, match="_OnceCube.backward is marked once_differentiable"):
+        g.sum().backward()
+    assert x.grad is prior and not prior.any()
 
 
 def test_turning_grad_on_inside_a_hook_keeps_the_pass_numbering():
@@ -514,3 +618,158 @@ def test_a_create_graph_pass_inside_a_hook_of_one_is_numbered_with_it(engine):
     fd = [(_nested_pass_first_order(x.data + eps * e).sum()
            - _nested_pass_first_order(x.data - eps * e).sum()) / (2 * eps) for e in np.eye(5)]
     np.testing.assert_allclose(gg.data, fd, rtol=1e-6, atol=1e-8)
+
+
+# ---- nn.functional: every layer op's second derivative -------------------------------------
+F = pa.nn.functional
+_IDX = np.array([[1, 3, 3], [0, 2, 1]])
+
+NN_CASES = {
+    "conv2d_same": (lambda x, w, b: F.conv2d(x, w, b, padding=1),
+                    [_t(2, 2, 4, 4), _t(3, 2, 3, 3), _t(3)]),
+    "conv2d_strided": (lambda x, w: pa.tanh(F.conv2d(x, w, stride=2)),
+                       [_t(2, 2, 5, 5), _t(3, 2, 2, 2)]),
+    "conv2d_padded_stride": (lambda x, w: F.conv2d(x * x, w, stride=(2, 1), padding=(1, 0)),
+                             [_t(1, 2, 5, 4), _t(2, 2, 3, 2)]),
+    "max_pool2d": (lambda x: F.max_pool2d(x, 2) * F.max_pool2d(x, 2), [_away_from_ties(2, 2, 4, 4)]),
+    "max_pool2d_overlapping": (lambda x: F.max_pool2d(x * x, 3, stride=2, padding=1),
+                               [_away_from_ties(1, 2, 5, 5)]),
+    "avg_pool2d": (lambda x: F.avg_pool2d(x * x, 2), [_t(2, 2, 4, 4)]),
+    "avg_pool2d_pad_uncounted": (lambda x: F.avg_pool2d(x * x, 3, stride=2, padding=1,
+                                                        count_include_pad=False),
+                                 [_t(1, 2, 5, 5)]),
+    "layer_norm": (lambda x, w, b: F.layer_norm(x, (4,), w, b), [_t(3, 4), _t(4), _t(4)]),
+    "layer_norm_2d_no_weight": (lambda x: F.layer_norm(x, (2, 3)), [_t(2, 2, 3)]),
+    "layer_norm_bias_only": (lambda x, b: F.layer_norm(x, (4,), None, b) * x,
+                             [_t(3, 4), _t(4)]),
+    "rms_norm": (lambda x, w: F.rms_norm(x, (4,), w), [_t(3, 4), _t(4)]),
+    "rms_norm_no_weight": (lambda x: F.rms_norm(x, (2, 3), eps=1e-3), [_t(2, 2, 3)]),
+    "embedding": (lambda w: F.embedding(_IDX, w) * F.embedding(_IDX, w), [_t(5, 3)]),
+    "embedding_padding_idx": (lambda w: F.embedding(_IDX, w * w, padding_idx=3), [_t(5, 3)]),
+    "dropout": (lambda x: F.dropout(x * x, 0.4, seed=3), [_t(4, 5)]),
+    "cross_entropy": (lambda x: F.cross_entropy(x, np.array([0, 2, 1])), [_t(3, 4)]),
+    "cross_entropy_weighted_smoothed": (
+        lambda x, w: F.cross_entropy(x * w, np.array([0, 2, -100, 3]), pa.tensor([1., 2, .5, 1]),
+                                     label_smoothing=0.2, reduction="none"),
+        [_t(4, 4), _t(4)]),
+    "cross_entropy_sum_ignored": (
+        lambda x: F.cross_entropy(x, np.array([1, 7, 0]), ignore_index=7, reduction="sum"),
+        [_t(3, 4)]),
+    "nll_loss": (lambda x: F.nll_loss(F.log_softmax(x, dim=1), np.array([0, 2, 1]),
+                                      pa.tensor([1., 2., .5, 1.])), [_t(3, 4)]),
+    "sdpa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+             [_t(2, 3, 4), _t(2, 5, 4), _t(2, 5, 2)]),
+    "sdpa_causal": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                    [_t(1, 4, 3), _t(1, 4, 3), _t(1, 4, 3)]),
+    "sdpa_float_mask": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m),
+                        [_t(3, 2), _t(4, 2), _t(4, 3), _t(3, 4)]),
+    "sdpa_bool_mask_dropout_broadcast": (
+        lambda q, k, v: F.scaled_dot_product_attention(
+            q, k, v, np.array([[1, 0, 1], [1, 1, 0]], bool), dropout_p=0.3, seed=5),
+        [_t(2, 2, 2, 3), _t(2, 3, 3), _t(3, 2)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NN_CASES))
+def test_nn_second_derivatives_match_finite_differences(name):
+    fn, inputs = NN_CASES[name]
+    assert pa.gradgradcheck(fn, inputs)
+
+
+@pytest.mark.parametrize("name", ["conv2d_same", "conv2d_strided", "avg_pool2d",
+                                  "layer_norm", "sdpa"])
+def test_nn_third_derivatives(name):
+    """The forms' own forms: differentiate a create_graph gradient with create_graph."""
+    fn, inputs = NN_CASES[name]
+
+    def first_order(*xs):
+        out = fn(*xs)
+        gs = pa.grad((out * out).sum(), list(xs), create_graph=True)
+        return pa.concat([pa.reshape(g, (-1,)) for g in gs])
+
+    assert pa.gradgradcheck(first_order, inputs)
+
+
+# the same nn ops against PyTorch's double backward: (F, inputs) -> output, on either library
+_TORCH_NN = {
+    "conv2d": (lambda F, x, w, b: F.conv2d(x, w, b, stride=2, padding=1),
+               [(2, 3, 6, 5), (4, 3, 3, 3), (4,)]),
+    "max_pool2d": (lambda F, x: F.max_pool2d(x * x, 3, 2, 1), [(2, 2, 5, 6)]),
+    "avg_pool2d": (lambda F, x: F.avg_pool2d(x * x, 3, 2, 1, count_include_pad=False),
+                   [(2, 2, 5, 6)]),
+    "layer_norm": (lambda F, x, w, b: F.layer_norm(x, (6,), w, b), [(4, 6), (6,), (6,)]),
+    "rms_norm": (lambda F, x, w: F.rms_norm(x, (6,), w, eps=1e-6), [(4, 6), (6,)]),
+    "cross_entropy": (lambda F, x: F.cross_entropy(x, _lib_of(F).tensor([2, 0, 4]),
+                                                   label_smoothing=0.1), [(3, 5)]),
+    "sdpa": (lambda F, q, k, v, m: F.scaled_dot_product_attention(q, k, v, m),
+             [(2, 3, 4), (2, 5, 4), (2, 5, 3), (3, 5)]),
+}
+
+
+def _lib_of(F):
+    return pa if F is pa.nn.functional else _torch()
+
+
+@pytest.mark.parametrize("name", sorted(_TORCH_NN))
+def test_nn_double_backward_matches_torch(name):
+    """d/d(inputs) of sum of squares of the first-order gradients, both libraries."""
+    torch = _torch()
+    fn, shapes = _TORCH_NN[name]
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(s) for s in shapes]
+    results = []
+    for lib, F in ((pa, pa.nn.functional), (torch, torch.nn.functional)):
+        xs = [lib.tensor(a, requires_grad=True) for a in arrays]
+        out = fn(F, *xs)
+        weights = lib.tensor(np.linspace(0.5, 1.5, out.numel() if lib is torch else out.size)
+                             .reshape(tuple(out.shape)))
+        gs = (pa.grad if lib is pa else torch.autograd.grad)(
+            (out * weights).sum(), xs, create_graph=True)
+        penalty = sum((g * g).sum() for g in gs)
+        second = (pa.grad if lib is pa else torch.autograd.grad)(penalty, xs, allow_unused=True)
+        results.append([None if g is None else np.asarray(g.data if lib is pa else
+                                                          g.detach().numpy())
+                        for g in list(gs) + list(second)])
+    for ours, theirs in zip(*results):
+        assert (ours is None) == (theirs is None)  # a bias: its gradient is constant
+        if ours is not None:
+            np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-11)
+
+
+def _nn_model(x, ws):
+    """Two branches of layer ops meeting in a loss: conv/pool/norm and attention."""
+    conv_w, ln_w, q_w, emb = ws
+    h = F.max_pool2d(pa.tanh(F.conv2d(x, conv_w, padding=1)), 2)        # (2, 3, 2, 2)
+    h = F.layer_norm(pa.reshape(h, (2, 12)), (12,), ln_w)
+    t = pa.reshape(x, (2, 4, 4)) @ q_w                                   # (2, 4, 3)
+    a = F.scaled_dot_product_attention(t, t, F.dropout(t, 0.2, seed=1), is_causal=True)
+    a = F.avg_pool2d(pa.reshape(a, (2, 1, 4, 3)), (2, 1))
+    e = F.embedding(np.array([[1, 0], [2, 1]]), emb)                    # (2, 2, 6)
+    logits = pa.concat([h[:, :4] * a.sum(), pa.reshape(e, (2, 12))[:, :4]], axis=1)
+    return F.cross_entropy(logits, np.array([3, 6]), label_smoothing=0.1)
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_parallel_create_graph_through_nn_ops_is_bitwise(workers):
+    rng = np.random.default_rng(8)
+    x = pa.tensor(rng.standard_normal((2, 1, 4, 4)), requires_grad=True)
+    ws = [pa.tensor(rng.standard_normal(s), requires_grad=True)
+          for s in [(3, 1, 3, 3), (12,), (4, 3), (3, 6)]]
+
+    def run(engine_grad):
+        first_new = next_seq()
+        g = engine_grad(_nn_model(x, ws), [x] + ws)
+        graph = _made_graph(g, first_new)
+        penalty = sum(((gi * gi).sum() for gi in g[1:]), (g[0] * g[0]).sum())
+        return [gi.data for gi in g], pa.grad(penalty, [x] + ws), graph
+
+    with threadpool_limits(1, user_api="blas"):
+        seq = run(lambda y, xs: pa.grad(y, xs, create_graph=True))
+        opts = dict(min_nodes=0, min_work=0, min_width=0, inline_below=0, max_blas_share=1.0)
+        with pa.Engine(workers, **opts) as eng:
+            par = run(lambda y, xs: eng.grad(y, xs, create_graph=True))
+            assert eng.last_stats.mode == "parallel"
+    assert par[2] == seq[2]
+    assert_bitwise(seq[0], par[0], "first order")
+    assert_bitwise(seq[1], par[1], "second order")
+    assert pa.gradcheck(lambda *xs: _nn_model(xs[0], list(xs[1:])), [x] + ws)

@@ -6,7 +6,7 @@ pools, losses); `nn.functional` (the ops the layers call) and `nn.init` (initial
 Layers are float64 unless given `dtype=`, and draw their initial values from
 `generator=` or the default generator that `pa.manual_seed` reseeds.
 """
-from . import functional, init  # noqa: F401
+from . import functional, graph, init  # noqa: F401  (graph: the rules' differentiable forms)
 from .module import IncompatibleKeys, Module, RemovableHandle
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all

@@ -289,7 +289,7 @@ def _col2im_flat_add(gx, d, padding, taps, out_hw) -> None:
         np.add(dst, part[..., q0:q1], out=dst)
 
 
-def _conv_vjp_x(g, cols, w, x_shape, stride, padding):
+def _conv_vjp_x(g, cols, w, x, x_shape, stride, padding):
     # Two kernels, each the faster one where it is used (measured on the cnn workload's
     # shapes and on 3x3 stride 2, 5x5, unpadded 3x3, BLAS on 1 and 2 threads):
     # - 'same' stride-1 convolutions: per chunk of samples, g copied as (O, n*Ho*Wo)
@@ -346,7 +346,7 @@ def _conv_vjp_x_nhwc(g, w, x_shape, taps):
     return out.transpose(0, 3, 1, 2)
 
 
-def _conv_vjp_w(g, cols, w, x_shape, stride, padding):
+def _conv_vjp_w(g, cols, w, x, x_shape, stride, padding):
     # sum over samples of g_n (O, P) @ cols_n^T (P, C*kh*kw). Per chunk of samples, g
     # copied as (O, n*P) into a chunk buffer (<= 1 MiB) and one GEMM with the chunk's
     # columns: long enough to thread well. A small result (O*C*kh*kw < 1024, e.g. a
@@ -410,7 +410,10 @@ def conv2d(input, weight, bias=None, stride=1, padding=0):
     inputs, vjps = (input, weight), (_conv_vjp_x, _conv_vjp_w)
     if bias is not None:
         inputs, vjps = inputs + (bias,), vjps + (_conv_vjp_b,)
-    return record("conv2d", out.reshape(n, o, ho, wo), inputs, vjps, saved=(cols, w),
+    # x is kept with the columns (a reference: the columns hold its values already)
+    # only for the weight rule's differentiable form (create_graph)
+    return record("conv2d", out.reshape(n, o, ho, wo), inputs, vjps,
+                  saved=(cols, w, x if need_w else None),
                   kwargs=dict(x_shape=x.shape, stride=stride, padding=padding),
                   cost=gemm_cost(out.size, c * kh * kw), threaded=True)
 
@@ -599,11 +602,19 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, count_include_pad: bo
     x = _raw(input)
     kernel, stride, padding, out_hw = _pool_args("avg_pool2d", x, kernel_size, stride,
                                                  padding)
+    divisor = _avg_divisor(x.shape[2:], out_hw, kernel, stride, padding, count_include_pad)
+    out = _avg_pool_forward(x, divisor, kernel, stride, padding, out_hw)
+    return record("avg_pool2d", out, (input,), (_avg_pool_vjp,), saved=(divisor,),
+                  kwargs=dict(x_shape=x.shape, kernel=kernel, stride=stride, padding=padding))
+
+
+def _avg_pool_forward(x, divisor, kernel, stride, padding, out_hw) -> np.ndarray:
+    """The window sums of `x` (N, C, H, W) divided by `divisor` (`avg_pool2d`'s kernel;
+    also the rule of its rule's differentiable form, whose adjoint it is)."""
     n, c, h, w = x.shape
     taps = _taps((h, w), out_hw, kernel, stride, padding)
     x3 = _planes(x, (h, w))
     out = _empty((n * c,) + out_hw, dtype=x.dtype if x.dtype.kind == "f" else np.float64)
-    divisor = _avg_divisor((h, w), out_hw, kernel, stride, padding, count_include_pad)
     for a, b in _plane_blocks(n * c, h * w * x.itemsize)[1]:
         xb, ob = x3[a:b], out[a:b]
         if any(padding):
@@ -614,9 +625,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, count_include_pad: bo
             o = ob[out_blk]
             np.add(o, xb[in_blk], out=o)
         np.divide(ob, divisor, out=ob)
-    return record("avg_pool2d", out.reshape(x.shape[:2] + out_hw), (input,),
-                  (_avg_pool_vjp,), saved=(divisor,),
-                  kwargs=dict(x_shape=x.shape, kernel=kernel, stride=stride, padding=padding))
+    return out.reshape(x.shape[:2] + out_hw)
 
 
 # ---- normalization ---------------------------------------------------------------------
@@ -675,7 +684,8 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-
     inputs, vjps = _norm_inputs((input, _layer_norm_vjp_x), (weight, _layer_norm_vjp_w),
                                 (bias, _norm_vjp_b))
     return record("layer_norm", y.reshape(_raw(input).shape), inputs, vjps,
-                  saved=(x2, mean, rstd, w), kwargs=dict(shape=_raw(input).shape, ns=ns))
+                  saved=(x2, mean, rstd, w),
+                  kwargs=dict(shape=_raw(input).shape, ns=ns, eps=eps))
 
 
 def _inv_sqrt(v, out):
@@ -689,7 +699,7 @@ def _norm_inputs(*pairs) -> tuple:
     return tuple(t for t, _ in kept), tuple(r for _, r in kept)
 
 
-def _layer_norm_vjp_x(g, x2, mean, rstd, w, shape, ns):
+def _layer_norm_vjp_x(g, x2, mean, rstd, w, shape, ns, eps):
     # rstd (h - mean(h) - xh mean(h xh)), h = g w, xh = (x - mean) rstd, per row block
     # (cache resident): xh into the result, h in a block temporary when weighted;
     # subtract, scale, two row reductions, then scale, add, subtract, scale: 8 passes
@@ -709,7 +719,7 @@ def _layer_norm_vjp_x(g, x2, mean, rstd, w, shape, ns):
     return out.reshape(shape)
 
 
-def _layer_norm_vjp_w(g, x2, mean, rstd, w, shape, ns):
+def _layer_norm_vjp_w(g, x2, mean, rstd, w, shape, ns, eps):
     # sum over rows of g xh, xh = (x - mean) rstd rebuilt per row block in a block
     # temporary (2 passes over the block, then one reduction)
     return _weighted_column_sums(_reshape(g, x2.shape), x2, mean, rstd).reshape(ns)
@@ -733,7 +743,7 @@ def _weighted_column_sums(g2, x2, mean, scale) -> np.ndarray:
     return acc
 
 
-def _norm_vjp_b(g, x2, *_, shape, ns):
+def _norm_vjp_b(g, x2, *_, shape, ns, eps):
     return _reshape(g, (-1, x2.shape[1])).sum(axis=0).reshape(ns)
 
 
@@ -758,7 +768,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
             y[a:e] *= w
     inputs, vjps = _norm_inputs((input, _rms_norm_vjp_x), (weight, _rms_norm_vjp_w))
     return record("rms_norm", y.reshape(_raw(input).shape), inputs, vjps,
-                  saved=(x2, rr, w), kwargs=dict(shape=_raw(input).shape, ns=ns))
+                  saved=(x2, rr, w), kwargs=dict(shape=_raw(input).shape, ns=ns, eps=eps))
 
 
 def _norm_rule_setup(g, x2, w):
@@ -772,7 +782,7 @@ def _norm_rule_setup(g, x2, w):
     return _reshape(g, (-1, d)), out, blocks, hbuf
 
 
-def _rms_norm_vjp_x(g, x2, rr, w, shape, ns):
+def _rms_norm_vjp_x(g, x2, rr, w, shape, ns, eps):
     # rr h - x rr^3 mean(h x), h = g w (a block temporary when weighted), per row
     # block: one row reduction, then scale, add, scale: 4 passes over the block.
     d = x2.shape[1]
@@ -787,7 +797,7 @@ def _rms_norm_vjp_x(g, x2, rr, w, shape, ns):
     return out.reshape(shape)
 
 
-def _rms_norm_vjp_w(g, x2, rr, w, shape, ns):
+def _rms_norm_vjp_w(g, x2, rr, w, shape, ns, eps):
     # sum over rows of g x rr, x rr rebuilt per row block in a block temporary
     return _weighted_column_sums(_reshape(g, x2.shape), x2, None, rr).reshape(ns)
 
@@ -1100,13 +1110,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         pd = P.multiply(p, keep)
         pd *= dscale
     out = memory.matmul(pd, v)
-    inputs = (query, key, value)
+    inputs, added = (query, key, value), None
     if attn_mask is not None and _raw(attn_mask).dtype != bool:
         inputs += (attn_mask,)                       # a float mask may require grad
+        added = _raw(attn_mask)   # kept (a reference) for the differentiable form only
     need = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs)
     # backward: four GEMMs of the scores' size over E or Ev
     return record("scaled_dot_product_attention", out, inputs, joint=_sdpa_vjp,
-                  saved=(q, k, v, p, keep, scale, dscale, need),
+                  saved=(q, k, v, p, keep, scale, dscale, need, added),
                   cost=gemm_cost(p.size, q.shape[-1] + v.shape[-1]), threaded=True)
 
 
@@ -1134,7 +1145,7 @@ def _attention_weights(s, mask):
     return s
 
 
-def _sdpa_vjp(g, q, k, v, p, keep, scale, dscale, need):
+def _sdpa_vjp(g, q, k, v, p, keep, scale, dscale, need, added=None):
     # dV = P'^T g (P' = P with dropout); dP = g V^T (one scores-sized temporary),
     # turned in place into dS = P (dP - rowsum(dP P)) (3 passes), which is the float
     # mask's gradient; dQ = scale dS K, dK = scale dS^T Q (the scale on the smaller

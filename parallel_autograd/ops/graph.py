@@ -271,33 +271,3 @@ def _matmul_b(g, ans, a, b):
 
 
 _set(L.matmul, _matmul_a, _matmul_b)
-
-
-# ---- nn.functional -------------------------------------------------------------------------
-def _linear_inputs(node):
-    from ..node import graph_input
-    return graph_input(node, 0, node.saved[0]), graph_input(node, 1, node.saved[1])
-
-
-def _linear_x(g, node):
-    x, w = _linear_inputs(node)
-    return S.unsqueeze(g, -1) * w if np.ndim(_arr(w)) == 1 else L.matmul(g, w)
-
-
-def _linear_w(g, node):
-    x, w = _linear_inputs(node)
-    n_in = _shape_of(x)[-1]
-    rows = S.reshape(_t(x), (-1, n_in))
-    if np.ndim(_arr(w)) == 1:
-        return L.matmul(S.reshape(g, (-1,)), rows)
-    return L.matmul(_swap(S.reshape(g, (-1, _shape_of(w)[0]))), rows)
-
-
-def _attach_functional() -> None:
-    from ..nn import functional as F  # the layers import the ops: attached here, late
-    F._linear_vjp_x.graph_node = _linear_x
-    F._linear_vjp_w.graph_node = _linear_w
-    F._linear_vjp_b.graph_node = lambda g, node: g  # graph_fit sums it to the bias's shape
-
-
-_attach_functional()
