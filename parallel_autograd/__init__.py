@@ -1,6 +1,7 @@
 """parallel_autograd: reverse-mode autodiff on numpy with a parallel backward engine."""
 from . import allocator, autograd, intraop, memory, nn, optim  # noqa: F401
 from .allocator import tune_allocator
+from .checkpoint import checkpoint, checkpoint_sequential
 from .creation import arange, ones, randn, zeros
 from .engine.sequential import backward, grad
 from .engine.engine import (Engine, backward_parallel, default_engine, get_default_engine,
@@ -32,7 +33,8 @@ __version__ = "0.1.0"
 # sum), which a star import would shadow silently: call them as pa.max(...) or as
 # tensor methods (t.max()).
 __all__ = [
-    "add", "arange", "backward", "backward_parallel", "broadcast_to", "cat", "clamp",
+    "add", "arange", "backward", "backward_parallel", "broadcast_to", "cat", "checkpoint",
+    "checkpoint_sequential", "clamp",
     "clip", "concat", "cos", "default_engine", "default_generator", "div", "enable_grad",
     "Engine", "exp", "expand", "flatten", "Function", "FunctionCtx", "gelu",
     "get_default_engine", "getitem", "grad", "grad_parallel", "gradcheck", "gradgradcheck",

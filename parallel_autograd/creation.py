@@ -22,11 +22,12 @@ def randn(*shape, dtype=np.float64, requires_grad: bool = False, rng=None,
     """Standard normal samples of `shape` as a leaf tensor.
 
     Drawn from `rng` (a numpy Generator) if given, else from a fresh generator seeded
-    with `seed`, else from the default generator (`parallel_autograd.random`, reseeded
-    by `pa.manual_seed`).
+    with `seed`, else from the current generator (`parallel_autograd.random`: the default
+    one, reseeded by `pa.manual_seed`; inside a checkpoint's recomputation, the copy that
+    replays the forward's draws).
     """
     if rng is None:
-        rng = np.random.default_rng(seed) if seed is not None else _random.default_generator
+        rng = np.random.default_rng(seed) if seed is not None else _random.current_generator()
     return Tensor(rng.standard_normal(_shape(shape)).astype(dtype, copy=False),
                   requires_grad=requires_grad)
 

@@ -20,19 +20,33 @@ several threads is safe, but which thread gets which numbers depends on scheduli
 for reproducible multi-threaded work give each thread its own Generator. A forked
 child process inherits the parent's generator state (as with PyTorch): reseed it in
 the child if the streams must differ.
+
+`pa.checkpoint` replays the draws of its function when it recomputes it in backward:
+it runs the recomputation under `generator_override(g)`, which makes `g` (a copy of the
+generator's state at forward time) what code without a generator draws from, in this
+context only (a ContextVar: this thread, and the engine's workers that run in a copy of
+its context), so other threads and the default generator are untouched.
 """
 from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Iterator
 
 import numpy as np
 
 __all__ = ["default_generator", "manual_seed", "initial_seed", "seed", "get_rng_state",
-           "set_rng_state", "resolve_generator"]
+           "set_rng_state", "resolve_generator", "current_generator", "generator_override"]
 
 _INITIAL_SEED = [int(np.random.SeedSequence().generate_state(1, np.uint64)[0])]
 
 #: The process-wide generator (a `numpy.random.Generator`); reseeded in place by
 #: `manual_seed`, so references to it stay valid.
 default_generator: np.random.Generator = np.random.Generator(np.random.PCG64(_INITIAL_SEED[0]))
+
+# A generator that replaces the default one in this context (`generator_override`).
+_override: contextvars.ContextVar = contextvars.ContextVar("parallel_autograd_generator",
+                                                           default=None)
 
 
 def manual_seed(seed: int) -> np.random.Generator:
@@ -72,12 +86,41 @@ def set_rng_state(state: dict) -> None:
     default_generator.bit_generator.state = state
 
 
+def current_generator() -> np.random.Generator:
+    """The generator that code given no generator draws from here: the one set by an
+    enclosing `generator_override` in this context, else `default_generator`.
+
+    Thread safety: the override is per context (thread, or asyncio task)."""
+    g = _override.get()
+    return default_generator if g is None else g
+
+
+@contextlib.contextmanager
+def generator_override(generator: np.random.Generator) -> Iterator[np.random.Generator]:
+    """Within the block, `current_generator()` (and so dropout, `resolve_generator(None)`,
+    layer initialisation) draws from `generator` instead of the default generator, in
+    this context only; the default generator is neither read nor advanced. Used by
+    `pa.checkpoint` to replay the forward's random draws in its recomputation.
+
+    Thread safety: a ContextVar: other threads are not affected; threads started
+    with a copy of this context (the parallel engine's workers) see it."""
+    if not isinstance(generator, np.random.Generator):
+        raise TypeError(f"generator_override: expected a numpy.random.Generator, "
+                        f"got {type(generator).__name__}")
+    token = _override.set(generator)
+    try:
+        yield generator
+    finally:
+        _override.reset(token)
+
+
 def resolve_generator(generator: np.random.Generator | None) -> np.random.Generator:
-    """`generator` if given, else the default generator (read at call time, so it
-    reflects the latest `manual_seed`). Raises TypeError for anything that is not a
+    """`generator` if given, else the current generator (`current_generator()`: the
+    default generator, read at call time so it reflects the latest `manual_seed`, unless
+    a `generator_override` is active). Raises TypeError for anything that is not a
     `numpy.random.Generator`."""
     if generator is None:
-        return default_generator
+        return current_generator()
     if not isinstance(generator, np.random.Generator):
         raise TypeError(f"generator must be a numpy.random.Generator or None, "
                         f"got {type(generator).__name__}")

@@ -23,7 +23,7 @@ from ..memory import pooled as P
 from ..ops import reduce as _rd
 from ..ops.elementwise import gelu, leaky_relu, relu, sigmoid, silu, tanh
 from ..primitive import record
-from ..random import default_generator
+from ..random import current_generator
 from ..tensor import Tensor
 
 __all__ = [
@@ -867,8 +867,9 @@ def _keep_mask(shape, p: float, rng) -> np.ndarray:
 
 
 def _generator(seed) -> np.random.Generator:
-    """A fresh generator from `seed`, or the default one (`pa.manual_seed`) if None."""
-    return default_generator if seed is None else np.random.default_rng(seed)
+    """A fresh generator from `seed`, or else the current one (the default generator
+    that `pa.manual_seed` reseeds, or a `pa.checkpoint` recomputation's replay)."""
+    return current_generator() if seed is None else np.random.default_rng(seed)
 
 
 def dropout(input, p: float = 0.5, training: bool = True, seed=None, rng=None):
