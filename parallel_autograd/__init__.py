@@ -2,6 +2,8 @@
 from . import allocator, autograd, intraop, memory, nn, optim  # noqa: F401
 from .allocator import tune_allocator
 from .checkpoint import checkpoint, checkpoint_sequential
+from .anomaly import (detect_anomaly, is_anomaly_check_nan_enabled, is_anomaly_enabled,
+                      set_detect_anomaly)
 from .creation import arange, ones, randn, zeros
 from .engine.sequential import backward, grad
 from .engine.engine import (Engine, backward_parallel, default_engine, get_default_engine,
@@ -34,14 +36,15 @@ __version__ = "0.1.0"
 # tensor methods (t.max()).
 __all__ = [
     "add", "arange", "backward", "backward_parallel", "broadcast_to", "cat", "checkpoint",
-    "checkpoint_sequential", "clamp",
-    "clip", "concat", "cos", "default_engine", "default_generator", "div", "enable_grad",
-    "Engine", "exp", "expand", "flatten", "Function", "FunctionCtx", "gelu",
-    "get_default_engine", "getitem", "grad", "grad_parallel", "gradcheck", "gradgradcheck",
-    "is_grad_enabled", "leaky_relu", "load", "log", "log_softmax", "logsumexp",
-    "manual_seed", "matmul", "maximum", "mean", "minimum", "mul", "neg", "no_grad", "once_differentiable", "ones",
-    "pad", "permute", "primitive", "profile", "randn", "record", "relu", "reshape", "save",
-    "set_default_engine", "set_grad_enabled", "sigmoid", "silu", "sin", "softmax", "split",
-    "sqrt", "squeeze", "stack", "sub", "swapaxes", "tanh", "Tensor", "tensor", "transpose",
-    "tune_allocator", "unsqueeze", "var", "where", "zeros",
+    "checkpoint_sequential", "clamp", "clip", "concat", "cos", "default_engine",
+    "default_generator", "detect_anomaly", "div", "enable_grad", "Engine", "exp", "expand",
+    "flatten", "Function", "FunctionCtx", "gelu", "get_default_engine", "getitem", "grad",
+    "grad_parallel", "gradcheck", "gradgradcheck", "is_anomaly_check_nan_enabled",
+    "is_anomaly_enabled", "is_grad_enabled", "leaky_relu", "load", "log", "log_softmax",
+    "logsumexp", "manual_seed", "matmul", "maximum", "mean", "minimum", "mul", "neg",
+    "no_grad", "once_differentiable", "ones", "pad", "permute", "primitive", "profile",
+    "randn", "record", "relu", "reshape", "save", "set_default_engine", "set_detect_anomaly",
+    "set_grad_enabled", "sigmoid", "silu", "sin", "softmax", "split", "sqrt", "squeeze",
+    "stack", "sub", "swapaxes", "tanh", "Tensor", "tensor", "transpose", "tune_allocator",
+    "unsqueeze", "var", "where", "zeros",
 ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import anomaly
 from .grad_mode import grad_mode
 from .node import Node, accumulator_for
 from .tensor import Tensor
@@ -68,7 +69,12 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
                 kwargs, size if cost is None else cost, threaded, size, tuple(vcs))
     if mode is not True:  # a create_graph pass is recording (grad_mode.Recording)
         mode.made(node)
+    if anomaly_mode()[0]:  # detect_anomaly: note where the op is created
+        anomaly.note(node)
     return Tensor._wrap(out, node, vc)
+
+
+anomaly_mode = anomaly.mode
 
 
 def _shared_counter(out: np.ndarray, inputs) -> list:

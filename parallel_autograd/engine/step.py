@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 
-from .. import locks, memory
+from .. import anomaly, locks, memory
 from ..tensor import Tensor
 from .graph import hook_result, run_node_graph
 
@@ -61,7 +61,8 @@ class Sink:
     """What one thread's per-node steps read from the plan and what they produce.
 
     Read: `runs`, `input_masks`, `retain_graph`, `accumulate`, `targets` (None when
-    empty) copied from the plan, and `rec`, the profiler's recorder (None: off). Each
+    empty) copied from the plan, `rec`, the profiler's recorder (None: off), and
+    `anomaly`: check gradients for NaN/inf (`detect_anomaly`, as the caller set it). Each
     thread has its own copy: on free-threaded builds, objects many threads touch at
     once make every reference count update contend.
     Produced: `staged` [(tensor, grad, owned)] leaf and retained gradients to commit;
@@ -69,7 +70,7 @@ class Sink:
     """
 
     __slots__ = ("runs", "input_masks", "retain_graph", "accumulate", "targets", "rec",
-                 "staged", "captured", "positions", "made")
+                 "staged", "captured", "positions", "made", "anomaly")
 
     def __init__(self, plan, rec):
         self.runs, self.input_masks = plan.runs, plan.input_masks
@@ -80,6 +81,7 @@ class Sink:
         self.captured = {}
         self.positions = plan.positions  # create_graph only (engine/graph.py), else None
         self.made = plan.made
+        self.anomaly = anomaly.checking()
 
 
 def complete_gradient(node, g, owned: bool, sink: Sink):
@@ -89,8 +91,12 @@ def complete_gradient(node, g, owned: bool, sink: Sink):
     `owned` says whether `g` is a buffer the engine allocated (safe to keep as .grad).
     """
     if node.pre_hooks:
+        if sink.anomaly:  # blame a hook only for what it added
+            anomaly.check_incoming(node, g)
         g = run_hooks(node, g)
         owned = False  # a hook saw (and may keep) g: it must not become .grad as is
+        if sink.anomaly:
+            anomaly.check_hooked(node, g)
     if node.retained is not None and sink.accumulate:
         t = node.retained()
         if t is not None:
@@ -110,22 +116,28 @@ def run_node(node, g, owned: bool, sink: Sink, recording: bool = False):
     gradients, or None if the rule must not run. Frees the saved values unless
     `retain_graph` and times the rule when profiling. In a create_graph pass the whole
     step runs again under the node's `Recording` (`recording=True`: engine/graph.py)
-    with the rule's differentiable form."""
+    with the rule's differentiable form. With `sink.anomaly` (detect_anomaly), raises at
+    NaN/inf in `g` or in what the rule returned (anomaly.check_step; `anomaly.note`
+    reads this frame's `node`)."""
     if sink.positions is not None and not recording:
         return run_node_graph(node, g, sink)
-    g = complete_gradient(node, g, owned, sink)
-    if g is None:
+    gh = complete_gradient(node, g, owned, sink)
+    if gh is None:
+        if sink.anomaly:
+            anomaly.check_step(node, g, None)
         return None
     rec = sink.rec
     t0 = rec.now() if rec is not None else 0.0
     masks = sink.input_masks
     mask = None if masks is None else masks[node]
-    grads = node.graph_grads(g, mask) if recording else node.input_grads(g, mask)
+    grads = node.graph_grads(gh, mask) if recording else node.input_grads(gh, mask)
     if not sink.retain_graph:
         node.saved = None
         node.released = True
     if rec is not None:
         rec.add(node.name, t0)
+    if sink.anomaly:
+        anomaly.check_step(node, g, grads)
     return grads
 
 
@@ -285,6 +297,7 @@ def annotate(exc: BaseException, node, where: str = "the backward of") -> None:
     except AttributeError:
         pass
     add_note(exc, msg)
+    anomaly.add_trace_note(exc, node)  # where the op was created, if detect_anomaly noted it
 
 
 def add_note(exc: BaseException, msg: str) -> None:
