@@ -3,6 +3,7 @@ array uses them, limits hold, the ufunc/matmul wrappers give numpy's results, an
 training loop stops allocating after its first steps."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -285,3 +286,24 @@ def test_matmul_copies_operands_as_numpy_does(dtype, sa, sb):
         for fb in layouts:
             a, b = fa(a0), fb(b0)
             assert_bitwise([np.matmul(a, b)], [memory.matmul(a, b)], "product")
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_a_first_weight_gradient_is_adopted_not_copied(cached):
+    """A rule's `result.reshape(shape)` (linear's weight gradient) is the only view of its
+    memory: `.grad` takes it as is, with the caching allocator on (a block's one view) or
+    off (an array no one else holds; it used to be copied, doubling the gradients' peak)."""
+    lin = pa.nn.Linear(512, 256)   # a 1 MiB gradient: from a block when caching
+    x = pa.randn(64, 512)
+    with contextlib.ExitStack() as stack:
+        if not cached:
+            stack.enter_context(pa.memory.caching_disabled())
+        pa.tanh(lin(x)).sum().backward()
+    w = lin.weight.grad
+    assert w.base is not None  # a copy would own its memory
+    assert (pa.memory.is_block(w.base) if cached else w.base.flags.owndata)
+    # a view of an array someone else holds is still copied
+    held = np.ones((2, 3, 4))
+    t = pa.tensor(np.zeros((3, 8)), requires_grad=True)
+    pa.backward(t * 1.0, held.reshape(3, 8))
+    assert t.grad.base is None and not np.shares_memory(t.grad, held)

@@ -268,9 +268,16 @@ def _check_existing_grads(staged) -> None:
 def _unshared(g) -> bool:
     # References when no one else holds g: the staged tuple, commit's loop
     # variable, this parameter and getrefcount's argument (calibrated below). Its
-    # memory is its own: it owns it, or it is the one view of a cached block.
-    return (g.flags.writeable and sys.getrefcount(g) <= _SOLE_REFS
-            and (g.base is None or memory.is_sole_view(g)))
+    # memory is its own: it owns it, or it is the one view of a cached block, or the one
+    # view of all of an array no one else holds (a rule's `result.reshape(shape)` with
+    # the caching allocator off: adopted, not copied).
+    if not g.flags.writeable or sys.getrefcount(g) > _SOLE_REFS:
+        return False
+    if g.base is None or memory.is_sole_view(g):  # (before `base` adds a reference)
+        return True
+    base = g.base
+    return (type(base) is np.ndarray and base.base is None and g.nbytes == base.nbytes
+            and sys.getrefcount(base) <= _SOLE_BASE_REFS)
 
 
 def _calibrate() -> int:
@@ -284,6 +291,15 @@ def _count(g):
 
 
 _SOLE_REFS = _calibrate()
+
+
+def _calibrate_base() -> int:
+    g = np.empty(2).reshape(1, 2)
+    base = g.base  # as in _unshared: the view's reference, this local, the argument
+    return sys.getrefcount(base)
+
+
+_SOLE_BASE_REFS = _calibrate_base()  # an array held by its one view only
 
 
 def annotate(exc: BaseException, node, where: str = "the backward of") -> None:
