@@ -155,7 +155,16 @@ class Tensor:
         return self.data
 
     def __array__(self, dtype=None, copy=None):
-        return self.data if dtype is None else self.data.astype(dtype)
+        """numpy's protocol: the data itself when numpy may share it (`np.asarray(t)`),
+        a copy when `copy=True` (`np.array(t)`, `np.array(t, copy=True)`) or the dtype
+        differs; `copy=False` with a dtype change raises, as numpy does."""
+        data = self.data
+        if dtype is not None and np.dtype(dtype) != data.dtype:
+            if copy is False:
+                raise ValueError(f"Unable to avoid copy while creating an array of dtype "
+                                 f"{np.dtype(dtype)} from a Tensor of dtype {data.dtype}")
+            return data.astype(dtype)
+        return data.copy() if copy else data
 
     def __repr__(self):
         """`tensor([1., 2.], requires_grad=True)`, like PyTorch: the values as numpy

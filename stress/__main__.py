@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import faults, graphs
+from . import faults, graphs, higher
 from .checks import VARIANTS
 from .harness import PROFILES, Config, run
 
@@ -76,6 +76,15 @@ def _workload_args(p):
                         "(backward_parallel's cost model), many_cores (inline under 16 "
                         "simulated cores: BLAS threads inside a call must not exceed the "
                         "caller's). Default: all")
+    cg = p.add_mutually_exclusive_group()
+    cg.add_argument("--create-graph", dest="create_graph", type=_list,
+                    default=higher.CREATE_GRAPH_FAMILIES, metavar="F1,F2",
+                    help="families whose units also check create_graph=True passes "
+                         "(gradients, recorded graph and second order bitwise; faults "
+                         "during them). Default: those whose every op has a "
+                         "differentiable backward: " + ",".join(higher.CREATE_GRAPH_FAMILIES))
+    cg.add_argument("--no-create-graph", dest="create_graph", action="store_const", const=(),
+                    help="no create_graph checks")
     p.add_argument("--profile", choices=sorted(PROFILES), default="default",
                    help="graph sizes: default (100,000-node chains) or quick (small graphs)")
     p.add_argument("--scale", type=float, default=None,
@@ -116,6 +125,7 @@ def main(argv=None) -> int:
     cfg = Config(duration=a.duration, iterations=a.iterations, seed=a.seed,
                  workers=a.workers, threads=a.threads, rounds=a.rounds,
                  families=a.families, faults=a.faults, variants=a.variants,
+                 create_graph=a.create_graph,
                  profile=a.profile, scale=a.scale, deadline=a.deadline, on_hang=a.on_hang,
                  fail_fast=a.fail_fast, checkpoint_every=a.checkpoint_every,
                  tracemalloc=a.tracemalloc, rss_limit_mb=a.rss_limit_mb,

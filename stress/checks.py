@@ -25,14 +25,14 @@ class DefaultEngine:
     def __init__(self, num_workers):
         self.num_workers = num_workers
 
-    def backward(self, root, grad=None, retain_graph=False):
+    def backward(self, root, grad=None, retain_graph=False, create_graph=False):
         return pa.backward_parallel(root, grad, num_workers=self.num_workers,
-                                    retain_graph=retain_graph)
+                                    retain_graph=retain_graph, create_graph=create_graph)
 
     def grad(self, outputs, inputs, grad_outputs=None, retain_graph=False,
-             allow_unused=False):
+             allow_unused=False, create_graph=False):
         return pa.grad_parallel(outputs, inputs, grad_outputs, retain_graph, allow_unused,
-                                num_workers=self.num_workers)
+                                num_workers=self.num_workers, create_graph=create_graph)
 
     def close(self):
         pass
@@ -120,18 +120,19 @@ class ManyCoresEngine:
                                    f"with {st.blas_threads} BLAS thread(s); its caller "
                                    f"had {before}")
 
-    def backward(self, root, grad=None, retain_graph=False):
+    def backward(self, root, grad=None, retain_graph=False, create_graph=False):
         before = _blas_threads_now()
         with simulated_cores(SIMULATED_CORES):
-            st = self.inner.backward(root, grad, retain_graph, stats=True)
+            st = self.inner.backward(root, grad, retain_graph, stats=True,
+                                     create_graph=create_graph)
         self._check(before, st, f"backward x{self.inner.num_workers}")
 
     def grad(self, outputs, inputs, grad_outputs=None, retain_graph=False,
-             allow_unused=False):
+             allow_unused=False, create_graph=False):
         before = _blas_threads_now()
         with simulated_cores(SIMULATED_CORES):
             out, st = self.inner.grad(outputs, inputs, grad_outputs, retain_graph,
-                                      allow_unused, stats=True)
+                                      allow_unused, stats=True, create_graph=create_graph)
         self._check(before, st, f"grad() x{self.inner.num_workers}")
         return out
 
@@ -166,14 +167,18 @@ def underlying(engine):
 
 
 def diff(ref, got, what: str):
-    """None if `got` is bitwise `ref` (NaN-aware), else a description."""
+    """None if `got` is bitwise `ref` (NaN-aware), else a description. Tensors (the
+    results of create_graph passes) are compared by their arrays, and only with Tensors."""
     if ref is None and got is None:
         return None
     if ref is None or got is None:
         return (f"{what}: expected {'no gradient' if ref is None else 'a gradient'}, got "
                 f"{'None' if got is None else f'an array {got.shape}'}")
-    ref = np.asarray(ref)
-    got = np.asarray(got)
+    if isinstance(ref, pa.Tensor) != isinstance(got, pa.Tensor):  # create_graph: Tensors
+        return (f"{what}: expected {'a Tensor' if isinstance(ref, pa.Tensor) else 'an array'}"
+                f", got a {type(got).__name__}")
+    ref = np.asarray(ref.data if isinstance(ref, pa.Tensor) else ref)
+    got = np.asarray(got.data if isinstance(got, pa.Tensor) else got)
     if ref.shape != got.shape or ref.dtype != got.dtype:
         return f"{what}: expected {ref.dtype}{ref.shape}, got {got.dtype}{got.shape}"
     if not np.array_equal(ref, got, equal_nan=ref.dtype.kind in "fc"):
@@ -237,8 +242,11 @@ def unchanged(leaves, before_objs, before_vals):
 
 
 def snapshot(leaves):
+    """Each leaf's `.grad` object and a copy of its value (Tensors: of their array)."""
     objs = [t.grad for t in leaves]
-    vals = [None if g is None else g.copy() for g in objs]
+    vals = [None if g is None else
+            pa.Tensor._wrap(g.data.copy()) if isinstance(g, pa.Tensor) else g.copy()
+            for g in objs]
     return objs, vals
 
 

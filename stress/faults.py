@@ -24,6 +24,11 @@ Kinds (`KINDS`, all on by default; `stall` is opt-in):
                call (Ctrl+C in the write-back, fork from a busy process, engines closing
                each other, memory of large branches): see `stress.hazards`.
 
+With create_graph (`CREATE_GRAPH_KINDS`, half the units of a family in
+`Config.create_graph`) both sides run `backward`/`grad` with `create_graph=True`: a rule
+then runs its differentiable form, so an injected rule gets one too (`patch_rule`);
+results are Tensors, and the two sides' recorded graphs must be numbered alike.
+
 Graph surgery (replacing a node's rule, appending to its hooks) touches only the
 test's own graph objects, never the engine.
 """
@@ -37,14 +42,20 @@ import time
 import numpy as np
 
 import parallel_autograd as pa
+from parallel_autograd.node import graph_saved, next_seq, no_graph_rule_message
 
-from . import graphs, hazards
+from . import graphs, hazards, higher
 from .checks import (INTERRUPT_TAG, Outcome, diff_all, leaf_diffs, make_priors,  # noqa: F401
                      set_grads, snapshot, unchanged)
 
 KINDS = ("node_error", "hook_error", "nan", "reentrant", "interrupt", "freed_graph") + hazards.KINDS
 OPT_IN = ("stall",)
 ALL_KINDS = KINDS + OPT_IN
+# kinds also run with create_graph=True (on the families in Config.create_graph), in
+# this share of their units
+CREATE_GRAPH_KINDS = ("node_error", "hook_error", "nan", "reentrant", "interrupt",
+                      "freed_graph", "interrupt_commit")
+CREATE_GRAPH_SHARE = 0.5
 
 
 class StressFault(Exception):
@@ -86,10 +97,44 @@ def original_rule(node):
     return joint
 
 
+def original_graph_rule(node):
+    """The node's differentiable form as a joint one `(g, node) -> tuple` (what a
+    create_graph pass runs: `Node.graph_grads`), raising its RuntimeError if it has none."""
+    if node.joint is not None:
+        form = getattr(node.joint, "graph", None)
+        if form is not None:
+            return form
+    vjps, kwargs = node.vjps, node.kwargs or {}
+
+    def form(g, n):
+        if vjps is None:
+            raise RuntimeError(no_graph_rule_message(n))
+        out, saved = [], None
+        for i, v in enumerate(vjps):
+            if v is None or n.next_nodes[i] is None:
+                out.append(None)
+            elif getattr(v, "graph_node", None) is not None:
+                out.append(v.graph_node(g, n))
+            elif getattr(v, "graph", None) is None:
+                raise RuntimeError(no_graph_rule_message(n))
+            else:
+                saved = graph_saved(n) if saved is None else saved
+                out.append(v.graph(g, *saved, **kwargs))
+        return tuple(out)
+
+    return form
+
+
 def patch_rule(node, make):
-    """Replace the node's rule by `make(original)`; returns the undo function."""
+    """Replace the node's rule by `make(original)`, and its differentiable form (what a
+    create_graph pass runs instead) by the same `make` around the original form; returns
+    the undo function."""
     old = node.joint
-    node.joint = make(original_rule(node))
+    new = make(original_rule(node))
+    graph = original_graph_rule(node)
+    in_graph = make(lambda g, *saved: graph(g, node))
+    new.graph = lambda g, n: in_graph(g, *(n.saved or ()))
+    node.joint = new
 
     def undo():
         node.joint = old
@@ -110,17 +155,33 @@ class Side:
         self.undo = []
         self.fired = 0
         self.inputs = case.grad_leaves
+        self.create_graph = False
+        self.first_new = None  # next_seq() before the last call (create_graph)
 
     def run(self, retain_graph=True, deadline=None) -> Outcome:
         c = self.case
+        kw = {"create_graph": True} if self.create_graph else {}
         if self.api == "grad":
             def fn():
                 return self.call.grad([c.root], self.inputs, [c.seed_grad],
-                                      retain_graph=retain_graph, allow_unused=True)
+                                      retain_graph=retain_graph, allow_unused=True, **kw)
         else:
             def fn():
-                return self.call.backward(c.root, c.seed_grad, retain_graph=retain_graph)
-        return self.h.guarded(fn, deadline or self.h.deadline_for(c), self.label)
+                return self.call.backward(c.root, c.seed_grad, retain_graph=retain_graph,
+                                          **kw)
+        self.first_new = next_seq()
+        deadline = deadline or (higher.deadline_for(self.h, c) if self.create_graph
+                                else self.h.deadline_for(c))
+        return self.h.guarded(fn, deadline, self.label)
+
+    def recorded(self, out, priors) -> list:
+        """The graph the last create_graph call recorded (`higher.made_graph`), from
+        its results (grad) or the leaves' `.grad` (backward)."""
+        base = higher.base_index(self.case.root)
+        if self.api == "grad":
+            return higher.made_graph(out.value or (), self.first_new, base)[0]
+        had = [p is not None for p in priors]
+        return higher.write_back_graph(self.case.leaves, had, self.first_new, base)[0]
 
     def disarm(self):
         for u in reversed(self.undo):
@@ -132,12 +193,14 @@ class Sequential:
     """The sequential engine behind the same interface as an engine."""
 
     @staticmethod
-    def backward(root, grad=None, retain_graph=False):
-        return pa.backward(root, grad, retain_graph=retain_graph)
+    def backward(root, grad=None, retain_graph=False, create_graph=False):
+        return pa.backward(root, grad, retain_graph=retain_graph, create_graph=create_graph)
 
     @staticmethod
-    def grad(outputs, inputs, grad_outputs=None, retain_graph=False, allow_unused=False):
-        return pa.grad(outputs, inputs, grad_outputs, retain_graph, allow_unused)
+    def grad(outputs, inputs, grad_outputs=None, retain_graph=False, allow_unused=False,
+             create_graph=False):
+        return pa.grad(outputs, inputs, grad_outputs, retain_graph, allow_unused,
+                       create_graph=create_graph)
 
 
 SEQUENTIAL = Sequential()
@@ -157,8 +220,16 @@ class FaultRun:
         self.variant = str(self.rng.choice(list(h.cfg.variants)))
         self.engine = h.engine(self.workers, self.variant)
         self.api = "grad" if self.rng.random() < 0.3 else "backward"
-        self.where = f"fault:{kind} ({self.variant}, {self.workers} workers, {self.api})"
+        # its own stream: the draws above stay what they were before create_graph existed
+        self.create_graph = (kind in CREATE_GRAPH_KINDS and family in h.cfg.create_graph
+                             and np.random.default_rng([seed, 5]).random()
+                             < CREATE_GRAPH_SHARE)
         self.failures = 0
+
+    @property
+    def where(self):
+        return (f"fault:{self.kind} ({self.variant}, {self.workers} workers, {self.api}"
+                f"{', create_graph' if self.create_graph else ''})")
 
     def build_pair(self):
         h = self.h
@@ -172,6 +243,7 @@ class FaultRun:
         seq = Side(h, a, SEQUENTIAL, self.api, f"{self.family} seed={self.seed} sequential")
         par = Side(h, b, self.engine, self.api,
                    f"{self.family} seed={self.seed} {self.variant} x{self.workers}")
+        seq.create_graph = par.create_graph = self.create_graph
         return seq, par
 
     def fail(self, kind, message, details=None):
@@ -194,6 +266,9 @@ class FaultRun:
         """Bitwise (NaN-aware) comparison of the two sides' results."""
         problems = diff_all(so.value, po.value, "grad() result") if self.api == "grad" else []
         problems += leaf_diffs([t.grad for t in seq.case.leaves], par.case.leaves)
+        if self.create_graph:
+            problems += higher.graph_diff(seq.recorded(so, self.priors),
+                                          par.recorded(po, self.priors), what)
         self.h.count_comparisons(self.family, len(seq.case.leaves), len(problems))
         if problems:
             self.fail("mismatch", f"{what}: {problems[0]}"
@@ -319,7 +394,9 @@ def run_nan(fr):
         r = np.random.default_rng(hseed)
 
         def hook(g):
-            g = np.array(g, copy=True)
+            # a create_graph pass hands hooks Tensors (np.array(t, copy=True) would alias
+            # t.data: Tensor.__array__ ignores copy)
+            g = np.array(g.data if isinstance(g, pa.Tensor) else g, copy=True)
             if g.size:
                 idx = r.integers(g.size, size=max(1, g.size // 7))
                 vals = r.choice(np.array([np.nan, np.inf, -np.inf]), size=idx.size)
@@ -351,6 +428,13 @@ def run_reentrant(fr):
     mode = str(fr.rng.choice(INNER_MODES))
     in_rule = fr.rng.random() < 0.4 and nodes[k].variable is None
     inner = _Inner(mode, int(fr.rng.integers(2**31)), max(fr.h.cfg.workers), fr.engine)
+    # in a create_graph pass, half the time the inner call is one too: its nodes are
+    # handed to the outer pass's recording and numbered with it
+    inner.create_graph = fr.create_graph and np.random.default_rng([fr.seed, 7]).random() < 0.5
+    if inner.create_graph:
+        mode += " (create_graph)"
+        fr.h.report.notes_counter("create_graph: nested pass in a reentrant "
+                                  + ("rule" if in_rule else "hook"))
     expected = inner.expected()
 
     def arm(side):
@@ -376,9 +460,23 @@ def run_reentrant(fr):
     if not fr.compare(seq, par, so, po, f"outer gradients with reentrant {mode}"):
         return False
     where = "rule" if in_rule else "hook"
-    return (_inner_ran_once(fr, seq, "sequential", mode, where, expected)
-            and _inner_ran_once(fr, par, "engine", mode, where, expected)
-            and fr.keeps_serving(seq, par))
+    if not (_inner_ran_once(fr, seq, "sequential", mode, where, expected)
+            and _inner_ran_once(fr, par, "engine", mode, where, expected)):
+        return False
+    if inner.create_graph:  # the nested pass's graph, numbered with the outer one's
+        (ref, bad), (got, problems) = [higher.made_graph(_inner_got(side), side.first_new, {})
+                                       for side in (seq, par)]
+        problems = bad + problems + higher.graph_diff(ref, got, f"inner {mode} gradients")
+        if problems:
+            fr.fail("mismatch", problems[0])
+            return False
+    return fr.keeps_serving(seq, par)
+
+
+def _inner_got(side):
+    """The inner call's results: grad()'s, or the inner leaves' .grad."""
+    return side.inner_results[0] if side.inner_results else \
+        [t.grad for t in side.inner_leaves]
 
 
 class _Inner:
@@ -387,13 +485,16 @@ class _Inner:
 
     def __init__(self, mode, seed, workers, engine):
         self.mode, self.seed, self.workers, self.engine = mode, seed, workers, engine
+        self.create_graph = False
 
     def expected(self):
         """The inner gradients, from a private copy on the sequential engine."""
         ref = graphs.build("random", self.seed, 0.02)
+        cg = self.create_graph
         if self.mode in ("engine_grad", "pa_grad"):
-            return pa.grad([ref.root], ref.grad_leaves, [ref.seed_grad], allow_unused=True)
-        pa.backward(ref.root, ref.seed_grad)
+            return pa.grad([ref.root], ref.grad_leaves, [ref.seed_grad], allow_unused=True,
+                           create_graph=cg)
+        pa.backward(ref.root, ref.seed_grad, create_graph=cg)
         return [t.grad for t in ref.grad_leaves]
 
     def arm(self, side):
@@ -417,16 +518,18 @@ class _Inner:
     def call(self, c):
         """Run the inner call on graph `c`: grad()'s results, or None for backward."""
         mode, engine = self.mode, self.engine
+        kw = {"create_graph": True} if self.create_graph else {}
         if mode == "engine_backward":
-            engine.backward(c.root, c.seed_grad)
+            engine.backward(c.root, c.seed_grad, **kw)
         elif mode == "backward_parallel":
-            pa.backward_parallel(c.root, c.seed_grad, num_workers=self.workers)
+            pa.backward_parallel(c.root, c.seed_grad, num_workers=self.workers, **kw)
         elif mode == "pa_backward":
-            pa.backward(c.root, c.seed_grad)
+            pa.backward(c.root, c.seed_grad, **kw)
         elif mode == "engine_grad":
-            return engine.grad([c.root], c.grad_leaves, [c.seed_grad], allow_unused=True)
+            return engine.grad([c.root], c.grad_leaves, [c.seed_grad], allow_unused=True,
+                               **kw)
         else:
-            return pa.grad([c.root], c.grad_leaves, [c.seed_grad], allow_unused=True)
+            return pa.grad([c.root], c.grad_leaves, [c.seed_grad], allow_unused=True, **kw)
         return None
 
 
@@ -437,9 +540,7 @@ def _inner_ran_once(fr, side, who, mode, where, expected) -> bool:
         fr.fail("wrong-fault", f"{who}: the reentrant {where} ran {side.fired} times, "
                 f"expected once")
         return False
-    got = side.inner_results[0] if side.inner_results else \
-        [t.grad for t in side.inner_leaves]
-    problems = diff_all(expected, got, f"inner {mode} gradient")
+    problems = diff_all(expected, _inner_got(side), f"inner {mode} gradient")
     if problems:
         fr.fail("mismatch", f"{who}: {problems[0]}")
         return False
@@ -595,3 +696,5 @@ def run_fault(h, family, seed, kind):
     if surfaced is None:  # nothing to inject into (e.g. a graph of leaves only)
         return
     h.report.fault(kind, bool(surfaced) and fr.failures == 0, family)
+    if fr.create_graph:
+        h.report.notes_counter(f"create_graph: fault {kind}")

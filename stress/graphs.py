@@ -145,8 +145,27 @@ class ScaledTanh(pa.Function):
         return g * (s - y * y / s), None
 
 
+def _scaled_tanh_form(g, node):
+    """ScaledTanh's differentiable backward (`joint.graph`, for create_graph passes):
+    the rule above on Tensors, `y` routed to the node itself."""
+    ctx = node.saved[0]
+    s = ctx.scale
+    y = pa.Tensor._wrap(ctx.saved_tensors[0], node)
+    return g * (s - y * y / s), None
+
+
+def scaled_tanh(x, scale):
+    """`ScaledTanh.apply(x, scale)`, given a differentiable form on the node it makes (a
+    `Function` gets none of its own: it would make create_graph passes raise)."""
+    y = ScaledTanh.apply(x, scale)
+    if y.grad_fn is not None:
+        y.grad_fn.joint.graph = _scaled_tanh_form
+    return y
+
+
 softsign = pa.primitive("softsign", lambda x: x / (1 + np.abs(x)),
                         lambda g, ans, x: g / (1 + np.abs(x)) ** 2)
+softsign.vjps[0].graph = lambda g, ans, x: g / (1 + pa.abs(x)) ** 2  # create_graph's form
 
 
 def _squash(ctx, x):
@@ -161,7 +180,7 @@ def _squash(ctx, x):
     if k == 3:
         return softsign(x)
     if k == 4:
-        return ScaledTanh.apply(x, 0.9)
+        return scaled_tanh(x, 0.9)
     if k == 5:
         return pa.log(x * x + 1.0)
     if k == 6:

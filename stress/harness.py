@@ -14,9 +14,11 @@ deliberately broken engine can be checked to be caught.
 
 Work is split in units; unit i of a run with `--seed K` uses graph seed
 K * 1,000,000 + i, family `families[i % F]` and fault kind `faults[i % N]`,
-and runs: the comparison (every engine target), the concurrency check (when
-threads > 1) and one fault; after each of them every BLAS library must have the
-thread count it had when the run started. A failure names its family and seed, and
+and runs: the comparison (every engine target), the create_graph check (when the
+family is in `Config.create_graph`: `stress.higher`), the concurrency check (when
+threads > 1) and one fault (now and then with create_graph: `stress.faults`); after
+each of them every BLAS library must have the thread count it had when the run
+started. A failure names its family and seed, and
 `python -m stress --replay SEED --families F ...` re-runs exactly that unit.
 """
 from __future__ import annotations
@@ -32,7 +34,7 @@ import numpy as np
 import parallel_autograd as pa
 
 from . import faults as faults_mod
-from . import graphs
+from . import graphs, higher
 from .checks import (VARIANTS, Outcome, default_engine_factory, diff, diff_all, leaf_diffs,
                      make_priors, set_grads)
 from .leaks import LeakMonitor, pinned_blas
@@ -57,6 +59,7 @@ class Config:
     families: tuple = tuple(graphs.FAMILIES)
     faults: tuple = faults_mod.KINDS    # () : no fault injection
     variants: tuple = VARIANTS
+    create_graph: tuple = higher.CREATE_GRAPH_FAMILIES  # families with the create_graph step
     profile: str = "default"
     scale: float | None = None          # overrides the profile's
     deadline: float = 30.0              # seconds per engine call, plus deadline_per_node
@@ -89,7 +92,7 @@ class Harness:
         self.checkpoint_every = cfg.checkpoint_every or prof["checkpoint_every"]
         self.gens = dict(graphs.FAMILIES)
         self.gens.update(families or {})
-        unknown = [f for f in cfg.families if f not in self.gens]
+        unknown = [f for f in cfg.families + tuple(cfg.create_graph) if f not in self.gens]
         if unknown:
             raise ValueError(f"unknown families: {', '.join(unknown)} "
                              f"(known: {', '.join(self.gens)})")
@@ -196,6 +199,9 @@ class Harness:
         parts.append(f"--faults {fault}" if fault else "--no-faults")
         if tuple(c.variants) != VARIANTS:
             parts.append(f"--variants {','.join(c.variants)}")
+        if (family in c.create_graph) != (family in higher.CREATE_GRAPH_FAMILIES):
+            parts.append(f"--create-graph {family}" if family in c.create_graph
+                         else "--no-create-graph")
         return " ".join(parts)
 
     def fail(self, kind, family, seed, message, details=None, fault=None):
@@ -428,6 +434,8 @@ class Harness:
     # ---- the loop -------------------------------------------------------------------------------
     def unit(self, family, seed, kind):
         steps = [("", self.check_compare)]
+        if family in self.cfg.create_graph:
+            steps.append((" create_graph", lambda f, s: higher.check_create_graph(self, f, s)))
         if self.cfg.threads > 1:
             steps.append((" concurrency", self.check_concurrency))
         if kind:

@@ -3,7 +3,8 @@ each guards a bug adversarial testing found (issue: reliability holes).
 
 - interrupt_commit: Ctrl+C lands while the engine writes `.grad` (SIGINT sent from
                inside the write-back, at a random leaf, or by a timer aimed at the
-               last part of the call) -> every leaf updated, or none.
+               last part of the call; with create_graph now and then) -> every leaf
+               updated, or none.
 - fork_busy:   `os.fork()` while another thread records ops or runs a parallel
                backward, or (in a fresh interpreter) runs the process's first parallel
                call -> the child can record, run both engines and exit in time.
@@ -41,15 +42,24 @@ _FORKS = 8  # forks per fork_busy unit
 
 # ---- interrupt_commit ------------------------------------------------------------------
 class _TripGrad(np.ndarray):
-    """A `.grad` array that sends SIGINT to the main thread when the engine adds into
-    it (`t.grad += g` in the write-back)."""
+    """A `.grad` array that sends SIGINT to the main thread when the engine adds a
+    gradient to it: `t.grad += g` in the write-back, or (create_graph) the recorded sum
+    `add(t.grad, g)` that becomes the new `.grad`. Arithmetic runs on plain arrays; an
+    in-place add returns this same object."""
 
     trip = None  # class-level: set to a callable to arm
 
-    def __iadd__(self, other):
-        if _TripGrad.trip is not None:
+    def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
+        if ufunc is np.add and _TripGrad.trip is not None:
             _TripGrad.trip()
-        return super().__iadd__(other)
+        args = tuple(x.view(np.ndarray) if isinstance(x, _TripGrad) else x for x in inputs)
+        if out is not None:
+            kwargs["out"] = tuple(x.view(np.ndarray) if isinstance(x, _TripGrad) else x
+                                  for x in out)
+        result = getattr(ufunc, method)(*args, **kwargs)
+        if out is not None:
+            return out[0] if len(out) == 1 else out
+        return result
 
 
 def run_interrupt_commit(fr):

@@ -1,7 +1,8 @@
 """The stress harness: a short profile of every family and fault kind passes on the
 real engine, and deliberately broken engines (built here, never by editing the
 engine) are caught: out-of-order and unlocked accumulation, hangs, lost errors,
-leaked threads and memory."""
+leaked threads and memory; and for create_graph passes, a recorded graph numbered
+differently, a write-back that is not all-or-nothing, recorded graphs kept alive."""
 from __future__ import annotations
 
 import json
@@ -17,8 +18,13 @@ import parallel_autograd as pa
 from conftest import assert_bitwise
 from parallel_autograd.engine import blas
 from parallel_autograd.engine import engine as engine_module
+from parallel_autograd.engine import sequential as sequential_module
+from parallel_autograd.engine import step as step_module
 from parallel_autograd.engine import task as task_module
-from stress import faults, graphs
+from parallel_autograd import grad_mode as grad_mode_module
+from parallel_autograd.grad_mode import enable_grad
+from parallel_autograd.node import next_seq
+from stress import faults, graphs, higher
 from stress.__main__ import main, parse_args
 from stress.checks import default_engine_factory, simulated_cores
 from stress.leaks import blas_counts, set_blas_counts
@@ -47,6 +53,9 @@ def test_every_family_and_fault_kind_pass_on_the_real_engine():
     assert rep.leak_checks, "no leak checkpoint ran"
     t = rep.total()
     assert t.hangs == 0 and t.leaks == 0 and t.errors == 0
+    units = max(len(fams), len(kinds))
+    cg = sum(fams[i % len(fams)] in higher.CREATE_GRAPH_FAMILIES for i in range(units))
+    assert rep.counters["create_graph: graphs checked"] == cg, rep.counters
 
 
 def test_generators_are_reproducible_from_the_seed():
@@ -179,7 +188,7 @@ def test_detects_a_hanging_engine_and_goes_on(monkeypatch):
     _break_completion(monkeypatch)
     rep = run(quick(iterations=2, families=("random", "wide"), faults=(), threads=1,
                     workers=(2,), variants=("queue",), deadline=0.5,
-                    deadline_per_node=0.0, tracemalloc=False))
+                    deadline_per_node=0.0, tracemalloc=False, create_graph=()))
     hangs = [f for f in rep.failures if f.kind == "hang"]
     assert hangs and rep.total().hangs >= 2, rep.summary()
     dump = hangs[0].details["stacks"]
@@ -252,9 +261,9 @@ _hoard = []
 class _HoardingEngine(pa.Engine):
     """Keeps every graph it ever saw alive."""
 
-    def backward(self, root, grad=None, retain_graph=False, stats=False):
+    def backward(self, root, grad=None, retain_graph=False, stats=False, **kw):
         _hoard.append(root)
-        return super().backward(root, grad, retain_graph, stats)
+        return super().backward(root, grad, retain_graph, stats, **kw)
 
 
 def test_detects_memory_growth_across_iterations():
@@ -356,6 +365,226 @@ def test_simulated_cores_is_restored_on_error_and_when_nested():
             assert engine_module.usable_cores() == 16
             raise KeyError("boom")
     assert engine_module.usable_cores is real
+
+
+# ---- create_graph (higher-order gradients) ---------------------------------------------------
+CG_RUN = dict(families=higher.CREATE_GRAPH_FAMILIES, threads=1, workers=(2,),
+              variants=("queue",), tracemalloc=False)
+
+
+def test_every_create_graph_family_records_and_differentiates_again():
+    """Each family of the list makes graphs whose every rule has a differentiable form
+    (the harness's own ops included): grad(create_graph=True), then the second order."""
+    for fam in higher.CREATE_GRAPH_FAMILIES:
+        for seed in range(3):
+            c = graphs.build(fam, seed, 0.02)
+            g = pa.grad([c.root], c.grad_leaves, [c.seed_grad], create_graph=True,
+                        allow_unused=True)
+            p = higher.penalty(g)
+            if p is not None:
+                pa.grad(p, c.grad_leaves, allow_unused=True)
+    x = pa.tensor(np.linspace(-2, 2, 7), requires_grad=True)
+    assert pa.gradgradcheck(lambda t: graphs.scaled_tanh(t, 0.9), (x,))
+    assert pa.gradgradcheck(graphs.softsign, (x,))
+
+
+def test_create_graph_faults_pass_on_the_real_engine(monkeypatch):
+    """Every fault kind that can run with create_graph does (monkeypatched: all of
+    them), surfaces as on the sequential engine, leaves .grad untouched, and the engine
+    then records the disarmed graph as the sequential engine does."""
+    monkeypatch.setattr(faults, "CREATE_GRAPH_SHARE", 1.0)
+    kinds = faults.CREATE_GRAPH_KINDS
+    rep = run(quick(iterations=len(kinds), faults=kinds, **CG_RUN))
+    assert rep.ok, rep.summary()
+    for k in kinds:
+        assert rep.counters.get(f"create_graph: fault {k}") == 1, (k, rep.counters)
+        injected, surfaced = rep.faults_by_kind[k]
+        assert injected == surfaced == 1, (k, rep.faults_by_kind)
+
+
+def test_an_injected_rule_fails_a_create_graph_pass_through_its_differentiable_form():
+    """A create_graph pass runs the rule's differentiable form, not the numpy rule:
+    `patch_rule` replaces both, so node_error raises the injected error there (naming
+    the op, no .grad changed), and a pass-through patch records the same graph."""
+    case = graphs.build("lstm", 4, 0.02)
+    c = case.grad_leaves
+    node = faults.fault_nodes(case, leaves_ok=False)[3]
+
+    def run_cg(call):
+        first = next_seq()
+        g = call.grad([case.root], c, [case.seed_grad], retain_graph=True, allow_unused=True,
+                      create_graph=True)
+        return g, higher.made_graph(g, first, higher.base_index(case.root))[0]
+
+    want, want_graph = run_cg(faults.SEQUENTIAL)
+    undo = faults.patch_rule(node, lambda orig: orig)  # pass-through
+    got, graph = run_cg(faults.SEQUENTIAL)
+    undo()
+    assert_bitwise([g.data for g in want], [g.data for g in got])
+    assert graph == want_graph and len(graph) > 10
+
+    def raiser(orig):
+        def rule(g, *saved):
+            raise faults.StressFault("injected")
+        return rule
+
+    undo = faults.patch_rule(node, raiser)
+    with pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0) as eng:
+        for call in (faults.SEQUENTIAL, eng):
+            for t in c:
+                t.grad = None
+            with pytest.raises(faults.StressFault) as e:
+                call.backward(case.root, case.seed_grad, retain_graph=True,
+                              create_graph=True)
+            assert e.value.autograd_op == node.name
+            assert all(t.grad is None for t in c)
+    undo()
+
+
+def test_detects_a_recorded_graph_numbered_in_thread_order(monkeypatch):
+    """The parallel engine skipping `renumber` (its nodes keep the seqs they got in
+    the order the threads made them): the recorded graph differs from the sequential
+    engine's, and so does the second order, and the failure replays."""
+    monkeypatch.setattr(engine_module, "renumber", lambda made: made.clear())
+    rep = run(quick(iterations=4, faults=(), **CG_RUN))
+    graph = [f for f in rep.failures if f.kind == "mismatch"
+             and "recorded graph differs" in f.message]
+    assert graph and rep.total().mismatches >= len(graph), rep.summary()
+    assert any("second order" in f.message for f in rep.failures), rep.summary()
+    f = graph[0]
+    assert f.message.startswith("create_graph queue x2") and f.family in CG_RUN["families"]
+    assert f"--replay {f.seed}" in f.replay and f"--families {f.family}" in f.replay
+
+
+def test_detects_a_nested_create_graph_pass_numbered_on_its_own(monkeypatch):
+    """A create_graph pass run by a hook of another (reentrant, seed 1 of wide) must hand
+    its nodes to the enclosing pass (engine/graph.py `renumber`); numbered when it ends,
+    they come before the nodes the hook made for them, and the harness says so."""
+    cfg = quick(replay=1, families=("wide",), faults=("reentrant",), threads=1,
+                workers=(2,), variants=("queue",), tracemalloc=False)
+    monkeypatch.setattr(faults, "CREATE_GRAPH_SHARE", 1.0)
+    rep = run(cfg)
+    assert rep.ok and rep.counters.get("create_graph: nested pass in a reentrant hook") == 1
+
+    def on_its_own(made):
+        made.sort(key=lambda entry: entry[:2])
+        for (_, _, node), seq in zip(made, sorted(next_seq() for _ in made)):
+            node.seq = seq
+        made.clear()
+
+    monkeypatch.setattr(engine_module, "renumber", on_its_own)
+    monkeypatch.setattr(sequential_module, "renumber", on_its_own)
+    rep = run(cfg)
+    found = [f for f in rep.failures if "numbered before its input" in f.message]
+    assert found and "reentrant" in found[0].message, rep.summary()
+
+
+def _write_graph_grads_one_by_one(staged):
+    """Broken: each .grad is summed and assigned in turn (an interrupt in a later sum
+    leaves the earlier leaves updated)."""
+    with enable_grad():
+        for t, g, _ in staged:
+            cur = t.grad
+            t.grad = g if cur is None else \
+                (cur if isinstance(cur, pa.Tensor) else pa.Tensor._wrap(cur)) + g
+
+
+def test_detects_a_create_graph_write_back_that_is_not_all_or_nothing(monkeypatch):
+    """interrupt_commit with create_graph: SIGINT sent from the write-back's recorded
+    sum of the 3rd of 4 leaves holding an array (seed 1 of wide) finds 3 of 6 leaves
+    updated. Right, no leaf is: the sums are all made before any .grad is assigned."""
+    cfg = quick(replay=1, families=("wide",), faults=("interrupt_commit",), threads=1,
+                workers=(2,), variants=("queue",), tracemalloc=False)
+    assert run(cfg).ok
+    monkeypatch.setattr(step_module, "_write_graph_grads", _write_graph_grads_one_by_one)
+    rep = run(cfg)
+    partial = [f for f in rep.failures if "partial write-back" in f.message]
+    assert partial and "create_graph" in partial[0].message, rep.summary()
+    assert "--faults interrupt_commit" in partial[0].replay
+
+
+def _gen_add_tree(ctx):
+    """16 leaves summed by a balanced tree of adds: add's differentiable form passes the
+    same gradient Tensor on to both inputs, so every leaf receives one Tensor."""
+    level = [ctx.leaf((5,)) for _ in range(16)]
+    while len(level) > 1:
+        level = [level[i] + level[i + 1] for i in range(0, len(level), 2)]
+    return (pa.sin(level[0]) * 3.7).sum()
+
+
+def test_create_graph_write_back_is_recorded_in_the_sequential_order(monkeypatch):
+    """backward(create_graph=True) into leaves that hold a gradient: the parallel
+    engine's `.grad` must be recorded as the sequential engine's, or the second order
+    of `.grad` is not bitwise (16 leaves sharing one gradient Tensor: sums of 8 or so
+    contributions in another order)."""
+    monkeypatch.setattr(higher, "STRICT_WRITE_BACK", True)
+    rep = run(quick(iterations=3, families=("add_tree",), create_graph=("add_tree",),
+                    faults=(), threads=1, workers=(2,), variants=("queue",),
+                    tracemalloc=False), families={"add_tree": _gen_add_tree})
+    assert rep.counters.get("create_graph: graphs checked") == 3
+    assert rep.ok, rep.summary()
+
+
+class _KeepsRecordedGraphs(pa.Engine):
+    """Keeps every create_graph gradient it returned (and so the graph it recorded)."""
+
+    kept = []
+
+    def grad(self, *args, create_graph=False, **kw):
+        out = super().grad(*args, create_graph=create_graph, **kw)
+        if create_graph:
+            self.kept.append(out)
+        return out
+
+
+def test_detects_recorded_graphs_kept_alive():
+    def factory(w, variant):
+        return _KeepsRecordedGraphs(w, min_nodes=0, min_work=0, min_width=0,
+                                    inline_below=0)
+
+    try:
+        rep = run(quick(iterations=1, families=("wide",), faults=(), threads=1,
+                        workers=(2,), variants=("queue",), tracemalloc=False),
+                  engine_factory=factory)
+    finally:
+        _KeepsRecordedGraphs.kept.clear()
+    leaks = [f for f in rep.failures if f.kind == "leak"]
+    assert leaks and "recorded nodes still alive" in leaks[0].message, rep.summary()
+    assert rep.families["wide"].leaks >= 1
+
+
+class _LeavesARecording(pa.Engine):
+    """Leaves a create_graph pass's grad mode (a Recording) on the caller's thread."""
+
+    def backward(self, *args, **kw):
+        out = super().backward(*args, **kw)
+        if kw.get("create_graph"):
+            grad_mode_module._enabled.set(grad_mode_module.Recording((0, 0), []))
+        return out
+
+
+def test_detects_a_recording_left_as_the_callers_grad_mode():
+    def factory(w, variant):
+        return _LeavesARecording(w, min_nodes=0, min_work=0, min_width=0, inline_below=0)
+
+    rep = run(quick(iterations=1, families=("wide",), faults=(), threads=1, workers=(2,),
+                    variants=("queue",), tracemalloc=False), engine_factory=factory)
+    leaks = [f for f in rep.failures if f.kind == "leak"]
+    # (the Recording also keeps the nodes made after it alive: reported too)
+    assert any("grad mode left as Recording" in f.message for f in leaks), rep.summary()
+    assert grad_mode_module.grad_mode() is True
+
+
+def test_cli_create_graph_options_and_replay():
+    assert parse_args([]).create_graph == higher.CREATE_GRAPH_FAMILIES
+    assert parse_args(["--no-create-graph"]).create_graph == ()
+    assert parse_args(["--create-graph", "mlp,lstm"]).create_graph == ("mlp", "lstm")
+    assert main(["--create-graph", "nope", "--iterations", "1", "--quiet"]) == 2
+    from stress.harness import Harness
+    h = Harness(quick(create_graph=("mlp",)))   # every family has the step by default
+    assert "create-graph" not in h.replay_cmd("mlp", 3)
+    assert "--no-create-graph" in h.replay_cmd("wide", 3)
+    assert "--no-create-graph" in h.replay_cmd("cnn", 3)
 
 
 # ---- watchdog, CLI and report ---------------------------------------------------------------

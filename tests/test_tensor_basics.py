@@ -58,3 +58,17 @@ def test_complex_tensors_cannot_require_grad(dtype):
     with pytest.raises(TypeError, match="complex"):
         t.requires_grad = True
     assert not t.requires_grad
+
+
+def test_array_protocol_copies_when_asked():
+    """np.array(t, copy=True) must not hand out t's own memory (a hook writing into
+    it would change the tensor); np.asarray(t) shares it, as for an ndarray."""
+    t = pa.tensor([1.0, 2.0])
+    c = np.array(t, copy=True)
+    assert not np.shares_memory(c, t.data)
+    c[0] = 9.0
+    assert t.data[0] == 1.0
+    assert np.asarray(t) is t.data
+    assert np.asarray(t, dtype=np.float32).dtype == np.float32
+    with pytest.raises(ValueError):
+        np.array(t, dtype=np.float32, copy=False)

@@ -183,6 +183,9 @@ def _write_graph_grads(staged) -> None:
     kept, as in PyTorch), or the recorded sum of what it held and the gradient. The sums
     are computed first (a failure changes no `.grad`), then assigned."""
     from ..grad_mode import enable_grad
+    # the sums in backward order, whatever order the threads staged the tensors in: the
+    # nodes they record are numbered alike in both engines (bitwise higher orders)
+    staged = sorted(staged, key=lambda entry: _backward_rank(entry[0]), reverse=True)
     new = []
     with enable_grad():
         for t, g, _ in staged:
@@ -199,13 +202,19 @@ def _run_post_accumulate_hooks(leaves) -> None:
     """Each leaf's post-accumulate hooks (`Tensor.register_post_accumulate_grad_hook`),
     leaves in backward order (accumulator seq descending: the same in both engines,
     whatever order the threads staged them in)."""
-    def order(t):
-        ref = t._accumulator
-        acc = ref() if ref is not None else None
-        return -1 if acc is None else acc.seq
-    for t in sorted(leaves, key=order, reverse=True):
+    for t in sorted(leaves, key=_backward_rank, reverse=True):
         for fn in list(t._post_hooks):
             fn(t)
+
+
+def _backward_rank(t) -> int:
+    """A staged tensor's place in backward order (larger: earlier): its node's seq (a
+    leaf's accumulator, a retained tensor's grad_fn); the same in both engines."""
+    if t.grad_fn is not None:
+        return t.grad_fn.seq
+    ref = t._accumulator
+    acc = ref() if ref is not None else None
+    return -1 if acc is None else acc.seq
 
 
 class _InterruptsDeferred:
