@@ -145,22 +145,10 @@ class ScaledTanh(pa.Function):
         return g * (s - y * y / s), None
 
 
-def _scaled_tanh_form(g, node):
-    """ScaledTanh's differentiable backward (`joint.graph`, for create_graph passes):
-    the rule above on Tensors, `y` routed to the node itself."""
-    ctx = node.saved[0]
-    s = ctx.scale
-    y = pa.Tensor._wrap(ctx.saved_tensors[0], node)
-    return g * (s - y * y / s), None
-
-
 def scaled_tanh(x, scale):
-    """`ScaledTanh.apply(x, scale)`, given a differentiable form on the node it makes (a
-    `Function` gets none of its own: it would make create_graph passes raise)."""
-    y = ScaledTanh.apply(x, scale)
-    if y.grad_fn is not None:
-        y.grad_fn.joint.graph = _scaled_tanh_form
-    return y
+    """`ScaledTanh.apply(x, scale)`. In a create_graph pass its backward runs on Tensors
+    (`y`, the output it saved, on the graph): the user-Function path of higher orders."""
+    return ScaledTanh.apply(x, scale)
 
 
 softsign = pa.primitive("softsign", lambda x: x / (1 + np.abs(x)),
