@@ -3,6 +3,7 @@
 import contextvars
 import gc
 import os
+import re
 import sys
 import threading
 import time
@@ -214,16 +215,20 @@ def test_second_order_nan_names_the_backward_that_made_the_op(engine):
         assert msg.startswith("Function 'sqrt' returned nan values in its 0th output"), msg
         assert "The op was made by the backward of 'myop'." in msg, msg
         assert f'{HERE}", line {line}, in' in msg and "myop(x)" in msg, msg
-        messages.append(msg.replace(f"line {line}", "line L"))
+        # (seq numbers differ between the two graphs: Python 3.10 has no add_note, so
+        # the engine's "(node seq N)" note is in the message itself)
+        messages.append(re.sub(r"node seq \d+", "node seq N",
+                               msg.replace(f"line {line}", "line L")))
     assert messages[0] == messages[1]  # the same report from both engines
     x = pa.tensor([0.0], requires_grad=True)
     y = myop(x)  # made with the mode off: the message says so
     with pa.detect_anomaly(), quiet():
         (gx,) = pa.grad(y.sum(), [x], create_graph=True)
         e = raised(pa.grad, gx.sum(), [x])
-    assert str(e).endswith("The op was made by the backward of 'myop'.\nNo traceback was "
-                           "recorded for 'myop': it was created while anomaly detection "
-                           "was off."), str(e)
+    text = re.sub(r" \[raised in [^\]]*\]$", "", str(e))  # 3.10: notes in the message
+    assert text.endswith("The op was made by the backward of 'myop'.\nNo traceback was "
+                         "recorded for 'myop': it was created while anomaly detection "
+                         "was off."), str(e)
 
 
 @pytest.mark.parametrize("which", ["sequential", "parallel"])
