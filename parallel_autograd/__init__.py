@@ -13,8 +13,19 @@ from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .ops.elementwise import (abs, add, clip, cos, div, exp, gelu, leaky_relu, log, maximum,
                               minimum, mul, neg, pow, relu, sigmoid, silu, sin, sqrt, sub,
                               tanh, where)
+from .ops.index import (chunk, diag_embed, diagonal, einsum, flip, gather, index_add,
+                        index_select, masked_fill, masked_scatter, movedim, narrow, repeat,
+                        roll, scatter, scatter_add, take_along_axis, take_along_dim, tile,
+                        tril, triu, unbind)
 from .ops.linalg import matmul
+from . import linalg  # noqa: F401, I001  (pa.linalg: torch.linalg's ops)
+from .linalg import det, inverse, pinverse, slogdet
 from .ops.reduce import log_softmax, logsumexp, max, mean, min, softmax, sum, var
+from .ops.scan import (amax, amin, argmax, argmin, cumprod, cumsum, kthvalue, median, norm,
+                       prod, sort, std, topk)
+from .ops.unary import (acos, acosh, asin, asinh, atan, atanh, ceil, celu, cosh, erf, erfc,
+                        exp2, expm1, floor, log10, log1p, log2, prelu, reciprocal, round,
+                        rsqrt, selu, sign, sinh, square, tan, trunc)
 from .ops.shape import (broadcast_to, concat, expand, flatten, getitem, pad, permute, reshape,
                         split, squeeze, stack, swapaxes, transpose, unsqueeze)
 from .primitive import primitive, record
@@ -32,9 +43,17 @@ __version__ = "0.1.0"
 
 # What `from parallel_autograd import *` brings in: the names below. Not the submodules
 # (use pa.nn, pa.optim), and not the ops named like Python builtins (abs, max, min, pow,
-# sum), which a star import would shadow silently: call them as pa.max(...) or as
+# round, sum), which a star import would shadow silently: call them as pa.max(...) or as
 # tensor methods (t.max()).
 __all__ = [
+    "chunk", "diag_embed", "diagonal", "einsum", "flip", "gather", "index_add", "index_select",
+    "masked_fill", "masked_scatter", "movedim", "narrow", "repeat", "roll", "scatter",
+    "scatter_add", "take_along_axis", "take_along_dim", "tile", "tril", "triu", "unbind",
+    "det", "inverse", "pinverse", "slogdet",
+    "acos", "acosh", "amax", "amin", "argmax", "argmin", "asin", "asinh", "atan", "atanh",
+    "ceil", "celu", "cosh", "cumprod", "cumsum", "erf", "erfc", "exp2", "expm1", "floor",
+    "kthvalue", "log10", "log1p", "log2", "median", "norm", "prelu", "prod", "reciprocal",
+    "rsqrt", "selu", "sign", "sinh", "sort", "square", "std", "tan", "topk", "trunc",
     "add", "arange", "backward", "backward_parallel", "broadcast_to", "cat", "checkpoint",
     "checkpoint_sequential", "clamp", "clip", "concat", "cos", "default_engine",
     "default_generator", "detect_anomaly", "div", "enable_grad", "Engine", "exp", "expand",

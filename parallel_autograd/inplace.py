@@ -15,6 +15,10 @@ When they are allowed (PyTorch's rules, stricter in one place):
 
 Writes through `.data` (numpy) bypass the checks and the version counter, as in
 PyTorch. Thread safety: like any write to an array, not synchronised with readers.
+
+`t[index] = value` (`__setitem__`, `ops/setitem.py`) follows the same rules when nothing
+requires grad or under `no_grad()`, and otherwise, unlike the methods here, is recorded:
+a differentiable write (`index_put`) that `t` takes as its new history.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import numpy as np
 
 from . import version
 from .grad_mode import is_grad_enabled
+from .ops.setitem import setitem
 from .tensor import Tensor
 
 
@@ -113,3 +118,4 @@ METHODS = {
     "__itruediv__": _inplace("/=", lambda d, o: np.true_divide(d, o, out=d)),
 }
 METHODS["clip_"] = METHODS["clamp_"]
+METHODS["__setitem__"] = setitem

@@ -12,8 +12,12 @@ from .engine.engine import tensor_backward as _backward
 from .inplace import METHODS as _INPLACE
 from .ops import elementwise as _ew
 from .ops import graph as _graph  # noqa: F401  (the rules' differentiable forms)
+from .ops import index as _ix
+from . import linalg as _lin
 from .ops import linalg as _la
 from .ops import reduce as _rd
+from .ops import scan as _sc
+from .ops import unary as _un
 from .ops import shape as _sh
 from .tensor import Tensor
 
@@ -66,6 +70,15 @@ _METHODS = {
     _rd: ("sum", "mean", "max", "min", "var", "softmax", "log_softmax", "logsumexp"),
     _sh: ("reshape", "transpose", "permute", "expand", "broadcast_to", "squeeze",
           "unsqueeze", "flatten", "split", "swapaxes"),
+    _ix: ("repeat", "tile", "flip", "roll", "tril", "triu", "diagonal", "diag_embed", "gather",
+          "scatter", "scatter_add", "index_select", "index_add", "masked_fill",
+          "masked_scatter", "take_along_dim", "narrow", "movedim", "unbind", "chunk"),
+    _un: ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log1p",
+          "expm1", "log2", "log10", "exp2", "erf", "erfc", "reciprocal", "rsqrt", "square",
+          "sign", "floor", "ceil", "round", "trunc", "prelu"),
+    _sc: ("prod", "std", "norm", "cumsum", "cumprod", "amax", "amin", "argmax", "argmin",
+          "sort", "topk", "kthvalue", "median"),
+    _lin: ("det", "slogdet", "inverse", "pinverse"),
 }
 
 

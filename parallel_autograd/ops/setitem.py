@@ -1,0 +1,303 @@
+"""`t[index] = value` on Tensors, and the op it records: `index_put`.
+
+A write is one of two kinds (the rules of `inplace.py`, plus one that records):
+
+- **Plain**: grad mode off (`pa.no_grad()`), or neither `t` nor `value` requires grad.
+  The value is written into `t`'s own array (views and other references see it) and
+  `t`'s version counter is bumped, so a backward that saved the overwritten values
+  fails with PyTorch's "modified by an inplace operation" error (`version.py`).
+- **Recorded** (grad mode on, `t` or `value` requires grad): the write is differentiable.
+  It records `index_put(old t, value)`, whose gradient is g with zeros where the write
+  landed for the old `t`, and g at those places (summed back to `value`'s shape) for
+  `value`, and `t` (the same Python object) takes that node as its `grad_fn` and the
+  written values as its data, as PyTorch's rebase of history does. Its rules read no
+  saved values, so the node records no version counters: writing into `t` again is fine.
+
+  Where the values go: if nothing else can see `t`'s array (no view of it, no node saved
+  it, no other reference: reference counts, as `memory.is_sole_view` reads them), it is
+  written in place; otherwise `t` gets a new array holding the written values, and what
+  held the old one keeps the old values. That is what keeps every gradient right: a
+  node that saved `t`'s values (exp saves its output) still reads the values it saw.
+  The price is the difference from PyTorch: a view of `t` taken before the write, or
+  `t.detach()` or `t.data` taken before, does not see a recorded write that copied.
+
+  Refused, before anything is written: on a leaf that requires grad (PyTorch's error);
+  through a view of another tensor (`y[0][1] = v`, `x.T[0] = v`, where PyTorch would
+  rewrite the history of the viewed tensor): write into the tensor it views, or into a
+  copy; and a value that requires grad into a tensor whose dtype cannot.
+
+Integer-array indices may select an element twice (`t[[0, 0]] = v`). numpy leaves the
+winner unspecified; here, when `value` requires grad, the last write in index order
+(C order of the broadcast index) wins and only it gets the gradient, so the value and
+its gradient agree. Index arrays are copied when the write is recorded: changing yours
+afterwards does not change the gradient.
+
+Thread safety: like any in-place write, not synchronised with readers of `t`.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from .. import memory, version
+from ..grad_mode import is_grad_enabled
+from ..memory import empty as _empty
+from ..primitive import record
+from ..tensor import Tensor
+from . import shape as S
+
+__all__ = ["index_put", "setitem"]
+
+# reference counts are exact only with the GIL (free-threaded builds: always copy)
+_GIL = getattr(sys, "_is_gil_enabled", lambda: True)()
+
+
+def _data(x):
+    return x.data if isinstance(x, Tensor) else np.asarray(x)
+
+
+def _frozen(index):
+    """The index as numpy takes it: Tensors to arrays, lists to arrays, every array a
+    copy of its own (the recorded write keeps it)."""
+    if isinstance(index, Tensor):
+        index = index.data
+    if isinstance(index, list):
+        return np.array(index) if index else np.array([], dtype=np.intp)
+    if isinstance(index, np.ndarray):
+        return index.copy()
+    if isinstance(index, tuple):
+        return tuple(_frozen(i) for i in index)
+    return index
+
+
+def _may_repeat(index) -> bool:
+    """The index holds an integer array of 2 or more elements: it may select an element
+    twice (slices, integers and boolean masks never do)."""
+    parts = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(p, np.ndarray) and p.dtype.kind in "iu" and p.size > 1
+               for p in parts)
+
+
+class Plan:
+    """Where a write lands in an array of `target` shape: `index` (numpy's), the shape
+    it selects (`shape`); when that selection names an element twice and the written
+    value takes a gradient, `win` (flat positions in the selection of the writes that
+    win: the last for each element) and `coords` (the elements they write). Immutable."""
+
+    __slots__ = ("index", "shape", "win", "coords")
+
+    def __init__(self, target: tuple, index, dedupe: bool, op: str = "setitem"):
+        probe = np.broadcast_to(np.zeros((), np.int8), target)  # selects without copying t
+        try:
+            self.shape = probe[index].shape
+        except (IndexError, TypeError, ValueError) as e:
+            kind = IndexError if isinstance(e, IndexError) else type(e)
+            raise kind(f"{op}: {e}") from e
+        self.index, self.win, self.coords = index, None, None
+        if dedupe and _may_repeat(index):
+            # each selected element's coordinates: axis d's coordinate grid (a zero-copy
+            # broadcast) indexed like t, so any numpy index works
+            coords = tuple(np.broadcast_to(np.arange(n, dtype=np.intp).reshape(
+                (n,) + (1,) * (len(target) - d - 1)), target)[index].reshape(-1)
+                for d, n in enumerate(target))
+            flat = np.ravel_multi_index(coords, target)
+            _, first = np.unique(flat[::-1], return_index=True)  # each element's last write
+            if first.size < flat.size:
+                self.win = np.sort(flat.size - 1 - first)
+                self.coords = tuple(c[self.win] for c in coords)
+
+    @classmethod
+    def at(cls, positions: np.ndarray, target: tuple) -> "Plan":
+        """The plan of a write at distinct flat `positions` of an array of `target` shape."""
+        plan = cls.__new__(cls)
+        plan.index = np.unravel_index(positions, target)
+        plan.shape, plan.win, plan.coords = positions.shape, None, None
+        return plan
+
+
+def _assign(out: np.ndarray, plan: Plan, value) -> None:
+    """Write `value` (broadcast to the selection) into `out` where `plan` says."""
+    if plan.win is None:
+        out[plan.index] = value
+    else:  # only the winning writes, each element once
+        out[plan.coords] = np.broadcast_to(value, plan.shape).reshape(-1)[plan.win]
+
+
+# ---- the op ---------------------------------------------------------------------------
+def _old_rule(g, plan):
+    # g with zeros where the write landed: 2 passes, one buffer
+    out = _empty(g.shape, g.dtype)
+    np.copyto(out, g)
+    out[plan.index] = 0
+    return out
+
+
+def _value_rule(g, plan):
+    # g where the write landed, at the selection's shape (the node sums it to the
+    # value's): the selection's size, or with repeats zeros and g at the winners
+    if plan.win is None:
+        return g[plan.index]
+    out = _empty(plan.shape, g.dtype)
+    out.fill(0)
+    out.reshape(-1)[plan.win] = g[plan.coords]
+    return out
+
+
+def _value_form(g, node):
+    plan = node.kwargs["plan"]
+    if plan.win is None:
+        return S.getitem(g, plan.index)
+    picked = S.getitem(g, plan.coords)
+    return _record(np.zeros(plan.shape, g.dtype), picked, Plan.at(plan.win, plan.shape))
+
+
+# the differentiable forms (create_graph): the rules are linear maps of g written as
+# index_put (zeros written into g) and getitem, which have forms of their own
+_old_rule.graph_node = lambda g, node: _record(g, 0.0, node.kwargs["plan"])
+_value_rule.graph_node = _value_form
+_RULES = (_old_rule, _value_rule)
+
+
+def _record(old, value, plan: Plan, out: np.ndarray | None = None) -> Tensor:
+    """index_put's node over `out`, `old` with `value` written (a new array unless the
+    caller wrote `out` itself)."""
+    if out is None:
+        od = _data(old)
+        out = _empty(od.shape, od.dtype)  # a copy, then the write: 2 passes at most
+        np.copyto(out, od)
+        _assign(out, plan, _data(value))
+    t = record("index_put", out, (old, value), _RULES, kwargs={"plan": plan})
+    if t.grad_fn is not None:
+        t.grad_fn.versions = None  # the rules read no saved value: nothing to check
+    return t
+
+
+def _fit(value, shape: tuple, op: str):
+    """`value` (a Tensor, array or number) made to broadcast to the selection's `shape`:
+    leading dimensions of size 1 beyond it dropped, as numpy's assignment does."""
+    if not isinstance(value, Tensor):
+        value = np.asarray(value)
+    vs = value.shape
+    extra = len(vs) - len(shape)
+    if extra > 0 and all(n == 1 for n in vs[:extra]):
+        value = S.reshape(value, vs[extra:]) if isinstance(value, Tensor) \
+            else value.reshape(vs[extra:])
+        vs = vs[extra:]
+    try:
+        ok = len(vs) <= len(shape) and np.broadcast_shapes(vs, shape) == shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{op}: a value of shape {tuple(vs)} cannot be written into a "
+                         f"selection of shape {tuple(shape)}")
+    return value
+
+
+def index_put(input, index, values) -> Tensor:
+    """A copy of `input` with `values` written at `input[index]` (out of place, any
+    numpy index; PyTorch's `index_put` with `accumulate=False`): the gradient is g with
+    zeros at `index` for `input`, and g at `index` for `values`. An element selected
+    twice takes the last write in index order."""
+    index = _frozen(index)
+    shape = np.shape(_data(input))
+    plan = Plan(shape, index, isinstance(values, Tensor) and values._requires_grad,
+                "index_put")
+    return _record(input, _fit(values, plan.shape, "index_put"), plan)
+
+
+# ---- t[index] = value -----------------------------------------------------------------
+def _refs(a) -> int:
+    return sys.getrefcount(a)
+
+
+def _calibrate() -> tuple:
+    # references to an array held by one tensor, counted as `_sole` counts them; and to a
+    # base array viewed by one array alone, counted as `_view_of_other` counts them
+    t = Tensor._wrap(np.empty(1))
+    owner = np.empty(2)
+    view = Tensor._wrap(owner[:1])
+    del owner
+    return _refs(t.data), _base_refs(view.data)
+
+
+def _base_refs(a) -> int:
+    base = a.base
+    return sys.getrefcount(base)
+
+
+def _sole(t: Tensor) -> bool:
+    """Nothing but `t` can see `t`'s array: no other reference to it, and it is the only
+    array viewing its memory (an allocator block it alone views, or its own)."""
+    if not _GIL or not t.data.flags.writeable:
+        return False
+    if t.data.base is not None and not memory.is_sole_view(t.data):
+        return False
+    return _refs(t.data) <= _SOLE_REFS
+
+
+def _view_of_other(t: Tensor) -> bool:
+    """`t` views another tensor's memory: an op made it as a view of its input (they
+    share a version counter), or its array views memory that another array views."""
+    node = t.grad_fn
+    if node is not None:
+        vs = node.versions
+        return vs is not None and any(vc is t._vc for vc in vs[:-1])
+    data = t.data
+    if data.base is None:
+        return False
+    if memory.is_block(data.base):
+        return not memory.is_sole_view(data)
+    return not _GIL or _base_refs(data) > _BASE_REFS  # (no local reference to the base)
+
+
+def _plain(t: Tensor, index, value) -> None:
+    try:
+        t.data[index] = _data(value)
+    except (IndexError, TypeError, ValueError) as e:
+        kind = IndexError if isinstance(e, IndexError) else \
+            ValueError if isinstance(e, ValueError) else TypeError
+        raise kind(f"setitem: {e}") from e
+    version.bump(t)
+
+
+def setitem(self: Tensor, index, value) -> None:
+    """`t[index] = value`: a plain write under `no_grad` or when nothing requires grad,
+    else a recorded, differentiable one (see the module's docstring)."""
+    v_grad = isinstance(value, Tensor) and value._requires_grad
+    if not (self._requires_grad or v_grad) or not is_grad_enabled():
+        _plain(self, _frozen(index), value)
+        return
+    node = self.grad_fn
+    if node is None and self._requires_grad:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
+                           "operation (setitem); to change its values without recording, "
+                           "write under `with pa.no_grad():`")
+    if self.data.dtype.kind != "f":
+        raise TypeError(f"setitem: a value that requires grad cannot be written into a "
+                        f"tensor of dtype {self.data.dtype} (only floating point tensors "
+                        f"can require gradients)")
+    if _view_of_other(self):
+        raise RuntimeError(
+            "setitem: this tensor is a view of another tensor's memory (made by indexing, "
+            "reshape, transpose, ...); a recorded write through it is not supported, as it "
+            "would not reach the history of the tensor it views. Write into that tensor "
+            "(x[0, 1] = v rather than x[0][1] = v), or into a copy (y = x * 1)")
+    index = _frozen(index)
+    plan = Plan(self.data.shape, index, v_grad)
+    value = _fit(value, plan.shape, "setitem")
+    if _sole(self):  # no one else sees the array: write it in place (no node saved it,
+        _assign(self.data, plan, _data(value))  # so no version to bump)
+        made = _record(self, value, plan, out=self.data).grad_fn
+    else:            # others hold it: the written values go to a new array, t's from now
+        new = _record(self, value, plan)
+        self.data = new.data
+        made = new.grad_fn
+    self._vc = [0]   # t's values from now on: what shared the old counter is unaffected
+    if node is not None and node.retained is not None and node.retained() is self:
+        made.retained, node.retained = node.retained, None  # retain_grad follows t
+    self.grad_fn = made
+    self._requires_grad = True
+
+
+_SOLE_REFS, _BASE_REFS = _calibrate()
