@@ -1,5 +1,5 @@
-"""Every Python example in the README runs as printed (after `import numpy as np` and
-`import parallel_autograd as pa`), and where a line ends in `# True`, prints True."""
+"""Every Python example in the README and docs/ops.md runs as printed (after `import numpy
+as np` and `import parallel_autograd as pa`), and where a line ends in `# True`, prints True."""
 from __future__ import annotations
 
 import contextlib
@@ -9,8 +9,10 @@ import re
 
 import pytest
 
-README = pathlib.Path(__file__).parents[1] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+ROOT = pathlib.Path(__file__).parents[1]
+README = ROOT / "README.md"
+BLOCKS = [b for doc in (README, ROOT / "docs" / "ops.md") if doc.exists()
+          for b in re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)]
 
 
 def test_the_readme_has_examples():

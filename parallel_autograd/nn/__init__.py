@@ -1,10 +1,13 @@
 """Neural-network building blocks, PyTorch's `torch.nn` names and semantics.
 
-`Parameter`, `Module` and the layers (`Linear`, `Conv2d`, `Embedding`, `LayerNorm`,
-`RMSNorm`, `Dropout`, `Sequential`, `ModuleList`, `ModuleDict`, activations, `Flatten`,
-pools, losses); `nn.functional` (the ops the layers call) and `nn.init` (initialisers).
-Layers are float64 unless given `dtype=`, and draw their initial values from
-`generator=` or the default generator that `pa.manual_seed` reseeds.
+`Parameter`, `Module` and the layers: `Linear`, `Conv1d/2d/3d`, `ConvTranspose1d/2d/3d`,
+pools (max, avg, adaptive), `Upsample`, `PixelShuffle`, `Fold`/`Unfold`, `Embedding`,
+`LayerNorm`, `RMSNorm`, `BatchNorm1d/2d/3d`, `GroupNorm`, `InstanceNorm1d/2d/3d`,
+`LocalResponseNorm`, `Dropout`, the activations, `MultiheadAttention`, `RNN`/`LSTM`/`GRU`,
+the losses, `Sequential`, `ModuleList`, `ModuleDict`, `Flatten`; `nn.functional` (the ops
+the layers call) and `nn.init` (initialisers). Layers are float64 unless given `dtype=`, and
+draw their initial values from `generator=` or the default generator that `pa.manual_seed`
+reseeds.
 """
 from . import functional, graph, init  # noqa: F401  (graph: the rules' differentiable forms)
 from .module import IncompatibleKeys, Module, RemovableHandle

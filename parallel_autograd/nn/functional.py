@@ -22,14 +22,26 @@ from ..memory import empty as _empty
 from ..memory import pooled as P
 from ..ops import reduce as _rd
 from ..ops.elementwise import gelu, leaky_relu, relu, sigmoid, silu, tanh
+from ..ops.unary import (celu, elu, glu, hardsigmoid, hardswish, hardtanh, logsigmoid, mish,
+                         prelu, selu, softplus, softsign)
 from ..primitive import record
 from ..random import current_generator
 from ..tensor import Tensor
 
 __all__ = [
-    "linear", "conv2d", "max_pool2d", "avg_pool2d", "layer_norm", "rms_norm", "embedding",
+    "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+    "conv_transpose3d", "unfold", "fold", "max_pool1d", "max_pool2d", "avg_pool1d",
+    "avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d", "interpolate", "upsample", "pixel_shuffle", "pixel_unshuffle",
+    "layer_norm", "rms_norm", "embedding",
     "dropout", "nll_loss", "cross_entropy", "mse_loss", "scaled_dot_product_attention",
     "relu", "leaky_relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax",
+    "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+    "binary_cross_entropy_with_logits", "kl_div", "cosine_embedding_loss",
+    "margin_ranking_loss", "triplet_margin_loss", "batch_norm", "instance_norm",
+    "group_norm", "local_response_norm",
+    "softplus", "softsign", "mish", "elu", "selu", "celu", "hardtanh", "hardsigmoid",
+    "hardswish", "logsigmoid", "prelu", "glu",
 ]
 
 
@@ -140,492 +152,11 @@ def linear(input, weight, bias=None):
     return out
 
 
-# ---- convolution and pooling: unrolled over the kernel offsets ---------------------------
-# The kernels here loop over the kh*kw kernel offsets, each step one vectorized numpy
-# call over a strided view: no per-window Python work. For offset (i, j), output
-# position (r, c) reads input pixel (r*sh + i - ph, c*sw + j - pw); `_taps` gives, per
-# offset, the block of outputs whose pixel lies inside the image and that block of
-# pixels, so padding is never materialized (no padded copy of the input, no padded
-# gradient buffer to crop).
-def _span(k: int, pad: int, stride: int, size: int, n_out: int) -> tuple:
-    """(outputs, inputs): the slice of output indices o with 0 <= o*stride + k - pad <
-    size, and the slice of those input indices."""
-    o0 = min(n_out, max(0, -((k - pad) // stride)))
-    o1 = max(o0, min(n_out, (size - 1 + pad - k) // stride + 1))
-    if o1 == o0:
-        return slice(0, 0), slice(0, 0)
-    start = o0 * stride + k - pad
-    return slice(o0, o1), slice(start, start + (o1 - o0 - 1) * stride + 1, stride)
-
-
-def _taps(in_hw, out_hw, kernel, stride, padding) -> list:
-    """Per kernel offset in row-major order: (t = i*kw + j, i, j, output block, input
-    block), each block an index for the last two axes of an NCHW array."""
-    taps = []
-    for i in range(kernel[0]):
-        ro, ri = _span(i, padding[0], stride[0], in_hw[0], out_hw[0])
-        for j in range(kernel[1]):
-            co, ci = _span(j, padding[1], stride[1], in_hw[1], out_hw[1])
-            taps.append((i * kernel[1] + j, i, j, (Ellipsis, ro, co), (Ellipsis, ri, ci)))
-    return taps
-
-
-def _flat_shift(i: int, j: int, padding, in_hw, n_out: int) -> tuple:
-    """Stride 1 with output width == input width: offset (i, j) is a shift of the
-    flattened image by `shift`; returns (shift, q0, q1), the flat output range that
-    reads inside the image (its wrapped columns are zeroed by `_zero_wrapped`)."""
-    h, w = in_hw
-    shift = (i - padding[0]) * w + (j - padding[1])
-    q0 = max(0, -shift)
-    return shift, q0, max(q0, min(n_out, h * w - shift))
-
-
-def _zero_wrapped(a4, dj: int) -> None:
-    """Zero the columns of `a4` (..., Ho, W) that a flat shift by `dj` columns would
-    wrap into the neighbouring row."""
-    if dj > 0:
-        a4[..., a4.shape[-1] - dj:] = 0
-    elif dj < 0:
-        a4[..., :-dj] = 0
-
-
-def _zero_outside(a4, rows: slice, cols: slice) -> None:
-    """Zero the entries of `a4` (..., Ho, Wo) outside the block [rows, cols]."""
-    r0, r1, c0, c1 = rows.start, rows.stop, cols.start, cols.stop
-    if r0 == r1 or c0 == c1:
-        a4[...] = 0
-        return
-    a4[..., :r0, :] = 0
-    a4[..., r1:, :] = 0
-    a4[..., r0:r1, :c0] = 0
-    a4[..., r0:r1, c1:] = 0
-
-
-def _out_size(name, size, k, s, p):
-    if s <= 0 or k <= 0 or p < 0:
-        raise ValueError(f"{name}: kernel size and stride must be positive and padding "
-                         f"non-negative, got kernel {k}, stride {s}, padding {p}")
-    o = (size + 2 * p - k) // s + 1
-    if o <= 0:
-        raise ValueError(f"{name}: kernel size {k} is larger than the padded input "
-                         f"size {size + 2 * p}")
-    return o
-
-
-def _conv_geometry(x_shape, kernel, stride, padding, out_hw) -> tuple:
-    """(taps, flat): the kernel offsets' blocks, and whether every offset is a flat
-    shift of the image (stride 1, output as wide as the input: 'same' convolutions)."""
-    taps = _taps(x_shape[2:], out_hw, kernel, stride, padding)
-    return taps, stride == (1, 1) and out_hw[1] == x_shape[3]
-
-
-def _im2col(x, cols, padding, taps, flat: bool, out_hw) -> None:
-    """Fill `cols` (C, kh, kw, n, Ho*Wo), the columns of samples `x` (n, C, H, W): row
-    (c, i, j) holds input channel c at kernel offset (i, j) for every output position,
-    0 in the padding. One strided copy per kernel offset (rows are long: Ho*Wo per
-    sample and channel)."""
-    n, c, h, w = x.shape
-    ho, wo = out_hw
-    xf = _reshape(x, (n, c, h * w)) if flat else None
-    for _, i, j, out_blk, in_blk in taps:
-        dst = cols[:, i, j].transpose(1, 0, 2)                # (n, C, Ho*Wo) view
-        if flat:
-            shift, q0, q1 = _flat_shift(i, j, padding, (h, w), ho * wo)
-            dst[..., :q0] = 0
-            dst[..., q1:] = 0
-            dst[..., q0:q1] = xf[..., q0 + shift:q1 + shift]
-            _zero_wrapped(dst.reshape(n, c, ho, wo), j - padding[1])
-        else:
-            d4 = dst.reshape(n, c, ho, wo)
-            _zero_outside(d4, out_blk[1], out_blk[2])
-            d4[out_blk] = x[in_blk]
-
-
-_COLS_BYTES = 1 << 22   # columns per chunk of the conv forward: cache resident for its GEMM
-
-
-def _conv_forward(x, w, stride, padding, out_hw, keep: bool) -> tuple:
-    """(output (N, O, Ho*Wo), columns (C*kh*kw, N, Ho*Wo) or None). Per chunk of
-    samples (<= 4 MiB of columns): im2col, then one GEMM while the chunk is in cache,
-    written into the output: (O, C*kh*kw) @ (C*kh*kw, n*Ho*Wo) and a transposed copy, or
-    (small O*C*kh*kw, which threads badly) one GEMM per sample straight into NCHW. The
-    columns are kept (written in place, chunk by chunk) only when `keep`."""
-    n, c = x.shape[:2]
-    o, _, kh, kw = w.shape
-    ck, p = c * kh * kw, out_hw[0] * out_hw[1]
-    dtype = np.result_type(x, w)
-    taps, flat = _conv_geometry(x.shape, (kh, kw), stride, padding, out_hw)
-    nb = min(n, max(1, _COLS_BYTES // (ck * p * x.itemsize)))
-    cols = _empty((c, kh, kw, n if keep else nb, p), dtype=x.dtype)
-    out = _empty((n, o, p), dtype=dtype)
-    w2 = _reshape(w, (o, ck))
-    obuf = None if o * ck < 1024 else _empty((o, nb * p), dtype=dtype)
-    for a in range(0, n, nb):
-        m = min(n, a + nb) - a
-        chunk = cols[:, :, :, a:a + m] if keep else cols[:, :, :, :m]
-        _im2col(x[a:a + m], chunk, padding, taps, flat, out_hw)
-        chunk = chunk.reshape(ck, m, p)
-        if obuf is None:
-            np.matmul(w2, chunk.transpose(1, 0, 2), out=out[a:a + m])
-        else:
-            r = np.matmul(w2, chunk.reshape(ck, m * p), out=obuf[:, :m * p])
-            np.copyto(out[a:a + m], r.reshape(o, m, p).transpose(1, 0, 2))
-    return out, (cols.reshape(ck, n, p) if keep else None)
-
-
-def _col2im_flat_add(gx, d, padding, taps, out_hw) -> None:
-    """Add the column gradients `d` (n, C, kh, kw, Ho*Wo) of a 'same' stride-1
-    convolution onto `gx` (n, C, H, W): one add per kernel offset over flat-shifted rows
-    (overlapping windows accumulate). Zeroes the wrapped columns of `d` (the caller's
-    temporary) first."""
-    n, c, h, w = gx.shape
-    ho, wo = out_hw
-    gf = gx.reshape(n, c, h * w)
-    for _, i, j, _, _ in taps:
-        part = d[:, :, i, j]                                  # (n, C, Ho*Wo) view
-        shift, q0, q1 = _flat_shift(i, j, padding, (h, w), ho * wo)
-        _zero_wrapped(part.reshape(n, c, ho, wo), j - padding[1])
-        dst = gf[..., q0 + shift:q1 + shift]
-        np.add(dst, part[..., q0:q1], out=dst)
-
-
-def _conv_vjp_x(g, cols, w, x, x_shape, stride, padding):
-    # Two kernels, each the faster one where it is used (measured on the cnn workload's
-    # shapes and on 3x3 stride 2, 5x5, unpadded 3x3, BLAS on 1 and 2 threads):
-    # - 'same' stride-1 convolutions: per chunk of samples, g copied as (O, n*Ho*Wo)
-    #   into a chunk buffer, one GEMM W^T @ g into a column buffer of at most the
-    #   input's size (one sample's columns if larger), then col2im as kh*kw
-    #   flat-shifted adds with long contiguous rows (a GEMM per chunk threads well; one
-    #   per sample does not, one over the whole batch leaves the cache);
-    # - otherwise one GEMM per kernel offset into an NHWC buffer whose rows of C
-    #   channels are contiguous (strided NCHW adds over short rows are 1.5x slower);
-    #   the gradient is that buffer seen as NCHW, as before.
-    # Passes ('same' path): the zero fill, then per chunk a copy of g's chunk, the GEMM
-    # writing the chunk's columns and kh*kw adds reading them (while in cache).
-    ho, wo = g.shape[2:]
-    taps, flat = _conv_geometry(x_shape, w.shape[2:], stride, padding, (ho, wo))
-    if not flat:
-        return _conv_vjp_x_nhwc(g, w, x_shape, taps)
-    n, c, h, wd = x_shape
-    o, _, kh, kw = w.shape
-    ck, p = c * kh * kw, ho * wo
-    g3 = _reshape(g, (n, o, p))
-    wt = _reshape(w, (o, ck)).T
-    nb = min(n, max(1, (c * h * wd) * n // (ck * p)))        # samples per chunk
-    dtype = np.result_type(g, w)
-    gbuf = _empty((o, nb, p), dtype=dtype)
-    buf = _empty((ck, nb * p), dtype=dtype)
-    gx = _zeros(x_shape, dtype=dtype)
-    for a in range(0, n, nb):
-        m = min(n, a + nb) - a
-        gc = gbuf[:, :m]
-        np.copyto(gc, g3[a:a + m].transpose(1, 0, 2))
-        d = np.matmul(wt, gc.reshape(o, m * p), out=buf[:, :m * p])
-        d5 = d.reshape(c, kh, kw, m, p).transpose(3, 0, 1, 2, 4)  # (m, C, kh, kw, P)
-        _col2im_flat_add(gx[a:a + m], d5, padding, taps, (ho, wo))
-    return gx
-
-
-def _conv_vjp_x_nhwc(g, w, x_shape, taps):
-    """Input gradient by one GEMM (N*Ho*Wo, O) @ (O, C) per kernel offset, added into
-    an (N, H, W, C) buffer; returned as its NCHW view. Extra memory: g in NHWC and one
-    (N*Ho*Wo, C) product reused across offsets."""
-    n, c, h, wd = x_shape
-    o, _, kh, kw = w.shape
-    ho, wo = g.shape[2:]
-    dtype = np.result_type(g, w)
-    g2 = _reshape(g.transpose(0, 2, 3, 1), (-1, o))
-    w2 = _copy(w.transpose(2, 3, 0, 1))                     # (kh, kw, O, C)
-    out = _zeros((n, h, wd, c), dtype=dtype)
-    t = _empty((n * ho * wo, c), dtype=dtype)
-    t4 = t.reshape(n, ho, wo, c)
-    for _, i, j, (_, ro, co), (_, ri, ci) in taps:
-        np.matmul(g2, w2[i, j], out=t)
-        dst = out[:, ri, ci]
-        np.add(dst, t4[:, ro, co], out=dst)
-    return out.transpose(0, 3, 1, 2)
-
-
-def _conv_vjp_w(g, cols, w, x, x_shape, stride, padding):
-    # sum over samples of g_n (O, P) @ cols_n^T (P, C*kh*kw). Per chunk of samples, g
-    # copied as (O, n*P) into a chunk buffer (<= 1 MiB) and one GEMM with the chunk's
-    # columns: long enough to thread well. A small result (O*C*kh*kw < 1024, e.g. a
-    # first layer on 3 channels) threads badly either way: per-sample GEMMs there,
-    # which need no copy of g (2x faster on the cnn workload's first conv).
-    # Passes: one copy of g (by chunks), the GEMMs reading g and the columns once.
-    o = w.shape[0]
-    ck, n, p = cols.shape
-    g3 = _reshape(g, (n, o, p))
-    dtype = np.result_type(g, cols)
-    acc = _zeros((o, ck), dtype=dtype)
-    if o * ck < 1024:
-        nb = min(n, max(1, p // ck))                          # buffer <= one g sample
-        buf = _empty((nb, o, ck), dtype=dtype)
-        for a in range(0, n, nb):
-            b = min(n, a + nb)
-            np.matmul(g3[a:b], cols[:, a:b].transpose(1, 2, 0), out=buf[:b - a])
-            acc += buf[:b - a].sum(axis=0)
-        return acc.reshape(w.shape)
-    nb = min(n, max(1, (1 << 17) // (o * p)))
-    gbuf = _empty((o, nb, p), dtype=dtype)
-    for a in range(0, n, nb):
-        m = min(n, a + nb) - a
-        gc = gbuf[:, :m]
-        np.copyto(gc, g3[a:a + m].transpose(1, 0, 2))
-        acc += memory.matmul(gc.reshape(o, m * p), _reshape(cols[:, a:a + m], (ck, m * p)).T)
-    return acc.reshape(w.shape)
-
-
-def _conv_vjp_b(g, *_, **__):
-    # one pass over g (contiguous row sums), then a small (N, O) sum
-    n, o = g.shape[:2]
-    return _reshape(g, (n, o, -1)).sum(axis=2).sum(axis=0)
-
-
-def conv2d(input, weight, bias=None, stride=1, padding=0):
-    """2-D cross-correlation, NCHW input, weight (out_channels, in_channels, kh, kw).
-
-    Per chunk of samples, im2col (one strided copy per kernel offset) and one GEMM
-    (`_conv_forward`); the columns are kept for the weight gradient only when the
-    weight needs one.
-    """
-    x, w = _raw(input), _raw(weight)
-    if x.ndim != 4 or w.ndim != 4:
-        raise ValueError(f"conv2d: expected 4-D input (N, C, H, W) and 4-D weight "
-                         f"(O, C, kh, kw), got shapes {x.shape} and {w.shape}")
-    n, c, h, wd = x.shape
-    o, ci, kh, kw = w.shape
-    if ci != c:
-        raise ValueError(f"conv2d: input has {c} channels but weight {w.shape} expects {ci}")
-    b = None if bias is None else _raw(bias)
-    if b is not None and b.shape != (o,):
-        raise ValueError(f"conv2d: bias shape {b.shape} does not match {o} out channels")
-    stride, padding = _pair(stride, "conv2d: stride"), _pair(padding, "conv2d: padding")
-    ho = _out_size("conv2d", h, kh, stride[0], padding[0])
-    wo = _out_size("conv2d", wd, kw, stride[1], padding[1])
-    need_w = isinstance(weight, Tensor) and weight.requires_grad
-    out, cols = _conv_forward(x, w, stride, padding, (ho, wo), keep=need_w)
-    if b is not None:
-        out += b[:, None]
-    inputs, vjps = (input, weight), (_conv_vjp_x, _conv_vjp_w)
-    if bias is not None:
-        inputs, vjps = inputs + (bias,), vjps + (_conv_vjp_b,)
-    # x is kept with the columns (a reference: the columns hold its values already)
-    # only for the weight rule's differentiable form (create_graph)
-    return record("conv2d", out.reshape(n, o, ho, wo), inputs, vjps,
-                  saved=(cols, w, x if need_w else None),
-                  kwargs=dict(x_shape=x.shape, stride=stride, padding=padding),
-                  cost=gemm_cost(out.size, c * kh * kw), threaded=True)
-
-
-def _pool_args(name, x, kernel_size, stride, padding):
-    if x.ndim != 4:
-        raise ValueError(f"{name}: expected a 4-D input (N, C, H, W), got shape {x.shape}")
-    kernel = _pair(kernel_size, f"{name}: kernel_size")
-    stride = kernel if stride is None else _pair(stride, f"{name}: stride")
-    padding = _pair(padding, f"{name}: padding")
-    if padding[0] > kernel[0] // 2 or padding[1] > kernel[1] // 2:
-        raise ValueError(f"{name}: padding {padding} should be at most half of the "
-                         f"kernel size {kernel}")
-    out_hw = tuple(_out_size(name, size, k, s, p)
-                   for size, k, s, p in zip(x.shape[2:], kernel, stride, padding))
-    return kernel, stride, padding, out_hw
-
-
-# Pooling works on blocks of (sample, channel) planes: each block's kh*kw strided passes
-# then run over data that stays in the cache (2 MiB of input planes per block; one
-# pass over a 16 MiB input per offset costs 2-3x more), and per-block temporaries
-# replace output-sized ones.
+# ---- convolution and pooling: nn/_conv.py, nn/_pool.py, nn/_resample.py (imported at the
+# end). Their block sizes live here (tests shrink them): columns per chunk of the conv
+# forward (cache resident for its GEMM), and input planes per block of the pools.
+_COLS_BYTES = 1 << 22
 _BLOCK_BYTES = 1 << 21
-
-
-def _plane_blocks(planes: int, plane_bytes: int) -> tuple:
-    """(planes per block, [(start, stop), ...]) covering `planes` planes."""
-    nb = max(1, min(planes, _BLOCK_BYTES // max(1, plane_bytes)))
-    return nb, [(a, min(planes, a + nb)) for a in range(0, planes, nb)]
-
-
-def _planes(a, shape2) -> np.ndarray:
-    """`a` as (N*C, *shape2): a view when `a` is contiguous, else a (cached) copy."""
-    return _reshape(a, (-1,) + tuple(shape2))
-
-
-def _max_pool_forward(x, kernel, stride, padding, out_hw) -> tuple:
-    """(max of each window, flat input index of its first maximum, int64)."""
-    n, c, h, w = x.shape
-    taps = _taps((h, w), out_hw, kernel, stride, padding)
-    x3 = _planes(x, (h, w))
-    out = _empty((n * c,) + out_hw, dtype=x.dtype)
-    index = _empty((n * c, out_hw[0] * out_hw[1]), dtype=np.intp)
-    nb, blocks = _plane_blocks(n * c, h * w * x.itemsize)
-    arg = _empty((nb,) + out_hw, dtype=np.uint8 if len(taps) <= 256 else np.intp)
-    m = _empty(arg.shape, arg.dtype)
-    # the offsets as indices for `take` (a block temporary; `arg` itself when intp)
-    wide = arg.reshape(nb, -1) if arg.dtype == np.intp else \
-        _empty((nb, out_hw[0] * out_hw[1]), np.intp)
-    corner = _window_corners((h, w), out_hw, stride, padding)
-    delta = (np.arange(kernel[0])[:, None] * w + np.arange(kernel[1])).ravel()
-    for a, b in blocks:
-        ab, mb = arg[:b - a], m[:b - a]
-        _max_pool_block(x3[a:b], out[a:b], ab, mb, taps, any(padding))
-        _max_pool_specials(x3[a:b], out[a:b], ab, taps, kernel, stride, padding)
-        idx = index[a:b]
-        ai = wide[:b - a]
-        if arg.dtype != np.intp:
-            np.copyto(ai, ab.reshape(b - a, -1))
-        np.take(delta, ai, out=idx, mode="clip")
-        np.add(idx, corner, out=idx)
-        np.add(idx, (np.arange(b - a) * (h * w))[:, None], out=idx)
-        # the value of the first maximum itself: `maximum` may return either of two
-        # equal operands (-0.0 or 0.0)
-        np.take(x3[a:b].reshape(-1), idx, out=out[a:b].reshape(b - a, -1), mode="clip")
-        np.add(idx, a * h * w, out=idx)
-    return out.reshape(x.shape[:2] + out_hw), index.reshape(x.shape[:2] + out_hw)
-
-
-def _window_corners(in_hw, out_hw, stride, padding) -> np.ndarray:
-    """Flat index in a plane of each window's top-left corner (negative in padding)."""
-    rows = (np.arange(out_hw[0]) * stride[0] - padding[0]) * in_hw[1]
-    return (rows[:, None] + np.arange(out_hw[1]) * stride[1] - padding[1]).ravel()
-
-
-def _max_pool_block(x3, out, arg, m, taps, padded: bool) -> None:
-    """Max and first-maximum offset of a block of planes. Per kernel offset: a strict
-    `greater` against the running max (ties keep the first), the max, and the offset
-    update as two byte ops (offsets only grow, so arg = max(arg, t * greater))."""
-    arg.fill(0)
-    if padded:
-        out.fill(_lowest(x3.dtype))
-        rest = taps
-    else:
-        np.copyto(out, x3[taps[0][4]])            # offset (0, 0) is in every window
-        rest = taps[1:]
-    for t, _, _, out_blk, in_blk in rest:
-        v, o, mt = x3[in_blk], out[out_blk], m[out_blk]
-        np.greater(v, o, out=mt.view(bool) if mt.dtype == np.uint8 else mt)
-        np.maximum(o, v, out=o)
-        np.multiply(mt, mt.dtype.type(t), out=mt)
-        np.maximum(arg[out_blk], mt, out=arg[out_blk])
-
-
-def _lowest(dtype):
-    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
-
-
-def _max_pool_specials(x3, out, arg, taps, kernel, stride, padding) -> None:
-    """PyTorch's choices where `greater` cannot decide: a window with a NaN sends its
-    gradient to its last NaN; a window whose elements are all the lowest value (-inf)
-    to its first element inside the image. One cheap check (a sum) when neither occurs."""
-    if x3.dtype.kind == "f":
-        if np.isfinite(out.sum()):
-            return
-        if P.isnan(out).any():
-            for t, _, _, out_blk, in_blk in taps:
-                np.copyto(arg[out_blk], arg.dtype.type(t), where=P.isnan(x3[in_blk]))
-    if not any(padding):
-        return
-    low = P.equal(out, _lowest(x3.dtype))
-    if low.any():
-        ho, wo = out.shape[1:]
-        i0 = np.maximum(0, padding[0] - stride[0] * np.arange(ho))
-        j0 = np.maximum(0, padding[1] - stride[1] * np.arange(wo))
-        first = (i0[:, None] * kernel[1] + j0[None, :]).astype(arg.dtype)
-        np.copyto(arg, np.broadcast_to(first, arg.shape), where=low)
-
-
-def _max_pool_vjp(g, index, x_shape, kernel, stride, padding):
-    # Zeros with g written at each window's maximum: one vectorized scatter through the
-    # saved flat indices (non-overlapping windows hit distinct elements), or np.add.at
-    # where windows overlap (in output order, as PyTorch). Passes: the zero fill and
-    # one scatter of the output's size. Measured 3-4x faster than one masked strided
-    # write per kernel offset (numpy's strided loops over short rows are slow).
-    gx = _zeros(x_shape, dtype=g.dtype)
-    flat, gr = gx.reshape(-1), _reshape(g, (-1,))   # a copy only when g is not contiguous
-    if stride[0] >= kernel[0] and stride[1] >= kernel[1]:
-        flat[index.reshape(-1)] = gr
-    else:
-        np.add.at(flat, index.reshape(-1), gr)
-    return gx
-
-
-def max_pool2d(input, kernel_size, stride=None, padding=0):
-    """Max over each window (padding never wins); the gradient goes to the first
-    maximum of each window, as in PyTorch (to the last NaN of a window with NaNs)."""
-    x = _raw(input)
-    kernel, stride, padding, out_hw = _pool_args("max_pool2d", x, kernel_size, stride,
-                                                 padding)
-    out, index = _max_pool_forward(x, kernel, stride, padding, out_hw)
-    return record("max_pool2d", out, (input,), (_max_pool_vjp,), saved=(index,),
-                  kwargs=dict(x_shape=x.shape, kernel=kernel, stride=stride, padding=padding))
-
-
-def _avg_divisor(in_hw, out_hw, kernel, stride, padding, count_include_pad):
-    """The number each window's sum is divided by: kh*kw, or (count_include_pad=False
-    with padding) the (Ho, Wo) counts of window elements inside the image."""
-    if count_include_pad or not any(padding):
-        return kernel[0] * kernel[1]
-    counts = []
-    for size, n_out, k, s, p in zip(in_hw, out_hw, kernel, stride, padding):
-        start = np.arange(n_out) * s - p
-        counts.append(np.minimum(start + k, size) - np.maximum(start, 0))
-    return np.outer(*counts)
-
-
-def _avg_pool_vjp(g, divisor, x_shape, kernel, stride, padding):
-    # Per block of planes: g / divisor into a block-sized temporary, then one strided
-    # write (non-overlapping windows) or add (overlapping) per kernel offset. Passes:
-    # the zero fill (skipped when the windows tile the input) and kh*kw of the output's
-    # size; extra memory: the block temporary.
-    n, c, h, w = x_shape
-    taps = _taps((h, w), g.shape[2:], kernel, stride, padding)
-    tiles = stride == kernel and not any(padding) and g.shape[2] * kernel[0] == h \
-        and g.shape[3] * kernel[1] == w
-    gx = (_empty if tiles else _zeros)((n * c, h, w), dtype=g.dtype)
-    g3 = _planes(g, g.shape[2:])
-    nb, blocks = _plane_blocks(n * c, h * w * g.itemsize)
-    tmp = _empty((nb,) + g.shape[2:], dtype=g.dtype)
-    write = np.copyto if stride[0] >= kernel[0] and stride[1] >= kernel[1] else \
-        (lambda dst, src: np.add(dst, src, out=dst))
-    for a, b in blocks:
-        gd, gxb = np.divide(g3[a:b], divisor, out=tmp[:b - a]), gx[a:b]
-        for _, _, _, out_blk, in_blk in taps:
-            write(gxb[in_blk], gd[out_blk])
-    return gx.reshape(x_shape)
-
-
-def avg_pool2d(input, kernel_size, stride=None, padding=0, count_include_pad: bool = True):
-    """Mean over each window; zero padding is counted unless `count_include_pad=False`.
-
-    Per block of planes, the window sums are kh*kw strided adds into the output
-    (padding adds nothing), then one division in place.
-    """
-    x = _raw(input)
-    kernel, stride, padding, out_hw = _pool_args("avg_pool2d", x, kernel_size, stride,
-                                                 padding)
-    divisor = _avg_divisor(x.shape[2:], out_hw, kernel, stride, padding, count_include_pad)
-    out = _avg_pool_forward(x, divisor, kernel, stride, padding, out_hw)
-    return record("avg_pool2d", out, (input,), (_avg_pool_vjp,), saved=(divisor,),
-                  kwargs=dict(x_shape=x.shape, kernel=kernel, stride=stride, padding=padding))
-
-
-def _avg_pool_forward(x, divisor, kernel, stride, padding, out_hw) -> np.ndarray:
-    """The window sums of `x` (N, C, H, W) divided by `divisor` (`avg_pool2d`'s kernel;
-    also the rule of its rule's differentiable form, whose adjoint it is)."""
-    n, c, h, w = x.shape
-    taps = _taps((h, w), out_hw, kernel, stride, padding)
-    x3 = _planes(x, (h, w))
-    out = _empty((n * c,) + out_hw, dtype=x.dtype if x.dtype.kind == "f" else np.float64)
-    for a, b in _plane_blocks(n * c, h * w * x.itemsize)[1]:
-        xb, ob = x3[a:b], out[a:b]
-        if any(padding):
-            ob.fill(0)
-        else:
-            np.copyto(ob, xb[taps[0][4]])
-        for _, _, _, out_blk, in_blk in taps[0 if any(padding) else 1:]:
-            o = ob[out_blk]
-            np.add(o, xb[in_blk], out=o)
-        np.divide(ob, divisor, out=ob)
-    return out.reshape(x.shape[:2] + out_hw)
 
 
 # ---- normalization ---------------------------------------------------------------------
@@ -925,35 +456,6 @@ def _class_targets(name, input, target):
     return t
 
 
-def nll_loss(input, target, weight=None, *, ignore_index: int = -100,
-             reduction: str = "mean"):
-    """Negative log-likelihood of class-index targets (N,) given log-probabilities (N, C).
-
-    `weight` (C,) rescales each class (a constant: it gets no gradient); targets equal
-    to `ignore_index` contribute nothing, and 'mean' divides by the total weight of
-    the targets that count, as in PyTorch. One node; its rule writes one scattered
-    element a row into zeros.
-    """
-    t = _class_targets("nll_loss", input, target)
-    return _nll("nll_loss", input, t, weight, ignore_index, reduction, 0.0, logits=False)
-
-
-def cross_entropy(input, target, weight=None, *, ignore_index: int = -100,
-                  reduction: str = "mean", label_smoothing: float = 0.0):
-    """Softmax cross-entropy of logits (N, C) against class indices (N,):
-    `nll_loss(log_softmax(input), ...)`, plus PyTorch's label smoothing.
-
-    One fused node: the forward needs only each row's logsumexp (no log-probabilities
-    are stored), the rule is softmax minus the smoothed one-hot targets in 3 passes.
-    """
-    t = _class_targets("cross_entropy", input, target)
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], "
-                         f"got {label_smoothing}")
-    return _nll("cross_entropy", input, t, weight, ignore_index, reduction,
-                label_smoothing, logits=True)
-
-
 _ROW_BLOCK_BYTES = 1 << 18   # row blocks for per-row temporaries: 256 KiB, cache resident
 
 
@@ -1076,16 +578,23 @@ def mse_loss(input, target, reduction: str = "mean"):
 
 # ---- attention --------------------------------------------------------------------------
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
-                                 is_causal: bool = False, scale=None, seed=None, rng=None):
+                                 is_causal: bool = False, scale=None, enable_gqa: bool = False,
+                                 seed=None, rng=None):
     """softmax(q @ k^T * scale + mask) @ v over the last two dims (..., L, E).
 
     A boolean `attn_mask` marks positions that may be attended (True = keep); a
     float mask is added to the scores. `is_causal` masks the upper triangle.
     `scale` defaults to 1/sqrt(E). A query that may attend nothing gets zeros, as in
     PyTorch. Dropout on the attention weights uses `seed`/`rng`.
+    `enable_gqa`: grouped-query attention, PyTorch's semantics: query (..., Hq, L, E),
+    key (..., Hk, S, E) and value (..., Hv, S, Ev) with Hk and Hv dividing Hq; query head
+    i reads key head i // (Hq / Hk) (and value head i // (Hq / Hv)).
 
     One fused node. Forward: the scores are one GEMM, scaled, masked and turned into
     the softmax in place (the attention weights, kept for the backward), then one GEMM.
+    Grouped heads are not repeated: the query heads sharing a key head are folded into
+    its rows, (..., Hk, Hq/Hk * L, E) @ (..., Hk, E, S), one plain batched GEMM (and the
+    weights likewise against the values), so the backward's GEMMs sum over the group.
     """
     q, k, v = _raw(query), _raw(key), _raw(value)
     if q.ndim < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
@@ -1095,8 +604,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     if is_causal and attn_mask is not None:
         raise ValueError("scaled_dot_product_attention: pass either attn_mask or "
                          "is_causal, not both")
+    heads = _gqa_heads(q, k, v) if enable_gqa else None
+    hk, hv = heads if heads is not None else (None, None)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    p = memory.matmul(q, np.swapaxes(k, -1, -2))
+    p = memory.matmul(_heads_folded(q, hk), np.swapaxes(k, -1, -2))
+    if hk is not None:
+        p = _heads_unfolded(p, q.shape[-3])
     p *= scale
     if is_causal:                                    # tril(ones): keep column j <= row i
         attn_mask = np.greater_equal(np.arange(p.shape[-2])[:, None], np.arange(p.shape[-1]),
@@ -1110,7 +623,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         dscale = p.dtype.type(0.0 if dropout_p >= 1 else 1.0 / (1.0 - dropout_p))
         pd = P.multiply(p, keep)
         pd *= dscale
-    out = memory.matmul(pd, v)
+    out = memory.matmul(_heads_folded(pd, hv), v)
+    if hv is not None:
+        out = _heads_unfolded(out, q.shape[-3])
     inputs, added = (query, key, value), None
     if attn_mask is not None and _raw(attn_mask).dtype != bool:
         inputs += (attn_mask,)                       # a float mask may require grad
@@ -1118,8 +633,36 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     need = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs)
     # backward: four GEMMs of the scores' size over E or Ev
     return record("scaled_dot_product_attention", out, inputs, joint=_sdpa_vjp,
-                  saved=(q, k, v, p, keep, scale, dscale, need, added),
+                  saved=(q, k, v, p, keep, scale, dscale, need, added, heads),
                   cost=gemm_cost(p.size, q.shape[-1] + v.shape[-1]), threaded=True)
+
+
+def _gqa_heads(q, k, v) -> tuple | None:
+    """(Hk, Hv) of grouped-query attention, each None where it equals Hq (nothing to
+    fold); None when neither differs. Raises ValueError naming the problem."""
+    if min(q.ndim, k.ndim, v.ndim) < 3:
+        raise ValueError(f"scaled_dot_product_attention: enable_gqa needs a heads dimension "
+                         f"(..., H, L, E) on query, key and value, got shapes {q.shape}, "
+                         f"{k.shape} and {v.shape}")
+    hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
+    if hk == 0 or hv == 0 or hq % hk or hq % hv:
+        raise ValueError(f"scaled_dot_product_attention: enable_gqa: the number of heads in "
+                         f"key ({hk}) and value ({hv}) must divide the number of heads in "
+                         f"query ({hq})")
+    heads = (None if hk == hq else hk, None if hv == hq else hv)
+    return None if heads == (None, None) else heads
+
+
+def _heads_folded(a, h):
+    """(..., Hq, L, X) as (..., h, Hq/h * L, X): the query heads that share one of `h`
+    key/value heads as rows of one matrix (a view when numpy can make one). `a` itself
+    when h is None."""
+    return a if h is None else _reshape(a, a.shape[:-3] + (h, -1, a.shape[-1]))
+
+
+def _heads_unfolded(a, hq: int):
+    """`_heads_folded`'s inverse: (..., h, Hq/h * L, X) as (..., Hq, L, X)."""
+    return _reshape(a, a.shape[:-3] + (hq, -1, a.shape[-1]))
 
 
 def _attention_weights(s, mask):
@@ -1146,23 +689,28 @@ def _attention_weights(s, mask):
     return s
 
 
-def _sdpa_vjp(g, q, k, v, p, keep, scale, dscale, need, added=None):
+def _sdpa_vjp(g, q, k, v, p, keep, scale, dscale, need, added=None, heads=None):
     # dV = P'^T g (P' = P with dropout); dP = g V^T (one scores-sized temporary),
     # turned in place into dS = P (dP - rowsum(dP P)) (3 passes), which is the float
     # mask's gradient; dQ = scale dS K, dK = scale dS^T Q (the scale on the smaller
     # products). At most four GEMMs (only those whose inputs need a gradient); every
     # other array is returned (P' is rebuilt in a temporary under dropout).
+    # Grouped-query attention (`heads` = (Hk, Hv)): the same GEMMs on the folded views
+    # (`_heads_folded`); dK and dV come out summed over each group by the GEMMs.
+    hk, hv = heads if heads is not None else (None, None)
     dv = None
     if need[2]:
         pd = p
         if keep is not None:
             pd = P.multiply(p, keep)
             pd *= dscale
-        dv = memory.matmul(np.swapaxes(pd, -1, -2), g)
+        dv = memory.matmul(np.swapaxes(_heads_folded(pd, hv), -1, -2), _heads_folded(g, hv))
         del pd
     if not (need[0] or need[1] or need[3:] == (True,)):
         return (None, None, dv) + (None,) * (len(need) - 3)
-    ds = memory.matmul(g, np.swapaxes(v, -1, -2))
+    ds = memory.matmul(_heads_folded(g, hv), np.swapaxes(v, -1, -2))
+    if hv is not None:
+        ds = _heads_unfolded(ds, p.shape[-3])
     if keep is not None:
         ds *= keep
         ds *= dscale
@@ -1170,9 +718,27 @@ def _sdpa_vjp(g, q, k, v, p, keep, scale, dscale, need, added=None):
     ds *= p
     dq = dk = None
     if need[0]:
-        dq = memory.matmul(ds, k)
+        dq = memory.matmul(_heads_folded(ds, hk), k)
+        if hk is not None:
+            dq = _heads_unfolded(dq, p.shape[-3])
         dq *= scale
     if need[1]:
-        dk = memory.matmul(np.swapaxes(ds, -1, -2), q)
+        dk = memory.matmul(np.swapaxes(_heads_folded(ds, hk), -1, -2), _heads_folded(q, hk))
         dk *= scale
     return (dq, dk, dv) + ((ds,) if len(need) == 4 else ())
+
+
+# The losses and normalizations of nn/_losses.py and nn/_norms.py (last: they use the
+# helpers above). nll_loss and cross_entropy are there: (N, C), (C,) and (N, C, d1, ...)
+# inputs, all through the fused node `_nll` below.
+from ._losses import (binary_cross_entropy, binary_cross_entropy_with_logits,  # noqa: E402
+                      cosine_embedding_loss, cross_entropy, huber_loss, kl_div, l1_loss,
+                      margin_ranking_loss, nll_loss, smooth_l1_loss, triplet_margin_loss)
+from ._norms import batch_norm, group_norm, instance_norm, local_response_norm  # noqa: E402
+# Convolution, pooling and resampling (nn/_conv.py, nn/_pool.py, nn/_resample.py).
+from ._conv import (conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d,  # noqa: E402
+                    conv_transpose3d, fold, unfold)
+from ._pool import (adaptive_max_pool1d, adaptive_max_pool2d, avg_pool1d,  # noqa: E402
+                    avg_pool2d, max_pool1d, max_pool2d)
+from ._resample import (adaptive_avg_pool1d, adaptive_avg_pool2d, interpolate,  # noqa: E402
+                        pixel_shuffle, pixel_unshuffle, upsample)

@@ -28,8 +28,8 @@ from ..ops import elementwise as E
 from ..ops import linalg as L
 from ..ops import reduce as R
 from ..ops import shape as S
-from ..ops.graph import _Shape, _t, scatter
-from ..primitive import primitive, record
+from ..ops.graph import _t, scatter
+from ..primitive import primitive
 from ..tensor import Tensor
 from . import functional as F
 
@@ -67,119 +67,12 @@ F._linear_vjp_w.graph_node = _linear_w
 F._linear_vjp_b.graph_node = lambda g, node: g  # graph_fit sums it to the bias's shape
 
 
-# ---- conv2d: the bilinear map B(x, w), and its partial adjoints --------------------------
-def _columns(x: np.ndarray, kernel, stride, padding, out_hw) -> np.ndarray:
-    """im2col of the whole batch: (C*kh*kw, N, Ho*Wo), as conv2d keeps them."""
-    n, c = x.shape[:2]
-    p = out_hw[0] * out_hw[1]
-    cols = np.empty((c,) + tuple(kernel) + (n, p), dtype=x.dtype)
-    taps, flat = F._conv_geometry(x.shape, kernel, stride, padding, out_hw)
-    F._im2col(x, cols, padding, taps, flat, out_hw)
-    return cols.reshape(-1, n, p)
-
-
-def _conv(x: np.ndarray, w: np.ndarray, stride, padding, out_hw) -> np.ndarray:
-    """B(x, w) on arrays: conv2d's forward kernel."""
-    out, _ = F._conv_forward(x, w, stride, padding, out_hw, keep=False)
-    return out.reshape(x.shape[0], w.shape[0], *out_hw)
-
-
-def conv2d_input_backward(g, w, x_shape: tuple, stride: tuple, padding: tuple) -> Tensor:
-    """d<g, B(x, w)>/dx: the input gradient of conv2d, as a differentiable op of (g, w)."""
-    out = F._conv_vjp_x(_data(g), None, _data(w), None, x_shape, stride, padding)
-    return record("conv2d_input_backward", out, (g, w), (_cib_g, _cib_w),
-                  saved=(_data(g), _data(w)),
-                  kwargs=dict(x_shape=x_shape, stride=stride, padding=padding))
-
-
-def _cib_g(gg, g, w, x_shape, stride, padding):
-    return _conv(gg, w, stride, padding, g.shape[2:])                       # B(gg, w)
-
-
-def _cib_w(gg, g, w, x_shape, stride, padding):
-    cols = _columns(gg, w.shape[2:], stride, padding, g.shape[2:])
-    return F._conv_vjp_w(g, cols, w, None, x_shape, stride, padding)       # Bw*(gg, g)
-
-
-def conv2d_weight_backward(x, g, w_shape: tuple, stride: tuple, padding: tuple,
-                           cols=None) -> Tensor:
-    """d<g, B(x, w)>/dw: the weight gradient of conv2d, as a differentiable op of (x, g)
-    (`cols`: x's columns when the caller has them)."""
-    xd, gd = _data(x), _data(g)
-    if cols is None:
-        cols = _columns(xd, w_shape[2:], stride, padding, gd.shape[2:])
-    out = F._conv_vjp_w(gd, cols, _Shape(w_shape, None), None, xd.shape, stride, padding)
-    return record("conv2d_weight_backward", out, (x, g), (_cwb_x, _cwb_g), saved=(xd, gd),
-                  kwargs=dict(stride=stride, padding=padding))
-
-
-def _cwb_x(gg, x, g, stride, padding):
-    return F._conv_vjp_x(g, None, gg, None, x.shape, stride, padding)      # Bx*(g, gg)
-
-
-def _cwb_g(gg, x, g, stride, padding):
-    return _conv(x, gg, stride, padding, g.shape[2:])                       # B(x, gg)
-
-
-def _conv_forms():
-    kw = lambda node: (node.kwargs["stride"], node.kwargs["padding"])  # noqa: E731
-    F._conv_vjp_x.graph_node = lambda g, node: conv2d_input_backward(
-        g, graph_input(node, 1, node.saved[1]), node.kwargs["x_shape"], *kw(node))
-    F._conv_vjp_w.graph_node = lambda g, node: conv2d_weight_backward(
-        graph_input(node, 0, node.saved[2]), g, node.saved[1].shape, *kw(node),
-        cols=node.saved[0])
-    F._conv_vjp_b.graph_node = lambda g, node: R.sum(g, axis=(0, 2, 3))
-    _cib_g.graph_node = lambda gg, node: F.conv2d(
-        gg, graph_input(node, 1, node.saved[1]), stride=node.kwargs["stride"],
-        padding=node.kwargs["padding"])
-    _cib_w.graph_node = lambda gg, node: conv2d_weight_backward(
-        gg, graph_input(node, 0, node.saved[0]), node.saved[1].shape, *kw(node))
-    _cwb_x.graph_node = lambda gg, node: conv2d_input_backward(
-        graph_input(node, 1, node.saved[1]), gg, node.saved[0].shape, *kw(node))
-    _cwb_g.graph_node = lambda gg, node: F.conv2d(
-        graph_input(node, 0, node.saved[0]), gg, stride=node.kwargs["stride"],
-        padding=node.kwargs["padding"])
-
-
-_conv_forms()
-
-
-# ---- pooling -------------------------------------------------------------------------------
-def _max_pool_x(g, node):
-    # a scatter of g to each window's first maximum: linear in g, with a constant index
-    index, shape = node.saved[0], node.kwargs["x_shape"]
-    flat = scatter(S.reshape(g, (-1,)), index=index.reshape(-1), shape=(int(np.prod(shape)),))
-    return S.reshape(flat, shape)
-
-
-F._max_pool_vjp.graph_node = _max_pool_x
-
-
-def avg_pool2d_backward(g, divisor, x_shape: tuple, kernel: tuple, stride: tuple,
-                        padding: tuple) -> Tensor:
-    """avg_pool2d's input gradient as a differentiable op of g; its rule is avg_pool2d
-    (with the same divisor): each is the other's adjoint."""
-    out = F._avg_pool_vjp(_data(g), divisor, x_shape, kernel, stride, padding)
-    return record("avg_pool2d_backward", out, (g,), (_avg_unpool_rule,), saved=(divisor,),
-                  kwargs=dict(kernel=kernel, stride=stride, padding=padding,
-                              out_hw=tuple(_data(g).shape[2:])))
-
-
-def _avg_unpool_rule(gg, divisor, kernel, stride, padding, out_hw):
-    return F._avg_pool_forward(gg, divisor, kernel, stride, padding, out_hw)
-
-
-def _avg_pool(x, divisor, kernel, stride, padding, out_hw) -> Tensor:
-    """avg_pool2d with a given divisor (the node avg_pool2d records)."""
-    out = F._avg_pool_forward(_data(x), divisor, kernel, stride, padding, out_hw)
-    return record("avg_pool2d", out, (x,), (F._avg_pool_vjp,), saved=(divisor,),
-                  kwargs=dict(x_shape=_data(x).shape, kernel=kernel, stride=stride,
-                              padding=padding))
-
-
-F._avg_pool_vjp.graph_node = lambda g, node: avg_pool2d_backward(
-    g, node.saved[0], **node.kwargs)
-_avg_unpool_rule.graph_node = lambda gg, node: _avg_pool(gg, node.saved[0], **node.kwargs)
+# ---- convolution and pooling: their forms live with their kernels (nn/_conv.py: conv's
+# trio B / Bx* / Bw*, unfold / fold; nn/_pool.py: max pooling's scatter, avg pooling and
+# its adjoint; nn/_resample.py: the separable maps and their transposes) ------------------
+from ._conv import (conv2d_input_backward, conv2d_weight_backward,  # noqa: E402,F401
+                    conv_input_backward, conv_weight_backward)
+from ._pool import avg_pool2d_backward  # noqa: E402,F401
 
 
 # ---- normalization -------------------------------------------------------------------------
@@ -298,21 +191,36 @@ _softmax_of = primitive("softmax", lambda s, p: p, _softmax_rule)
 _softmax_rule.graph = lambda g, ans, s, p: ans * (g - R.sum(g * ans, axis=-1, keepdims=True))
 
 
+def _fold(x, h):
+    """`F._heads_folded` with ops: (..., Hq, L, X) as (..., h, Hq/h * L, X)."""
+    if h is None:
+        return x
+    x = _t(x)
+    return S.reshape(x, x.shape[:-3] + (h, -1, x.shape[-1]))
+
+
+def _unfold(x, h, hq: int):
+    """`F._heads_unfolded` with ops, after a product on folded heads (h not None)."""
+    return x if h is None else S.reshape(x, x.shape[:-3] + (hq, -1, x.shape[-1]))
+
+
 def _sdpa(g, node):
-    q, k, v, p, keep, scale, dscale, need, added = node.saved
+    q, k, v, p, keep, scale, dscale, need, added, heads = node.saved
+    hk, hv = heads if heads is not None else (None, None)
+    hq = p.shape[-3] if heads is not None else None
     qt, kt, vt = (graph_input(node, i, a) for i, a in enumerate((q, k, v)))
-    s = L.matmul(qt, _swap(kt)) * scale
+    s = _unfold(L.matmul(_fold(qt, hk), _swap(kt)), hk, hq) * scale
     if added is not None:
         s = s + graph_input(node, 3, added)
     pt = _softmax_of(s, p)
     drop = None if keep is None else keep * dscale
-    dv = L.matmul(_swap(pt if drop is None else pt * drop), g)
-    dp = L.matmul(g, _swap(vt))
+    dv = L.matmul(_swap(_fold(pt if drop is None else pt * drop, hv)), _fold(g, hv))
+    dp = _unfold(L.matmul(_fold(g, hv), _swap(vt)), hv, hq)
     if drop is not None:
         dp = dp * drop
     ds = pt * (dp - R.sum(dp * pt, axis=-1, keepdims=True))
-    dq = L.matmul(ds, kt) * scale
-    dk = L.matmul(_swap(ds), qt) * scale
+    dq = _unfold(L.matmul(_fold(ds, hk), kt), hk, hq) * scale
+    dk = L.matmul(_swap(_fold(ds, hk)), _fold(qt, hk)) * scale
     return (dq, dk, dv) + ((ds,) if added is not None else ())
 
 

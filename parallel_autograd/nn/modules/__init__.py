@@ -1,18 +1,38 @@
 """The layers of `parallel_autograd.nn`, one file per family (PyTorch's layout)."""
 from .activation import GELU, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh
+from .activation import (CELU, ELU, GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, LogSigmoid,
+                         Mish, PReLU, Softplus, Softsign)
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
-from .conv import Conv2d
+from .conv import (Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d,
+                   ConvTranspose3d, Fold, Unfold)
 from .dropout import Dropout
 from .flatten import Flatten
 from .linear import Identity, Linear
 from .loss import CrossEntropyLoss, MSELoss, NLLLoss
+from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, HuberLoss, KLDivLoss,
+                   L1Loss, MarginRankingLoss, SmoothL1Loss, TripletMarginLoss)
 from .norm import LayerNorm, RMSNorm
-from .pooling import AvgPool2d, MaxPool2d
+from .norm import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, InstanceNorm1d,
+                   InstanceNorm2d, InstanceNorm3d, LocalResponseNorm)
+from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool1d,
+                      AdaptiveMaxPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d,
+                      PixelShuffle, PixelUnshuffle, Upsample)
+from .attention import MultiheadAttention
+from .rnn import GRU, LSTM, RNN, RNNBase
 from .sparse import Embedding
 
 __all__ = [
-    "AvgPool2d", "Conv2d", "CrossEntropyLoss", "Dropout", "Embedding", "Flatten", "GELU",
-    "Identity", "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "MaxPool2d",
-    "ModuleDict", "ModuleList", "NLLLoss", "ParameterDict", "ParameterList", "RMSNorm", "ReLU", "Sequential", "SiLU",
-    "Sigmoid", "Softmax", "Tanh",
+    "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
+    "AvgPool1d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "BCELoss",
+    "BCEWithLogitsLoss", "CELU", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
+    "ConvTranspose2d", "ConvTranspose3d", "CosineEmbeddingLoss", "CrossEntropyLoss", "Dropout",
+    "ELU", "Embedding", "Flatten", "Fold", "GELU", "GLU", "GroupNorm", "GRU", "Hardsigmoid",
+    "Hardswish", "Hardtanh", "HuberLoss", "Identity", "InstanceNorm1d", "InstanceNorm2d",
+    "InstanceNorm3d", "KLDivLoss", "L1Loss", "LayerNorm", "LeakyReLU", "Linear",
+    "LocalResponseNorm", "LogSigmoid", "LogSoftmax", "LSTM", "MarginRankingLoss", "MaxPool1d",
+    "MaxPool2d", "Mish", "ModuleDict", "ModuleList", "MSELoss", "MultiheadAttention",
+    "NLLLoss", "ParameterDict", "ParameterList", "PixelShuffle", "PixelUnshuffle", "PReLU",
+    "ReLU", "RMSNorm", "RNN", "RNNBase", "SELU", "Sequential", "Sigmoid", "SiLU",
+    "SmoothL1Loss", "Softmax", "Softplus", "Softsign", "Tanh", "TripletMarginLoss", "Unfold",
+    "Upsample",
 ]

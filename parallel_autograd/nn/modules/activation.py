@@ -1,4 +1,6 @@
-"""Activation modules: ReLU, GELU, SiLU, Tanh, Sigmoid, LeakyReLU, Softmax, LogSoftmax.
+"""Activation modules: ReLU, GELU, SiLU, Tanh, Sigmoid, LeakyReLU, Softmax, LogSoftmax,
+Softplus, Softsign, Mish, ELU, SELU, CELU, Hardtanh, Hardsigmoid, Hardswish, LogSigmoid,
+PReLU (a learnable slope) and GLU.
 
 `inplace=True` (ReLU, SiLU, LeakyReLU) is accepted so PyTorch code runs unchanged,
 but the result is computed out of place: the values are the same, the input is not
@@ -6,9 +8,14 @@ overwritten.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ...ops import elementwise as _ew
 from ...ops import reduce as _rd
+from ...ops import unary as _un
 from ..module import Module
+from ..parameter import Parameter
+from ._utils import float_dtype, positive_int
 
 
 def _inplace_repr(inplace: bool, lead: str = "") -> str:
@@ -131,6 +138,196 @@ class LogSoftmax(Module):
         if self.dim is None:
             raise ValueError("LogSoftmax: give dim explicitly (LogSoftmax(dim=-1))")
         return _rd.log_softmax(input, axis=self.dim)
+
+    def extra_repr(self) -> str:
+        """`dim=…`."""
+        return f"dim={self.dim}"
+
+
+class Softplus(Module):
+    """log(1 + exp(beta x)) / beta, x itself where beta x > threshold."""
+
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0) -> None:
+        super().__init__()
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, input):
+        """softplus(input, beta, threshold)."""
+        return _un.softplus(input, self.beta, self.threshold)
+
+    def extra_repr(self) -> str:
+        """`beta=…, threshold=…`."""
+        return f"beta={self.beta}, threshold={self.threshold}"
+
+
+class Softsign(Module):
+    """x / (1 + |x|) elementwise."""
+
+    def forward(self, input):
+        """softsign(input)."""
+        return _un.softsign(input)
+
+
+class Mish(Module):
+    """x tanh(softplus(x)) elementwise."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input):
+        """mish(input)."""
+        return _un.mish(input)
+
+    def extra_repr(self) -> str:
+        """`inplace=True` when set."""
+        return _inplace_repr(self.inplace)
+
+
+class ELU(Module):
+    """x where x > 0, else alpha (exp(x) - 1)."""
+
+    def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
+        super().__init__()
+        self.alpha, self.inplace = alpha, inplace
+
+    def forward(self, input):
+        """elu(input, alpha)."""
+        return _un.elu(input, self.alpha)
+
+    def extra_repr(self) -> str:
+        """`alpha=…` (and `inplace=True` when set)."""
+        return f"alpha={self.alpha}" + _inplace_repr(self.inplace, ", ")
+
+
+class SELU(Module):
+    """scale * elu(x, alpha) with PyTorch's fixed constants (self-normalizing)."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input):
+        """selu(input)."""
+        return _un.selu(input)
+
+    def extra_repr(self) -> str:
+        """`inplace=True` when set."""
+        return _inplace_repr(self.inplace)
+
+
+class CELU(Module):
+    """x where x > 0, else alpha (exp(x / alpha) - 1)."""
+
+    def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
+        super().__init__()
+        self.alpha, self.inplace = alpha, inplace
+
+    def forward(self, input):
+        """celu(input, alpha)."""
+        return _un.celu(input, self.alpha)
+
+    def extra_repr(self) -> str:
+        """`alpha=…` (and `inplace=True` when set)."""
+        return f"alpha={self.alpha}" + _inplace_repr(self.inplace, ", ")
+
+
+class Hardtanh(Module):
+    """x clamped to [min_val, max_val] (default [-1, 1])."""
+
+    def __init__(self, min_val: float = -1.0, max_val: float = 1.0,
+                 inplace: bool = False) -> None:
+        super().__init__()
+        if min_val > max_val:
+            raise ValueError(f"Hardtanh: min_val ({min_val}) cannot be greater than "
+                             f"max_val ({max_val})")
+        self.min_val, self.max_val, self.inplace = min_val, max_val, inplace
+
+    def forward(self, input):
+        """hardtanh(input, min_val, max_val)."""
+        return _un.hardtanh(input, self.min_val, self.max_val)
+
+    def extra_repr(self) -> str:
+        """`min_val=…, max_val=…` (and `inplace=True` when set)."""
+        return (f"min_val={self.min_val}, max_val={self.max_val}"
+                + _inplace_repr(self.inplace, ", "))
+
+
+class Hardsigmoid(Module):
+    """relu6(x + 3) / 6 elementwise."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input):
+        """hardsigmoid(input)."""
+        return _un.hardsigmoid(input)
+
+    def extra_repr(self) -> str:
+        """`inplace=True` when set."""
+        return _inplace_repr(self.inplace)
+
+
+class Hardswish(Module):
+    """x relu6(x + 3) / 6 elementwise."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input):
+        """hardswish(input)."""
+        return _un.hardswish(input)
+
+    def extra_repr(self) -> str:
+        """`inplace=True` when set."""
+        return _inplace_repr(self.inplace)
+
+
+class LogSigmoid(Module):
+    """log(sigmoid(x)) elementwise, computed without overflow."""
+
+    def forward(self, input):
+        """logsigmoid(input)."""
+        return _un.logsigmoid(input)
+
+
+class PReLU(Module):
+    """x where x > 0, else weight * x, with a learnable `weight`: one slope shared by
+    all channels (`num_parameters=1`) or one per channel (dimension 1 of the input),
+    each initialised to `init` (PyTorch's `nn.PReLU`; `dtype` default float64)."""
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, dtype=None) -> None:
+        super().__init__()
+        self.num_parameters = positive_int(num_parameters, "num_parameters", "PReLU")
+        self.init = init
+        self.weight = Parameter(np.full((self.num_parameters,), init,
+                                        dtype=float_dtype(dtype, "PReLU")))
+
+    def reset_parameters(self) -> None:
+        """Every slope back to `init`."""
+        self.weight.data[...] = self.init
+
+    def forward(self, input):
+        """prelu(input, weight)."""
+        return _un.prelu(input, self.weight)
+
+    def extra_repr(self) -> str:
+        """`num_parameters=…`."""
+        return f"num_parameters={self.num_parameters}"
+
+
+class GLU(Module):
+    """a * sigmoid(b), a and b the halves of the input along `dim` (default -1)."""
+
+    def __init__(self, dim: int = -1) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        """glu(input, dim)."""
+        return _un.glu(input, self.dim)
 
     def extra_repr(self) -> str:
         """`dim=…`."""

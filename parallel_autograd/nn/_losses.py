@@ -1,0 +1,706 @@
+"""The losses of `nn.functional` beyond cross_entropy and mse_loss (PyTorch's names,
+signatures, defaults and semantics), and nll_loss / cross_entropy for every input rank
+PyTorch takes.
+
+Pointwise losses - l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy,
+binary_cross_entropy_with_logits, kl_div - are one node each (`primitive`, inputs
+(input, target, weight, pos_weight); the weights are constants, as in PyTorch). The
+forward evaluates one fused kernel per chunk of 32k elements (`_fused`'s chunks) and, for
+'mean'/'sum', adds each chunk up at once, so a reduced loss allocates nothing full-size;
+with 'none' the loss is the only full-size array. Each rule is one fused kernel (the
+gradient it returns is its only full-size allocation, chunk-sized scratch beside it); the
+comment of each kernel counts its passes over a chunk. Input and target broadcast against
+each other where PyTorch lets them (not for the two cross-entropies), and the target gets
+a gradient wherever PyTorch gives one. Each rule's differentiable twin (`rule.graph`,
+for create_graph) is its formula written with ops.
+
+cosine_embedding_loss, margin_ranking_loss and triplet_margin_loss are compositions of
+ops (PyTorch's own formulas), and so are the weighted l1_loss and huber_loss (`weight=`,
+PyTorch 2.x): every gradient, and every twin, by construction.
+
+Not supported: the deprecated `size_average` / `reduce` arguments (use `reduction`);
+arguments PyTorch lists after them are keyword-only here, so a stray positional value
+cannot be taken for the wrong one.
+
+Thread safety: pure functions of their arguments, like every op.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from ..grad_mode import is_grad_enabled
+from ..memory import empty as _empty
+from ..ops import elementwise as E
+from ..ops import reduce as R
+from ..ops import shape as S
+from ..ops.elementwise import _BLOCK, _fused
+from ..primitive import primitive
+from ..tensor import Tensor
+from . import functional as F
+
+__all__ = [
+    "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+    "binary_cross_entropy_with_logits", "kl_div", "nll_loss", "cross_entropy",
+    "cosine_embedding_loss", "margin_ranking_loss", "triplet_margin_loss",
+]
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _raw(x):
+    return x.data if isinstance(x, Tensor) else np.asarray(x)
+
+
+def _check_reduction(name: str, reduction, allowed=_REDUCTIONS) -> None:
+    if not isinstance(reduction, str) or reduction not in allowed:
+        raise ValueError(f"{name}: reduction must be one of "
+                         f"{', '.join(repr(a) for a in allowed)}, got {reduction!r}")
+
+
+def _broadcast(name: str, *arrays) -> tuple:
+    """The broadcast shape of the arrays (None skipped), ValueError naming `name`."""
+    try:
+        return np.broadcast_shapes(*(a.shape for a in arrays if a is not None))
+    except ValueError:
+        shapes = " and ".join(str(a.shape) for a in arrays if a is not None)
+        raise ValueError(f"{name}: shapes {shapes} do not broadcast together") from None
+
+
+def _float_dtype(*arrays) -> np.dtype:
+    dt = np.result_type(*(a for a in arrays if a is not None))
+    return dt if dt.kind == "f" else np.dtype(np.float64)
+
+
+def _check_no_grad(name: str, what: str, t) -> None:
+    # PyTorch: "the function is not differentiable with respect to argument 'weight'"
+    if isinstance(t, Tensor) and t.requires_grad and is_grad_enabled():
+        raise RuntimeError(f"{name}: {what} cannot require grad (the loss is not "
+                           f"differentiable with respect to it, as in PyTorch); detach it")
+
+
+# ---- the pointwise machinery ------------------------------------------------------------
+def _like(shape, dtype) -> np.ndarray:
+    """An array of `shape` and `dtype` that owns no memory (what `_fused` sizes from)."""
+    return np.broadcast_to(np.empty((), dtype), shape)
+
+
+def _chunked_sum(kernel, shape, dtype, operands, scratch: int) -> float:
+    """The sum of `kernel`'s elementwise values over the broadcast `shape`, evaluated
+    per chunk of `_BLOCK` elements into chunk-sized buffers (numpy's buffered iterator
+    broadcasts the operands): no full-size array. Chunk sums are added in order."""
+    if math.prod(shape) <= _BLOCK:
+        return float(_fused(kernel, _like(shape, dtype), operands,
+                            (dtype,) * scratch).sum())
+    where = [i for i, a in enumerate(operands) if type(a) is np.ndarray]
+    it = np.nditer([operands[i] for i in where], flags=["external_loop", "buffered"],
+                   op_flags=[["readonly"]] * len(where), buffersize=_BLOCK)
+    out = _empty(_BLOCK, dtype)
+    bufs = [_empty(_BLOCK, dtype) for _ in range(scratch)]
+    args = list(operands)
+    total = 0.0
+    with it:
+        for chunk in it:
+            chunk = (chunk,) if len(where) == 1 else chunk
+            for i, c in zip(where, chunk):
+                args[i] = c
+            n = chunk[0].size
+            kernel(out[:n], *args, *(b[:n] for b in bufs))
+            total += float(out[:n].sum())
+    return total
+
+
+def _times(o, G, c: float = 1.0) -> None:
+    """o *= G * c, G the upstream gradient: an array ('none') or a number."""
+    if type(G) is np.ndarray:
+        o *= G
+        if c != 1.0:
+            o *= c
+    else:
+        o *= G * c
+
+
+def _upstream(g, reduction: str, denom):
+    """The gradient each element receives: g itself ('none'), else a number."""
+    if reduction == "none":
+        return g
+    if reduction == "sum":
+        return float(g)
+    return float(g) / denom if denom else math.nan          # the mean of nothing: nan
+
+
+def _graph_upstream(g, reduction: str, denom):
+    return g if reduction in ("none", "sum") else g / denom
+
+
+def _shape_of(*xs) -> tuple:
+    return np.broadcast_shapes(*(np.shape(x.data if isinstance(x, Tensor) else x)
+                                 for x in xs if x is not None))
+
+
+_QUIET = dict(divide="ignore", over="ignore", invalid="ignore")   # PyTorch does not warn
+
+
+def _pointwise_loss(name: str, fwd, dx, dy, scratch: int, twin_x, twin_y):
+    """A one-node pointwise loss over (input, target, weight, pos_weight): `fwd(o, x, y,
+    w, pw, *scratch, **params)` writes the elementwise loss, `dx`/`dy(o, G, x, y, w, pw,
+    *scratch, **params)` the gradients (G: the upstream gradient per element); `twin_x`/
+    `twin_y(x, y, w, pw, **params)` are the factors multiplying G, written with ops."""
+
+    def forward(x, y, w, pw, reduction, denom, **params):
+        shape, dtype = _shape_of(x, y, w, pw), _float_dtype(x, y, w, pw)
+        kernel = functools.partial(fwd, **params) if params else fwd
+        with np.errstate(**_QUIET):
+            if reduction == "none":
+                return _fused(kernel, _like(shape, dtype), (x, y, w, pw), (dtype,) * scratch)
+            total = _chunked_sum(kernel, shape, dtype, (x, y, w, pw), scratch)
+            return np.asarray(total if reduction == "sum" else np.divide(total, denom),
+                              dtype=dtype)
+
+    def rule(kernel):
+        def vjp(g, ans, x, y, w, pw, reduction, denom, **params):
+            k = functools.partial(kernel, **params) if params else kernel
+            shape, dtype = _shape_of(x, y, w, pw), np.result_type(g, ans)
+            with np.errstate(**_QUIET):
+                return _fused(k, _like(shape, dtype), (_upstream(g, reduction, denom),
+                                                       x, y, w, pw), (dtype,) * scratch)
+        return vjp
+
+    def twin(factor):
+        def graph(g, ans, x, y, w, pw, reduction, denom, **params):
+            out = _graph_upstream(g, reduction, denom) * factor(x, y, w, pw, **params)
+            shape = _shape_of(x, y, w, pw)
+            return out if out.shape == shape else S.broadcast_to(out, shape)
+        return graph
+
+    rule_x, rule_y = rule(dx), rule(dy)
+    rule_x.graph, rule_y.graph = twin(twin_x), twin(twin_y)
+    cost = lambda ans, x, y, w=None, pw=None: 8 * math.prod(_shape_of(x, y, w, pw))  # noqa: E731
+    return primitive(name, forward, rule_x, rule_y, None, None, cost=cost)
+
+
+def _weighted(o, w) -> None:
+    if w is not None:
+        o *= w
+
+
+def _data(x):
+    return x.data if isinstance(x, Tensor) else np.asarray(x)
+
+
+def _w(factor, w):
+    return factor if w is None else factor * w
+
+
+# ---- l1, smooth l1, huber -----------------------------------------------------------------
+def _l1_fwd(o, x, y, w, pw):
+    np.subtract(x, y, out=o)                  # |x - y|: 2 passes
+    np.abs(o, out=o)
+
+
+def _l1_dx(o, G, x, y, w, pw):
+    np.subtract(x, y, out=o)                  # sign(x - y) G: 3 passes (0 at x == y)
+    np.sign(o, out=o)
+    _times(o, G)
+
+
+def _l1_dy(o, G, x, y, w, pw):
+    np.subtract(y, x, out=o)
+    np.sign(o, out=o)
+    _times(o, G)
+
+
+_l1 = _pointwise_loss(
+    "l1_loss", _l1_fwd, _l1_dx, _l1_dy, 0,
+    lambda x, y, w, pw: np.sign(_data(x) - _data(y)),      # piecewise constant
+    lambda x, y, w, pw: np.sign(_data(y) - _data(x)))
+
+
+def _huber_fwd(o, x, y, w, pw, m, delta, scale):
+    # m (|d| - m/2) scale, m = min(|d|, delta): 0.5 d^2 scale inside, (|d| - delta/2)
+    # delta scale outside. 7 passes, one scratch.
+    np.subtract(x, y, out=o)
+    np.abs(o, out=o)
+    np.minimum(o, delta, out=m)
+    o *= 2
+    o -= m
+    o *= m
+    o *= 0.5 * scale
+
+
+def _huber_dx(o, G, x, y, w, pw, m, delta, scale):
+    np.subtract(x, y, out=o)                  # clip(x - y, -delta, delta) scale G: 3 passes
+    np.clip(o, -delta, delta, out=o)
+    _times(o, G, scale)
+
+
+def _huber_dy(o, G, x, y, w, pw, m, delta, scale):
+    np.subtract(y, x, out=o)
+    np.clip(o, -delta, delta, out=o)
+    _times(o, G, scale)
+
+
+_huber = _pointwise_loss(
+    "huber_loss", _huber_fwd, _huber_dx, _huber_dy, 1,
+    lambda x, y, w, pw, delta, scale: E.clip(x - y, -delta, delta) * scale,
+    lambda x, y, w, pw, delta, scale: E.clip(y - x, -delta, delta) * scale)
+
+
+def _weighted_mean_of(name, loss, weight, reduction, by_weight: bool):
+    """`loss * weight` reduced; 'mean' divides by the weights' sum (`by_weight`, PyTorch's
+    l1_loss) or the element count (huber_loss)."""
+    loss = loss * weight
+    if reduction == "mean" and by_weight:
+        return R.sum(loss) / R.sum(weight if isinstance(weight, Tensor) else _raw(weight))
+    return F._reduce(name, loss, reduction)
+
+
+def _check_weight_like_input(name, weight, x) -> None:
+    if weight is not None and _raw(weight).shape != x.shape:
+        raise ValueError(f"{name}: weight shape {_raw(weight).shape} must be the input's "
+                         f"shape {x.shape}")
+
+
+def _arg(v, like=None):
+    """A Tensor as it is, anything else as an ndarray; a Python number as `like`'s
+    floating dtype (weak, as numpy and PyTorch treat scalars)."""
+    if isinstance(v, Tensor) or type(v) is np.ndarray:
+        return v
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and like is not None \
+            and _raw(like).dtype.kind == "f":
+        return np.asarray(v, dtype=_raw(like).dtype)
+    return np.asarray(v)
+
+
+def _operands(name, input, target, broadcast: bool = True) -> tuple:
+    """(input, target) as Tensors or ndarrays, their arrays, and their broadcast shape
+    (None unless `broadcast`)."""
+    input = _arg(input)
+    target = _arg(target, input)
+    x, y = _raw(input), _raw(target)
+    return input, target, x, y, _broadcast(name, x, y) if broadcast else None
+
+
+def l1_loss(input, target, *, reduction: str = "mean", weight=None) -> Tensor:
+    """Mean absolute error `|input - target|` (they broadcast), reduced; `weight` (the
+    input's shape) scales each element, and 'mean' then divides by the weights' sum, as
+    in PyTorch 2. The gradient at input == target is 0 (sign)."""
+    _check_reduction("l1_loss", reduction)
+    input, target, x, y, shape = _operands("l1_loss", input, target)
+    _check_weight_like_input("l1_loss", weight, x)
+    if weight is not None:
+        loss = _l1(input, target, None, None, reduction="none", denom=None)
+        return _weighted_mean_of("l1_loss", loss, weight, reduction, by_weight=True)
+    return _l1(input, target, None, None, reduction=reduction, denom=math.prod(shape))
+
+
+def smooth_l1_loss(input, target, *, reduction: str = "mean", beta: float = 1.0) -> Tensor:
+    """`0.5 (x - y)**2 / beta` where `|x - y| < beta`, else `|x - y| - beta / 2`
+    (input and target broadcast); beta = 0 is l1_loss. One node."""
+    _check_reduction("smooth_l1_loss", reduction)
+    beta = float(beta)
+    if not beta >= 0:
+        raise ValueError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
+    if beta == 0:
+        return l1_loss(input, target, reduction=reduction)
+    input, target, x, y, shape = _operands("smooth_l1_loss", input, target)
+    return _huber(input, target, None, None, reduction=reduction, denom=math.prod(shape),
+                  delta=beta, scale=1.0 / beta)
+
+
+def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0,
+               weight=None) -> Tensor:
+    """`0.5 (x - y)**2` where `|x - y| < delta`, else `delta (|x - y| - delta / 2)`
+    (input and target broadcast): delta times smooth_l1_loss with beta = delta. `weight`
+    (the input's shape) scales each element; 'mean' is then the mean of the products."""
+    _check_reduction("huber_loss", reduction)
+    delta = float(delta)
+    if not delta > 0:
+        raise ValueError(f"huber_loss: delta must be positive, got {delta}")
+    input, target, x, y, shape = _operands("huber_loss", input, target)
+    _check_weight_like_input("huber_loss", weight, x)
+    if weight is not None:
+        loss = _huber(input, target, None, None, reduction="none", denom=None, delta=delta,
+                      scale=1.0)
+        return _weighted_mean_of("huber_loss", loss, weight, reduction, by_weight=False)
+    return _huber(input, target, None, None, reduction=reduction, denom=math.prod(shape),
+                  delta=delta, scale=1.0)
+
+
+# ---- binary cross-entropy -----------------------------------------------------------------
+def _bce_fwd(o, x, y, w, pw, a):
+    # -(y L0 + (1 - y) L1) = y (L1 - L0) - L1, L0 = max(log x, -100), L1 = max(log(1 - x),
+    # -100) (PyTorch's clamp): 9 passes (10 weighted), one scratch
+    np.negative(x, out=o)
+    np.log1p(o, out=o)
+    np.maximum(o, -100.0, out=o)
+    np.log(x, out=a)
+    np.maximum(a, -100.0, out=a)
+    np.subtract(o, a, out=a)
+    a *= y
+    np.subtract(a, o, out=o)
+    _weighted(o, w)
+
+
+_BCE_EPS = float(np.float32(1e-12))   # PyTorch's EPSILON, a float: 9.99999996e-13
+
+
+def _bce_dx(o, G, x, y, w, pw, a):
+    # G w (x - y) / max(x (1 - x), eps), PyTorch's formula: 6 passes (+1 weighted)
+    np.subtract(1.0, x, out=o)
+    o *= x
+    np.maximum(o, _BCE_EPS, out=o)
+    np.subtract(x, y, out=a)
+    np.divide(a, o, out=o)
+    _times(o, G)
+    _weighted(o, w)
+
+
+def _bce_dy(o, G, x, y, w, pw, a):
+    # G w (log(1 - x) - log x) (= -logit(x), PyTorch's): 5 passes (+1 weighted)
+    np.negative(x, out=o)
+    np.log1p(o, out=o)
+    np.log(x, out=a)
+    o -= a
+    _times(o, G)
+    _weighted(o, w)
+
+
+_bce = _pointwise_loss(
+    "binary_cross_entropy", _bce_fwd, _bce_dx, _bce_dy, 1,
+    lambda x, y, w, pw: _w((x - y) / E.maximum(x * (1 - x), _BCE_EPS), w),
+    lambda x, y, w, pw: _w(E.log(1 - x) - E.log(x), w))
+
+
+def _log_sigmoid(o, x, a) -> None:
+    """o = log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), overflow-free: 6 passes."""
+    np.abs(x, out=a)
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    np.log1p(a, out=a)
+    np.minimum(x, 0, out=o)
+    o -= a
+
+
+def _bcel_fwd(o, x, y, w, pw, a):
+    # (1 - y) x - L log_sigmoid(x), L = 1 + (pw - 1) y (PyTorch's): 9 passes, 12 with
+    # pos_weight, +1 weighted
+    _log_sigmoid(o, x, a)
+    if pw is not None:
+        np.subtract(pw, 1.0, out=a)
+        a *= y
+        a += 1
+        o *= a
+    np.subtract(1.0, y, out=a)
+    a *= x
+    np.subtract(a, o, out=o)
+    _weighted(o, w)
+
+
+def _bcel_dx(o, G, x, y, w, pw, a):
+    # G w (L sigmoid(x) - pw y), or G w (sigmoid(x) - y): 6 passes, 10 with pos_weight
+    np.negative(x, out=o)
+    np.exp(o, out=o)
+    o += 1
+    np.divide(1.0, o, out=o)
+    if pw is not None:
+        np.subtract(pw, 1.0, out=a)
+        a *= y
+        a += 1
+        o *= a
+        np.multiply(pw, y, out=a)
+        o -= a
+    else:
+        o -= y
+    _times(o, G)
+    _weighted(o, w)
+
+
+def _bcel_dy(o, G, x, y, w, pw, a):
+    # -G w x, or -G w (x + (pw - 1) log_sigmoid(x)): 2 passes, 10 with pos_weight
+    if pw is None:
+        np.negative(x, out=o)
+    else:
+        _log_sigmoid(o, x, a)
+        np.subtract(pw, 1.0, out=a)
+        o *= a
+        o += x
+        np.negative(o, out=o)
+    _times(o, G)
+    _weighted(o, w)
+
+
+def _graph_log_sigmoid(x):
+    return E.minimum(x, 0.0) - E.log(E.exp(-E.abs(x)) + 1)
+
+
+def _bcel_twin_x(x, y, w, pw):
+    if pw is None:
+        return _w(E.sigmoid(x) - y, w)
+    return _w(E.sigmoid(x) * ((pw - 1) * y + 1) - pw * y, w)
+
+
+def _bcel_twin_y(x, y, w, pw):
+    if pw is None:
+        return _w(-x, w)
+    return _w(-(x + _graph_log_sigmoid(x) * (pw - 1)), w)
+
+
+_bcel = _pointwise_loss("binary_cross_entropy_with_logits", _bcel_fwd, _bcel_dx, _bcel_dy,
+                        1, _bcel_twin_x, _bcel_twin_y)
+
+
+def _bce_weight(name, weight, x, what: str = "weight"):
+    if weight is None:
+        return None
+    _check_no_grad(name, what, weight)
+    w = _raw(weight)
+    try:
+        fits = np.broadcast_shapes(x.shape, w.shape) == x.shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{name}: {what} of shape {w.shape} does not broadcast to the "
+                         f"input's shape {x.shape}")
+    return w.astype(_float_dtype(x), copy=False)      # a constant: the loss keeps x's dtype
+
+
+def binary_cross_entropy(input, target, weight=None, *, reduction: str = "mean") -> Tensor:
+    """`-weight (target log(input) + (1 - target) log(1 - input))` for probabilities
+    `input` in [0, 1] (ValueError otherwise); each log is clamped at -100, and the input
+    gradient divides by max(input (1 - input), 1e-12), as PyTorch does. Target: the input's
+    shape; `weight` broadcasts to it (a constant). One node."""
+    name = "binary_cross_entropy"
+    _check_reduction(name, reduction)
+    input, target, x, y, _ = _operands(name, input, target, broadcast=False)
+    if y.shape != x.shape:
+        raise ValueError(f"{name}: target shape {y.shape} must be the input's shape "
+                         f"{x.shape}")
+    if x.size and not (x.min() >= 0 and x.max() <= 1):
+        raise ValueError(f"{name}: all elements of input should be between 0 and 1")
+    w = _bce_weight(name, weight, x)
+    return _bce(input, target, w, None, reduction=reduction, denom=x.size)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, *, reduction: str = "mean",
+                                     pos_weight=None) -> Tensor:
+    """binary_cross_entropy of `sigmoid(input)` from the logits, without overflow:
+    `(1 - y) x - L log_sigmoid(x)` with `L = 1 + (pos_weight - 1) y`, times `weight`.
+    Target: the input's shape; `weight` and `pos_weight` (e.g. one per class, (C,))
+    broadcast to it and are constants. One node."""
+    name = "binary_cross_entropy_with_logits"
+    _check_reduction(name, reduction)
+    input, target, x, y, _ = _operands(name, input, target, broadcast=False)
+    if y.shape != x.shape:
+        raise ValueError(f"{name}: target size {y.shape} must be the same as input size "
+                         f"{x.shape}")
+    w = _bce_weight(name, weight, x)
+    pw = _bce_weight(name, pos_weight, x, "pos_weight")
+    return _bcel(input, target, w, pw, reduction=reduction, denom=x.size)
+
+
+# ---- Kullback-Leibler divergence ------------------------------------------------------------
+def _kl_fwd(o, x, y, w, pw, a, log_target):
+    if log_target:                            # exp(y) (y - x): 3 passes
+        np.exp(y, out=a)
+        np.subtract(y, x, out=o)
+        o *= a
+        return
+    o.fill(0)                                 # xlogy(y, y) - y x: 5 passes (and y's mask)
+    np.log(y, out=o, where=np.not_equal(y, 0))
+    o *= y
+    np.multiply(y, x, out=a)
+    o -= a
+
+
+def _kl_dx(o, G, x, y, w, pw, a, log_target):
+    if log_target:                            # -exp(y) G or -y G: 3 passes
+        np.exp(y, out=o)
+    else:
+        np.copyto(o, y)
+    np.negative(o, out=o)
+    _times(o, G)
+
+
+def _kl_dy(o, G, x, y, w, pw, a, log_target):
+    if log_target:                            # exp(y) (y - x + 1) G: 5 passes
+        np.subtract(y, x, out=o)
+        o += 1
+        np.exp(y, out=a)
+        o *= a
+    else:                                     # (log y + 1 - x) G: 4 passes
+        np.log(y, out=o)
+        o += 1
+        o -= x
+    _times(o, G)
+
+
+def _kl_twin_x(x, y, w, pw, log_target):
+    return -E.exp(y) if log_target else -(y if isinstance(y, Tensor) else np.asarray(y))
+
+
+def _kl_twin_y(x, y, w, pw, log_target):
+    if log_target:
+        return E.exp(y) * (y - x + 1)
+    return E.log(y) + (1 - x)
+
+
+_kl = _pointwise_loss("kl_div", _kl_fwd, _kl_dx, _kl_dy, 1, _kl_twin_x, _kl_twin_y)
+
+
+def kl_div(input, target, *, reduction: str = "mean", log_target: bool = False) -> Tensor:
+    """Pointwise KL divergence `target (log(target) - input)` of log-probabilities
+    `input` (0 where target is 0; `log_target=True`: the target is given as
+    log-probabilities, `exp(target) (target - input)`); input and target broadcast.
+    reduction: 'mean' (over all elements, PyTorch's default), 'batchmean' (the sum over
+    the batch size: the true KL divergence), 'sum' or 'none'. The target's gradient
+    `log(target) + 1 - input` is -inf where a target is 0 (PyTorch: nan)."""
+    _check_reduction("kl_div", reduction, _REDUCTIONS + ("batchmean",))
+    input, target, x, y, shape = _operands("kl_div", input, target)
+    denom = math.prod(shape)
+    if reduction == "batchmean":
+        reduction, denom = ("mean", x.shape[0]) if x.ndim else ("sum", None)
+    return _kl(input, target, None, None, reduction=reduction, denom=denom,
+               log_target=bool(log_target))
+
+
+# ---- nll_loss and cross_entropy of any rank --------------------------------------------------
+def _rows_of_classes(name: str, input, target) -> tuple:
+    """(input as (M, C), targets (M,), the unreduced loss's shape): (N, C) as it is;
+    (C,) with a 0-d target as one row; (N, C, d1, ...) with targets (N, d1, ...) moved to
+    channels-last rows (a copy, recorded: gradients flow back through it)."""
+    x = _raw(input)
+    if x.ndim == 2:
+        return input, F._class_targets(name, x, target), None
+    t = _raw(target)
+    if t.dtype.kind not in "iu":
+        raise TypeError(f"{name}: target must hold class indices (integers), "
+                        f"got dtype {t.dtype}")
+    if x.ndim < 2 and (x.ndim == 0 or t.ndim):
+        raise ValueError(f"{name}: expected 2-D input (N, C) with target (N,), or (C,) with a "
+                         f"0-d target, or (N, C, d1, ...) with target (N, d1, ...); got input "
+                         f"{x.shape} and target {t.shape}")
+    if x.ndim == 1:
+        return S.reshape(input, (1, x.shape[0])), t.reshape(1), ()
+    want = (x.shape[0],) + x.shape[2:]
+    if t.shape != want:
+        raise ValueError(f"{name}: target shape {t.shape} does not match input shape "
+                         f"{x.shape} (expected {want})")
+    c = x.shape[1]
+    rows = S.permute(input, (0,) + tuple(range(2, x.ndim)) + (1,))
+    return S.reshape(rows, (-1, c)), t.reshape(-1), want
+
+
+def _unflatten(loss, reduction, shape):
+    return loss if reduction != "none" or shape is None else S.reshape(loss, shape)
+
+
+def nll_loss(input, target, weight=None, *, ignore_index: int = -100,
+             reduction: str = "mean") -> Tensor:
+    """Negative log-likelihood of class-index targets given log-probabilities: input
+    (N, C) with target (N,), (C,) with a 0-d target, or (N, C, d1, ...) with target
+    (N, d1, ...) (per-pixel classes). `weight` (C,) rescales each class (a constant);
+    targets equal to `ignore_index` contribute nothing, and 'mean' divides by the total
+    weight of the targets that count, as in PyTorch. One node for (N, C); other ranks
+    are reshaped (and, from 3 dimensions, copied channels-last) into it."""
+    x2, t, shape = _rows_of_classes("nll_loss", input, target)
+    return _unflatten(F._nll("nll_loss", x2, t, weight, ignore_index, reduction, 0.0,
+                             logits=False), reduction, shape)
+
+
+def cross_entropy(input, target, weight=None, *, ignore_index: int = -100,
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    """Softmax cross-entropy of logits against class indices,
+    `nll_loss(log_softmax(input, 1), ...)` with PyTorch's label smoothing, for the
+    shapes nll_loss takes. One fused node for (N, C) (the forward keeps each row's
+    logsumexp, not the log-probabilities); other ranks are reshaped into it."""
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], "
+                         f"got {label_smoothing}")
+    x2, t, shape = _rows_of_classes("cross_entropy", input, target)
+    return _unflatten(F._nll("cross_entropy", x2, t, weight, ignore_index, reduction,
+                             label_smoothing, logits=True), reduction, shape)
+
+
+# ---- margin losses: compositions of ops ------------------------------------------------------
+def _same_ndim(name: str, *named) -> None:
+    dims = [np.ndim(_raw(a)) for _, a in named]
+    if len(set(dims)) != 1:
+        sizes = ", ".join(f"{n}: {_raw(a).shape}" for n, a in named)
+        raise ValueError(f"{name}: all inputs should have the same number of dimensions, "
+                         f"got {sizes}")
+
+
+def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, *,
+                          reduction: str = "mean") -> Tensor:
+    """`1 - cos(x1, x2)` where target is 1, `max(0, cos(x1, x2) - margin)` where it is
+    -1 (0 elsewhere), the cosine over the last dimension of (N, D) or (D,) inputs with
+    PyTorch's 1e-12 added to each squared norm. Composed of ops."""
+    name = "cosine_embedding_loss"
+    _check_reduction(name, reduction)
+    x1, x2, t = _raw(input1), _raw(input2), _raw(target)
+    if x1.ndim not in (1, 2) or x1.shape != x2.shape:
+        raise ValueError(f"{name}: expected two inputs of the same shape (N, D) or (D,), "
+                         f"got {x1.shape} and {x2.shape}")
+    if t.shape != x1.shape[:-1]:
+        raise ValueError(f"{name}: target shape {t.shape} does not match the inputs' "
+                         f"{x1.shape} (expected {x1.shape[:-1]})")
+    prod = R.sum(input1 * input2, axis=-1)
+    sq1 = R.sum(input1 * input1, axis=-1) + 1e-12
+    sq2 = R.sum(input2 * input2, axis=-1) + 1e-12
+    cos = prod / E.sqrt(sq1 * sq2)
+    loss = E.where(t == 1, 1 - cos, 0.0) + E.where(t == -1, E.clip(cos - margin, min=0.0),
+                                                  0.0)
+    return F._reduce(name, loss, reduction)
+
+
+def margin_ranking_loss(input1, input2, target, margin: float = 0.0, *,
+                        reduction: str = "mean") -> Tensor:
+    """`max(0, -target (input1 - input2) + margin)` (the three broadcast; target is
+    usually 1 or -1 and gets a gradient too, as in PyTorch). Composed of ops."""
+    name = "margin_ranking_loss"
+    _check_reduction(name, reduction)
+    _same_ndim(name, ("input1", input1), ("input2", input2), ("target", target))
+    _broadcast(name, _raw(input1), _raw(input2), _raw(target))
+    target = target if isinstance(target, Tensor) else Tensor._wrap(_raw(target))
+    return F._reduce(name, E.clip(-target * (input1 - input2) + margin, min=0.0), reduction)
+
+
+def _pairwise_distance(a, b, p: float, eps: float):
+    """The p-norm of `a - b + eps` over the last dimension (PyTorch's
+    pairwise_distance), with ops."""
+    d = E.abs(a - b + eps)
+    if p == 2:
+        return E.sqrt(R.sum(d * d, axis=-1))
+    if p == 1:
+        return R.sum(d, axis=-1)
+    if p == math.inf:
+        return R.max(d, axis=-1)
+    return E.pow(R.sum(E.pow(d, p), axis=-1), 1.0 / p)
+
+
+def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: float = 2,
+                        eps: float = 1e-6, swap: bool = False, *,
+                        reduction: str = "mean") -> Tensor:
+    """`max(0, margin + d(anchor, positive) - d(anchor, negative))`, d the p-norm
+    distance over the last dimension (of `a - b + eps`, PyTorch's pairwise_distance);
+    `swap` uses min(d(a, n), d(p, n)) for the negative distance. margin > 0 and p > 0
+    (inf: the max norm). Composed of ops."""
+    name = "triplet_margin_loss"
+    _check_reduction(name, reduction)
+    if not margin > 0:
+        raise ValueError(f"{name}: margin must be greater than 0, got {margin}")
+    if not p > 0:
+        raise ValueError(f"{name}: p must be positive (or inf), got {p}")
+    _same_ndim(name, ("anchor", anchor), ("positive", positive), ("negative", negative))
+    a = _raw(anchor)
+    if a.ndim == 0:
+        raise ValueError(f"{name}: expected inputs with at least one dimension")
+    _broadcast(name, a, _raw(positive), _raw(negative))
+    d_pos = _pairwise_distance(anchor, positive, p, eps)
+    d_neg = _pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        d_neg = E.minimum(d_neg, _pairwise_distance(positive, negative, p, eps))
+    return F._reduce(name, E.clip(d_pos - d_neg + margin, min=0.0), reduction)

@@ -1,0 +1,524 @@
+"""The recurrent layers' kernels: `recurrence`, one node per layer and direction, whose
+forward and backward run the whole time loop with fused per-step numpy kernels.
+
+`nn.RNN`, `nn.LSTM` and `nn.GRU` (`modules/rnn.py`) call `run`, which per layer and
+direction makes three kinds of node:
+
+- the input projection of every time step, `linear(x, W_ih, b_ih)`: one GEMM over the
+  whole sequence (and one GEMM each for its gradients);
+- `recurrence(mode, xp, h0, c0, W_hh, b_hh)`: the loop over time. Each step is one GEMM
+  (`h @ W_hh^T`) and one fused elementwise kernel (`_lstm_forward`, ...); the node keeps
+  the activated gates and, for the LSTM, the cell states. Its rule runs the steps
+  backwards, each one fused kernel and one GEMM (`dz @ W_hh`), writing the gates'
+  gradients for all steps into one array, which is the projection's gradient; W_hh's
+  gradient is then one GEMM over the whole sequence, its bias's one reduction;
+- slices of its output (the outputs, the last state) and, between layers, dropout.
+
+So the graph has a constant number of nodes per layer and direction, whatever the
+sequence length (nodes per time step: 0). Why not one node per time step: the steps
+would take slices of the projection, and each slice's gradient is an array of the whole
+projection's size (a node has one output and its rule returns a gradient of each input's
+full shape), so T steps would sum T full-size arrays (O(T^2) memory traffic); and W_hh
+would get T small gradients summed one by one instead of one GEMM. The two directions of
+a bidirectional layer are independent nodes, which the parallel engine can run at once.
+
+Gate layouts are PyTorch's: LSTM (i, f, g, o), GRU (r, z, n) with
+n = tanh(W_in x + b_in + r * (W_hn h + b_hn)), RNN tanh or relu. Arithmetic: gates =
+(h W_hh^T + b_hh) + (x W_ih^T + b_ih); c' = f c + i g, h' = o tanh(c'); GRU
+h' = n + z (h - n) (PyTorch's CPU kernels' order); sigmoid = 1 / (1 + exp(-x)).
+
+`create_graph=True`: the rule's differentiable twin (`_recurrence_graph`) replays the
+steps with ops (the gates as `_activation_of` the saved activations) and runs the same
+backward recursion with ops, so the gradients it returns can be differentiated again.
+
+Thread safety: pure functions of their arguments; every call allocates its own buffers.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import memory
+from ..engine.cost import gemm_cost
+from ..memory import empty as _empty
+from ..node import graph_input
+from ..ops import elementwise as E
+from ..ops import linalg as L
+from ..ops import reduce as R
+from ..ops import shape as S
+from ..ops.graph import _t
+from ..primitive import primitive, record
+from ..tensor import Tensor
+from . import functional as F
+
+__all__ = ["recurrence", "run", "GATES"]
+
+#: gates per mode: the rows of W_ih and W_hh are (gates * hidden_size)
+GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+
+
+def _raw(x):
+    return x.data if isinstance(x, Tensor) else x
+
+
+def _sigmoid_(a: np.ndarray) -> None:
+    """a = 1 / (1 + exp(-a)) in place (PyTorch's formula): 4 passes."""
+    np.negative(a, out=a)
+    with np.errstate(over="ignore"):
+        np.exp(a, out=a)
+    a += 1
+    np.reciprocal(a, out=a)
+
+
+class _Spec:
+    """What a recurrence node's rule needs besides arrays."""
+
+    __slots__ = ("mode", "reverse", "batch_first", "inputs", "need", "xp_shape", "xp_dtype")
+
+    def __init__(self, mode, reverse, batch_first, inputs, need, xp_shape, xp_dtype):
+        self.mode, self.reverse, self.batch_first = mode, reverse, batch_first
+        self.inputs, self.need = inputs, need            # input names, needs a gradient
+        self.xp_shape, self.xp_dtype = xp_shape, xp_dtype
+
+
+def _tm(a, batch_first: bool):
+    """`a` seen time-major: (T, N, ...) (a view)."""
+    return np.swapaxes(a, 0, 1) if batch_first else a
+
+
+def _order(n: int, reverse: bool) -> list:
+    """Time indices in processing order."""
+    return list(range(n - 1, -1, -1)) if reverse else list(range(n))
+
+
+# ---- forward kernels: x (T, N, G*H) and y time-major views; one GEMM + fused step --------
+def _lstm_forward(x, y, h0, c0, w, b, order, dtype):
+    # per step: the GEMM into the gates' row, + b, + x_t (2 passes over N*4H), the
+    # activations (6 passes: sigmoid of all 4H, tanh of g saved and put back), then
+    # c' = f c + i g (3 passes over N*H) and h' = o tanh(c') (2 passes)
+    T, n = len(order), x.shape[1]
+    H = w.shape[1]
+    acts = _empty((T, n, 4 * H), dtype)       # i, f, g, o after their activations
+    cells = _empty((T, n, H), dtype)
+    tmp = np.empty((n, H), dtype)
+    wt = w.T
+    h, c = h0, c0
+    for t in order:
+        a = acts[t]
+        np.matmul(h, wt, out=a)
+        if b is not None:
+            a += b
+        a += x[t]
+        np.tanh(a[:, 2 * H:3 * H], out=tmp)
+        _sigmoid_(a)
+        a[:, 2 * H:3 * H] = tmp
+        cn = cells[t]
+        np.multiply(a[:, H:2 * H], c, out=cn)
+        np.multiply(a[:, :H], a[:, 2 * H:3 * H], out=tmp)
+        cn += tmp
+        hn = y[t]
+        np.tanh(cn, out=hn)
+        hn *= a[:, 3 * H:]
+        h, c = hn, cn
+    y[T] = c                                    # the last cell state: row T of the output
+    return acts, cells
+
+
+def _gru_forward(x, y, h0, c0, w, b, order, dtype):
+    # per step: the GEMM (+ b_hh) into a scratch row, r and z (1 add, 4 sigmoid passes
+    # over N*2H), W_hn h + b_hn kept, n = tanh(x_n + r hn) (3 passes), h' = n + z (h - n)
+    # (3 passes)
+    T, n = len(order), x.shape[1]
+    H = w.shape[1]
+    acts = _empty((T, n, 3 * H), dtype)       # r, z, n after their activations
+    hns = _empty((T, n, H), dtype)            # W_hn h + b_hn per step
+    hp = np.empty((n, 3 * H), dtype)
+    wt = w.T
+    h = h0
+    for t in order:
+        np.matmul(h, wt, out=hp)
+        if b is not None:
+            hp += b
+        a, xt = acts[t], x[t]
+        rz = a[:, :2 * H]
+        np.add(xt[:, :2 * H], hp[:, :2 * H], out=rz)
+        _sigmoid_(rz)
+        hns[t] = hp[:, 2 * H:]
+        nt = a[:, 2 * H:]
+        np.multiply(a[:, :H], hp[:, 2 * H:], out=nt)
+        nt += xt[:, 2 * H:]
+        np.tanh(nt, out=nt)
+        hy = y[t]
+        np.subtract(h, nt, out=hy)
+        hy *= a[:, H:2 * H]
+        hy += nt
+        h = hy
+    return acts, hns
+
+
+def _rnn_forward(x, y, h0, c0, w, b, order, dtype, relu: bool):
+    # per step: the GEMM into the output row, + b, + x_t, the activation (3 passes)
+    wt = w.T
+    h = h0
+    for t in order:
+        hy = y[t]
+        np.matmul(h, wt, out=hy)
+        if b is not None:
+            hy += b
+        hy += x[t]
+        if relu:
+            np.maximum(hy, 0, out=hy)
+        else:
+            np.tanh(hy, out=hy)
+        h = hy
+    return None, None
+
+
+# ---- backward kernels: gy and dx time-major views; returns (dh0, dc0) --------------------
+def _lstm_backward(gy, dx, acts, cells, y, h0, c0, w, order, need_h0):
+    # per step (N*H or N*4H passes): dh + gy_t (1), tanh(c) (1), dc += dh o (1 - tanh^2)
+    # (5), the gates' gradients before their activations (4 products into dz), the
+    # activations' derivatives for all 4H at once (sigmoid's a (1 - a), tanh's 1 - g^2:
+    # 4 passes, one product), dc f (1); then one GEMM dz @ W_hh
+    T, n, H = len(order), acts.shape[1], w.shape[1]
+    dt = dx.dtype
+    dh = np.zeros((n, H), dt)
+    dc = np.array(gy[T], dtype=dt)            # the last cell state's gradient
+    dht, tc = np.empty((n, H), dt), np.empty((n, H), dt)
+    deriv = np.empty((n, 4 * H), dt)
+    for k in range(T - 1, -1, -1):
+        t = order[k]
+        a, dz = acts[t], dx[t]
+        i, f, g, o = a[:, :H], a[:, H:2 * H], a[:, 2 * H:3 * H], a[:, 3 * H:]
+        cp = c0 if k == 0 else cells[order[k - 1]]
+        np.add(gy[t], dh, out=dht)
+        np.tanh(cells[t], out=tc)
+        np.multiply(dht, tc, out=dz[:, 3 * H:])            # d o
+        np.multiply(tc, tc, out=tc)
+        np.subtract(1, tc, out=tc)
+        tc *= o
+        tc *= dht
+        dc += tc
+        np.multiply(dc, g, out=dz[:, :H])                   # d i
+        np.multiply(dc, cp, out=dz[:, H:2 * H])             # d f
+        np.multiply(dc, i, out=dz[:, 2 * H:3 * H])          # d g
+        np.subtract(1, a, out=deriv)
+        deriv *= a                                          # sigmoid' = a (1 - a)
+        dg = deriv[:, 2 * H:3 * H]
+        np.multiply(g, g, out=dg)
+        np.subtract(1, dg, out=dg)                          # tanh' = 1 - g^2
+        dz *= deriv
+        dc *= f
+        if k or need_h0:
+            np.matmul(dz, w, out=dh)
+    return dh, dc
+
+
+def _gru_backward(gy, dx, dhp, acts, hns, y, h0, w, order, need_h0):
+    # per step: dh + gy_t (1), dn (4 passes), dz (2), dr (1), the sigmoid derivative of
+    # r and z (3 passes over N*2H), dhp (2 copies), then dh = dh z + dhp @ W_hh
+    T, n, H = len(order), acts.shape[1], w.shape[1]
+    dt = dx.dtype
+    dh = np.zeros((n, H), dt)
+    dht, tmp = np.empty((n, H), dt), np.empty((n, H), dt)
+    deriv = np.empty((n, 2 * H), dt)
+    for k in range(T - 1, -1, -1):
+        t = order[k]
+        a, d, dp = acts[t], dx[t], dhp[t]
+        r, z, nt = a[:, :H], a[:, H:2 * H], a[:, 2 * H:]
+        hprev = h0 if k == 0 else y[order[k - 1]]
+        np.add(gy[t], dh, out=dht)
+        dn = d[:, 2 * H:]
+        np.subtract(1, z, out=dn)
+        dn *= dht
+        np.multiply(nt, nt, out=tmp)
+        np.subtract(1, tmp, out=tmp)
+        dn *= tmp                                           # before tanh
+        np.subtract(hprev, nt, out=d[:, H:2 * H])
+        d[:, H:2 * H] *= dht                                # d z
+        np.multiply(dn, hns[t], out=d[:, :H])               # d r
+        np.subtract(1, a[:, :2 * H], out=deriv)
+        deriv *= a[:, :2 * H]
+        d[:, :2 * H] *= deriv                               # before the sigmoids
+        dp[:, :2 * H] = d[:, :2 * H]
+        np.multiply(dn, r, out=dp[:, 2 * H:])               # W_hn h + b_hn's gradient
+        if k or need_h0:
+            np.matmul(dp, w, out=dh)
+            np.multiply(dht, z, out=tmp)
+            dh += tmp
+    return dh, None
+
+
+def _rnn_backward(gy, dx, y, h0, w, order, need_h0, relu: bool):
+    # per step: dh + gy_t (1), the activation's derivative (2 or 3 passes), the GEMM
+    T, n, H = len(order), dx.shape[1], w.shape[1]
+    dh = np.zeros((n, H), dx.dtype)
+    tmp = np.empty((n, H), dx.dtype)
+    for k in range(T - 1, -1, -1):
+        t = order[k]
+        d, hy = dx[t], y[t]
+        np.add(gy[t], dh, out=d)
+        if relu:
+            np.copyto(d, 0, where=hy <= 0)
+        else:
+            np.multiply(hy, hy, out=tmp)
+            np.subtract(1, tmp, out=tmp)
+            d *= tmp
+        if k or need_h0:
+            np.matmul(d, w, out=dh)
+    return dh, None
+
+
+# ---- the node -------------------------------------------------------------------------------
+def recurrence(mode: str, xp, h0, c0, w_hh, b_hh=None, reverse: bool = False,
+               batch_first: bool = False) -> Tensor:
+    """The time loop of one recurrent layer and direction, as one node.
+
+    `xp` (T, N, G*H) (or (N, T, G*H) with `batch_first`) is the input projection of every
+    step, `x W_ih^T + b_ih`; `h0` and (LSTM) `c0` are (N, H); `w_hh` (G*H, H), `b_hh`
+    (G*H,) or None; G = `GATES[mode]`, mode one of "LSTM", "GRU", "RNN_TANH", "RNN_RELU".
+    `reverse` processes the steps from the last to the first. Returns the hidden state
+    after each step, (T, N, H) at each step's time index, and for the LSTM one more row
+    (index T) holding the last cell state: (T + 1, N, H) (time on axis 1 with
+    `batch_first`).
+    """
+    if mode not in GATES:
+        raise ValueError(f"recurrence: mode must be one of {sorted(GATES)}, got {mode!r}")
+    lstm = mode == "LSTM"
+    x, h, w = _raw(xp), _raw(h0), _raw(w_hh)
+    c = _raw(c0) if lstm else None
+    b = None if b_hh is None else _raw(b_hh)
+    name = mode.lower()
+    if h is None or (lstm and c is None):
+        raise ValueError(f"{name}: the initial state h0{' and c0' if lstm else ''} is required")
+    if np.ndim(x) != 3 or np.ndim(w) != 2 or w.shape[0] != GATES[mode] * w.shape[1]:
+        raise ValueError(f"{name}: expected the projections (T, N, {GATES[mode]}*H) and "
+                         f"W_hh ({GATES[mode]}*H, H), got shapes {np.shape(x)} and "
+                         f"{np.shape(w)}")
+    xt = _tm(x, batch_first)
+    T, n, H = xt.shape[0], xt.shape[1], w.shape[1]
+    if xt.shape[2] != w.shape[0] or T == 0:
+        raise ValueError(f"{name}: projections of shape {x.shape} do not match W_hh of "
+                         f"shape {w.shape} (or the sequence is empty)")
+    for what, s in (("h0", h), ("c0", c)) + ((("b_hh", b),) if b is not None else ()):
+        want = (w.shape[0],) if what == "b_hh" else (n, H)
+        if s is not None and np.shape(s) != want:
+            raise ValueError(f"{name}: {what} has shape {np.shape(s)}, expected {want}")
+    dtype = np.result_type(x, h, w, *(() if c is None else (c,)), *(() if b is None else (b,)))
+    if dtype.kind != "f":
+        raise TypeError(f"{name}: expected floating inputs, got {dtype}")
+    order = _order(T, reverse)
+    y = _empty((n, T + lstm, H) if batch_first else (T + lstm, n, H), dtype)
+    yt = _tm(y, batch_first)
+    if lstm:
+        a1, a2 = _lstm_forward(xt, yt, h, c, w, b, order, dtype)
+    elif mode == "GRU":
+        a1, a2 = _gru_forward(xt, yt, h, None, w, b, order, dtype)
+    else:
+        a1, a2 = _rnn_forward(xt, yt, h, None, w, b, order, dtype, mode == "RNN_RELU")
+    names = ("xp", "h0") + (("c0",) if lstm else ()) + ("w",) + (("b",) if b is not None else ())
+    inputs = (xp, h0) + ((c0,) if lstm else ()) + (w_hh,) + ((b_hh,) if b is not None else ())
+    need = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs)
+    spec = _Spec(mode, reverse, batch_first, names, need, x.shape, x.dtype)
+    # backward: T GEMMs (N, G*H) @ (G*H, H), one (G*H, T*N) @ (T*N, H), ~20 passes a step
+    return record(name, y, inputs, joint=_recurrence_vjp,
+                  saved=(a1, a2, y, h, c, w, b, spec),
+                  cost=gemm_cost(x.size, H) + 20 * x.size, threaded=True)
+
+
+def _recurrence_vjp(g, a1, a2, y, h0, c0, w, b, spec):
+    # The steps backwards (the kernels above), the projections' gradient written in place
+    # for all steps (it is the returned array), then W_hh's gradient as one GEMM of the
+    # gates' gradients (T*N, G*H)^T against the previous hidden states (T*N, H), stacked
+    # in the same layout, and b_hh's as one reduction.
+    mode, bf, need = spec.mode, spec.batch_first, dict(zip(spec.inputs, spec.need))
+    T, H = len(y) if not bf else y.shape[1], w.shape[1]
+    T -= mode == "LSTM"
+    order = _order(T, spec.reverse)
+    dt = np.result_type(g, w)
+    dx = _empty(spec.xp_shape, dt)
+    gy, dxt, yt = _tm(g, bf), _tm(dx, bf), _tm(y, bf)
+    dpre = dx                                  # the gradient of h W_hh^T + b_hh, all steps
+    if mode == "LSTM":
+        dh, dc = _lstm_backward(gy, dxt, a1, a2, yt, h0, c0, w, order, need["h0"])
+    elif mode == "GRU":
+        dpre = _empty(a1.shape, dt)            # time-major: differs from dx in n's part
+        dh, dc = _gru_backward(gy, dxt, dpre, a1, a2, yt, h0, w, order, need["h0"])
+    else:
+        dh, dc = _rnn_backward(gy, dxt, yt, h0, w, order, need["h0"], mode == "RNN_RELU")
+    dw = db = None
+    if need["w"]:
+        major = dpre is not dx or not bf       # dpre's layout: time-major or batch-first
+        hp = _empty(dpre.shape[:2] + (H,), dt)
+        hpt = hp if major else _tm(hp, True)
+        if spec.reverse:
+            hpt[T - 1] = h0
+            hpt[:T - 1] = yt[1:T]
+        else:
+            hpt[0] = h0
+            hpt[1:] = yt[:T - 1]
+        dw = memory.matmul(dpre.reshape(-1, w.shape[0]).T, hp.reshape(-1, H))
+    if need.get("b"):
+        db = dpre.sum(axis=(0, 1))
+    grads = {"xp": dx if need["xp"] else None, "h0": dh if need["h0"] else None,
+             "c0": dc, "w": dw, "b": db}
+    return tuple(grads[k] for k in spec.inputs)
+
+
+# ---- the differentiable twin (create_graph) ----------------------------------------------
+def _activation_rule(g, ans, z, a, kind):
+    if kind == "relu":
+        return g * (ans > 0)
+    t = np.subtract(1, ans) if kind == "sigmoid" else np.subtract(1, ans * ans)
+    if kind == "sigmoid":
+        t *= ans
+    t *= g
+    return t
+
+
+# sigmoid / tanh / relu of z whose value the forward already has (`a`, saved by the
+# recurrence node): its rule is the activation's at ans = a, so the replay needs only
+# the graph of z, not its value
+_activation_of = primitive("activation", lambda z, a, kind: a, _activation_rule)
+
+
+def _activation_graph(g, ans, z, a, kind):
+    if kind == "relu":
+        return g * (ans.data > 0)
+    return g * (ans * (1 - ans)) if kind == "sigmoid" else g * (1 - ans * ans)
+
+
+_activation_rule.graph = _activation_graph
+
+
+def _recurrence_graph(g, node):
+    """The recurrence's rule with ops on Tensors: the forward replayed step by step (the
+    gates from the saved activations, `_activation_of`), then the backward recursion."""
+    a1, a2, y, h0, c0, w, b, spec = node.saved
+    idx = {k: i for i, k in enumerate(spec.inputs)}
+    mode, bf = spec.mode, spec.batch_first
+    # the projections' values are never read (each gate is `_activation_of` its saved
+    # value): a zero placeholder routed to their node carries the graph
+    xp = graph_input(node, 0, np.broadcast_to(np.zeros((), spec.xp_dtype), spec.xp_shape))
+    X = S.swapaxes(_t(xp), 0, 1) if bf else _t(xp)
+    G = S.swapaxes(_t(g), 0, 1) if bf else _t(g)
+    h = _t(graph_input(node, idx["h0"], h0))
+    c = _t(graph_input(node, idx["c0"], c0)) if "c0" in idx else None
+    W = _t(graph_input(node, idx["w"], w))
+    bt = graph_input(node, idx["b"], b) if "b" in idx else None
+    T, H = X.shape[0], w.shape[1]
+    order = _order(T, spec.reverse)
+    yt = _tm(y, bf)
+    Wt = S.swapaxes(W, -1, -2)
+    steps = []
+    for t in order:                                       # the forward, replayed
+        hp = L.matmul(h, Wt)
+        if bt is not None:
+            hp = hp + bt
+        xt, a = X[t], a1[t] if a1 is not None else None
+        if mode == "LSTM":
+            z = xt + hp
+            i, f, gg, o = (_activation_of(z[:, k * H:(k + 1) * H], a[:, k * H:(k + 1) * H],
+                                          kind="tanh" if k == 2 else "sigmoid")
+                           for k in range(4))
+            cn = f * c + i * gg
+            tc = E.tanh(cn)
+            steps.append((h, c, i, f, gg, o, tc))
+            h, c = o * tc, cn
+        elif mode == "GRU":
+            r = _activation_of(xt[:, :H] + hp[:, :H], a[:, :H], kind="sigmoid")
+            z = _activation_of(xt[:, H:2 * H] + hp[:, H:2 * H], a[:, H:2 * H], kind="sigmoid")
+            hn = hp[:, 2 * H:]
+            nt = _activation_of(xt[:, 2 * H:] + r * hn, a[:, 2 * H:], kind="tanh")
+            steps.append((h, r, z, nt, hn))
+            h = nt + z * (h - nt)
+        else:
+            hy = _activation_of(xt + hp, yt[t], kind="relu" if mode == "RNN_RELU" else "tanh")
+            steps.append((h, hy))
+            h = hy
+    dh, dc = None, (G[T] if mode == "LSTM" else None)
+    dxs, dpres, hprevs = [None] * T, [None] * T, [None] * T
+    for k in range(T - 1, -1, -1):                        # the backward, with ops
+        t = order[k]
+        dht = G[t] if dh is None else G[t] + dh
+        if mode == "LSTM":
+            hprev, cp, i, f, gg, o, tc = steps[k]
+            dc = dc + dht * o * (1 - tc * tc)
+            dz = S.concat([dc * gg * (i * (1 - i)), dc * cp * (f * (1 - f)),
+                           dc * i * (1 - gg * gg), dht * tc * (o * (1 - o))], axis=-1)
+            dc = dc * f
+            dxs[t] = dpres[t] = dz
+        elif mode == "GRU":
+            hprev, r, z, nt, hn = steps[k]
+            dn = dht * (1 - z) * (1 - nt * nt)
+            dr = dn * hn * (r * (1 - r))
+            dzz = dht * (hprev - nt) * (z * (1 - z))
+            dxs[t] = S.concat([dr, dzz, dn], axis=-1)
+            dpres[t] = S.concat([dr, dzz, dn * r], axis=-1)
+        else:
+            hprev, hy = steps[k]
+            dxs[t] = dpres[t] = (dht * (yt[t] > 0) if mode == "RNN_RELU"
+                                 else dht * (1 - hy * hy))
+        dh = L.matmul(dpres[t], W)
+        if mode == "GRU":
+            dh = dh + dht * steps[k][2]
+        hprevs[t] = hprev
+    axis = 1 if bf else 0
+    dx = S.stack(dxs, axis=axis)
+    dpre = dx if mode != "GRU" else S.stack(dpres, axis=axis)
+    grads = {"xp": dx, "h0": dh, "c0": dc}
+    grads["w"] = L.matmul(S.swapaxes(S.reshape(dpre, (-1, w.shape[0])), 0, 1),
+                          S.reshape(S.stack(hprevs, axis=axis), (-1, H)))
+    grads["b"] = R.sum(dpre, axis=(0, 1))
+    return tuple(grads[k] for k in spec.inputs)
+
+
+_recurrence_vjp.graph = _recurrence_graph
+
+
+# ---- whole layers ---------------------------------------------------------------------------
+def run(mode: str, input, hx, weights: list, num_layers: int, bidirectional: bool,
+        batch_first: bool, dropout: float, training: bool) -> tuple:
+    """A multi-layer recurrent network over a batched sequence: (output, h_n, c_n).
+
+    `input` (T, N, I) (or (N, T, I) with `batch_first`); `hx` (h0, c0) for the LSTM,
+    h0 for the others, each (layers * directions, N, H) or None (zeros); `weights` per
+    layer and direction (w_ih, w_hh, b_ih, b_hh) (biases may be None). Dropout with
+    probability `dropout` on every layer's output but the last when `training`.
+    Returns the last layer's outputs (T, N, directions * H) (batch first likewise), the
+    last hidden state of every layer and direction (layers * directions, N, H), and for
+    the LSTM the last cell states (None otherwise).
+    """
+    lstm = mode == "LSTM"
+    h0, c0 = hx if lstm else (hx, None)
+    dirs = 2 if bidirectional else 1
+    x, hs, cs = input, [], []
+    xd = _raw(input)
+    T, n = (xd.shape[1], xd.shape[0]) if batch_first else xd.shape[:2]
+    for layer in range(num_layers):
+        outs = []
+        for d in range(dirs):
+            j = layer * dirs + d
+            w_ih, w_hh, b_ih, b_hh = weights[j]
+            shape, dt = (n, _raw(w_hh).shape[1]), np.result_type(xd, _raw(w_hh))
+            hj = _initial(h0, j, shape, dt)
+            cj = _initial(c0, j, shape, dt) if lstm else None
+            xp = F.linear(x, w_ih, b_ih)                   # every step's projection: one GEMM
+            y = recurrence(mode, xp, hj, cj, w_hh, b_hh, reverse=d == 1,
+                           batch_first=batch_first)
+            last = 0 if d == 1 else T - 1
+            at = (lambda i: (slice(None), i)) if batch_first else (lambda i: i)
+            outs.append(S.getitem(y, at(slice(0, T))) if lstm else y)
+            hs.append(S.getitem(y, at(last)))
+            if lstm:
+                cs.append(S.getitem(y, at(T)))
+        x = outs[0] if dirs == 1 else S.concat(outs, axis=-1)
+        if dropout and training and layer < num_layers - 1:
+            x = F.dropout(x, dropout, True)
+    return x, S.stack(hs, axis=0), (S.stack(cs, axis=0) if lstm else None)
+
+
+def _initial(state, j: int, shape: tuple, dtype):
+    """Layer-direction j's initial state: row j of `state`, or zeros (a constant)."""
+    if state is None:
+        return np.zeros(shape, dtype)
+    return S.getitem(state, j) if isinstance(state, Tensor) else np.asarray(state)[j]

@@ -1,0 +1,415 @@
+"""Convolutions: conv1d/2d/3d (stride, padding ints / 'same' / 'valid', dilation, groups,
+depthwise, unbatched), conv_transpose1d/2d/3d, unfold/fold, and their layers.
+
+Each is checked against PyTorch (values and every gradient, float64), by finite
+differences at first and second order (`gradcheck`, `gradgradcheck`: the twin trio conv /
+conv_input_backward / conv_weight_backward covers every option), at third order, for
+bad input, and bitwise between the engines.
+"""
+import numpy as np
+import pytest
+
+import parallel_autograd as pa
+import parallel_autograd.nn.functional as F
+from conftest import assert_bitwise
+
+TOL = 1e-10
+nn = pa.nn
+
+
+def rand(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def leaf(a):
+    return pa.tensor(a, requires_grad=True)
+
+
+# name -> (call(F, *inputs), input shapes): the same call on either library's functional
+CASES = {
+    # conv2d: each path (flat shift / channels-last input gradient; per-sample / chunked
+    # weight gradient) with the new options
+    "conv2d_dilated_same_flat": (lambda F, x, w, b: F.conv2d(x, w, b, padding=2, dilation=2),
+                                 [(2, 3, 7, 6), (4, 3, 3, 3), (4,)]),
+    "conv2d_dilated_strided": (lambda F, x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=1,
+                                                           dilation=(1, 2)),
+                               [(2, 3, 7, 8), (4, 3, 3, 2), (4,)]),
+    "conv2d_groups_flat": (lambda F, x, w, b: F.conv2d(x, w, b, padding=1, groups=2),
+                           [(2, 4, 6, 5), (6, 2, 3, 3), (6,)]),
+    "conv2d_groups_strided": (lambda F, x, w: F.conv2d(x, w, stride=2, padding=1, groups=3),
+                              [(2, 6, 7, 7), (9, 2, 3, 3)]),
+    "conv2d_groups_chunked_w": (lambda F, x, w: F.conv2d(x, w, padding=1, groups=2),
+                                [(2, 16, 5, 5), (32, 8, 3, 3)]),
+    "conv2d_depthwise_flat": (lambda F, x, w, b: F.conv2d(x, w, b, padding=1, groups=4),
+                              [(2, 4, 6, 5), (4, 1, 3, 3), (4,)]),
+    "conv2d_depthwise_strided": (lambda F, x, w: F.conv2d(x, w, stride=2, groups=4),
+                                 [(2, 4, 7, 6), (4, 1, 3, 3)]),
+    "conv2d_depthwise_multiplier": (lambda F, x, w: F.conv2d(x, w, stride=(1, 2), padding=1,
+                                                             groups=3),
+                                    [(2, 3, 5, 6), (6, 1, 3, 3)]),
+    "conv2d_same_string": (lambda F, x, w: F.conv2d(x, w, padding="same"),
+                           [(2, 3, 6, 5), (2, 3, 3, 3)]),
+    "conv2d_same_even_kernel": (lambda F, x, w: F.conv2d(x, w, padding="same"),
+                                [(2, 3, 7, 6), (2, 3, 4, 2)]),
+    "conv2d_same_dilated_even": (lambda F, x, w: F.conv2d(x, w, padding="same",
+                                                          dilation=(2, 3)),
+                                 [(2, 3, 7, 6), (2, 3, 4, 3)]),
+    "conv2d_same_kernel_wider_than_image": (lambda F, x, w: F.conv2d(x, w, padding="same"),
+                                            [(2, 2, 4, 3), (2, 2, 3, 11)]),
+    "conv2d_valid_string": (lambda F, x, w: F.conv2d(x, w, padding="valid"),
+                            [(2, 3, 6, 5), (2, 3, 2, 3)]),
+    "conv2d_unbatched": (lambda F, x, w, b: F.conv2d(x, w, b, padding=1),
+                         [(3, 5, 4), (2, 3, 3, 3), (2,)]),
+    # conv1d: stride 1 is always the flat-shift path
+    "conv1d": (lambda F, x, w, b: F.conv1d(x, w, b), [(2, 3, 9), (4, 3, 3), (4,)]),
+    "conv1d_padded_groups": (lambda F, x, w, b: F.conv1d(x, w, b, padding=2, groups=3),
+                             [(2, 3, 9), (6, 1, 4), (6,)]),
+    "conv1d_strided_dilated": (lambda F, x, w: F.conv1d(x, w, stride=3, padding=1,
+                                                        dilation=2),
+                               [(2, 3, 13), (4, 3, 3)]),
+    "conv1d_same_even": (lambda F, x, w: F.conv1d(x, w, padding="same", dilation=3),
+                         [(2, 2, 10), (3, 2, 4)]),
+    "conv1d_unbatched": (lambda F, x, w: F.conv1d(x, w, stride=2), [(3, 9), (2, 3, 3)]),
+    # conv3d
+    "conv3d_same": (lambda F, x, w, b: F.conv3d(x, w, b, padding=1),
+                    [(2, 2, 4, 5, 3), (3, 2, 3, 3, 3), (3,)]),
+    "conv3d_strided_groups": (lambda F, x, w, b: F.conv3d(x, w, b, stride=(1, 2, 1),
+                                                          padding=(0, 1, 1), groups=2),
+                              [(2, 2, 4, 5, 3), (4, 1, 2, 3, 3), (4,)]),
+    "conv3d_dilated_same": (lambda F, x, w: F.conv3d(x, w, padding="same", dilation=2),
+                            [(1, 2, 5, 4, 5), (2, 2, 2, 3, 2)]),
+    # transposed convolutions
+    "conv_transpose2d": (lambda F, x, w, b: F.conv_transpose2d(x, w, b),
+                         [(2, 4, 4, 5), (4, 3, 3, 3), (3,)]),
+    "conv_transpose2d_stride_output_padding": (
+        lambda F, x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+        [(2, 4, 4, 5), (4, 3, 3, 3), (3,)]),
+    "conv_transpose2d_groups_dilation": (
+        lambda F, x, w, b: F.conv_transpose2d(x, w, b, stride=(2, 3), padding=(0, 1),
+                                              groups=2, dilation=2),
+        [(2, 4, 4, 5), (4, 3, 3, 2), (6,)]),
+    "conv_transpose2d_depthwise": (
+        lambda F, x, w: F.conv_transpose2d(x, w, stride=2, groups=3, output_padding=(1, 0)),
+        [(2, 3, 3, 4), (3, 1, 3, 3)]),
+    "conv_transpose1d": (
+        lambda F, x, w, b: F.conv_transpose1d(x, w, b, stride=2, padding=1, output_padding=1),
+        [(2, 4, 6), (4, 3, 3), (3,)]),
+    "conv_transpose1d_groups_dilation": (
+        lambda F, x, w: F.conv_transpose1d(x, w, stride=3, groups=2, dilation=2,
+                                           output_padding=2),
+        [(2, 4, 5), (4, 2, 3)]),
+    "conv_transpose3d": (lambda F, x, w, b: F.conv_transpose3d(x, w, b, stride=2, padding=1),
+                         [(1, 2, 3, 2, 3), (2, 3, 3, 2, 3), (3,)]),
+    # unfold (im2col) and fold (col2im)
+    "unfold": (lambda F, x: F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
+               [(2, 3, 6, 7)]),
+    "unfold_overlapping": (lambda F, x: F.unfold(x, 3, padding=1), [(2, 2, 4, 5)]),
+    "unfold_unbatched": (lambda F, x: F.unfold(x, 2, stride=2), [(3, 4, 6)]),
+    "fold": (lambda F, x: F.fold(x, (6, 7), (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
+             [(2, 18, 20)]),
+    "fold_overlapping": (lambda F, x: F.fold(x, (4, 5), 3, padding=1), [(2, 18, 20)]),
+}
+
+
+def _run(lib, call, arrays, seed=4):
+    """(output, gradients of each input) of `call` in `lib` (pa or torch)."""
+    if lib is pa:
+        xs = [leaf(a) for a in arrays]
+        y = call(F, *xs)
+        w = rand(y.shape, seed)
+        return y.data, list(pa.grad(y, xs, grad_outputs=w))
+    xs = [lib.tensor(a, requires_grad=True) for a in arrays]
+    y = call(lib.nn.functional, *xs)
+    w = rand(tuple(y.shape), seed)
+    gs = lib.autograd.grad(y, xs, lib.tensor(w))
+    return y.detach().numpy(), [g.numpy() for g in gs]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_values_and_gradients_match_torch(name):
+    torch = pytest.importorskip("torch")
+    call, shapes = CASES[name]
+    arrays = [rand(s, i + 1) for i, s in enumerate(shapes)]
+    (yp, gp), (yt, gt) = _run(pa, call, arrays), _run(torch, call, arrays)
+    assert yp.shape == yt.shape
+    np.testing.assert_allclose(yp, yt, rtol=TOL, atol=TOL)
+    for a, b in zip(gp, gt):
+        np.testing.assert_allclose(a, b, rtol=TOL, atol=TOL)
+
+
+# first and second order by finite differences; nonlinear around the op so that its
+# second derivative (the twins' own rules) is exercised, bilinear terms included
+GRADGRAD = {
+    "conv2d_groups_dilated_flat": (lambda x, w, b: F.conv2d(x * x, w, b, padding=2,
+                                                            dilation=2, groups=2),
+                                   [(1, 4, 4, 4), (2, 2, 3, 2), (2,)]),
+    "conv2d_groups_strided": (lambda x, w: pa.tanh(F.conv2d(x, w, stride=(2, 1), padding=1,
+                                                            dilation=(1, 2), groups=2)),
+                              [(1, 4, 5, 4), (4, 2, 2, 2)]),
+    "conv2d_depthwise": (lambda x, w: F.conv2d(x, w * w, stride=2, padding=1, groups=3),
+                         [(2, 3, 4, 4), (3, 1, 3, 3)]),
+    "conv2d_same_even": (lambda x, w: F.conv2d(x * x, w, padding="same"),
+                         [(1, 2, 4, 4), (2, 2, 2, 3)]),
+    "conv1d_groups_dilated": (lambda x, w, b: F.conv1d(pa.tanh(x), w, b, padding=1,
+                                                       dilation=2, groups=2),
+                              [(2, 4, 6), (4, 2, 3), (4,)]),
+    "conv1d_strided": (lambda x, w: F.conv1d(x * x, w, stride=2), [(2, 2, 7), (3, 2, 3)]),
+    "conv3d_groups": (lambda x, w: F.conv3d(x * x, w, stride=(1, 2, 1), padding=1, groups=2),
+                      [(1, 2, 3, 3, 3), (2, 1, 2, 2, 2)]),
+    "conv_transpose2d": (lambda x, w, b: F.conv_transpose2d(x * x, w, b, stride=2, padding=1,
+                                                            output_padding=1, groups=2),
+                         [(1, 4, 3, 3), (4, 1, 3, 2), (2,)]),
+    "conv_transpose2d_dilated": (lambda x, w: pa.tanh(F.conv_transpose2d(x, w, dilation=2)),
+                                 [(1, 2, 2, 3), (2, 2, 2, 2)]),
+    "conv_transpose1d": (lambda x, w: F.conv_transpose1d(x * x, w, stride=3, padding=1,
+                                                         output_padding=1, groups=2),
+                         [(2, 4, 3), (4, 1, 3)]),
+    "unfold": (lambda x: F.unfold(x * x, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
+               [(1, 2, 4, 5)]),
+    "fold": (lambda x: F.fold(x * x, (4, 5), 3, padding=1), [(1, 9, 20)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRADGRAD))
+def test_gradcheck_and_gradgradcheck(name):
+    fn, shapes = GRADGRAD[name]
+    inputs = [leaf(rand(s, i + 7) * 0.7) for i, s in enumerate(shapes)]
+    assert pa.gradcheck(fn, inputs)
+    assert pa.gradgradcheck(fn, inputs)
+
+
+@pytest.mark.parametrize("name", ["conv2d_groups_strided", "conv_transpose2d", "fold"])
+def test_third_derivatives(name):
+    """The twins' own twins: differentiate a create_graph gradient with create_graph."""
+    fn, shapes = GRADGRAD[name]
+    inputs = [leaf(rand(s, i + 7) * 0.7) for i, s in enumerate(shapes)]
+
+    def first_order(*xs):
+        out = fn(*xs)
+        gs = pa.grad((out * out).sum(), list(xs), create_graph=True)
+        return pa.concat([pa.reshape(g, (-1,)) for g in gs])
+
+    assert pa.gradgradcheck(first_order, inputs)
+
+
+_DOUBLE = {
+    "conv2d": (lambda F, x, w, b: F.conv2d(x, w, b, stride=(1, 2), padding=(2, 1),
+                                           dilation=(2, 1), groups=2),
+               [(2, 4, 6, 5), (6, 2, 3, 3), (6,)]),
+    "conv1d_same": (lambda F, x, w: F.conv1d(x, w, padding="same", groups=3),
+                    [(2, 3, 7), (6, 1, 4)]),
+    "conv_transpose2d": (lambda F, x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1,
+                                                               output_padding=1, groups=2),
+                         [(2, 4, 3, 4), (4, 2, 3, 3), (4,)]),
+    "unfold": (lambda F, x: F.unfold(x, 3, padding=1, stride=2), [(2, 2, 5, 4)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_DOUBLE))
+def test_double_backward_matches_torch(name):
+    """d/d(inputs) of the sum of squares of the first-order gradients, both libraries."""
+    torch = pytest.importorskip("torch")
+    call, shapes = _DOUBLE[name]
+    arrays = [rand(s, i + 3) for i, s in enumerate(shapes)]
+    results = []
+    for lib in (pa, torch):
+        xs = [lib.tensor(a, requires_grad=True) for a in arrays]
+        out = call(lib.nn.functional, *xs)
+        w = lib.tensor(np.linspace(0.5, 1.5, int(np.prod(tuple(out.shape))))
+                       .reshape(tuple(out.shape)))
+        gfn = pa.grad if lib is pa else torch.autograd.grad
+        gs = gfn((out * out * w).sum(), xs, create_graph=True)
+        second = gfn(sum((g * g).sum() for g in gs), xs)
+        results.append([np.asarray(g.data if lib is pa else g.detach().numpy())
+                        for g in list(gs) + list(second)])
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-11)
+
+
+def test_twin_trio_ops_are_each_others_adjoints():
+    """<g, B(x, w)> = <Bx*(g, w), x> = <Bw*(x, g), w> with groups, dilation, stride and
+    asymmetric output size; the ops are exported under their old names too."""
+    from parallel_autograd.nn import graph
+    assert graph.conv2d_input_backward is graph.conv_input_backward
+    x, w = rand((2, 4, 7, 6), 1), rand((6, 2, 3, 2), 2)
+    geom = dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2)
+    y = F.conv2d(pa.tensor(x), pa.tensor(w), **geom).data
+    g = rand(y.shape, 3)
+    gx = graph.conv_input_backward(pa.tensor(g), pa.tensor(w), x.shape, **geom).data
+    gw = graph.conv_weight_backward(pa.tensor(x), pa.tensor(g), w.shape, **geom).data
+    lhs = np.vdot(g, y)
+    assert np.isclose(lhs, np.vdot(gx, x), rtol=1e-12)
+    assert np.isclose(lhs, np.vdot(gw, w), rtol=1e-12)
+
+
+def test_frozen_weight_keeps_no_columns_and_no_grad_mode_none():
+    x, w = leaf(rand((2, 4, 5, 5), 1)), pa.tensor(rand((4, 2, 3, 3), 2))
+    out = F.conv2d(x, w, padding=1, groups=2)
+    assert out.grad_fn.name == "conv2d" and out.grad_fn.saved[0] is None
+    wl = leaf(rand((4, 2, 3, 3), 2))
+    with pa.no_grad():
+        assert F.conv2d(x, wl, groups=2).grad_fn is None
+    out = F.conv1d(pa.tensor(rand((2, 3, 6), 1)), leaf(rand((2, 3, 3), 2)))
+    assert out.grad_fn.name == "conv1d" and out.grad_fn.saved[0] is not None
+
+
+def test_float32_in_float32_out():
+    x, w = leaf(rand((2, 4, 6, 5), 1).astype(np.float32)), leaf(rand((4, 1, 3, 3), 2)
+                                                                 .astype(np.float32))
+    y = F.conv2d(x, w, padding=1, groups=4)
+    gx, gw = pa.grad((y * y).sum(), [x, w])
+    assert y.dtype == gx.dtype == gw.dtype == np.float32
+    y64 = F.conv2d(pa.tensor(x.data.astype(np.float64)), pa.tensor(w.data.astype(np.float64)),
+                   padding=1, groups=4)
+    np.testing.assert_allclose(y.data, y64.data, rtol=1e-5, atol=1e-5)
+
+
+# ---- layers ------------------------------------------------------------------------------
+LAYERS = {
+    "Conv1d": (lambda n: n.Conv1d(4, 6, 3, stride=2, padding=1, dilation=2, groups=2),
+               (2, 4, 9)),
+    "Conv1d_same": (lambda n: n.Conv1d(2, 3, 4, padding="same", bias=False), (2, 2, 7)),
+    "Conv2d_groups_dilation": (lambda n: n.Conv2d(4, 4, 3, padding=2, dilation=2, groups=4),
+                               (2, 4, 5, 6)),
+    "Conv2d_same_even": (lambda n: n.Conv2d(2, 3, (2, 4), padding="same"), (2, 2, 5, 6)),
+    "Conv3d": (lambda n: n.Conv3d(2, 4, (2, 3, 3), stride=(1, 2, 1), padding=1, groups=2),
+               (2, 2, 3, 5, 4)),
+    "ConvTranspose1d": (lambda n: n.ConvTranspose1d(4, 6, 3, stride=2, padding=1,
+                                                    output_padding=1, groups=2), (2, 4, 5)),
+    "ConvTranspose2d": (lambda n: n.ConvTranspose2d(3, 2, (3, 2), stride=2, padding=(1, 0),
+                                                    dilation=(1, 2)), (2, 3, 4, 3)),
+    "ConvTranspose3d": (lambda n: n.ConvTranspose3d(2, 2, 2, stride=2, bias=False),
+                        (1, 2, 2, 3, 2)),
+    "Unfold": (lambda n: n.Unfold((2, 3), padding=1, stride=2), (2, 3, 5, 6)),
+    "Fold": (lambda n: n.Fold((4, 5), 3, padding=1), (2, 18, 20)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_layers_match_torch(name):
+    torch = pytest.importorskip("torch")
+    make, shape = LAYERS[name]
+    pa.manual_seed(0)
+    ours = make(nn)
+    theirs = make(torch.nn).double()
+    theirs.load_state_dict({k: torch.from_numpy(v.numpy().copy())
+                            for k, v in ours.state_dict().items()})
+    assert repr(ours) == repr(theirs)
+    data = rand(shape, 1)
+    x, tx = leaf(data), torch.tensor(data, requires_grad=True)
+    y, ty = ours(x), theirs(tx)
+    np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=TOL, atol=TOL)
+    w = rand(y.shape, 2)
+    (y * w).sum().backward()
+    (ty * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(x.grad, tx.grad.numpy(), rtol=TOL, atol=TOL)
+    for (k, p), (_, tp) in zip(ours.named_parameters(), theirs.named_parameters()):
+        np.testing.assert_allclose(p.grad, tp.grad.numpy(), rtol=TOL, atol=TOL, err_msg=k)
+
+
+def test_conv_init_fan_in_counts_groups_and_transposed_layout():
+    # bound 1/sqrt(fan_in), fan_in = weight.shape[1] * kernel (PyTorch's)
+    conv = nn.Conv2d(8, 4, 3, groups=4)
+    assert conv.weight.shape == (4, 2, 3, 3)
+    assert np.abs(conv.bias.data).max() <= 1 / np.sqrt(2 * 9)
+    tr = nn.ConvTranspose2d(8, 6, 3, groups=2)
+    assert tr.weight.shape == (8, 3, 3, 3)
+    assert np.abs(tr.bias.data).max() <= 1 / np.sqrt(3 * 9)
+
+
+def test_conv_transpose_output_size_picks_output_padding():
+    torch = pytest.importorskip("torch")
+    pa.manual_seed(0)
+    ours = nn.ConvTranspose2d(2, 3, 3, stride=3, padding=1)
+    theirs = torch.nn.ConvTranspose2d(2, 3, 3, stride=3, padding=1).double()
+    theirs.load_state_dict({k: torch.from_numpy(v.numpy().copy())
+                            for k, v in ours.state_dict().items()})
+    x = rand((1, 2, 3, 4), 1)
+    for size in [(7, 10), (9, 12), (1, 3, 8, 11)]:
+        y = ours(pa.tensor(x), output_size=size)
+        ty = theirs(torch.tensor(x), output_size=size)
+        np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=TOL, atol=TOL)
+    with pytest.raises(ValueError, match="valid sizes range from 7 to 9"):
+        ours(pa.tensor(x), output_size=(10, 10))
+
+
+# ---- bad input ----------------------------------------------------------------------------
+@pytest.mark.parametrize("call,match", [
+    (lambda: F.conv2d(pa.ones(1, 4, 5, 5), pa.ones(2, 3, 3, 3), groups=2),
+     "conv2d: input has 4 channels but weight"),
+    (lambda: F.conv2d(pa.ones(1, 4, 5, 5), pa.ones(3, 2, 3, 3), groups=2),
+     "conv2d: 3 out channels are not divisible by groups=2"),
+    (lambda: F.conv2d(pa.ones(1, 1, 5, 5), pa.ones(1, 1, 3, 3), groups=0),
+     "conv2d: groups must be a positive integer"),
+    (lambda: F.conv2d(pa.ones(1, 1, 5, 5), pa.ones(1, 1, 3, 3), stride=2, padding="same"),
+     "conv2d: padding='same' is not supported for strided"),
+    (lambda: F.conv2d(pa.ones(1, 1, 5, 5), pa.ones(1, 1, 3, 3), padding="full"),
+     "conv2d: invalid padding string 'full'"),
+    (lambda: F.conv2d(pa.ones(1, 1, 5, 5), pa.ones(1, 1, 3, 3), dilation=0),
+     "conv2d: dilation must be positive"),
+    (lambda: F.conv2d(pa.ones(1, 1, 4, 4), pa.ones(1, 1, 3, 3), dilation=2),
+     "conv2d: dilated kernel size 5 .* is larger than the padded input size 4"),
+    (lambda: F.conv2d(pa.ones(1, 1, 4, 4), pa.ones(1, 1, 3, 3), padding=-1),
+     "conv2d: padding must be non-negative"),
+    (lambda: F.conv1d(pa.ones(1, 2, 5), pa.ones(1, 2, 3, 3)), "conv1d: expected 3-D input"),
+    (lambda: F.conv3d(pa.ones(2, 5, 5), pa.ones(1, 2, 3, 3, 3)),
+     "conv3d: expected 5-D input"),
+    (lambda: F.conv1d(pa.ones(1, 2, 5), pa.ones(1, 2, 3), stride=(1, 2)),
+     "conv1d: stride must be an int or a 1-tuple"),
+    (lambda: F.conv_transpose2d(pa.ones(1, 2, 3, 3), pa.ones(2, 1, 3, 3), stride=2,
+                                output_padding=2),
+     "conv_transpose2d: output padding .* must be smaller than either stride"),
+    (lambda: F.conv_transpose2d(pa.ones(1, 3, 3, 3), pa.ones(2, 1, 3, 3)),
+     "conv_transpose2d: input with 3 channels does not match weight"),
+    (lambda: F.conv_transpose1d(pa.ones(1, 2, 3), pa.ones(2, 1, 3), pa.ones(2)),
+     "conv_transpose1d: bias shape"),
+    (lambda: F.unfold(pa.ones(1, 2, 3, 3, 3), 2), "unfold: expected a 3-D or 4-D input"),
+    (lambda: F.unfold(pa.ones(1, 2, 3, 3), 4), "unfold: kernel size 4 is larger"),
+    (lambda: F.fold(pa.ones(1, 7, 4), (3, 3), 2), "fold: expected size of input's dimension 1"),
+    (lambda: F.fold(pa.ones(1, 8, 5), (3, 3), 2), "fold: expected input's dimension 2 .5."),
+])
+def test_bad_input_raises_before_recording(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_bad_layer_arguments():
+    with pytest.raises(ValueError, match="in_channels must be divisible by groups"):
+        nn.Conv2d(3, 4, 3, groups=2)
+    with pytest.raises(ValueError, match="out_channels must be divisible by groups"):
+        nn.Conv1d(4, 3, 3, groups=2)
+    with pytest.raises(ValueError, match="strided"):
+        nn.Conv3d(1, 1, 3, stride=2, padding="same")
+    with pytest.raises(NotImplementedError, match="padding_mode"):
+        nn.Conv2d(1, 1, 3, padding_mode="circular")
+    with pytest.raises(ValueError, match="padding_mode must be one of"):
+        nn.Conv2d(1, 1, 3, padding_mode="mirror")
+
+
+# ---- the parallel engine -------------------------------------------------------------------
+def test_parallel_engine_is_bitwise_equal():
+    x = leaf(rand((2, 4, 6, 5), 1))
+    w1, w2, w3 = leaf(rand((4, 1, 3, 3), 2)), leaf(rand((4, 2, 3, 3), 3)), \
+        leaf(rand((4, 4, 3), 4))
+
+    def loss(create_graph=False):
+        h = pa.tanh(F.conv2d(x, w1, padding=1, groups=4))                     # depthwise
+        a = F.conv2d(h, w2, stride=2, padding=1, dilation=(1, 2), groups=2)
+        b = F.conv_transpose2d(a, w2, stride=2, output_padding=(1, 0), groups=2)
+        c = F.conv1d(F.unfold(h, 2, stride=2)[:, :4], w3, padding="same")
+        cols = F.fold(F.unfold(b, 3, padding=1), (8, 5), 3, padding=1)
+        return (cols * cols).sum() + (c * c).sum()
+
+    leaves = [x, w1, w2, w3]
+    want = pa.grad(loss(), leaves)
+    with pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0) as eng:
+        got = eng.grad(loss(), leaves)
+    assert_bitwise(list(want), list(got))
+    # second order, through the twins, in both engines
+    first = pa.grad(loss(), leaves, create_graph=True)
+    want2 = pa.grad(sum((g * g).sum() for g in first), leaves)
+    with pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0) as eng:
+        first = eng.grad(loss(), leaves, create_graph=True)
+        got2 = eng.grad(sum((g * g).sum() for g in first), leaves)
+    assert_bitwise(list(want2), list(got2))
