@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import parallel_autograd as pa
+from conftest import assert_bitwise
 from parallel_autograd.ops import reduce as rd
 
 
@@ -194,3 +195,36 @@ def test_extremum_with_nan_matches_torch_full_reduction(fn):
     t = torch.tensor(data, requires_grad=True)
     getattr(t, fn)().backward()
     assert np.array_equal(x.grad, t.grad.numpy())
+
+
+# ---- PyTorch's spelling: dim / keepdim -------------------------------------------------------
+@pytest.mark.parametrize("name", ["sum", "mean", "var", "logsumexp", "prod", "std", "amax",
+                                  "amin", "argmax", "argmin"])
+def test_reductions_take_pytorchs_dim_and_keepdim(name):
+    x = pa.tensor(np.random.default_rng(1).uniform(0.5, 1.5, (2, 3, 4)))
+    fn = getattr(pa, name)
+    for dim in (1, -1):
+        for keep in (False, True):
+            ours = fn(x, dim=dim, keepdim=keep)
+            assert_bitwise(ours.data, fn(x, axis=dim, keepdims=keep).data)
+            assert_bitwise(getattr(x, name)(dim=dim, keepdim=keep).data, ours.data)
+    with pytest.raises(TypeError, match=f"{name}: pass axis or dim, not both"):
+        fn(x, axis=1, dim=1)
+
+
+def test_max_and_min_with_dim_return_pytorchs_values_and_indices():
+    """`dim=` is PyTorch's spelling, so it gets PyTorch's result: (values, indices), the
+    gradient to the first extremum (axis= keeps numpy's: values, ties share)."""
+    torch = pytest.importorskip("torch")
+    x0 = np.array([[1.0, 3.0, 3.0, -2.0], [np.nan, 2.0, 0.5, 0.5], [4.0, -1.0, -1.0, 4.0]])
+    for name in ("max", "min"):
+        for dim, keep in ((0, False), (1, True), (-1, False)):
+            x, tx = pa.tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)
+            got = getattr(x, name)(dim=dim, keepdim=keep)
+            want = getattr(tx, name)(dim=dim, keepdim=keep)
+            np.testing.assert_array_equal(got.values.data, want.values.detach().numpy())
+            np.testing.assert_array_equal(got.indices.data, want.indices.numpy())
+            pa.backward(got.values.sum())  # (a NaN value: sum's gradient is still 1)
+            want.values.sum().backward()
+            np.testing.assert_array_equal(x.grad, tx.grad.numpy())
+    assert pa.max(pa.tensor(x0), axis=1).shape == (3,)  # numpy's spelling: values only

@@ -2,6 +2,8 @@
 outputs come from the caching allocator (`memory`)."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..memory import empty as _empty
@@ -12,6 +14,23 @@ from ..primitive import primitive
 def _buf(a):
     """An ndarray to write into (ufuncs give numpy scalars for 0-d results)."""
     return a if type(a) is np.ndarray else np.asarray(a)
+
+
+_UNSET = object()
+
+
+def torch_names(fn):
+    """Let a reduction take PyTorch's argument names too: `dim` for `axis`, `keepdim` for
+    `keepdims` (`x.sum(dim=1, keepdim=True)`); giving both spellings is a TypeError."""
+    @functools.wraps(fn)
+    def reduction(*args, dim=_UNSET, keepdim=_UNSET, **kwargs):
+        for torch_name, name, value in (("dim", "axis", dim), ("keepdim", "keepdims", keepdim)):
+            if value is not _UNSET:
+                if name in kwargs:
+                    raise TypeError(f"{fn.__name__}: pass {name} or {torch_name}, not both")
+                kwargs[name] = value
+        return fn(*args, **kwargs)
+    return reduction
 
 
 def _restore(g, x_shape, axis, keepdims):
@@ -85,26 +104,42 @@ def _axis(axis):
     return int(axis)
 
 
+@torch_names
 def sum(x, axis=None, keepdims: bool = False):
     """Sum over `axis` (None: all; an int or a tuple); the gradient is g broadcast back."""
     return _sum(x, axis=_axis(axis), keepdims=keepdims)
 
 
+@torch_names
 def mean(x, axis=None, keepdims: bool = False):
     """Mean over `axis` (None: all; an int or a tuple)."""
     return _mean(x, axis=_axis(axis), keepdims=keepdims)
 
 
-def max(x, axis=None, keepdims: bool = False):
-    """Maximum; ties share the gradient equally (NaNs, when the result is NaN)."""
+def max(x, axis=None, keepdims: bool = False, *, dim=_UNSET, keepdim: bool = False):
+    """Maximum over `axis`; ties share the gradient equally (NaNs, when the result is
+    NaN). With PyTorch's spelling `dim=` (and `keepdim=`), PyTorch's result:
+    `(values, indices)` of the first maximum along `dim`, which gets the gradient."""
+    if dim is not _UNSET:
+        return _along("max", x, axis, dim, keepdim)
     return _max(x, axis=_axis(axis), keepdims=keepdims)
 
 
-def min(x, axis=None, keepdims: bool = False):
-    """Minimum; ties share the gradient equally (NaNs, when the result is NaN)."""
+def min(x, axis=None, keepdims: bool = False, *, dim=_UNSET, keepdim: bool = False):
+    """Minimum over `axis`, as `max` (`dim=`: PyTorch's `(values, indices)`)."""
+    if dim is not _UNSET:
+        return _along("min", x, axis, dim, keepdim)
     return _min(x, axis=_axis(axis), keepdims=keepdims)
 
 
+def _along(name, x, axis, dim, keepdim):
+    if axis is not None:
+        raise TypeError(f"{name}: pass axis or dim, not both")
+    from .scan import extreme_along  # late: scan builds on this module
+    return extreme_along(name, x, dim, keepdim)
+
+
+@torch_names
 def var(x, axis=None, keepdims: bool = False, ddof: int = 0):
     """Variance; `ddof=0` is the biased (population) estimate, numpy's default."""
     return _var(x, axis=_axis(axis), keepdims=keepdims, ddof=ddof)
@@ -173,16 +208,19 @@ _softmax_op = primitive("softmax", _softmax, _softmax_vjp)
 _log_softmax_op = primitive("log_softmax", _log_softmax, _log_softmax_vjp)
 
 
+@torch_names
 def logsumexp(x, axis=None, keepdims: bool = False):
     """log(sum(exp(x))) over `axis`, shifted by the maximum (no overflow)."""
     return _lse(x, axis=_axis(axis), keepdims=keepdims)
 
 
+@torch_names
 def softmax(x, axis: int = -1):
     """exp(x) / sum(exp(x)) along `axis`, shifted by the maximum."""
     return _softmax_op(x, axis=axis)
 
 
+@torch_names
 def log_softmax(x, axis: int = -1):
     """x - logsumexp(x) along `axis`."""
     return _log_softmax_op(x, axis=axis)

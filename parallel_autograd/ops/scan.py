@@ -171,6 +171,7 @@ _prod = primitive("prod", lambda x, axis, keepdims: np.prod(x, axis=axis, keepdi
                   _prod_vjp)
 
 
+@R.torch_names
 def prod(input, axis=None, keepdims: bool = False, *, dtype=None) -> Tensor:
     """The product over `axis` (None: all; an int or a tuple). The gradient is exact with
     zeros: the product of the other elements of the slice (0 with two zeros or more)."""
@@ -233,6 +234,7 @@ _std_vjp.graph = _std_twin
 _std_op = primitive("std", _std, _std_vjp)
 
 
+@R.torch_names
 def std(input, axis=None, keepdims: bool = False, *, correction=1,
         unbiased: bool | None = None) -> Tensor:
     """The standard deviation over `axis`, dividing by n - correction: PyTorch's default
@@ -333,6 +335,7 @@ _norm_vjp.graph = _norm_twin
 _norm_op = primitive("norm", _norm, _norm_vjp)
 
 
+@R.torch_names
 def norm(input, p="fro", axis=None, keepdims: bool = False, dtype=None) -> Tensor:
     """The vector p-norm over `axis` (None: all elements), `torch.norm`'s semantics:
     p = "fro" or 2: sqrt(sum x^2); 1: sum |x|; inf / -inf: max / min |x|; 0: the number of
@@ -361,6 +364,7 @@ _amin = primitive("amin", lambda x, axis, keepdims: np.min(x, axis=axis, keepdim
                   R._extremum_vjp)
 
 
+@R.torch_names
 def amax(input, axis=None, keepdims: bool = False) -> Tensor:
     """The maximum over `axis` (None: all; an int or a tuple); ties share the gradient
     evenly (PyTorch's amax)."""
@@ -368,6 +372,7 @@ def amax(input, axis=None, keepdims: bool = False) -> Tensor:
                  keepdims=bool(keepdims))
 
 
+@R.torch_names
 def amin(input, axis=None, keepdims: bool = False) -> Tensor:
     """The minimum over `axis` (None: all; an int or a tuple); ties share the gradient
     evenly (PyTorch's amin)."""
@@ -385,12 +390,14 @@ def _arg(name: str, fn, input, axis, keepdims) -> Tensor:
     return Tensor._wrap(np.asarray(fn(x, axis=ax, keepdims=bool(keepdims)), np.int64))
 
 
+@R.torch_names
 def argmax(input, axis=None, keepdims: bool = False) -> Tensor:
     """The index of the maximum along `axis` (None: into the flattened tensor); the first
     on ties, a NaN counts as the maximum. An int64 tensor (no gradient)."""
     return _arg("argmax", np.argmax, input, axis, keepdims)
 
 
+@R.torch_names
 def argmin(input, axis=None, keepdims: bool = False) -> Tensor:
     """The index of the minimum along `axis` (None: into the flattened tensor); the first
     on ties, a NaN counts as the minimum. An int64 tensor (no gradient)."""
@@ -422,6 +429,7 @@ _cumsum_vjp.graph = lambda g, ans, x, axis: _reverse_cumsum_t(g, axis)
 _cumsum = primitive("cumsum", _cumsum, _cumsum_vjp)
 
 
+@R.torch_names
 def cumsum(input, axis: int, *, dtype=None) -> Tensor:
     """Running sums along `axis` (required, as PyTorch's `dim`); integers sum in int64."""
     x = _with_dtype(input, dtype)
@@ -489,6 +497,7 @@ _cumprod_vjp.graph = _cumprod_twin
 _cumprod = primitive("cumprod", lambda x, axis: np.cumprod(x, axis=axis), _cumprod_vjp)
 
 
+@R.torch_names
 def cumprod(input, axis: int, *, dtype=None) -> Tensor:
     """Running products along `axis` (required, as PyTorch's `dim`); the gradient is
     exact with zeros (PyTorch's)."""
@@ -507,6 +516,8 @@ class _ReturnTypes:
     topk = NamedTuple("topk", [("values", Tensor), ("indices", Tensor)])
     kthvalue = NamedTuple("kthvalue", [("values", Tensor), ("indices", Tensor)])
     median = NamedTuple("median", [("values", Tensor), ("indices", Tensor)])
+    max = NamedTuple("max", [("values", Tensor), ("indices", Tensor)])
+    min = NamedTuple("min", [("values", Tensor), ("indices", Tensor)])
 
 
 return_types = _ReturnTypes
@@ -576,6 +587,7 @@ def _selection(name: str, input, axis, select, squeeze: bool):
     return values, Tensor._wrap(np.squeeze(index, ax) if squeeze else index)
 
 
+@R.torch_names
 def sort(input, axis: int = -1, descending: bool = False, *,
          stable: bool = False) -> tuple[Tensor, Tensor]:
     """(values, indices) sorted along `axis`; NaN counts as the largest. The sort is
@@ -586,6 +598,7 @@ def sort(input, axis: int = -1, descending: bool = False, *,
     return return_types.sort(values, indices)
 
 
+@R.torch_names
 def topk(input, k: int, axis: int = -1, largest: bool = True,
          sorted: bool = True) -> tuple[Tensor, Tensor]:
     """(values, indices) of the k largest (`largest=False`: smallest) along `axis`, in
@@ -604,6 +617,7 @@ def topk(input, k: int, axis: int = -1, largest: bool = True,
     return return_types.topk(values, indices)
 
 
+@R.torch_names
 def kthvalue(input, k: int, axis: int = -1, keepdims: bool = False) -> tuple[Tensor, Tensor]:
     """(values, indices) of the k-th smallest element (k from 1) along `axis`; NaN counts
     as the largest. The gradient goes to the selected element."""
@@ -646,6 +660,7 @@ def _median_all(x, axis, keepdims):
 _median_all_op = primitive("median", _median_all, R._extremum_vjp)
 
 
+@R.torch_names
 def median(input, axis=None, keepdims: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """The lower median (of an even count, the smaller of the two middle values); a NaN
     in a slice makes it NaN. `axis=None`: over all elements, a tensor (ties share the
@@ -658,3 +673,15 @@ def median(input, axis=None, keepdims: bool = False) -> Tensor | tuple[Tensor, T
     values, indices = _selection("median", input, axis, _median_index, not keepdims)
     return return_types.median(values, indices)
 
+
+def extreme_along(name: str, input, dim: int, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    """`torch.max(input, dim)` / `torch.min(input, dim)`: `(values, indices)` of the first
+    maximum (minimum; NaN wins, as in PyTorch) along `dim`; the gradient goes to that
+    element only (a gather, as `sort`'s). `pa.max(x, dim=d)` lands here."""
+    arg = np.argmax if name == "max" else np.argmin
+
+    def select(x, ax):
+        return np.expand_dims(arg(x, axis=ax), ax), x.shape[ax] == 1
+
+    values, indices = _selection(name, input, dim, select, squeeze=not keepdim)
+    return getattr(return_types, name)(values, indices)
