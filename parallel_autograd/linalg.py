@@ -386,18 +386,24 @@ def slogdet(A) -> SlogdetResult:
 
 # ---- cholesky ----------------------------------------------------------------------------
 def _phi(m: np.ndarray) -> np.ndarray:
-    """The symmetric matrix built from m's lower triangle, diagonal halved: 2 passes."""
+    """The symmetric matrix built from m's lower triangle, diagonal halved; m (the
+    caller's own temporary) is overwritten and freed: 3 passes, one new array (and an
+    n x n bool mask)."""
     p = np.tril(m)
-    p += _T(np.tril(m, -1))
+    np.copyto(m, 0, where=~np.tri(m.shape[-1], k=-1, dtype=bool))  # tril(m, -1) in place
+    p += _T(m)
     p *= 0.5
     return p
 
 
 def _cholesky_vjp(g, ans, a, upper):
-    # Murray 2016 / torch: gA = L^-T Phi(L^T gL) L^-1: one triangular inverse (LU), 3 GEMMs
+    # Murray 2016 / torch: gA = L^-T Phi(L^T gL) L^-1: one triangular inverse (LU), 3 GEMMs;
+    # work arrays: L^-1 and one product at a time (the last GEMM writes into Phi's buffer)
     lo, gl = (_T(ans), _T(g)) if upper else (ans, g)
     li = np.linalg.inv(lo)
-    return _mm(_mm(_T(li), _phi(_mm(_T(lo), gl))), li)
+    phi = _phi(_mm(_T(lo), gl))
+    t = _mm(_T(li), phi)
+    return np.matmul(t, li, out=phi)
 
 
 def _cholesky_graph(g, ans, A, upper):
@@ -437,13 +443,16 @@ def _eigh_values_vjp(g, w, q):
 
 def _eigh_vectors_vjp(g, w, q):
     # Q (skew(Q^T gQ) / E) Q^T, E_ij = l_j - l_i (diagonal: 1): 3 GEMMs
+    # work arrays: K = Q^T gQ, one n x n buffer (K^T, then E in it), Q K (the last GEMM
+    # writes into K's buffer): 6 passes besides the GEMMs
     k = _mm(_T(q), g)
-    k -= _T(k).copy()
+    e = _T(k).copy()
+    k -= e
     k *= 0.5
-    e = w[..., None, :] - w[..., :, None]
-    e += _eye(w.shape[-1], w.dtype)
+    _svd_e_into(e, w[..., None, :], w[..., :, None])
     k /= e
-    return _mm(_mm(q, k), _T(q))
+    del e
+    return np.matmul(_mm(q, k), _T(q), out=k)
 
 
 def _eigh_nodes(A, w, q) -> EighResult:
@@ -486,12 +495,23 @@ def eigh(A, UPLO: str = "L") -> EighResult:
 
 
 # ---- svd and svdvals ---------------------------------------------------------------------
-def _svd_e(s: np.ndarray) -> np.ndarray:
-    """E_jk = s_k^2 - s_j^2, 1 on the diagonal."""
+def _svd_e_into(out: np.ndarray, row: np.ndarray, col: np.ndarray) -> np.ndarray:
+    """out = row - col plus the identity, written into `out` (no identity matrix made):
+    adding +0.0 off the diagonal is kept, as it turns -0.0 into +0.0 as adding eye did.
+    3 passes (the last over the diagonal only)."""
+    np.subtract(row, col, out=out)
+    out += 0.0
+    n = out.shape[-1]
+    out.reshape(out.shape[:-2] + (n * n,))[..., ::n + 1] += 1   # (a view: out is C order)
+    return out
+
+
+def _svd_e(s: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """E_jk = s_k^2 - s_j^2, 1 on the diagonal (into `out` when given)."""
     s2 = s * s
-    e = s2[..., None, :] - s2[..., :, None]
-    e += _eye(s.shape[-1], s.dtype)
-    return e
+    if out is None:
+        out = np.empty(s.shape + s.shape[-1:], np.result_type(s2))
+    return _svd_e_into(out, s2[..., None, :], s2[..., :, None])
 
 
 def _svd_s_vjp(g, u, s, vh):
@@ -505,14 +525,16 @@ def _svd_u_vjp(g, u, s, vh):
     if g.shape[-1] != k:          # full_matrices: the first k columns only (torch)
         g = g[..., :k]
     x = _mm(_T(u), g)
-    x -= _T(x).copy()
-    x /= _svd_e(s)
+    e = _T(x).copy()
+    x -= e
+    x /= _svd_e(s, out=e)     # E in the buffer of X^T
+    del e
     x *= s[..., None, :]
     inner = _mm(u, x)
     if u.shape[-2] > k:
         gs = g / s[..., None, :]
         inner += gs
-        inner -= _mm(u, _mm(_T(u), gs))
+        inner -= np.matmul(u, _mm(_T(u), gs), out=gs)   # U U^T gs in gs's buffer
     return _mm(inner, vh)
 
 
@@ -522,14 +544,16 @@ def _svd_vh_vjp(g, u, s, vh):
     if g.shape[-2] != k:
         g = g[..., :k, :]
     x = _mm(vh, _T(g))
-    x -= _T(x).copy()
-    x /= _svd_e(s)
+    e = _T(x).copy()
+    x -= e
+    x /= _svd_e(s, out=e)     # E in the buffer of X^T
+    del e
     x *= s[..., :, None]
     inner = _mm(x, vh)
     if vh.shape[-1] > k:
         gs = g / s[..., :, None]
         inner += gs
-        inner -= _mm(_mm(gs, _T(vh)), vh)
+        inner -= np.matmul(_mm(gs, _T(vh)), vh, out=gs)   # gs V V^T in gs's buffer
     return _mm(u, inner)
 
 

@@ -399,12 +399,22 @@ def _adaptive_max_forward(x3, out_hw) -> tuple:
     index = _empty((planes, out_hw[0] * out_hw[1]), dtype=np.intp)
     flat = x3.reshape(planes, h * w)
     nb, blocks = _plane_blocks(planes, within.size * x3.itemsize)
+    # One block buffer for the windows, reused (a fresh gather per block would hold two
+    # blocks at once), and one for their argmax; the argmax (a position in its window's
+    # row of `within`) becomes a flat index in `within`, then in x3, in `index` itself.
+    # Passes per block: the gather, argmax, three over the block's indices, the take of
+    # the values. (take with out= and mode="clip": the indices are in range, and the
+    # default mode buffers the whole result.)
+    wbuf = _empty((nb,) + within.shape, dtype=x3.dtype)
+    abuf = _empty((nb, within.shape[0]), dtype=np.intp)
+    row_start = np.arange(within.shape[0]) * within.shape[1]
     for a, b in blocks:
-        win = flat[a:b][:, within]                            # (n, Ho*Wo, kh*kw)
-        arg = win.argmax(axis=2)
-        idx = np.take_along_axis(within[None], arg[..., None], axis=2)[..., 0]
-        np.add(idx, (np.arange(a, b) * (h * w))[:, None], out=index[a:b])
-        np.take(x3.reshape(-1), index[a:b], out=out[a:b].reshape(b - a, -1))
+        win = np.take(flat[a:b], within, axis=1, out=wbuf[:b - a], mode="clip")
+        arg = win.argmax(axis=2, out=abuf[:b - a])
+        np.add(arg, row_start, out=arg)
+        idx = np.take(within.reshape(-1), arg, out=index[a:b], mode="clip")
+        np.add(idx, (np.arange(a, b) * (h * w))[:, None], out=idx)
+        np.take(x3.reshape(-1), idx, out=out[a:b].reshape(b - a, -1), mode="clip")
     return out, index
 
 

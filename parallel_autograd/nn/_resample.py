@@ -52,7 +52,9 @@ def _transposed(maps) -> tuple:
 
 def _apply(x: np.ndarray, maps) -> np.ndarray:
     """`x` with map d applied along trailing spatial axis d: a gather (one pass) or a
-    GEMM per axis, the last axis first; a new C-contiguous array."""
+    GEMM per axis, the last axis first; a new C-contiguous array. Passes: one per
+    (non-identity) axis, each writing a new array: the result, and before it one
+    intermediate per further axis (the only temporaries)."""
     nd = len(maps)
     y = x
     for d in reversed(range(nd)):
@@ -62,14 +64,21 @@ def _apply(x: np.ndarray, maps) -> np.ndarray:
             if idx.shape[0] == y.shape[axis] and (idx == np.arange(idx.shape[0])).all():
                 continue                                       # identity
             shape = y.shape[:axis] + idx.shape + y.shape[axis + 1:]
-            y = np.take(y, idx, axis=axis, out=_empty(shape, y.dtype))
+            # mode="clip" (the indices are in range): with out= and the default
+            # mode="raise", numpy buffers the whole result in a temporary
+            y = np.take(y, idx, axis=axis, out=_empty(shape, y.dtype), mode="clip")
             continue
         mt = m.astype(np.result_type(y.dtype, np.float32), copy=False)
         if axis == y.ndim - 1:
             r = memory.matmul(_reshape(y, (-1, y.shape[-1])), mt.T)
             y = r.reshape(y.shape[:-1] + (m.shape[0],))
         else:
-            y = np.moveaxis(np.matmul(mt, np.moveaxis(y, axis, -2)), -2, axis)
+            # one batched GEMM over y with the axis moved next to last, written through
+            # the same view of a new C-contiguous array (no strided result to copy)
+            r = _empty(y.shape[:axis] + (m.shape[0],) + y.shape[axis + 1:],
+                       np.result_type(mt, y))
+            np.matmul(mt, np.moveaxis(y, axis, -2), out=np.moveaxis(r, axis, -2))
+            y = r
     if y is x or not y.flags.c_contiguous:
         out = _empty(y.shape, y.dtype)
         np.copyto(out, y)

@@ -432,9 +432,13 @@ def _last_writes(shape: tuple, dim: int, index: np.ndarray):
         return None
     grid = tuple(np.broadcast_to(a, index.shape) for a in _grid(index, dim))
     flat = np.ravel_multi_index(grid, shape).reshape(-1)
-    _, first = np.unique(flat[::-1], return_index=True)
-    if first.size == flat.size:
+    # the common case, no repeats, checked on one sorted copy (no unique's argsort): an
+    # index-sized int array and a bool one beyond `flat`
+    order = np.sort(flat)
+    if not (order[1:] == order[:-1]).any():
         return None
+    del order
+    _, first = np.unique(flat[::-1], return_index=True)
     keep = np.zeros(flat.size, dtype=bool)
     keep[flat.size - 1 - first] = True
     return keep.reshape(index.shape)
