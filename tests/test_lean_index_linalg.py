@@ -4,7 +4,8 @@ Each op's forward and each of its rules, called as the engine calls them
 (`vjp(g, *node.saved, **node.kwargs)` or `joint(g, *node.saved)`), on inputs of a few MB,
 allocates at most what it returns plus the bound stated per case (tests/conftest.py's
 `temporary_bytes`: the peak of traced bytes beyond the result). SLACK (128 KiB) covers
-Python objects, numpy's fancy-indexing buffers (about 70 KB) and small index arrays. The bounds, and why each is legitimate:
+Python objects, numpy's fancy-indexing buffers (about 70 KB) and small index arrays.
+The bounds, and why each is legitimate:
 
 - the copying index ops and their rules: the result only (gather/scatter keep their
   coordinate grids, O(rows + cols) ints); tril/triu: numpy's n x n bool mask (1/8);
