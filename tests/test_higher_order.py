@@ -335,6 +335,20 @@ def _made_graph(grads, first_new_seq: int) -> list:
             for n in order]
 
 
+def _creation_order_is_valid(roots) -> int:
+    stack, seen = [r.grad_fn for r in roots], set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        for nxt in node.next_nodes:
+            if nxt is not None:
+                assert nxt.seq < node.seq, f"{nxt} is an input of {node}"
+                stack.append(nxt)
+    return len(seen)
+
+
 def _second_order(engine_grad):
     rng = np.random.default_rng(3)
     x = pa.tensor(rng.standard_normal((6, 5)), requires_grad=True)
@@ -408,17 +422,7 @@ def test_renumbered_graph_is_a_valid_creation_order():
     w = pa.tensor(RNG.standard_normal((3, 3)), requires_grad=True)
     with pa.Engine(3, min_nodes=0, min_work=0, min_width=0, inline_below=0) as eng:
         (g,) = eng.grad(_wide(x, [w, w * 2, w * 3]), [w], create_graph=True)
-    stack, seen = [g.grad_fn], set()
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        for nxt in node.next_nodes:
-            if nxt is not None:
-                assert nxt.seq < node.seq
-                stack.append(nxt)
-    assert len(seen) > 30
+    assert _creation_order_is_valid([g]) > 30
 
 
 @pytest.mark.parametrize("w_shape", [(3, 4), (4,)])
@@ -556,35 +560,13 @@ def test_turning_grad_on_inside_a_hook_keeps_the_pass_numbering():
     (g,) = pa.grad((y * y).sum(), x, create_graph=True)
     made = _made_graph([g], first_new)
     assert ("sin", (None,)) not in made and any(name == "sin" for name, _ in made)
-    stack, seen = [g.grad_fn], set()
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        for nxt in node.next_nodes:
-            if nxt is not None:
-                assert nxt.seq < node.seq
-                stack.append(nxt)
+    _creation_order_is_valid([g])
     assert pa.is_grad_enabled()
 
 
-def _creation_order_is_valid(roots) -> int:
-    stack, seen = [r.grad_fn for r in roots], set()
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        for nxt in node.next_nodes:
-            if nxt is not None:
-                assert nxt.seq < node.seq, f"{nxt} is an input of {node}"
-                stack.append(nxt)
-    return len(seen)
-
-
 def _nested_pass_first_order(x_data):
-    """d/dx sum(y^2), y = tanh(x) x, with y's gradient multiplied by dz/dx, z = sum((sin(x) x)^2)."""
+    """d/dx sum(y^2), y = tanh(x) x, with y's gradient multiplied by dz/dx,
+    z = sum((sin(x) x)^2)."""
     t = np.tanh(x_data)
     y = t * x_data
     dz = 2 * np.sin(x_data) * x_data * (np.cos(x_data) * x_data + np.sin(x_data))
@@ -631,7 +613,8 @@ NN_CASES = {
                        [_t(2, 2, 5, 5), _t(3, 2, 2, 2)]),
     "conv2d_padded_stride": (lambda x, w: F.conv2d(x * x, w, stride=(2, 1), padding=(1, 0)),
                              [_t(1, 2, 5, 4), _t(2, 2, 3, 2)]),
-    "max_pool2d": (lambda x: F.max_pool2d(x, 2) * F.max_pool2d(x, 2), [_away_from_ties(2, 2, 4, 4)]),
+    "max_pool2d": (lambda x: F.max_pool2d(x, 2) * F.max_pool2d(x, 2),
+                   [_away_from_ties(2, 2, 4, 4)]),
     "max_pool2d_overlapping": (lambda x: F.max_pool2d(x * x, 3, stride=2, padding=1),
                                [_away_from_ties(1, 2, 5, 5)]),
     "avg_pool2d": (lambda x: F.avg_pool2d(x * x, 2), [_t(2, 2, 4, 4)]),
