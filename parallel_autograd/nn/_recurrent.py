@@ -390,6 +390,48 @@ def _activation_graph(g, ans, z, a, kind):
 _activation_rule.graph = _activation_graph
 
 
+def _replay_step(mode: str, xt, hp, a, h, c, y_t, H: int) -> tuple:
+    """One forward step on Tensors, each gate `_activation_of` its saved value:
+    (what the backward step needs, the new h, the new c)."""
+    if mode == "LSTM":
+        z = xt + hp
+        i, f, gg, o = (_activation_of(z[:, k * H:(k + 1) * H], a[:, k * H:(k + 1) * H],
+                                      kind="tanh" if k == 2 else "sigmoid")
+                       for k in range(4))
+        cn = f * c + i * gg
+        tc = E.tanh(cn)
+        return (h, c, i, f, gg, o, tc), o * tc, cn
+    if mode == "GRU":
+        r = _activation_of(xt[:, :H] + hp[:, :H], a[:, :H], kind="sigmoid")
+        z = _activation_of(xt[:, H:2 * H] + hp[:, H:2 * H], a[:, H:2 * H], kind="sigmoid")
+        hn = hp[:, 2 * H:]
+        nt = _activation_of(xt[:, 2 * H:] + r * hn, a[:, 2 * H:], kind="tanh")
+        return (h, r, z, nt, hn), nt + z * (h - nt), c
+    hy = _activation_of(xt + hp, y_t, kind="relu" if mode == "RNN_RELU" else "tanh")
+    return (h, hy), hy, c
+
+
+def _back_step(mode: str, step: tuple, dht, dc, y_t) -> tuple:
+    """One backward step with ops: (gradient of the input projection, of the hidden
+    projection, the carried cell gradient, the direct term of dh (GRU) or None)."""
+    if mode == "LSTM":
+        _, cp, i, f, gg, o, tc = step
+        dc = dc + dht * o * (1 - tc * tc)
+        dz = S.concat([dc * gg * (i * (1 - i)), dc * cp * (f * (1 - f)),
+                       dc * i * (1 - gg * gg), dht * tc * (o * (1 - o))], axis=-1)
+        return dz, dz, dc * f, None
+    if mode == "GRU":
+        hprev, r, z, nt, hn = step
+        dn = dht * (1 - z) * (1 - nt * nt)
+        dr = dn * hn * (r * (1 - r))
+        dzz = dht * (hprev - nt) * (z * (1 - z))
+        return (S.concat([dr, dzz, dn], axis=-1), S.concat([dr, dzz, dn * r], axis=-1),
+                dc, dht * z)
+    _, hy = step
+    d = dht * (y_t > 0) if mode == "RNN_RELU" else dht * (1 - hy * hy)
+    return d, d, dc, None
+
+
 def _recurrence_graph(g, node):
     """The recurrence's rule with ops on Tensors: the forward replayed step by step (the
     gates from the saved activations, `_activation_of`), then the backward recursion."""
@@ -414,54 +456,19 @@ def _recurrence_graph(g, node):
         hp = L.matmul(h, Wt)
         if bt is not None:
             hp = hp + bt
-        xt, a = X[t], a1[t] if a1 is not None else None
-        if mode == "LSTM":
-            z = xt + hp
-            i, f, gg, o = (_activation_of(z[:, k * H:(k + 1) * H], a[:, k * H:(k + 1) * H],
-                                          kind="tanh" if k == 2 else "sigmoid")
-                           for k in range(4))
-            cn = f * c + i * gg
-            tc = E.tanh(cn)
-            steps.append((h, c, i, f, gg, o, tc))
-            h, c = o * tc, cn
-        elif mode == "GRU":
-            r = _activation_of(xt[:, :H] + hp[:, :H], a[:, :H], kind="sigmoid")
-            z = _activation_of(xt[:, H:2 * H] + hp[:, H:2 * H], a[:, H:2 * H], kind="sigmoid")
-            hn = hp[:, 2 * H:]
-            nt = _activation_of(xt[:, 2 * H:] + r * hn, a[:, 2 * H:], kind="tanh")
-            steps.append((h, r, z, nt, hn))
-            h = nt + z * (h - nt)
-        else:
-            hy = _activation_of(xt + hp, yt[t], kind="relu" if mode == "RNN_RELU" else "tanh")
-            steps.append((h, hy))
-            h = hy
+        step, h, c = _replay_step(mode, X[t], hp, None if a1 is None else a1[t], h, c,
+                                  yt[t], H)
+        steps.append(step)
     dh, dc = None, (G[T] if mode == "LSTM" else None)
     dxs, dpres, hprevs = [None] * T, [None] * T, [None] * T
     for k in range(T - 1, -1, -1):                        # the backward, with ops
         t = order[k]
         dht = G[t] if dh is None else G[t] + dh
-        if mode == "LSTM":
-            hprev, cp, i, f, gg, o, tc = steps[k]
-            dc = dc + dht * o * (1 - tc * tc)
-            dz = S.concat([dc * gg * (i * (1 - i)), dc * cp * (f * (1 - f)),
-                           dc * i * (1 - gg * gg), dht * tc * (o * (1 - o))], axis=-1)
-            dc = dc * f
-            dxs[t] = dpres[t] = dz
-        elif mode == "GRU":
-            hprev, r, z, nt, hn = steps[k]
-            dn = dht * (1 - z) * (1 - nt * nt)
-            dr = dn * hn * (r * (1 - r))
-            dzz = dht * (hprev - nt) * (z * (1 - z))
-            dxs[t] = S.concat([dr, dzz, dn], axis=-1)
-            dpres[t] = S.concat([dr, dzz, dn * r], axis=-1)
-        else:
-            hprev, hy = steps[k]
-            dxs[t] = dpres[t] = (dht * (yt[t] > 0) if mode == "RNN_RELU"
-                                 else dht * (1 - hy * hy))
+        dxs[t], dpres[t], dc, direct = _back_step(mode, steps[k], dht, dc, yt[t])
         dh = L.matmul(dpres[t], W)
-        if mode == "GRU":
-            dh = dh + dht * steps[k][2]
-        hprevs[t] = hprev
+        if direct is not None:
+            dh = dh + direct
+        hprevs[t] = steps[k][0]
     axis = 1 if bf else 0
     dx = S.stack(dxs, axis=axis)
     dpre = dx if mode != "GRU" else S.stack(dpres, axis=axis)

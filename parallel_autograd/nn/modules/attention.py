@@ -124,7 +124,6 @@ class MultiheadAttention(Module):
         as PyTorch's); else None, and the attention is one fused
         `scaled_dot_product_attention` node.
         """
-        name = "MultiheadAttention"
         qd, kd, vd = _arr(query), _arr(key), _arr(value)
         batched = self._check_shapes(qd, kd, vd, key_padding_mask, attn_mask)
         if not batched:                 # one batch element; self-attention stays packed
@@ -138,19 +137,7 @@ class MultiheadAttention(Module):
                     if isinstance(key_padding_mask, Tensor) else _arr(key_padding_mask)[None]
         bf = self.batch_first and batched
         seq_axis = 1 if bf else 0
-        n = qd.shape[0] if bf else qd.shape[1]
-        tgt, src = qd.shape[seq_axis], kd.shape[seq_axis]
-        if kd.shape[1 - seq_axis] != n or vd.shape[1 - seq_axis] != n or vd.shape[seq_axis] != src:
-            raise ValueError(f"{name}: key {kd.shape} and value {vd.shape} must have the "
-                             f"query's batch size {n} and the same sequence length")
-        for what, d, want in (("query", qd, self.embed_dim), ("key", kd, self.kdim),
-                              ("value", vd, self.vdim)):
-            if d.shape[-1] != want:
-                raise ValueError(f"{name}: expected {what} features {want}, got {d.shape[-1]}")
-        if is_causal and attn_mask is None:
-            raise RuntimeError(f"{name}: Need attn_mask if specifying the is_causal hint. You "
-                               f"may use the Transformer module method "
-                               f"`generate_square_subsequent_mask` to create this mask.")
+        n, tgt, src = self._check_sizes(qd, kd, vd, seq_axis, is_causal and attn_mask is None)
         causal = is_causal and key_padding_mask is None and not need_weights
         extra = (self.bias_k is not None) + self.add_zero_attn
         keep, add = (None, None) if causal else _merge_masks(
@@ -164,21 +151,7 @@ class MultiheadAttention(Module):
         if self.add_zero_attn:
             zeros = np.zeros((n, self.num_heads, 1, self.head_dim), _arr(k).dtype)
             k, v = S.concat([k, zeros], axis=2), S.concat([v, zeros], axis=2)
-        p = self.dropout if self.training else 0.0
-        if need_weights:
-            scores = L.matmul(q * math.sqrt(1.0 / self.head_dim), S.swapaxes(k, -1, -2))
-            if add is not None:
-                scores = scores + add
-            if keep is not None:
-                scores = E.where(keep, scores, -np.inf)
-            weights = R.softmax(scores, axis=-1)
-            if p > 0:
-                weights = F.dropout(weights, p, True)
-            o = L.matmul(weights, v)
-        else:
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=keep if add is None else add,
-                                               dropout_p=p, is_causal=causal)
-            weights = None
+        o, weights = self._attend(q, k, v, keep, add, causal, need_weights)
         # (N, H, L, d) -> (L, N, E) (or (N, L, E)), then the output projection
         o = S.permute(o, (0, 2, 1, 3) if bf else (2, 0, 1, 3))
         o = S.reshape(o, (n, tgt, self.embed_dim) if bf else (tgt, n, self.embed_dim))
@@ -189,6 +162,44 @@ class MultiheadAttention(Module):
             out = S.squeeze(out, 1)
             weights = None if weights is None else S.squeeze(weights, 0)
         return out, weights
+
+    def _check_sizes(self, qd, kd, vd, seq_axis: int, causal_without_mask: bool) -> tuple:
+        """(batch size, target and source lengths); PyTorch's errors for mismatched batch
+        sizes, sequence lengths, feature sizes and an is_causal hint without a mask."""
+        name = "MultiheadAttention"
+        n = qd.shape[1 - seq_axis]
+        tgt, src = qd.shape[seq_axis], kd.shape[seq_axis]
+        if (kd.shape[1 - seq_axis] != n or vd.shape[1 - seq_axis] != n
+                or vd.shape[seq_axis] != src):
+            raise ValueError(f"{name}: key {kd.shape} and value {vd.shape} must have the "
+                             f"query's batch size {n} and the same sequence length")
+        for what, d, want in (("query", qd, self.embed_dim), ("key", kd, self.kdim),
+                              ("value", vd, self.vdim)):
+            if d.shape[-1] != want:
+                raise ValueError(f"{name}: expected {what} features {want}, got {d.shape[-1]}")
+        if causal_without_mask:
+            raise RuntimeError(f"{name}: Need attn_mask if specifying the is_causal hint. You "
+                               f"may use the Transformer module method "
+                               f"`generate_square_subsequent_mask` to create this mask.")
+        return n, tgt, src
+
+    def _attend(self, q, k, v, keep, add, causal: bool, need_weights: bool) -> tuple:
+        """(output per head (N, H, L, d), the weights or None): the weights computed with
+        ops when they are asked for, else one fused scaled_dot_product_attention node."""
+        p = self.dropout if self.training else 0.0
+        if not need_weights:
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=keep if add is None else add, dropout_p=p,
+                is_causal=causal), None
+        scores = L.matmul(q * math.sqrt(1.0 / self.head_dim), S.swapaxes(k, -1, -2))
+        if add is not None:
+            scores = scores + add
+        if keep is not None:
+            scores = E.where(keep, scores, -np.inf)
+        weights = R.softmax(scores, axis=-1)
+        if p > 0:
+            weights = F.dropout(weights, p, True)
+        return L.matmul(weights, v), weights
 
     def _check_shapes(self, qd, kd, vd, kpm, attn_mask) -> bool:
         """Whether the input is batched; PyTorch's shape rules (`_mha_shape_check`)."""

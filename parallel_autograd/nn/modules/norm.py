@@ -26,6 +26,19 @@ def _shape(normalized_shape, layer: str) -> tuple:
     return shape
 
 
+def _affine_parameters(layer: Module, affine: bool, bias: bool, shape: tuple, dt) -> None:
+    """`weight` and (with `bias`) `bias` of `shape` when `affine`, else both None (as
+    registered parameters, so state_dict keys and repr are PyTorch's)."""
+    if affine:
+        layer.weight = empty_parameter(shape, dt)
+        if bias:
+            layer.bias = empty_parameter(shape, dt)
+            return
+    else:
+        layer.register_parameter("weight", None)
+    layer.register_parameter("bias", None)
+
+
 class LayerNorm(Module):
     """Layer normalisation over the trailing `normalized_shape` dims (PyTorch's
     `nn.LayerNorm`): `(x - mean) / sqrt(var + eps) * weight + bias`, biased variance.
@@ -45,15 +58,7 @@ class LayerNorm(Module):
         self.normalized_shape = _shape(normalized_shape, "LayerNorm")
         self.eps, self.elementwise_affine = eps, elementwise_affine
         dt = float_dtype(dtype, "LayerNorm")
-        if elementwise_affine:
-            self.weight = empty_parameter(self.normalized_shape, dt)
-            if bias:
-                self.bias = empty_parameter(self.normalized_shape, dt)
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, elementwise_affine, bias, self.normalized_shape, dt)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -130,15 +135,7 @@ class _NormBase(Module):
         self.affine, self.track_running_stats = affine, track_running_stats
         dt = float_dtype(dtype, layer)
         shape = (self.num_features,)
-        if affine:
-            self.weight = empty_parameter(shape, dt)
-            if bias:
-                self.bias = empty_parameter(shape, dt)
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, affine, bias, shape, dt)
         if track_running_stats:
             self.register_buffer("running_mean", Tensor(np.zeros(shape, dt)))
             self.register_buffer("running_var", Tensor(np.ones(shape, dt)))
@@ -312,15 +309,7 @@ class GroupNorm(Module):
                              f"by num_groups ({num_groups})")
         self.eps, self.affine = eps, affine
         dt = float_dtype(dtype, "GroupNorm")
-        if affine:
-            self.weight = empty_parameter((self.num_channels,), dt)
-            if bias:
-                self.bias = empty_parameter((self.num_channels,), dt)
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, affine, bias, (self.num_channels,), dt)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
