@@ -31,14 +31,20 @@ class Recorder:
         self.now = time.perf_counter
         self.t0 = self.now()
 
-    def add(self, name: str, start: float, end: float | None = None) -> None:
+    def add(self, name: str, start: float, end: float | None = None, *,
+            track: str | None = None) -> None:
         """Add one event: `name` ran on this thread from `start` to `end` (default:
-        now), both `perf_counter` readings."""
+        now), both `perf_counter` readings. `track`: show it on a track of that name
+        instead of the thread's (e.g. "MPI communication")."""
         if end is None:
             end = self.now()
-        th = threading.current_thread()
+        if track is None:
+            th = threading.current_thread()
+            tname, tid = th.name, th.ident
+        else:
+            tname, tid = track, _track_id(track)
         with self._lock:
-            self._raw.append((name, th.name, th.ident, start, end))
+            self._raw.append((name, tname, tid, start, end))
 
     @property
     def events(self) -> list:
@@ -47,21 +53,38 @@ class Recorder:
         return [{"name": n, "thread": tn, "thread_id": tid,
                  "start": s - self.t0, "end": e - self.t0} for n, tn, tid, s, e in raw]
 
-    def chrome_trace(self) -> dict:
-        events, names = [], {}
-        for ev in self.events:
-            names[ev["thread_id"]] = ev["thread"]
-            events.append({"name": ev["name"], "ph": "X", "pid": 1, "tid": ev["thread_id"],
-                           "ts": ev["start"] * 1e6, "dur": (ev["end"] - ev["start"]) * 1e6,
-                           "cat": "backward"})
-        for tid, tn in names.items():
-            events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid,
-                           "args": {"name": tn}})
-        return {"traceEvents": events, "displayTimeUnit": "ms"}
+    def chrome_trace(self, pid: int = 1, shift: float = 0.0) -> dict:
+        """The timeline as a Chrome trace dict: one track per thread (and per named
+        track), process `pid`, times shifted by `shift` seconds."""
+        return {"traceEvents": chrome_events(self.events, pid, shift), "displayTimeUnit": "ms"}
 
     def export_chrome_trace(self, path: str) -> None:
         with open(path, "w") as f:
             json.dump(self.chrome_trace(), f)
+
+
+def chrome_events(events: list, pid: int = 1, shift: float = 0.0) -> list:
+    """Chrome trace events ("X" spans and thread-name metadata) for `Recorder.events`."""
+    out, names = [], {}
+    for ev in events:
+        names[ev["thread_id"]] = ev["thread"]
+        out.append({"name": ev["name"], "ph": "X", "pid": pid, "tid": ev["thread_id"],
+                    "ts": (ev["start"] + shift) * 1e6, "dur": (ev["end"] - ev["start"]) * 1e6,
+                    "cat": "backward"})
+    for tid, tn in names.items():
+        out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                    "args": {"name": tn}})
+    return out
+
+
+_TRACKS: dict = {}  # named track -> its id in the trace (below any thread ident)
+
+
+def _track_id(track: str) -> int:
+    tid = _TRACKS.get(track)
+    if tid is None:
+        tid = _TRACKS.setdefault(track, len(_TRACKS) + 1)
+    return tid
 
 
 class profile:

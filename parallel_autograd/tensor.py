@@ -23,7 +23,7 @@ class Tensor:
     """A numpy array that records the ops applied to it when it requires grad."""
 
     __slots__ = ("data", "grad", "_requires_grad", "grad_fn", "_hooks", "_accumulator", "_vc",
-                 "_post_hooks",
+                 "_post_hooks", "_ready_hooks",
                  "__weakref__")
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
 
@@ -48,12 +48,14 @@ class Tensor:
         t._accumulator = None
         t._vc = [0] if vc is None else vc
         t._post_hooks = None
+        t._ready_hooks = None
         t._requires_grad = grad_fn is not None
         return t
 
     def _init(self, arr, grad_fn):
         self._vc = [0]
         self._post_hooks = None
+        self._ready_hooks = None
         self.data = arr
         self.grad = None
         self.grad_fn = grad_fn
@@ -131,6 +133,34 @@ class Tensor:
                 self._post_hooks = []
         self._post_hooks.append(fn)
         return _HookHandle(self._post_hooks, fn)
+
+    def register_grad_ready_hook(self, fn) -> "_HookHandle":
+        """Call `fn(tensor, grad)` during backward, as soon as this leaf's gradient for the
+        call is final (every contribution summed, tensor hooks applied), before the call's
+        write-back: what a gradient all-reduce overlapped with the rest of the backward
+        builds on (`nn.parallel.DistributedDataParallel`). A parallel_autograd extension:
+        PyTorch's DDP uses a C++ post hook on the leaf's AccumulateGrad node instead.
+
+        `grad` is this call's gradient alone (not yet added to `.grad`); do not modify it.
+        If `fn` returns an ndarray of the tensor's shape, the write-back *sets* `.grad` to
+        that array instead of accumulating `grad` (the hook took over the accumulation;
+        it may fill the array later, from a `queue_callback` that runs before the
+        write-back). At most one hook per call may do so. Called for `backward` calls only
+        (not `grad()`), in both engines, on whichever thread completed the gradient,
+        concurrently with other leaves' hooks: `fn` must be thread-safe. If it raises, the
+        call fails and no `.grad` changes. Returns a handle with `.remove()`."""
+        if self.grad_fn is not None:
+            raise RuntimeError("grad-ready hooks cannot be registered on non-leaf tensors")
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that does not require grad")
+        if not callable(fn):
+            raise TypeError(f"register_grad_ready_hook: expected a callable, got "
+                            f"{type(fn).__name__}")
+        with locks.once:
+            if self._ready_hooks is None:
+                self._ready_hooks = []
+        self._ready_hooks.append(fn)
+        return _HookHandle(self._ready_hooks, fn)
 
     def detach(self) -> "Tensor":
         """The same values (shared memory, shared version counter), no history."""

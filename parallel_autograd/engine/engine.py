@@ -21,7 +21,7 @@ import weakref
 
 from .. import intraop, locks
 from ..grad_mode import run_without_grad
-from . import blas
+from . import blas, callbacks
 from .cost import decide, gil_enabled, usable_cores
 from .graph import renumber
 from .plan import collect, plan_call
@@ -188,21 +188,28 @@ class Engine:
 
     def _run_parallel(self, plan, decision, st) -> GraphTask:
         pool = self._pool
+        calls = callbacks.begin()  # before the task copies this context for its workers
         task = GraphTask(plan, st, pool, self.inline_below, self.max_parked, self.share_cheap,
-                         self.max_parked_bytes)
+                         self.max_parked_bytes, calls)
         pool.start()
         if decision.accumulation == "keyed":
             ready = task.prepare_keyed()
         else:
             ready = task.prepare_ranked(decision.order)
         try:
-            if self.limit_blas:  # never more than the caller had (blas.py)
-                st.blas_threads = blas.acquire(task, max(1, usable_cores() // self.num_workers))
-            with intraop.engine_running():  # no kernel split while the workers run
-                task.run_to_completion(ready)
-        finally:
-            if self.limit_blas:
-                blas.release(task)
+            try:
+                if self.limit_blas:  # never more than the caller had (blas.py)
+                    st.blas_threads = blas.acquire(task, max(1, usable_cores() //
+                                                             self.num_workers))
+                with intraop.engine_running():  # no kernel split while the workers run
+                    task.run_to_completion(ready)
+            finally:
+                if self.limit_blas:
+                    blas.release(task)
+            callbacks.finish(calls)  # queue_callback's, on this thread, before commit
+        except BaseException as e:
+            callbacks.fail(calls, e)
+            raise
         return task
 
 

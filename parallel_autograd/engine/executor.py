@@ -27,7 +27,7 @@ def execute(task, first: list) -> None:
     (`GraphTask.give_away`), and when its stack is empty takes work from
     `task.shared` before returning.
     """
-    sink = Sink(task.plan, task.profile)
+    sink = Sink(task.plan, task.profile, task.calls)
     stack = [(first[0], first[1], first[2])]  # cheap ready nodes, run depth-first
     first[1] = None
     heavy = None  # one heavy ready node kept for this thread

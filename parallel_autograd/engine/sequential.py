@@ -13,6 +13,7 @@ on separate graphs (leaves may be shared); graphs themselves are not locked.
 from __future__ import annotations
 
 from .. import profiler
+from . import callbacks
 from ..grad_mode import run_without_grad
 from .accumulate import Pending, backward_order
 from .graph import GraphPending, renumber
@@ -32,7 +33,18 @@ def _walk(plan: Plan) -> Sink:
     pending = Pending() if plan.positions is None else GraphPending(plan.positions, plan.made)
     for node, g in plan.roots:
         pending.add(node, g)
-    sink = Sink(plan, profiler.active())
+    calls = callbacks.begin()  # this pass's queue_callback & co (engine/callbacks.py)
+    sink = Sink(plan, profiler.active(), calls)
+    try:
+        _run_nodes(plan, pending, sink)
+        callbacks.finish(calls)
+    except BaseException as e:
+        callbacks.fail(calls, e)
+        raise
+    return sink
+
+
+def _run_nodes(plan: Plan, pending, sink: Sink) -> None:
     node = None
     try:
         for node in backward_order(plan.nodes):
@@ -51,7 +63,6 @@ def _walk(plan: Plan) -> Sink:
         if node is not None:
             annotate(e, node)
         raise
-    return sink
 
 
 def run_call(plan: Plan) -> Sink:

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import anomaly, locks, memory
 from ..tensor import Tensor
+from . import callbacks
 from .graph import hook_result, run_node_graph
 
 
@@ -62,7 +63,8 @@ class Sink:
 
     Read: `runs`, `input_masks`, `retain_graph`, `accumulate`, `targets` (None when
     empty) copied from the plan, `rec`, the profiler's recorder (None: off), and
-    `anomaly`: check gradients for NaN/inf (`detect_anomaly`, as the caller set it). Each
+    `anomaly`: check gradients for NaN/inf (`detect_anomaly`, as the caller set it);
+    `progress`: the pass's progress callbacks (engine/callbacks.py; empty: none). Each
     thread has its own copy: on free-threaded builds, objects many threads touch at
     once make every reference count update contend.
     Produced: `staged` [(tensor, grad, owned)] leaf and retained gradients to commit;
@@ -70,9 +72,9 @@ class Sink:
     """
 
     __slots__ = ("runs", "input_masks", "retain_graph", "accumulate", "targets", "rec",
-                 "staged", "captured", "positions", "made", "anomaly")
+                 "staged", "captured", "positions", "made", "anomaly", "progress")
 
-    def __init__(self, plan, rec):
+    def __init__(self, plan, rec, calls=None):
         self.runs, self.input_masks = plan.runs, plan.input_masks
         self.retain_graph, self.accumulate = plan.retain_graph, plan.accumulate
         self.targets = plan.targets or None
@@ -82,6 +84,7 @@ class Sink:
         self.positions = plan.positions  # create_graph only (engine/graph.py), else None
         self.made = plan.made
         self.anomaly = anomaly.checking()
+        self.progress = () if calls is None else calls.progress  # shared, grows
 
 
 def complete_gradient(node, g, owned: bool, sink: Sink):
@@ -105,10 +108,42 @@ def complete_gradient(node, g, owned: bool, sink: Sink):
         sink.captured[node] = g
     if node.variable is not None:
         if sink.accumulate:
-            sink.staged.append((node.variable, g, owned))
+            t = node.variable
+            if t._ready_hooks:
+                g, owned = run_ready_hooks(t, g, owned)
+            sink.staged.append((t, g, owned))
         return None
     runs = sink.runs
     return g if runs is None or node in runs else None
+
+
+ASSIGN = 2  # `owned` of a staged gradient a grad-ready hook took over: `.grad` becomes it
+
+
+def run_ready_hooks(t: Tensor, g, owned):
+    """Call `t`'s grad-ready hooks (`Tensor.register_grad_ready_hook`) with the pass's final
+    gradient `g` of leaf `t`; returns what to stage: `(g, owned)` as before, or `(value,
+    ASSIGN)` when a hook returned the value `.grad` is to become (it took over the
+    accumulation, e.g. DistributedDataParallel's averaged bucket slot)."""
+    taken = None
+    for fn in list(t._ready_hooks):
+        r = fn(t, g)
+        if r is None:
+            continue
+        if taken is not None:
+            raise RuntimeError(f"two grad-ready hooks of a tensor of shape {t.shape} returned "
+                               "a value for .grad: at most one may take over its gradient")
+        if isinstance(g, Tensor):
+            raise RuntimeError("a grad-ready hook returned a value for .grad in a "
+                               "create_graph pass: only plain backward passes can be taken over")
+        if not isinstance(r, np.ndarray) or r.shape != t.shape or \
+                not np.can_cast(r.dtype, t.dtype, "same_kind"):
+            what = (f"shape {r.shape}, dtype {r.dtype}" if isinstance(r, np.ndarray)
+                    else type(r).__name__)
+            raise TypeError(f"a grad-ready hook of a tensor of shape {t.shape} and dtype "
+                            f"{t.dtype} returned {what}: expected an ndarray of its shape")
+        taken = r
+    return (g, owned) if taken is None else (taken, ASSIGN)
 
 
 def run_node(node, g, owned: bool, sink: Sink, recording: bool = False):
@@ -119,6 +154,8 @@ def run_node(node, g, owned: bool, sink: Sink, recording: bool = False):
     with the rule's differentiable form. With `sink.anomaly` (detect_anomaly), raises at
     NaN/inf in `g` or in what the rule returned (anomaly.check_step; `anomaly.note`
     reads this frame's `node`)."""
+    if sink.progress:  # e.g. DistributedDataParallel's MPI requests (engine/callbacks.py)
+        callbacks.poke(sink.progress)
     if sink.positions is not None and not recording:
         return run_node_graph(node, g, sink)
     gh = complete_gradient(node, g, owned, sink)
@@ -167,12 +204,12 @@ def commit(staged) -> None:
 def _write_grads(staged) -> None:
     firsts = []  # what becomes .grad if it is still None when written
     for t, g, owned in staged:
-        firsts.append(None if t.grad is not None else
+        firsts.append(g if owned is ASSIGN else None if t.grad is not None else
                       g if owned or _unshared(g) else g.copy())
     with _InterruptsDeferred():
-        for (t, g, _), first in zip(staged, firsts):
+        for (t, g, owned), first in zip(staged, firsts):
             with locks.grad_lock(t):
-                if t.grad is None:
+                if t.grad is None or owned is ASSIGN:
                     t.grad = g if first is None else first
                 else:
                     t.grad += g
@@ -251,9 +288,9 @@ class _InterruptsDeferred:
 
 def _check_existing_grads(staged) -> None:
     """Reject a `.grad` the user assigned that the gradient cannot be added into."""
-    for t, g, _ in staged:
+    for t, g, owned in staged:
         cur = t.grad
-        if cur is None:
+        if cur is None or owned is ASSIGN:  # a grad-ready hook's value replaces .grad
             continue
         if isinstance(cur, Tensor):
             if not isinstance(g, Tensor):

@@ -108,8 +108,9 @@ class GraphTask:
 
     def __init__(self, plan, stats: CallStats, pool, inline_below: float,
                  max_parked: int = 4, share_cheap: bool = False,
-                 max_parked_bytes: float = float("inf")):
+                 max_parked_bytes: float = float("inf"), calls=None):
         self.plan = plan
+        self.calls = calls  # the pass's PassCallbacks (engine/callbacks.py)
         self.stats = stats
         self.pool = pool
         self.inline_below = inline_below

@@ -10,10 +10,11 @@ draw their initial values from `generator=` or the default generator that `pa.ma
 reseeds.
 """
 from . import functional, graph, init  # noqa: F401  (graph: the rules' differentiable forms)
+from . import parallel  # noqa: F401  (DistributedDataParallel)
 from .module import IncompatibleKeys, Module, RemovableHandle
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
 from .parameter import Parameter
 
 __all__ = ["IncompatibleKeys", "Module", "Parameter", "RemovableHandle", "functional",
-           "init"] + list(_modules_all)
+           "init", "parallel"] + list(_modules_all)

@@ -1,0 +1,341 @@
+"""The process group (one MPI communicator) and the collectives on it (see the package doc).
+
+State: `_state` is None until `init`, then a `_Group` (the communicator, its rank and size,
+the lock MPI is called under). Every collective goes through `_group()`, which raises a
+clear error before `init`.
+"""
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import sys
+import threading
+import time
+import traceback
+
+import numpy as np
+
+from ..tensor import Tensor
+from ..version import bump
+
+_INSTALL_HINT = ("pa.distributed needs mpi4py and an MPI library: "
+                 "pip install 'parallel_autograd[mpi]' (mpi4py and the mpich wheel)")
+
+
+class ReduceOp(enum.Enum):
+    """How `all_reduce` combines the ranks' arrays (PyTorch's `ReduceOp` names)."""
+
+    SUM = "sum"
+    PRODUCT = "product"
+    MIN = "min"
+    MAX = "max"
+    AVG = "avg"  # SUM, then divided by the world size
+
+
+class _Group:
+    """The initialised process group. `call` is the lock MPI calls are made under (a
+    no-op context with MPI_THREAD_MULTIPLE)."""
+
+    def __init__(self, mpi, comm, hooked: bool):
+        self.MPI = mpi
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        multiple = mpi.Query_thread() >= mpi.THREAD_MULTIPLE
+        self.call = contextlib.nullcontext() if multiple else threading.Lock()
+        self.hooked = hooked
+
+
+_state: _Group | None = None
+_init_lock = threading.Lock()  # guards _state changes
+
+
+def _import_mpi():
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise ImportError(_INSTALL_HINT) from e
+    return MPI
+
+
+def init(comm=None, *, abort_on_exception: bool = True) -> None:
+    """Join the process group: `comm` (an mpi4py intracommunicator), default
+    `MPI.COMM_WORLD`. Starts MPI with `MPI_THREAD_MULTIPLE` unless the program already did
+    (mpi4py does at import by default; an MPI you started yourself with at least
+    `MPI_THREAD_SERIALIZED` is accepted). Calling it again with the same communicator does
+    nothing; with another one raises (call `destroy_process_group()` first).
+
+    `abort_on_exception`: in a job of two or more processes, an exception nobody catches,
+    on any thread, prints its traceback with the rank and ends the whole job
+    (`MPI_Abort`), instead of leaving the other ranks waiting forever.
+    Thread safety: may be called from any thread; the first call wins."""
+    global _state
+    MPI = _import_mpi()
+    with _init_lock:
+        if MPI.Is_finalized():
+            raise RuntimeError("pa.distributed.init: MPI was already finalized in this process")
+        if not MPI.Is_initialized():
+            MPI.Init_thread(MPI.THREAD_MULTIPLE)
+        if MPI.Query_thread() < MPI.THREAD_SERIALIZED:
+            raise RuntimeError(
+                "pa.distributed.init: MPI was started with thread level "
+                f"{MPI.Query_thread()} (below MPI_THREAD_SERIALIZED): the parallel engine calls "
+                "MPI from its worker threads; start MPI with MPI.Init_thread(MPI.THREAD_MULTIPLE)")
+        if comm is None:
+            comm = MPI.COMM_WORLD
+        if not isinstance(comm, MPI.Intracomm):
+            raise TypeError(f"pa.distributed.init: comm must be an mpi4py Intracomm, got "
+                            f"{type(comm).__name__}")
+        if _state is not None:
+            if _state.comm == comm:
+                return
+            raise RuntimeError("pa.distributed is already initialized with another "
+                               "communicator: call destroy_process_group() first")
+        hooked = abort_on_exception and comm.Get_size() > 1
+        _state = _Group(MPI, comm, hooked)
+        if hooked:
+            _install_excepthooks()
+
+
+def is_initialized() -> bool:
+    """Whether `init` was called (and not undone by `destroy_process_group`)."""
+    return _state is not None
+
+
+def destroy_process_group() -> None:
+    """Leave the process group (MPI itself stays up, as mpi4py finalizes it at exit)."""
+    global _state
+    with _init_lock:
+        _state = None
+
+
+def _group() -> _Group:
+    g = _state
+    if g is None:
+        raise RuntimeError("pa.distributed is not initialized: call pa.distributed.init() first")
+    return g
+
+
+def rank() -> int:
+    """This process's rank in the group (0 .. world_size() - 1)."""
+    return _group().rank
+
+
+def world_size() -> int:
+    """How many processes the group has."""
+    return _group().size
+
+
+get_rank = rank  # PyTorch's names
+get_world_size = world_size
+
+
+# ---- waiting ------------------------------------------------------------------------
+def wait(req, timeout: float | None = None, what: str = "a collective") -> None:
+    """Wait for MPI request `req` by polling (`Test`): a few microseconds of spinning,
+    then sleeps growing to 1 ms, so Ctrl+C interrupts the wait and an idle rank does not
+    hold a core. `timeout` (seconds): TimeoutError after it."""
+    g = _group()
+    t0 = time.perf_counter()
+    nap = 0.0
+    while True:
+        with g.call:
+            if req.Test():
+                return
+        now = time.perf_counter()
+        if timeout is not None and now - t0 > timeout:
+            raise TimeoutError(f"rank {g.rank}: {what} did not complete within {timeout} s "
+                               "(another rank failed or never joined?)")
+        if now - t0 > 50e-6:
+            nap = min(1e-3, nap * 2 or 20e-6)
+            time.sleep(nap)
+
+
+class Work:
+    """A collective started with `async_op=True` (PyTorch's `Work`): `wait()` until it is
+    done (the result then is in the array you passed), `is_completed()` to ask."""
+
+    def __init__(self, req, finish=None, what: str = "a collective"):
+        self._req, self._finish, self._what = req, finish, what
+        self._done = False
+
+    def is_completed(self) -> bool:
+        """Whether the collective finished (and `wait` would return at once)."""
+        if not self._done:
+            with _group().call:
+                done = self._req.Test()
+            if done:
+                self._complete()
+        return self._done
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until done (TimeoutError after `timeout` seconds); returns True."""
+        if not self._done:
+            wait(self._req, timeout, self._what)
+            self._complete()
+        return True
+
+    def _complete(self):
+        if not self._done:
+            self._done = True
+            if self._finish is not None:
+                self._finish()
+
+
+# ---- collectives -----------------------------------------------------------------------
+def _as_buffer(t, what: str):
+    """(array MPI writes, finish()) for an ndarray or Tensor `t`, written in place: a
+    contiguous array is used directly, another goes through a contiguous copy that
+    `finish` writes back. `finish` also bumps a Tensor's version counter."""
+    tensor = t if isinstance(t, Tensor) else None
+    arr = t.data if tensor is not None else t
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"{what}: expected an ndarray or Tensor, got {type(t).__name__}")
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{what}: dtype {arr.dtype} is not supported (numbers only)")
+    if not arr.flags.writeable:
+        raise ValueError(f"{what}: the array is read-only; the collective writes into it")
+    buf = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+
+    def finish():
+        if buf is not arr:
+            np.copyto(arr, buf)
+        if tensor is not None:
+            bump(tensor)
+    return buf, finish
+
+
+def _mpi_op(g: _Group, op):
+    if isinstance(op, str):
+        try:
+            op = ReduceOp(op.lower())
+        except ValueError:
+            op = None
+    if not isinstance(op, ReduceOp):
+        raise ValueError(f"all_reduce: op must be a ReduceOp or one of "
+                         f"{[o.value for o in ReduceOp]}")
+    M = g.MPI
+    return op, {ReduceOp.SUM: M.SUM, ReduceOp.AVG: M.SUM, ReduceOp.PRODUCT: M.PROD,
+                ReduceOp.MIN: M.MIN, ReduceOp.MAX: M.MAX}[op]
+
+
+def all_reduce(tensor, op: ReduceOp | str = ReduceOp.SUM, async_op: bool = False):
+    """Combine `tensor` (ndarray or Tensor) across ranks with `op`, in place on every rank.
+    AVG divides the sum by the world size (integer arrays: floor division). Returns None,
+    or a `Work` with `async_op=True`."""
+    g = _group()
+    op, mpi_op = _mpi_op(g, op)
+    buf, finish = _as_buffer(tensor, "all_reduce")
+
+    def done():
+        if op is ReduceOp.AVG:
+            if buf.dtype.kind == "f":
+                np.divide(buf, g.size, out=buf)
+            else:
+                np.floor_divide(buf, g.size, out=buf)
+        finish()
+    with g.call:
+        req = g.comm.Iallreduce(g.MPI.IN_PLACE, buf, op=mpi_op)
+    return _finish(Work(req, done, "all_reduce"), async_op)
+
+
+def broadcast(tensor, src: int = 0, async_op: bool = False):
+    """Overwrite `tensor` (ndarray or Tensor) on every rank with rank `src`'s, in place.
+    Every rank must pass the same shape and dtype. Returns None, or a `Work`."""
+    g = _group()
+    _check_rank(g, src, "broadcast: src")
+    buf, finish = _as_buffer(tensor, "broadcast")
+    if g.rank == src:  # nothing changes here: no write-back, no version bump
+        finish = None
+    with g.call:
+        req = g.comm.Ibcast(buf, root=src)
+    return _finish(Work(req, finish, "broadcast"), async_op)
+
+
+def all_gather(tensor_list: list, tensor, async_op: bool = False):
+    """Fill `tensor_list` (one ndarray or Tensor per rank, each of `tensor`'s shape and
+    dtype) with every rank's `tensor`, in rank order (PyTorch's signature). Returns None, or
+    a `Work`."""
+    g = _group()
+    src = tensor.data if isinstance(tensor, Tensor) else tensor
+    if not isinstance(src, np.ndarray):
+        raise TypeError(f"all_gather: expected an ndarray or Tensor, got {type(tensor).__name__}")
+    if not isinstance(tensor_list, list) or len(tensor_list) != g.size:
+        raise ValueError(f"all_gather: tensor_list must be a list of world_size() = {g.size} "
+                         "arrays to fill")
+    outs = [_as_buffer(t, "all_gather: tensor_list entry") for t in tensor_list]
+    for t in tensor_list:
+        a = t.data if isinstance(t, Tensor) else t
+        if a.shape != src.shape or a.dtype != src.dtype:
+            raise ValueError(f"all_gather: every tensor_list entry must have shape {src.shape} "
+                             f"and dtype {src.dtype}, got {a.shape} {a.dtype}")
+    whole = np.empty((g.size,) + src.shape, src.dtype)
+
+    def done():
+        for (buf, finish), part in zip(outs, whole):
+            np.copyto(buf, part)
+            finish()
+    with g.call:
+        req = g.comm.Iallgather(np.ascontiguousarray(src), whole)
+    return _finish(Work(req, done, "all_gather"), async_op)
+
+
+def barrier(async_op: bool = False):
+    """Wait until every rank reached its `barrier()` (returns None, or a `Work`)."""
+    g = _group()
+    with g.call:
+        req = g.comm.Ibarrier()
+    return _finish(Work(req, None, "barrier"), async_op)
+
+
+def _finish(work: Work, async_op: bool):
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
+def _check_rank(g: _Group, r, what: str) -> None:
+    if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= r < g.size:
+        raise ValueError(f"{what} must be a rank in 0..{g.size - 1}, got {r!r}")
+
+
+# ---- ending the job ----------------------------------------------------------------------
+def abort(message: str, errorcode: int = 1) -> None:
+    """Print `message` (prefixed with the rank) to stderr and end every process of the
+    job (`MPI_Abort`): what to do when this rank cannot go on and the others would wait
+    for it forever. Does not return (outside a group: raises SystemExit)."""
+    g = _state
+    who = "" if g is None else f"rank {g.rank} of {g.size}: "
+    sys.stderr.write(f"parallel_autograd.distributed: {who}{message}\n"
+                     "parallel_autograd.distributed: aborting the job (MPI_Abort) so that "
+                     "no rank waits forever\n")
+    sys.stderr.flush()
+    if g is None:
+        raise SystemExit(errorcode)
+    g.comm.Abort(errorcode)
+    os._exit(errorcode)  # not reached with a working MPI
+
+
+def _install_excepthooks() -> None:
+    prev_sys, prev_thread = sys.excepthook, threading.excepthook
+
+    def sys_hook(tp, value, tb):
+        _abort_uncaught(tp, value, tb, "the main thread")
+        prev_sys(tp, value, tb)
+
+    def thread_hook(args):
+        if args.exc_type is not SystemExit:
+            where = f"thread {args.thread.name if args.thread else '?'}"
+            _abort_uncaught(args.exc_type, args.exc_value, args.exc_traceback, where)
+        prev_thread(args)
+    sys.excepthook = sys_hook
+    threading.excepthook = thread_hook
+
+
+def _abort_uncaught(tp, value, tb, where: str) -> None:
+    if _state is None:
+        return
+    text = "".join(traceback.format_exception(tp, value, tb))
+    abort(f"uncaught exception in {where}:\n{text.rstrip()}")

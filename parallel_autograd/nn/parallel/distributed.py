@@ -1,0 +1,371 @@
+"""`DistributedDataParallel`: data-parallel training over `pa.distributed` (MPI), with each
+bucket's gradient all-reduce started during the backward, as soon as its gradients are final.
+
+How (PyTorch's DDP, on this package's engines):
+- At construction, rank 0's parameters and buffers are broadcast to every rank, and the
+  parameters are split into buckets: in reverse registration order (the order backward
+  tends to finish them), by dtype, the first bucket at most 1 MiB and the others
+  `bucket_cap_mb`, each with one flat contiguous buffer.
+- Each parameter has a grad-ready hook (`Tensor.register_grad_ready_hook`): the engine calls
+  it, on whichever thread finished that gradient, as soon as the gradient of the call is
+  final. The hook copies it (plus what `.grad` already held: gradient accumulation) into
+  the parameter's slot of its bucket. When a bucket's last slot is filled, the bucket and
+  every full bucket after it are started as non-blocking all-reduces (`Iallreduce`, sum),
+  always in bucket order: MPI needs every rank to start collectives in the same order, and
+  the threads finish gradients in different orders on different ranks.
+- While the backward goes on, the engine calls the module's progress callback before each
+  node (`engine/callbacks.py`), which tests the pending requests: MPI makes no progress
+  unless someone calls into it.
+- After the last node, a callback queued on the pass waits for the remaining requests,
+  divides by the world size and hands the averages to the write-back: `.grad` of every
+  parameter becomes the average over ranks of what it would have been locally. Then the
+  backward call returns.
+
+`no_sync()` skips all of this (local accumulation into `.grad`); the next synchronised
+backward averages the accumulated gradients. A forward decides: the backward after a forward
+inside `no_sync()` does not synchronise (as in PyTorch).
+
+Failure: a backward that fails on one rank after this rank joined its collectives (an
+error in a rule, a NaN under detect_anomaly, Ctrl+C), or a bucket that does not complete
+within `timeout` seconds (another rank failed before its backward reached us), ends the
+whole job with `pa.distributed.abort` (the error printed): the other ranks could only wait
+forever. In a world of one the error propagates as usual and no `.grad` changes.
+
+Determinism: a bucket holds the engine's gradients, which are bitwise the same for any
+worker count, and MPI's reduction of a fixed-size buffer over a fixed world size is the same
+from run to run, so the averages are bitwise reproducible for a given world size. They equal
+a single-process run on the whole batch up to rounding (the order of the additions differs).
+
+Thread safety: the hooks run concurrently on the engine's threads; the module's state is
+guarded by `self._lock` (bucket bookkeeping and MPI calls only, never numpy work). One
+backward at a time may reach the module's parameters.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import traceback
+
+import numpy as np
+
+from ... import profiler
+from ...distributed import _comm
+from ...engine import callbacks
+from ...grad_mode import no_grad
+from ...tensor import Tensor
+from ...version import bump
+from ..module import Module
+
+_FIRST_BUCKET_BYTES = 1 << 20  # PyTorch's dist._DEFAULT_FIRST_BUCKET_BYTES
+_TRACK = "MPI communication"
+
+
+class _Bucket:
+    """One flat buffer of several parameters' gradients and its all-reduce."""
+
+    __slots__ = ("index", "buffer", "params", "slots", "left", "request", "started",
+                 "done", "nbytes")
+
+    def __init__(self, index: int, params: list, dtype):
+        self.index = index
+        self.params = params  # [(parameter index, Parameter)]
+        total = sum(p.data.size for _, p in params)
+        self.buffer = np.zeros(total, dtype)
+        self.nbytes = self.buffer.nbytes
+        self.slots, off = [], 0
+        for _, p in params:
+            n = p.data.size
+            self.slots.append(self.buffer[off:off + n].reshape(p.data.shape))
+            off += n
+        self.reset()
+
+    def reset(self) -> None:
+        self.left = len(self.params)  # slots still to fill in this backward
+        self.request = None
+        self.started = None  # perf_counter when the all-reduce was started
+        self.done = False
+
+
+class DistributedDataParallel(Module):
+    """Wrap `module` for data-parallel training over `pa.distributed` (PyTorch's
+    `torch.nn.parallel.DistributedDataParallel`): call it like the module; after each
+    backward, every parameter's `.grad` is the average over ranks.
+
+    bucket_cap_mb: size of a bucket (all-reduce unit) in MiB; the first is 1 MiB at most
+        (so the first all-reduce starts early).
+    find_unused_parameters: allow parameters that a backward does not reach: their slots
+        are filled with what `.grad` holds (or zeros) when the backward ends, and a
+        parameter no rank used keeps its `.grad`. Without it such a backward is an error
+        naming the parameters.
+    broadcast_buffers: broadcast rank 0's buffers (e.g. BatchNorm's running statistics)
+        at each forward, as PyTorch does.
+    gradient_as_bucket_view: `.grad` becomes a view of the bucket buffer (no copy; it is
+        overwritten by the next synchronised backward), else a fresh array.
+    timeout: seconds to wait for a bucket's all-reduce before ending the job.
+
+    `pa.distributed.init()` must have been called. Thread safety: see the module doc.
+    """
+
+    def __init__(self, module: Module, bucket_cap_mb: float = 25.0,
+                 find_unused_parameters: bool = False, broadcast_buffers: bool = True,
+                 gradient_as_bucket_view: bool = False, timeout: float = 1800.0) -> None:
+        super().__init__()
+        if not isinstance(module, Module):
+            raise TypeError(f"DistributedDataParallel: expected a Module, got "
+                            f"{type(module).__name__}")
+        if not bucket_cap_mb > 0:
+            raise ValueError(f"DistributedDataParallel: bucket_cap_mb must be > 0, got "
+                             f"{bucket_cap_mb}")
+        if not timeout > 0:
+            raise ValueError(f"DistributedDataParallel: timeout must be > 0, got {timeout}")
+        self.group = _comm._group()  # raises before init()
+        self.module = module
+        self.find_unused_parameters = find_unused_parameters
+        self.broadcast_buffers = broadcast_buffers
+        self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.timeout = timeout
+        self.require_backward_grad_sync = True
+        self._lock = threading.Lock()
+        self._armed = False  # the next backward synchronises (set by forward)
+        self._pass = None  # the PassCallbacks of the synchronising backward under way
+        named = []
+        seen = set()
+        for name, p in module.named_parameters():
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                named.append((name, p))
+        self._names = [n for n, _ in named]
+        self._params = [p for _, p in named]
+        self._sync_state(module)
+        self._buckets, self._where = _assign_buckets(self._params, bucket_cap_mb)
+        self._outs: list = [None] * len(self._params)  # what .grad becomes, per parameter
+        self._next = 0  # the next bucket to start
+        self._handles = [p.register_grad_ready_hook(self._hook_for(i))
+                         for i, p in enumerate(self._params)]
+
+    # ---- the module interface -------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        """Run the wrapped module; the backward of its result synchronises unless this
+        forward ran inside `no_sync()`."""
+        if self.broadcast_buffers and self.group.size > 1 and self.training:
+            for b in self.module.buffers():
+                _comm.broadcast(b, 0)
+        self._armed = self.require_backward_grad_sync
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward passes of forwards run inside accumulate into `.grad` locally, with
+        no communication; the first synchronised backward after it averages the sum."""
+        old = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = old
+
+    @property
+    def buckets(self) -> list:
+        """The buckets' parameter names, in the order they are all-reduced."""
+        return [[self._names[i] for i, _ in b.params] for b in self._buckets]
+
+    # ---- during backward --------------------------------------------------------------
+    def _hook_for(self, index: int):
+        def hook(t, g):
+            return self._ready(index, t, g)
+        return hook
+
+    def _ready(self, index: int, t: Tensor, g):
+        """A parameter's gradient is final (any engine thread): fill its slot, start what
+        can start, and tell the write-back what `.grad` becomes."""
+        if not self._armed:
+            return None
+        if isinstance(g, Tensor):
+            raise RuntimeError("DistributedDataParallel does not support backward with "
+                               "create_graph=True")
+        self._join_pass()
+        b, j = self._where[index]
+        slot = b.slots[j]
+        cur = t.grad  # accumulated under no_sync(), or a bucket view of the last step
+        if cur is None:
+            np.copyto(slot, g)
+        else:
+            np.add(cur, g, out=slot)  # one pass; cur may be slot itself (a view)
+        out = slot if self.gradient_as_bucket_view else np.empty(slot.shape, slot.dtype)
+        self._outs[index] = out
+        with self._lock:
+            b.left -= 1
+            if b.left == 0:
+                self._start_ready()
+        return out
+
+    def _join_pass(self) -> None:
+        calls = callbacks.current_pass()
+        with self._lock:
+            if self._pass is calls:
+                return
+            if self._pass is not None:
+                raise RuntimeError("DistributedDataParallel: a second backward reached the "
+                                   "module's parameters while one was synchronising")
+            self._pass = calls
+        calls.on_failure(self._failed)
+        calls.add_progress(self._progress)
+        calls.queue_callback(self._finalize)
+
+    def _start_ready(self) -> None:
+        """Start every full bucket from `_next` on, in order (under `_lock`)."""
+        g = self.group
+        rec = profiler.active()
+        buckets = self._buckets
+        while self._next < len(buckets) and buckets[self._next].left == 0:
+            b = buckets[self._next]
+            b.started = time.perf_counter()
+            with g.call:
+                b.request = g.comm.Iallreduce(g.MPI.IN_PLACE, b.buffer, op=g.MPI.SUM)
+            if rec is not None:
+                rec.add(f"start all-reduce bucket {b.index}", b.started, track=_TRACK)
+            self._next += 1
+
+    def _progress(self) -> None:
+        """Before each node (any thread): test started requests so MPI moves them on."""
+        if self._next == 0 or not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._test_started()
+        finally:
+            self._lock.release()
+
+    def _test_started(self) -> None:
+        g = self.group
+        for b in self._buckets[:self._next]:
+            if not b.done:
+                with g.call:
+                    done = b.request.Test()
+                if not done:
+                    return  # later buckets complete after earlier ones
+                self._completed(b)
+
+    def _completed(self, b: _Bucket) -> None:
+        b.done = True
+        rec = profiler.active()
+        if rec is not None:
+            rec.add(f"all-reduce bucket {b.index} ({b.nbytes / 2**20:.2f} MiB)", b.started,
+                    track=_TRACK)
+
+    # ---- after the last node (the calling thread) ---------------------------------------
+    def _finalize(self) -> None:
+        missing = [i for i in range(len(self._params)) if self._outs[i] is None]
+        if missing and not self.find_unused_parameters:
+            names = ", ".join(self._names[i] for i in missing[:8])
+            raise RuntimeError(
+                f"DistributedDataParallel: {len(missing)} parameter(s) got no gradient in this "
+                f"backward ({names}{', ...' if len(missing) > 8 else ''}); their buckets "
+                "cannot be all-reduced. Pass find_unused_parameters=True if the model does "
+                "not use every parameter in every step")
+        for i in missing:
+            self._fill_unused(i)
+        rec = profiler.active()
+        t0 = time.perf_counter()
+        for b in self._buckets:
+            _comm.wait(b.request, self.timeout,
+                       f"the all-reduce of gradient bucket {b.index} of {len(self._buckets)}")
+            if not b.done:
+                self._completed(b)
+        if rec is not None:
+            rec.add("DDP: wait for all-reduces", t0)
+        used = self._globally_used(missing) if missing else None
+        n = self.group.size
+        for b in self._buckets:
+            np.divide(b.buffer, n, out=b.buffer)
+        for i, out in enumerate(self._outs):
+            b, j = self._where[i]
+            if out is not b.slots[j]:
+                np.copyto(out, b.slots[j])
+        for i in missing:
+            if used[i]:  # used on another rank: the average is its gradient
+                self._params[i].grad = self._outs[i]
+        self._reset()
+
+    def _fill_unused(self, index: int) -> None:
+        b, j = self._where[index]
+        slot = b.slots[j]
+        cur = self._params[index].grad
+        if cur is None:
+            slot.fill(0)
+        else:
+            np.copyto(slot, cur)
+        self._outs[index] = slot if self.gradient_as_bucket_view else np.empty_like(slot)
+        with self._lock:
+            b.left -= 1
+            if b.left == 0:
+                self._start_ready()
+
+    def _globally_used(self, missing: list) -> np.ndarray:
+        """Which parameters some rank used (one small all-reduce, find_unused only)."""
+        used = np.ones(len(self._params), np.int32)
+        used[missing] = 0
+        _comm.all_reduce(used, _comm.ReduceOp.SUM)
+        return used
+
+    def _failed(self, exc: BaseException) -> None:
+        """The synchronising backward failed on this rank."""
+        if self.group.size > 1:
+            text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            _comm.abort("a synchronising backward failed; the other ranks would wait for its "
+                        f"gradients forever:\n{text.rstrip()}")
+        for b in self._buckets[:self._next]:  # one rank: they complete; never abandon them
+            _comm.wait(b.request, self.timeout)
+        self._reset()
+
+    def _reset(self) -> None:
+        with self._lock:
+            for b in self._buckets:
+                b.reset()
+            self._outs = [None] * len(self._params)
+            self._next = 0
+            self._pass = None
+            self._armed = False
+
+    # ---- set-up -------------------------------------------------------------------
+    def _sync_state(self, module: Module) -> None:
+        """Every rank starts from rank 0's parameters and buffers."""
+        if self.group.size == 1:
+            return
+        with no_grad():
+            for p in module.parameters():
+                _comm.broadcast(p.data, 0)
+                bump(p)
+            for b in module.buffers():
+                _comm.broadcast(b, 0)
+
+    def extra_repr(self) -> str:
+        return (f"world_size={self.group.size}, buckets={len(self._buckets)}, "
+                f"find_unused_parameters={self.find_unused_parameters}")
+
+
+def _assign_buckets(params: list, cap_mb: float):
+    """Buckets in reverse parameter order, one dtype each: (buckets, where), `where[i]` =
+    (bucket, slot index) of parameter i."""
+    buckets, where = [], [None] * len(params)
+    open_: dict = {}  # dtype -> parameter indices of its open bucket
+    sizes: dict = {}
+
+    def close(dt):
+        members = open_.pop(dt)
+        b = _Bucket(len(buckets), [(i, params[i]) for i in members], dt)
+        for j, i in enumerate(members):
+            where[i] = (b, j)
+        buckets.append(b)
+        sizes.pop(dt)
+
+    for i in reversed(range(len(params))):
+        dt = params[i].data.dtype
+        open_.setdefault(dt, []).append(i)
+        sizes[dt] = sizes.get(dt, 0) + params[i].data.nbytes
+        cap = cap_mb * 2**20 if buckets else min(_FIRST_BUCKET_BYTES, cap_mb * 2**20)
+        if sizes[dt] >= cap:
+            close(dt)
+    for dt in list(open_):
+        close(dt)
+    return buckets, where
