@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test bench bench-quick stress example clean freethreaded test-ft stress-ft bench-ft
+.PHONY: test bench bench-quick stress example example-mpi bench-mpi clean freethreaded test-ft stress-ft bench-ft
 
 # Free-threaded CPython 3.13t (GIL disabled): see tools/build_freethreaded.sh. The venv lives in
 # $(FT_CACHE); the interpreter build is cached per machine (FT_BUILD_CACHE, ~/.cache/...).
@@ -15,7 +15,7 @@ FT_RUN = env -u PYTHON_GIL $(FT_PY)
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,mpi]'
 	touch $@
 
 test: $(VENV)/.installed
@@ -39,6 +39,21 @@ example: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[examples]'
 	$(PY) examples/train_digits.py --model mlp
 	$(PY) examples/train_digits.py --model cnn
+
+# Data-parallel training over MPI on this machine (loopback only: UCX limited to shared
+# memory, so no endpoint but shared memory exists): 2 ranks, then 4, each checked against one
+# process on the whole batch (examples/train_ddp.py --check).
+MPI_ENV = UCX_TLS=self,sm UCX_NET_DEVICES=lo
+MPIEXEC = $(MPI_ENV) timeout 300 $(VENV)/bin/mpiexec
+example-mpi: $(VENV)/.installed
+	$(MPIEXEC) -n 2 $(PY) examples/train_ddp.py --model mlp --check
+	$(MPIEXEC) -n 2 $(PY) examples/train_ddp.py --model cnn --check
+	$(MPIEXEC) -n 4 $(PY) examples/train_ddp.py --model cnn --check --bucket-cap-mb 0.02
+
+# The MPI benchmark (docs/benchmarks.md, "Data parallel"): all-reduce throughput, the share of
+# communication hidden behind the backward, a merged timeline, the scaling model.
+bench-mpi: $(VENV)/.installed
+	$(MPIEXEC) -n 2 $(PY) -m stress.compare.mpi $(BENCH_MPI_ARGS)
 
 stress: $(VENV)/.installed
 	$(PY) -m stress --duration 60

@@ -157,7 +157,7 @@ def main(argv=None) -> int:
         return 0 if same else 1
     report = {"world_size": w, "model": args.model, "steps": args.steps,
               "first_loss": losses[0], "last_loss": losses[-1], "seconds": round(elapsed, 3),
-              "ranks_bitwise_equal": same}
+              "ranks_bitwise_equal": same, "digest": mine.tobytes().hex()}
     ok = same
     if args.check:
         ref_losses, ref = train_single(args, x, y, plan)

@@ -26,7 +26,7 @@
 #   tools/build_freethreaded.sh --print-debian-mirror   prints the mirror it would use, and
 #                     where it came from on stderr, and exits (nothing is built or changed).
 # 2. The environment: a venv of that interpreter in $FT_CACHE/venv, pip bootstrapped from the
-#    pip wheel, the dependencies of pyproject.toml (runtime + [test]) as binary wheels only
+#    pip wheel, the dependencies of pyproject.toml (runtime + [test] + [mpi]) as binary wheels only
 #    (no sdist builds: numpy must come as a cp313t wheel), and this package installed editable
 #    (redone on every run; cheap). Finally: the GIL must still be off after importing all of it.
 #
@@ -334,7 +334,8 @@ requirements() {
 import sys, tomllib
 with open(sys.argv[1], "rb") as f:
     p = tomllib.load(f)["project"]
-for r in p.get("dependencies", []) + p.get("optional-dependencies", {}).get("test", []):
+extras = p.get("optional-dependencies", {})
+for r in p.get("dependencies", []) + extras.get("test", []) + extras.get("mpi", []):
     print(r)
 print("setuptools>=64")  # for the editable install without build isolation
 EOF
