@@ -142,7 +142,7 @@ class Tensor:
         PyTorch's DDP uses a C++ post hook on the leaf's AccumulateGrad node instead.
 
         `grad` is this call's gradient alone (not yet added to `.grad`); do not modify it.
-        If `fn` returns an ndarray of the tensor's shape, the write-back *sets* `.grad` to
+        If `fn` returns an ndarray of the tensor's shape and dtype, the write-back *sets* `.grad` to
         that array instead of accumulating `grad` (the hook took over the accumulation;
         it may fill the array later, from a `queue_callback` that runs before the
         write-back). At most one hook per call may do so. Called for `backward` calls only

@@ -9,7 +9,9 @@ hook, a `Function.backward`) may:
   queue more. If one raises, the call fails and no `.grad` changes.
 - `current_pass()`: the running pass's `PassCallbacks`, for library code. Besides
   `queue_callback` it has `on_failure(fn)`: `fn(exc)` runs on the calling thread when the pass
-  fails (once every thread of the pass stopped), before the error propagates; and
+  fails (a rule, hook or queued callback raised; once every thread of the pass stopped), before
+  the error propagates (a write-back refused after the pass, e.g. a `.grad` of the wrong
+  shape, is the caller's error alone: the pass itself completed); and
   `add_progress(fn)`: `fn()` is called by whichever thread is about to run a node, until the
   pass ends. That is how `DistributedDataParallel` keeps MPI's non-blocking all-reduces moving
   while the backward computes (MPI makes no progress unless someone calls into it).

@@ -110,7 +110,7 @@ def complete_gradient(node, g, owned: bool, sink: Sink):
         if sink.accumulate:
             t = node.variable
             if t._ready_hooks:
-                g, owned = run_ready_hooks(t, g, owned)
+                g, owned = run_ready_hooks(t, g)
             sink.staged.append((t, g, owned))
         return None
     runs = sink.runs
@@ -120,9 +120,10 @@ def complete_gradient(node, g, owned: bool, sink: Sink):
 ASSIGN = 2  # `owned` of a staged gradient a grad-ready hook took over: `.grad` becomes it
 
 
-def run_ready_hooks(t: Tensor, g, owned):
+def run_ready_hooks(t: Tensor, g):
     """Call `t`'s grad-ready hooks (`Tensor.register_grad_ready_hook`) with the pass's final
-    gradient `g` of leaf `t`; returns what to stage: `(g, owned)` as before, or `(value,
+    gradient `g` of leaf `t`; returns what to stage: `(g, False)` (a hook saw `g`, so `.grad`
+    gets a copy if it adopts it), or `(value,
     ASSIGN)` when a hook returned the value `.grad` is to become (it took over the
     accumulation, e.g. DistributedDataParallel's averaged bucket slot)."""
     taken = None
@@ -136,14 +137,15 @@ def run_ready_hooks(t: Tensor, g, owned):
         if isinstance(g, Tensor):
             raise RuntimeError("a grad-ready hook returned a value for .grad in a "
                                "create_graph pass: only plain backward passes can be taken over")
-        if not isinstance(r, np.ndarray) or r.shape != t.shape or \
-                not np.can_cast(r.dtype, t.dtype, "same_kind"):
+        if not isinstance(r, np.ndarray) or r.shape != t.shape or r.dtype != t.dtype:
             what = (f"shape {r.shape}, dtype {r.dtype}" if isinstance(r, np.ndarray)
                     else type(r).__name__)
             raise TypeError(f"a grad-ready hook of a tensor of shape {t.shape} and dtype "
-                            f"{t.dtype} returned {what}: expected an ndarray of its shape")
+                            f"{t.dtype} returned {what}: expected an ndarray of its shape "
+                            "and dtype")
         taken = r
-    return (g, owned) if taken is None else (taken, ASSIGN)
+    # a hook saw (and may keep) g: it must not become .grad as is (then be added into)
+    return (g, False) if taken is None else (taken, ASSIGN)
 
 
 def run_node(node, g, owned: bool, sink: Sink, recording: bool = False):
@@ -154,10 +156,10 @@ def run_node(node, g, owned: bool, sink: Sink, recording: bool = False):
     with the rule's differentiable form. With `sink.anomaly` (detect_anomaly), raises at
     NaN/inf in `g` or in what the rule returned (anomaly.check_step; `anomaly.note`
     reads this frame's `node`)."""
+    if sink.positions is not None and not recording:
+        return run_node_graph(node, g, sink)  # (which comes back here, recording)
     if sink.progress:  # e.g. DistributedDataParallel's MPI requests (engine/callbacks.py)
         callbacks.poke(sink.progress)
-    if sink.positions is not None and not recording:
-        return run_node_graph(node, g, sink)
     gh = complete_gradient(node, g, owned, sink)
     if gh is None:
         if sink.anomaly:

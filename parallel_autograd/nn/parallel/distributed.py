@@ -269,7 +269,8 @@ class DistributedDataParallel(Module):
         t0 = time.perf_counter()
         for b in self._buckets:
             _comm.wait(b.request, self.timeout,
-                       f"the all-reduce of gradient bucket {b.index} of {len(self._buckets)}")
+                       f"the all-reduce of gradient bucket {b.index} of {len(self._buckets)}",
+                       b.nbytes)
             if not b.done:
                 self._completed(b)
         if rec is not None:

@@ -1,0 +1,310 @@
+"""The data-parallel benchmark: `mpiexec -n 2 python -m stress.compare.mpi` (`make bench-mpi`).
+
+Every rank runs every measurement (collectives need all of them); rank 0 prints the report
+(markdown on stdout) and, with `--out`, every sample as JSON. A sample's time is the slowest
+rank's (ranks start each sample together, after a barrier).
+
+1. All-reduce throughput: `pa.distributed.all_reduce` of float64 buffers from 8 KiB to
+   32 MiB; median time per size with its 95% interval, bus bandwidth (2(p-1)/p x bytes / time,
+   as nccl-tests define it) and the fit time = a + bytes x b.
+2. Overlap: one training step of an MLP (`--width`, `--layers`, `--batch` per rank) wrapped in
+   DistributedDataParallel, measured in rounds of four configurations in rotated order:
+   "local" (inside `no_sync()`: no communication), "ddp" (all-reduces overlapped with the
+   backward), "serial" (local, then a blocking all-reduce of each bucket: no overlap) and
+   "comm" (those all-reduces alone). Hidden share of communication = 1 - (ddp - local) / comm,
+   with its interval (paired by round); ddp / serial. Then one profiled ddp step: the merged
+   Chrome trace of all ranks (`--trace`), and from it the share of the backward still to run
+   when the first bucket's all-reduce starts, and the exposed wait.
+3. Scaling model for 1..64 ranks: step(p) = compute(1 rank, whole batch) / p + exposed(p),
+   exposed(p) = max(last(p), comm(p) - window(p)): comm(p) = 2(p-1) a' + 2(p-1)/p x bytes x b'
+   (a ring all-reduce, a' = a/2 and b' = b from the fit at 2 ranks), window(p) = the backward
+   left after the first bucket starts, divided by p, last(p) = the last bucket's all-reduce
+   (it starts when the backward ends). Printed for the measured loopback and for an assumed
+   network (`--net-gbps`, `--net-latency-us`), with the measured points (1 rank: rank 0 alone on
+   the whole batch, the other ranks idle; 2 ranks) beside it.
+
+Threads: by default one engine worker and one BLAS thread per rank (`--workers`), so 2 ranks
+use the 2 cores of this machine without oversubscription.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+import parallel_autograd as pa
+import parallel_autograd.distributed as dist
+from parallel_autograd.nn import functional as F
+from parallel_autograd.nn.parallel import DistributedDataParallel
+
+from .stats import Interval, boot_medians, interval, median_interval, ratio_text, seed_for
+
+SIZES = [2**k for k in range(13, 26, 2)]  # 8 KiB .. 32 MiB
+RANKS = [1, 2, 4, 8, 16, 32, 64]
+CONFIGS = ("local", "ddp", "serial", "comm")
+
+
+def slowest(seconds: float) -> float:
+    """The largest of every rank's `seconds` (all ranks call it)."""
+    t = np.array([seconds])
+    dist.all_reduce(t, dist.ReduceOp.MAX)
+    return float(t[0])
+
+
+def timed(fn) -> float:
+    dist.barrier()
+    t0 = time.perf_counter()
+    fn()
+    return slowest(time.perf_counter() - t0)
+
+
+# ---- 1. all-reduce throughput -----------------------------------------------------------
+def allreduce_sizes(reps: int) -> dict:
+    bufs = {n: np.ones(n // 8) for n in SIZES}
+    times = {n: [] for n in SIZES}
+    for i in range(reps + 1):
+        for n in SIZES[i % len(SIZES):] + SIZES[:i % len(SIZES)]:
+            t = timed(lambda: dist.all_reduce(bufs[n]))
+            if i:  # round 0 warms up
+                times[n].append(t)
+    return times
+
+
+def fit(sizes, medians) -> tuple:
+    """Least squares time = a + bytes * b."""
+    b, a = np.polyfit(np.asarray(sizes, float), np.asarray(medians, float), 1)
+    return max(float(a), 0.0), float(b)
+
+
+# ---- 2. overlap ---------------------------------------------------------------------------
+class Step:
+    """The MLP, its DDP wrapper, optimizer-free steps (zero_grad, forward, backward)."""
+
+    def __init__(self, args, r: int):
+        pa.manual_seed(args.seed)
+        layers = []
+        for _ in range(args.layers):
+            layers += [pa.nn.Linear(args.width, args.width), pa.nn.Tanh()]
+        self.model = pa.nn.Sequential(*layers, pa.nn.Linear(args.width, 10))
+        self.ddp = DistributedDataParallel(self.model, bucket_cap_mb=args.bucket_cap_mb)
+        rng = np.random.default_rng(args.seed + r)
+        self.x = rng.standard_normal((args.batch, args.width))
+        self.y = rng.integers(0, 10, args.batch)
+        self.engine = pa.Engine(args.workers)
+        self.buffers = [b.buffer for b in self.ddp._buckets]
+
+    def backward(self, x=None, y=None, sync=True):
+        self.model.zero_grad()
+        x = self.x if x is None else x
+        y = self.y if y is None else y
+        if sync:
+            loss = F.cross_entropy(self.ddp(pa.tensor(x)), y)
+        else:
+            with self.ddp.no_sync():
+                loss = F.cross_entropy(self.ddp(pa.tensor(x)), y)
+        self.engine.backward(loss)
+
+    def comm(self):
+        for b in self.buffers:
+            dist.all_reduce(b)
+
+    def run(self, config: str):
+        if config == "local":
+            self.backward(sync=False)
+        elif config == "ddp":
+            self.backward()
+        elif config == "serial":
+            self.backward(sync=False)
+            self.comm()
+        else:
+            self.comm()
+
+
+def overlap(step: Step, reps: int) -> dict:
+    times = {c: [] for c in CONFIGS}
+    for i in range(reps + 1):
+        k = i % len(CONFIGS)
+        for c in CONFIGS[k:] + CONFIGS[:k]:
+            t = timed(lambda: step.run(c))
+            if i:
+                times[c].append(t)
+    return times
+
+
+def single_rank(step: Step, reps: int) -> list:
+    """Rank 0 alone on the whole batch (every rank's shard), the others waiting in a
+    (sleeping) barrier: the measured 1-rank point."""
+    w = dist.world_size()
+    xs = [np.empty_like(step.x) for _ in range(w)]
+    ys = [np.empty_like(step.y) for _ in range(w)]
+    dist.all_gather(xs, step.x)
+    dist.all_gather(ys, step.y)
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    out = []
+    for i in range(reps + 1):
+        dist.barrier()
+        t0 = time.perf_counter()
+        if dist.rank() == 0:
+            step.backward(x, y, sync=False)
+        t = time.perf_counter() - t0
+        if i:
+            out.append(t)
+    t = np.array(out)
+    dist.broadcast(t, 0)
+    return t.tolist()
+
+
+def profiled(step: Step, path: str) -> dict:
+    """One profiled ddp step: the merged trace, and what it says about overlap."""
+    with pa.profile() as prof:
+        t0 = prof.now()
+        step.backward()
+        t1 = prof.now()
+    trace = dist.export_chrome_trace(prof, path)
+    if trace is None:
+        return {}
+    ev = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["pid"] == 0]
+    starts = [e["ts"] for e in ev if e["name"].startswith("start all-reduce")]
+    nodes = [e for e in ev if not e["name"].startswith(("start all-", "all-reduce", "DDP"))]
+    wait = sum(e["dur"] for e in ev if e["name"] == "DDP: wait for all-reduces") * 1e-6
+    comm = sum(e["dur"] for e in ev if e["name"].startswith("all-reduce bucket")) * 1e-6
+    b0 = min(e["ts"] for e in nodes)
+    b1 = max(e["ts"] + e["dur"] for e in nodes)
+    return {"step_s": t1 - t0, "exposed_wait_s": wait, "comm_spans_s": comm,
+            "backward_after_first_start": (b1 - min(starts)) / (b1 - b0) if starts else 0.0,
+            "trace": path}
+
+
+# ---- 3. the model --------------------------------------------------------------------------
+def model_rows(compute1: float, backward1: float, after_first: float, nbytes: int,
+               last_bytes: int, a: float, b: float) -> list:
+    rows = []
+    for p in RANKS:
+        def comm(s):
+            return 0.0 if p == 1 else 2 * (p - 1) * a / 2 + 2 * (p - 1) / p * s * b
+        window = after_first * backward1 / p
+        exposed = 0.0 if p == 1 else max(comm(last_bytes), comm(nbytes) - window)
+        t = compute1 / p + exposed
+        rows.append({"ranks": p, "step_s": t, "comm_s": comm(nbytes), "exposed_s": exposed,
+                     "speedup": compute1 / t, "efficiency": compute1 / t / p})
+    return rows
+
+
+# ---- report ---------------------------------------------------------------------------------
+def ms(iv: Interval) -> str:
+    return f"{iv.point * 1e3:.2f} ms [{iv.lo * 1e3:.2f}, {iv.hi * 1e3:.2f}]"
+
+
+def report(args, w, sizes, over, single, prof, step) -> dict:
+    seed = args.seed
+    print(f"# Data parallel over MPI ({w} ranks, {time.strftime('%Y-%m-%d %H:%M')})\n")
+    print(f"mpi4py {__import__('mpi4py').__version__}, "
+          f"{__import__('mpi4py.MPI', fromlist=['MPI']).Get_library_version().splitlines()[0]}"
+          f"; {args.workers} engine worker(s) per rank; {args.reps} rounds\n")
+    print("## All-reduce (pa.distributed.all_reduce, float64, in place)\n")
+    print("| bytes | time | bus bandwidth |\n|---:|---:|---:|")
+    meds = []
+    for n in SIZES:
+        iv = median_interval(sizes[n], seed_for(seed, "allreduce", n))
+        meds.append(iv.point)
+        bw = 2 * (w - 1) / w * n / iv.point
+        print(f"| {n:,} | {ms(iv)} | {bw / 1e9:.2f} GB/s |")
+    a, b = fit(SIZES, meds)
+    print(f"\nfit: time = {a * 1e6:.1f} us + bytes / {1 / b / 1e9:.2f} GB/s\n")
+    nbytes = sum(buf.nbytes for buf in step.buffers)
+    print(f"## Overlap: MLP {args.layers}x{args.width}, batch {args.batch} per rank, "
+          f"{nbytes / 2**20:.1f} MiB of gradients in {len(step.buffers)} buckets "
+          f"(bucket_cap_mb={args.bucket_cap_mb})\n")
+    print("| configuration | step (forward + backward) |\n|---|---:|")
+    for c in CONFIGS:
+        print(f"| {c} | {ms(median_interval(over[c], seed_for(seed, 'overlap', c)))} |")
+    boot = boot_medians(over, seed_for(seed, "overlap-boot"))
+    hidden_b = 1 - (boot["ddp"] - boot["local"]) / boot["comm"]
+    med = {c: float(np.median(v)) for c, v in over.items()}
+    hidden = interval(hidden_b, 1 - (med["ddp"] - med["local"]) / med["comm"])
+    speed = interval(boot["serial"] / boot["ddp"], med["serial"] / med["ddp"])
+    print(f"\nhidden share of communication: {ratio_text(hidden, 2, '')} "
+          f"(1 - (ddp - local) / comm); serial / ddp: {ratio_text(speed)}")
+    if prof:
+        print(f"profiled ddp step (trace: {prof['trace']}): the first all-reduce started with "
+              f"{prof['backward_after_first_start']:.0%} of the backward still to run; "
+              f"exposed wait {prof['exposed_wait_s'] * 1e3:.2f} ms of "
+              f"{prof['comm_spans_s'] * 1e3:.2f} ms of all-reduce spans (rank 0)")
+    one = median_interval(single, seed_for(seed, "single"))
+    print("\n## Scaling model (step = compute / p + exposed communication)\n")
+    print(f"measured: 1 rank on the whole batch {ms(one)}; {w} ranks (ddp) "
+          f"{ms(median_interval(over['ddp'], seed_for(seed, 'overlap', 'ddp')))}\n")
+    last = step.buffers[-1].nbytes
+    after = prof.get("backward_after_first_start", 1.0) if prof else 1.0
+    nets = [("loopback (measured fit)", a, b),
+            (f"{args.net_gbps:g} Gb/s network, {args.net_latency_us:g} us (assumed)",
+             args.net_latency_us * 2e-6, 8 / (args.net_gbps * 1e9))]
+    out = {"allreduce": {str(n): sizes[n] for n in SIZES}, "fit": {"a": a, "b": b},
+           "overlap": over, "hidden": hidden.as_dict(), "serial_over_ddp": speed.as_dict(),
+           "single": single, "profiled": prof, "models": {}}
+    for name, na, nb in nets:
+        rows = model_rows(one.point, one.point, after, nbytes, last, na, nb)
+        out["models"][name] = rows
+        print(f"### {name}\n\n| ranks | step | exposed comm | speedup | efficiency | measured |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for row in rows:
+            p = row["ranks"]
+            meas = one.point if p == 1 else med["ddp"] if p == w and name.startswith("loop") \
+                else None
+            mtxt = "" if meas is None else f"{meas * 1e3:.2f} ms"
+            print(f"| {p} | {row['step_s'] * 1e3:.2f} ms | {row['exposed_s'] * 1e3:.2f} ms | "
+                  f"{row['speedup']:.2f}x | {row['efficiency']:.0%} | {mtxt} |")
+        print()
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--quick", action="store_true", help="5 rounds, a smaller MLP")
+    p.add_argument("--width", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--batch", type=int, default=128, help="per rank")
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    p.add_argument("--workers", type=int, default=1, help="engine threads per rank")
+    p.add_argument("--net-gbps", type=float, default=10.0)
+    p.add_argument("--net-latency-us", type=float, default=20.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--trace", default=os.path.join(tempfile.gettempdir(),
+                                                   "parallel_autograd_mpi_trace.json"))
+    p.add_argument("--out", help="write every sample as JSON here")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.reps, args.width, args.layers = 5, 512, 4
+    dist.init()
+    w = dist.world_size()
+    if w < 2:
+        print("run it under mpiexec with 2 or more ranks: make bench-mpi", file=sys.stderr)
+        return 2
+    with threadpool_limits(1) if args.workers == 1 else contextlib.nullcontext():
+        step = Step(args, dist.rank())
+        for _ in range(2):  # warm up every path
+            for c in CONFIGS:
+                step.run(c)
+        sizes = allreduce_sizes(args.reps)
+        over = overlap(step, args.reps)
+        single = single_rank(step, args.reps)
+        prof = profiled(step, args.trace)
+    if dist.rank() == 0:
+        out = report(args, w, sizes, over, single, prof, step)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(out, f, indent=1)
+    dist.barrier()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
