@@ -23,15 +23,18 @@ test: $(VENV)/.installed
 
 # The PyTorch columns need torch in .venv: `make bench TORCH=1` installs its CPU build first
 # (pip, from download.pytorch.org); without torch the report says so and how to get them.
-# BENCH_ARGS: more options, e.g. BENCH_ARGS="--check --out bench.json".
+# BENCH_ARGS: more options, e.g. BENCH_ARGS="--check --out bench.json". Then the data-parallel
+# part on 2 MPI ranks (stress/compare/mpi.py; BENCH_MPI_ARGS, e.g. "--out mpi.json").
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 bench: $(VENV)/.installed
 	$(if $(TORCH),$(PY) -m pip install --quiet torch --index-url $(TORCH_CPU_INDEX))
 	$(PY) -m stress.compare $(BENCH_ARGS)
+	$(MPIEXEC) -n 2 $(PY) -m stress.compare.mpi $(BENCH_MPI_ARGS)
 
 bench-quick: $(VENV)/.installed
 	$(if $(TORCH),$(PY) -m pip install --quiet torch --index-url $(TORCH_CPU_INDEX))
 	$(PY) -m stress.compare --quick $(BENCH_ARGS)
+	$(MPIEXEC) -n 2 $(PY) -m stress.compare.mpi --quick $(BENCH_MPI_ARGS)
 
 # Training on scikit-learn's bundled 8x8 digits (no download): an MLP and a CNN with
 # pa.nn, pa.optim.Adam and the parallel engine; fails if test accuracy ends under 95%.

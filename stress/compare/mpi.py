@@ -10,18 +10,21 @@ rank's (ranks start each sample together, after a barrier).
 2. Overlap: one training step of an MLP (`--width`, `--layers`, `--batch` per rank) wrapped in
    DistributedDataParallel, measured in rounds of four configurations in rotated order:
    "local" (inside `no_sync()`: no communication), "ddp" (all-reduces overlapped with the
-   backward), "serial" (local, then a blocking all-reduce of each bucket: no overlap) and
-   "comm" (those all-reduces alone). Hidden share of communication = 1 - (ddp - local) / comm,
-   with its interval (paired by round); ddp / serial. Then one profiled ddp step: the merged
+   backward), "serial" (the same DDP, every bucket started after the backward: no overlap)
+   and "comm" (blocking all-reduces of the bucket buffers alone). Hidden share of the
+   synchronisation = (serial - ddp) / (serial - local): the part of what synchronising costs
+   that overlap removes, with its interval (paired by round). Then one profiled ddp step: the merged
    Chrome trace of all ranks (`--trace`), and from it the share of the backward still to run
    when the first bucket's all-reduce starts, and the exposed wait.
-3. Scaling model for 1..64 ranks: step(p) = compute(1 rank, whole batch) / p + exposed(p),
-   exposed(p) = max(last(p), comm(p) - window(p)): comm(p) = 2(p-1) a' + 2(p-1)/p x bytes x b'
-   (a ring all-reduce, a' = a/2 and b' = b from the fit at 2 ranks), window(p) = the backward
-   left after the first bucket starts, divided by p, last(p) = the last bucket's all-reduce
-   (it starts when the backward ends). Printed for the measured loopback and for an assumed
-   network (`--net-gbps`, `--net-latency-us`), with the measured points (1 rank: rank 0 alone on
-   the whole batch, the other ranks idle; 2 ranks) beside it.
+3. Scaling model for 1..64 ranks: step(p) = compute(1 rank, whole batch) / p + copies +
+   exposed(p), exposed(p) = max(last(p), comm(p) - window / p): comm(p) = 2(p-1) a' +
+   2(p-1)/p x bytes x b' (a ring all-reduce, a' = a/2 and b' = b from the fit at 2 ranks),
+   window = the backward left after the first bucket starts (one rank, whole batch; from the
+   profiled step), last(p) = the last bucket's all-reduce (it starts when the backward
+   ends), copies = DDP's own passes over the gradients (serial - local - comm). Printed for
+   the measured loopback, whose transfers are CPU copies on the cores that compute (no
+   window), and for an assumed network (`--net-gbps`, `--net-latency-us`), with the measured
+   points (1 rank: rank 0 alone on the whole batch, the others idle; 2 ranks) beside it.
 
 Threads: by default one engine worker and one BLAS thread per rank (`--workers`), so 2 ranks
 use the 2 cores of this machine without oversubscription.
@@ -93,7 +96,8 @@ class Step:
         for _ in range(args.layers):
             layers += [pa.nn.Linear(args.width, args.width), pa.nn.Tanh()]
         self.model = pa.nn.Sequential(*layers, pa.nn.Linear(args.width, 10))
-        self.ddp = DistributedDataParallel(self.model, bucket_cap_mb=args.bucket_cap_mb)
+        self.ddp = DistributedDataParallel(self.model, bucket_cap_mb=args.bucket_cap_mb,
+                                           gradient_as_bucket_view=args.bucket_view)
         rng = np.random.default_rng(args.seed + r)
         self.x = rng.standard_normal((args.batch, args.width))
         self.y = rng.integers(0, 10, args.batch)
@@ -120,9 +124,12 @@ class Step:
             self.backward(sync=False)
         elif config == "ddp":
             self.backward()
-        elif config == "serial":
-            self.backward(sync=False)
-            self.comm()
+        elif config == "serial":  # the same DDP with every bucket started after the backward
+            self.ddp._overlap = False
+            try:
+                self.backward()
+            finally:
+                self.ddp._overlap = True
         else:
             self.comm()
 
@@ -179,19 +186,21 @@ def profiled(step: Step, path: str) -> dict:
     b1 = max(e["ts"] + e["dur"] for e in nodes)
     return {"step_s": t1 - t0, "exposed_wait_s": wait, "comm_spans_s": comm,
             "backward_after_first_start": (b1 - min(starts)) / (b1 - b0) if starts else 0.0,
-            "trace": path}
+            "backward_share": (b1 - b0) * 1e-6 / (t1 - t0), "trace": path}
 
 
 # ---- 3. the model --------------------------------------------------------------------------
-def model_rows(compute1: float, backward1: float, after_first: float, nbytes: int,
-               last_bytes: int, a: float, b: float) -> list:
+def model_rows(compute1: float, window1: float, copies: float, nbytes: int, last_bytes: int,
+               a: float, b: float) -> list:
+    """step(p) = compute1 / p + copies + exposed(p) for each p of RANKS (see the module doc):
+    `window1` is the backward time after the first bucket starts on one rank (0: no
+    overlap), `copies` DDP's own passes over the gradients (each rank copies all of them)."""
     rows = []
     for p in RANKS:
         def comm(s):
             return 0.0 if p == 1 else 2 * (p - 1) * a / 2 + 2 * (p - 1) / p * s * b
-        window = after_first * backward1 / p
-        exposed = 0.0 if p == 1 else max(comm(last_bytes), comm(nbytes) - window)
-        t = compute1 / p + exposed
+        exposed = 0.0 if p == 1 else max(comm(last_bytes), comm(nbytes) - window1 / p)
+        t = compute1 / p + (copies if p > 1 else 0.0) + exposed
         rows.append({"ranks": p, "step_s": t, "comm_s": comm(nbytes), "exposed_s": exposed,
                      "speedup": compute1 / t, "efficiency": compute1 / t / p})
     return rows
@@ -221,36 +230,45 @@ def report(args, w, sizes, over, single, prof, step) -> dict:
     nbytes = sum(buf.nbytes for buf in step.buffers)
     print(f"## Overlap: MLP {args.layers}x{args.width}, batch {args.batch} per rank, "
           f"{nbytes / 2**20:.1f} MiB of gradients in {len(step.buffers)} buckets "
-          f"(bucket_cap_mb={args.bucket_cap_mb})\n")
+          f"(bucket_cap_mb={args.bucket_cap_mb}, gradient_as_bucket_view={args.bucket_view})\n")
     print("| configuration | step (forward + backward) |\n|---|---:|")
     for c in CONFIGS:
         print(f"| {c} | {ms(median_interval(over[c], seed_for(seed, 'overlap', c)))} |")
     boot = boot_medians(over, seed_for(seed, "overlap-boot"))
-    hidden_b = 1 - (boot["ddp"] - boot["local"]) / boot["comm"]
     med = {c: float(np.median(v)) for c, v in over.items()}
-    hidden = interval(hidden_b, 1 - (med["ddp"] - med["local"]) / med["comm"])
+
+    def hid(m):
+        return (m["serial"] - m["ddp"]) / (m["serial"] - m["local"])
+    hidden = interval(hid(boot), hid(med))
     speed = interval(boot["serial"] / boot["ddp"], med["serial"] / med["ddp"])
-    print(f"\nhidden share of communication: {ratio_text(hidden, 2, '')} "
-          f"(1 - (ddp - local) / comm); serial / ddp: {ratio_text(speed)}")
+    print(f"\nhidden share of the synchronisation: {ratio_text(hidden, 2, '')} "
+          f"((serial - ddp) / (serial - local)); serial / ddp: {ratio_text(speed)}")
     if prof:
         print(f"profiled ddp step (trace: {prof['trace']}): the first all-reduce started with "
               f"{prof['backward_after_first_start']:.0%} of the backward still to run; "
               f"exposed wait {prof['exposed_wait_s'] * 1e3:.2f} ms of "
               f"{prof['comm_spans_s'] * 1e3:.2f} ms of all-reduce spans (rank 0)")
     one = median_interval(single, seed_for(seed, "single"))
-    print("\n## Scaling model (step = compute / p + exposed communication)\n")
+    print("\n## Scaling model (step = compute / p + DDP's copies + exposed communication)\n")
     print(f"measured: 1 rank on the whole batch {ms(one)}; {w} ranks (ddp) "
           f"{ms(median_interval(over['ddp'], seed_for(seed, 'overlap', 'ddp')))}\n")
     last = step.buffers[-1].nbytes
-    after = prof.get("backward_after_first_start", 1.0) if prof else 1.0
-    nets = [("loopback (measured fit)", a, b),
-            (f"{args.net_gbps:g} Gb/s network, {args.net_latency_us:g} us (assumed)",
-             args.net_latency_us * 2e-6, 8 / (args.net_gbps * 1e9))]
+    after = prof.get("backward_after_first_start", 1.0) * prof.get("backward_share", 1.0) \
+        if prof else 1.0
+    copies = max(0.0, med["serial"] - med["local"] - med["comm"])
+    print(f"DDP's copies (serial - local - comm): {copies * 1e3:.2f} ms a step; overlap window "
+          f"on one rank: {after:.0%} of the step (the backward after the first bucket "
+          f"starts)\n")
+    nets = [("loopback (measured fit; its transfers are CPU copies on the cores that compute, "
+             "so no overlap window)", a, b, 0.0),
+            (f"{args.net_gbps:g} Gb/s network, {args.net_latency_us:g} us latency (assumed; "
+             "transfers off the CPU, overlap window as measured)",
+             args.net_latency_us * 2e-6, 8 / (args.net_gbps * 1e9), after * one.point)]
     out = {"allreduce": {str(n): sizes[n] for n in SIZES}, "fit": {"a": a, "b": b},
            "overlap": over, "hidden": hidden.as_dict(), "serial_over_ddp": speed.as_dict(),
-           "single": single, "profiled": prof, "models": {}}
-    for name, na, nb in nets:
-        rows = model_rows(one.point, one.point, after, nbytes, last, na, nb)
+           "single": single, "profiled": prof, "copies_s": copies, "models": {}}
+    for name, na, nb, window in nets:
+        rows = model_rows(one.point, window, copies, nbytes, last, na, nb)
         out["models"][name] = rows
         print(f"### {name}\n\n| ranks | step | exposed comm | speedup | efficiency | measured |")
         print("|---:|---:|---:|---:|---:|---:|")
@@ -273,6 +291,8 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--batch", type=int, default=128, help="per rank")
     p.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    p.add_argument("--bucket-view", action="store_true",
+                   help="DDP(gradient_as_bucket_view=True): no copy into .grad")
     p.add_argument("--workers", type=int, default=1, help="engine threads per rank")
     p.add_argument("--net-gbps", type=float, default=10.0)
     p.add_argument("--net-latency-us", type=float, default=20.0)

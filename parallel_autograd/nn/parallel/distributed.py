@@ -8,16 +8,18 @@ How (PyTorch's DDP, on this package's engines):
   `bucket_cap_mb`, each with one flat contiguous buffer.
 - Each parameter has a grad-ready hook (`Tensor.register_grad_ready_hook`): the engine calls
   it, on whichever thread finished that gradient, as soon as the gradient of the call is
-  final. The hook copies it (plus what `.grad` already held: gradient accumulation) into
-  the parameter's slot of its bucket. When a bucket's last slot is filled, the bucket and
+  final. The hook writes it (plus what `.grad` already held: gradient accumulation) divided
+  by the world size into the parameter's slot of its bucket, in one pass (PyTorch divides
+  before the all-reduce too), so the sum is the average. When a bucket's last slot is filled, the bucket and
   every full bucket after it are started as non-blocking all-reduces (`Iallreduce`, sum),
   always in bucket order: MPI needs every rank to start collectives in the same order, and
   the threads finish gradients in different orders on different ranks.
 - While the backward goes on, the engine calls the module's progress callback before each
   node (`engine/callbacks.py`), which tests the pending requests: MPI makes no progress
   unless someone calls into it.
-- After the last node, a callback queued on the pass waits for the remaining requests,
-  divides by the world size and hands the averages to the write-back: `.grad` of every
+- After the last node, a callback queued on the pass waits for the remaining requests and
+  hands the averages to the write-back (a copy into a fresh array, or with
+  `gradient_as_bucket_view` the bucket slot itself): `.grad` of every
   parameter becomes the average over ranks of what it would have been locally. Then the
   backward call returns.
 
@@ -49,7 +51,7 @@ import traceback
 
 import numpy as np
 
-from ... import profiler
+from ... import memory, profiler
 from ...distributed import _comm
 from ...engine import callbacks
 from ...grad_mode import no_grad
@@ -128,6 +130,8 @@ class DistributedDataParallel(Module):
         self.require_backward_grad_sync = True
         self._lock = threading.Lock()
         self._armed = False  # the next backward synchronises (set by forward)
+        self._overlap = True  # start buckets during the backward (False: at its end; the
+        # benchmark's baseline without overlap)
         self._pass = None  # the PassCallbacks of the synchronising backward under way
         named = []
         seen = set()
@@ -187,18 +191,25 @@ class DistributedDataParallel(Module):
         self._join_pass()
         b, j = self._where[index]
         slot = b.slots[j]
-        cur = t.grad  # accumulated under no_sync(), or a bucket view of the last step
-        if cur is None:
-            np.copyto(slot, g)
-        else:
-            np.add(cur, g, out=slot)  # one pass; cur may be slot itself (a view)
-        out = slot if self.gradient_as_bucket_view else np.empty(slot.shape, slot.dtype)
+        self._fill(slot, g, t.grad)
+        out = slot if self.gradient_as_bucket_view else memory.empty(slot.shape, slot.dtype)
         self._outs[index] = out
         with self._lock:
             b.left -= 1
-            if b.left == 0:
+            if b.left == 0 and self._overlap:
                 self._start_ready()
         return out
+
+    def _fill(self, slot: np.ndarray, g, cur) -> None:
+        """slot = (cur + g) / world size (the sum of the slots is then the average): one
+        pass, two with `cur` (what `.grad` held: accumulated under no_sync(), or a bucket
+        view of the last step, possibly `slot` itself)."""
+        n = self.group.size
+        if cur is None:
+            np.divide(g, n, out=slot)
+        else:
+            np.add(cur, g, out=slot)
+            np.divide(slot, n, out=slot)
 
     def _join_pass(self) -> None:
         calls = callbacks.current_pass()
@@ -265,6 +276,9 @@ class DistributedDataParallel(Module):
                 "not use every parameter in every step")
         for i in missing:
             self._fill_unused(i)
+        if not self._overlap:
+            with self._lock:
+                self._start_ready()
         rec = profiler.active()
         t0 = time.perf_counter()
         for b in self._buckets:
@@ -276,12 +290,9 @@ class DistributedDataParallel(Module):
         if rec is not None:
             rec.add("DDP: wait for all-reduces", t0)
         used = self._globally_used(missing) if missing else None
-        n = self.group.size
-        for b in self._buckets:
-            np.divide(b.buffer, n, out=b.buffer)
-        for i, out in enumerate(self._outs):
-            b, j = self._where[i]
-            if out is not b.slots[j]:
+        if not self.gradient_as_bucket_view:  # the averages into .grad's arrays: one pass
+            for i, out in enumerate(self._outs):
+                b, j = self._where[i]
                 np.copyto(out, b.slots[j])
         for i in missing:
             if used[i]:  # used on another rank: the average is its gradient
@@ -295,8 +306,9 @@ class DistributedDataParallel(Module):
         if cur is None:
             slot.fill(0)
         else:
-            np.copyto(slot, cur)
-        self._outs[index] = slot if self.gradient_as_bucket_view else np.empty_like(slot)
+            np.divide(cur, self.group.size, out=slot)
+        self._outs[index] = slot if self.gradient_as_bucket_view else \
+            memory.empty(slot.shape, slot.dtype)
         with self._lock:
             b.left -= 1
             if b.left == 0:
