@@ -10,8 +10,9 @@ How (PyTorch's DDP, on this package's engines):
   it, on whichever thread finished that gradient, as soon as the gradient of the call is
   final. The hook writes it (plus what `.grad` already held: gradient accumulation) divided
   by the world size into the parameter's slot of its bucket, in one pass (PyTorch divides
-  before the all-reduce too), so the sum is the average. When a bucket's last slot is filled, the bucket and
-  every full bucket after it are started as non-blocking all-reduces (`Iallreduce`, sum),
+  before the all-reduce too), so the sum is the average. When a bucket's last slot is
+  filled, the bucket and every full bucket after it are started as non-blocking all-reduces
+  (`Iallreduce`, sum),
   always in bucket order: MPI needs every rank to start collectives in the same order, and
   the threads finish gradients in different orders on different ranks.
 - While the backward goes on, the engine calls the module's progress callback before each
