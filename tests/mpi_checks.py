@@ -270,7 +270,8 @@ def main() -> int:
     check_failure_one_rank(r, w)
     check_buffers_and_trace(r, w)
     dist.barrier()
-    print(f"MPI CHECKS OK {r}", flush=True)
+    sys.stdout.write(f"MPI CHECKS OK {r}\n")  # one write: print's two would interleave
+    sys.stdout.flush()
     return 0
 
 

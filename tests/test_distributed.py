@@ -122,3 +122,16 @@ def test_a_rank_that_hangs_makes_the_others_time_out_and_abort():
     assert proc.returncode != 0
     assert "did not complete within 2.0 s" in proc.stderr, proc.stderr
     assert "rank 0 of 2" in proc.stderr
+
+
+def test_init_accepts_an_mpi_the_program_started():
+    proc = run_mpi(2, "tests/mpi_user_started.py", "multiple")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.split()) == ["0", "1", "ACCEPTED", "ACCEPTED"]
+
+
+def test_init_refuses_an_mpi_without_thread_support():
+    """Below MPI_THREAD_SERIALIZED the engine's worker threads could not call MPI."""
+    proc = run_mpi(1, "tests/mpi_user_started.py", "funneled")
+    assert proc.returncode == 0, proc.stderr
+    assert "REFUSED" in proc.stdout and "MPI_THREAD_SERIALIZED" in proc.stdout
