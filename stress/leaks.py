@@ -250,9 +250,39 @@ class LeakMonitor:
                    f"close() left {threading.active_count() - before} thread(s) running")
             h.report.fam("(process)").leaks += 1
 
+    def _measure(self, once):
+        """Three iterations of `once` under tracemalloc: (bytes kept after each, whether each
+        kept more than the last by over `leak_bytes`, the top allocations if so)."""
+        was_tracing = tracemalloc.is_tracing()
+        if not was_tracing:
+            tracemalloc.start(4)
+        try:
+            gc.collect()
+            start = tracemalloc.get_traced_memory()[0]
+            snap0 = tracemalloc.take_snapshot()
+            kept = []
+            for _ in range(3):
+                once()
+                gc.collect()
+                kept.append(tracemalloc.get_traced_memory()[0] - start)
+            # every iteration keeps more (a one-time jump, a cache filling up once under
+            # load, is not a leak: seen once in ~500 probes, 15 KiB then 147 KiB; on the
+            # free-threaded build under load, two growths in a row once in a CI run, which
+            # did not repeat on replay: hence `probe`'s second measurement)
+            leaking = min(kept[1] - kept[0], kept[2] - kept[1]) > self.h.cfg.leak_bytes
+            top = []
+            if leaking:
+                snap = tracemalloc.take_snapshot()
+                top = [str(s) for s in snap.compare_to(snap0, "traceback")[:5]]
+        finally:
+            if not was_tracing:
+                tracemalloc.stop()
+        return kept, leaking, top
+
     def probe(self, family):
         """Run the same small graph three times under tracemalloc: memory that stays
-        allocated grows with every iteration only if calls leak. Families with the
+        allocated grows with every iteration only if calls leak (and again on a second
+        probe when the first says so). Families with the
         create_graph step also run it with create_graph=True on one engine (the recorded
         graph dropped with the results)."""
         h = self.h
@@ -284,38 +314,20 @@ class LeakMonitor:
                     h.guarded(lambda: eng.backward(case.root, case.seed_grad,
                                                    retain_graph=True, create_graph=True),
                               h.cfg.deadline, f"leak probe {family} create_graph")
-            del case
+            # (case dies with this frame: no `del`, which the lambdas' closure would trip on)
 
         once()
-        was_tracing = tracemalloc.is_tracing()
-        if not was_tracing:
-            tracemalloc.start(4)
-        try:
-            gc.collect()
-            start = tracemalloc.get_traced_memory()[0]
-            snap0 = tracemalloc.take_snapshot()
-            kept = []
-            for _ in range(3):
-                once()
-                gc.collect()
-                kept.append(tracemalloc.get_traced_memory()[0] - start)
-            growth = (kept[2] - kept[0]) / 2
-            # every iteration keeps more (a one-time jump, a cache filling up once under
-            # load, is not a leak: seen once in ~500 probes, 15 KiB then 147 KiB)
-            leaking = min(kept[1] - kept[0], kept[2] - kept[1]) > h.cfg.leak_bytes
-            top = []
-            if leaking:
-                snap = tracemalloc.take_snapshot()
-                top = [str(s) for s in snap.compare_to(snap0, "traceback")[:5]]
-        finally:
-            if not was_tracing:
-                tracemalloc.stop()
+        kept, leaking, top = self._measure(once)
+        if leaking:  # a leak grows again on a second probe; a burst of deferred frees does not
+            kept2, leaking, top = self._measure(once)
+            kept = kept + kept2
         if len(h.report.leak_checks) < 1000:
             h.report.leak_checks.append({"probe": family, "kept_bytes": kept})
         if leaking:
             self.probe_flagged.add(family)
+            growth = (kept[-1] - kept[-3]) / 2
             h.fail("leak", family, seed,
                    f"memory kept after each call grows by {growth / 1024:.0f} KiB per "
-                   f"iteration of the same graph (tracemalloc: {kept})",
+                   f"iteration of the same graph, on two probes (tracemalloc: {kept})",
                    {"top_allocations": top})
             h.report.fam(family).leaks += 1

@@ -381,8 +381,8 @@ def test_bad_layer_arguments():
         nn.Conv1d(4, 3, 3, groups=2)
     with pytest.raises(ValueError, match="strided"):
         nn.Conv3d(1, 1, 3, stride=2, padding="same")
-    with pytest.raises(NotImplementedError, match="padding_mode"):
-        nn.Conv2d(1, 1, 3, padding_mode="circular")
+    with pytest.raises(ValueError, match='only "zeros" padding mode'):
+        nn.ConvTranspose2d(1, 1, 3, padding_mode="circular")
     with pytest.raises(ValueError, match="padding_mode must be one of"):
         nn.Conv2d(1, 1, 3, padding_mode="mirror")
 

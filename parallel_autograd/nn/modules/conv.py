@@ -64,9 +64,8 @@ class _ConvNd(Module):
         if padding_mode not in _PADDING_MODES:
             raise ValueError(f"{layer}: padding_mode must be one of {_PADDING_MODES}, got "
                              f"{padding_mode!r}")
-        if padding_mode != "zeros":
-            raise NotImplementedError(f"{layer}: padding_mode={padding_mode!r} is not "
-                                      f"supported (only 'zeros')")
+        if padding_mode != "zeros" and self._transposed:
+            raise ValueError(f'{layer}: only "zeros" padding mode is supported')
         self.padding_mode = padding_mode
         dt = float_dtype(dtype, layer)
         shape = (self.in_channels, self.out_channels // self.groups) if self._transposed \
@@ -77,6 +76,23 @@ class _ConvNd(Module):
         else:
             self.register_parameter("bias", None)
         self.reset_parameters(generator)
+
+    def _padded(self, input):
+        """(input, padding) for the functional convolution: with padding_mode other than
+        "zeros", the input padded by `F.pad` in that mode and padding 0 (PyTorch's
+        `_reversed_padding_repeated_twice`; "same" puts the odd one after)."""
+        if self.padding_mode == "zeros":
+            return input, self.padding
+        nd = self._nd
+        if self.padding == "valid":
+            return input, 0
+        if self.padding == "same":
+            totals = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size)]
+            pairs = [(t // 2, t - t // 2) for t in totals]
+        else:
+            pairs = [(p, p) for p in self.padding]
+        flat = [w for pair in reversed(pairs) for w in pair]
+        return F.pad(input, flat, mode=self.padding_mode), (0,) * nd
 
     def reset_parameters(self, generator: np.random.Generator | None = None) -> None:
         """Redraw weight and bias with PyTorch's default initialisation:
@@ -126,8 +142,9 @@ class Conv1d(_ConvNd):
 
     def forward(self, input):
         """The convolution of `input` (N, C, L) or (C, L)."""
-        return F.conv1d(input, self.weight, self.bias, self.stride, self.padding,
-                        self.dilation, self.groups)
+        x, padding = self._padded(input)
+        return F.conv1d(x, self.weight, self.bias, self.stride, padding, self.dilation,
+                        self.groups)
 
 
 class Conv2d(_ConvNd):
@@ -142,7 +159,8 @@ class Conv2d(_ConvNd):
         groups: independent channel groups (default 1; groups == in_channels is
             depthwise).
         bias: whether to learn a bias (default True).
-        padding_mode: only "zeros" (others raise NotImplementedError).
+        padding_mode: "zeros" (default), "reflect", "replicate" or "circular" (the input
+            is padded by `F.pad` in that mode, then convolved without padding).
         dtype: parameter dtype (default float64).
         generator: numpy Generator for the initial values (default: the default
             generator).
@@ -163,8 +181,9 @@ class Conv2d(_ConvNd):
 
     def forward(self, input):
         """The convolution of `input` (N, C, H, W) or (C, H, W)."""
-        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding,
-                        self.dilation, self.groups)
+        x, padding = self._padded(input)
+        return F.conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation,
+                        self.groups)
 
 
 class Conv3d(_ConvNd):
@@ -183,8 +202,9 @@ class Conv3d(_ConvNd):
 
     def forward(self, input):
         """The convolution of `input` (N, C, D, H, W) or (C, D, H, W)."""
-        return F.conv3d(input, self.weight, self.bias, self.stride, self.padding,
-                        self.dilation, self.groups)
+        x, padding = self._padded(input)
+        return F.conv3d(x, self.weight, self.bias, self.stride, padding, self.dilation,
+                        self.groups)
 
 
 class _ConvTransposeNd(_ConvNd):
