@@ -26,8 +26,8 @@ from .ops.scan import (amax, amin, argmax, argmin, cumprod, cumsum, kthvalue, me
 from .ops.unary import (acos, acosh, asin, asinh, atan, atanh, ceil, celu, cosh, erf, erfc,
                         exp2, expm1, floor, log10, log1p, log2, prelu, reciprocal, round,
                         rsqrt, selu, sign, sinh, square, tan, trunc)
-from .ops.shape import (broadcast_to, concat, expand, flatten, getitem, pad, permute, reshape,
-                        split, squeeze, stack, swapaxes, transpose, unsqueeze)
+from .ops.shape import (broadcast_to, clone, concat, expand, flatten, getitem, pad, permute,
+                        reshape, split, squeeze, stack, swapaxes, transpose, unsqueeze)
 from .primitive import primitive, record
 from .profiler import profile
 from .random import default_generator, manual_seed
@@ -55,7 +55,7 @@ __all__ = [
     "kthvalue", "log10", "log1p", "log2", "median", "norm", "prelu", "prod", "reciprocal",
     "rsqrt", "selu", "sign", "sinh", "sort", "square", "std", "tan", "topk", "trunc",
     "add", "arange", "backward", "backward_parallel", "broadcast_to", "cat", "checkpoint",
-    "checkpoint_sequential", "clamp", "clip", "concat", "cos", "default_engine",
+    "checkpoint_sequential", "clamp", "clip", "clone", "concat", "cos", "default_engine",
     "default_generator", "detect_anomaly", "div", "enable_grad", "Engine", "exp", "expand",
     "flatten", "Function", "FunctionCtx", "gelu", "get_default_engine", "getitem", "grad",
     "grad_parallel", "gradcheck", "gradgradcheck", "is_anomaly_check_nan_enabled",

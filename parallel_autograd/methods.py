@@ -69,7 +69,7 @@ _METHODS = {
           "maximum", "minimum", "clip", "leaky_relu", "gelu", "silu", "pow"),
     _rd: ("sum", "mean", "max", "min", "var", "softmax", "log_softmax", "logsumexp"),
     _sh: ("reshape", "transpose", "permute", "expand", "broadcast_to", "squeeze",
-          "unsqueeze", "flatten", "split", "swapaxes"),
+          "unsqueeze", "flatten", "split", "swapaxes", "clone"),
     _ix: ("repeat", "tile", "flip", "roll", "tril", "triu", "diagonal", "diag_embed", "gather",
           "scatter", "scatter_add", "index_select", "index_add", "masked_fill",
           "masked_scatter", "take_along_dim", "narrow", "movedim", "unbind", "chunk"),

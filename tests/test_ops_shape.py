@@ -188,3 +188,30 @@ def test_every_public_shape_op_is_gradchecked():
                                                  "broadcast_to", "getitem"}
     assert public - tested == set()
     assert {"concat", "stack", "getitem", "pad", "split"} <= public
+
+
+# ---- clone -------------------------------------------------------------------------------------
+def test_clone_copies_and_passes_the_gradient():
+    x = pa.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    y = x.clone()
+    assert y.grad_fn is not None and not np.shares_memory(y.data, x.data)
+    assert np.array_equal(y.data, x.data) and y.data.flags.c_contiguous
+    assert pa.gradcheck(lambda t: (t.clone() * t).sum(), (x,))
+    assert pa.gradgradcheck(lambda t: t.clone().pow(3).sum(), (x,))
+    # the fix the version counter's message suggests: write into a clone, not the saved input
+    z = x * 2.0
+    w = z.clone()
+    w[0] = 0.0
+    pa.backward((z.exp() * w).sum())
+    want = 2.0 * np.exp(2.0 * x.data) * w.data + 2.0 * np.exp(2.0 * x.data) * \
+        np.array([[0.0] * 3, [1.0] * 3])
+    np.testing.assert_allclose(x.grad, want, rtol=1e-13)
+
+
+def test_clone_matches_torch():
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(0).standard_normal((3, 4))
+    xp, xt = pa.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    (xp.clone()[1:] * 3.0).sum().backward()
+    (xt.clone()[1:] * 3.0).sum().backward()
+    assert np.array_equal(xp.grad, xt.grad.numpy())

@@ -136,10 +136,10 @@ def _unpad_forward(g, pw, mode):
     return _pad_backward(g, pw, mode)
 
 
-_pad_mode = primitive("pad", _pad_forward,
+_pad_mode = primitive("pad_mode", _pad_forward,
                       lambda g, ans, x, pw, mode: _pad_backward(g, pw, mode),
                       cost=lambda ans, x, *_: 2 * ans.size)
-_unpad = primitive("pad_backward", _unpad_forward,
+_unpad = primitive("pad_mode_backward", _unpad_forward,
                    lambda g, ans, gy, pw, mode: _pad_forward(g, pw, mode),
                    cost=lambda ans, gy, *_: 2 * gy.size)
 _pad_mode.vjps[0].graph = lambda g, ans, x, pw, mode: _unpad(g, pw=pw, mode=mode)

@@ -39,6 +39,23 @@ _reshape = primitive("reshape", lambda x, shape: _reshaped(x, shape),
                      lambda g, ans, x, shape: _reshaped(g, x.shape))
 
 
+def _cloned(x):
+    out = _empty(np.shape(x), np.asarray(x).dtype)
+    np.copyto(out, x)  # one pass
+    return out
+
+
+_clone = primitive("clone", _cloned, lambda g, ans, x: g)
+_clone.vjps[0].graph = lambda g, ans, x: g
+
+
+def clone(x) -> Tensor:
+    """A copy of `x` with its own memory (and version counter) that stays on the graph:
+    the gradient flows through it unchanged (PyTorch's `Tensor.clone`). What to write into
+    instead of a tensor a graph saved."""
+    return _clone(x)
+
+
 def reshape(x, *shape) -> Tensor:
     """The same values in a new shape (a view when numpy can make one); `-1` infers
     one dimension. Accepts `reshape(x, 2, 3)` or `reshape(x, (2, 3))`."""
