@@ -33,6 +33,8 @@ CASES = {
     "permute": (lambda t: pa.permute(t, 2, 0, 1), lambda a: a.transpose(2, 0, 1)),
     "permute_negative": (lambda t: pa.permute(t, (-1, -3, -2)), lambda a: a.transpose(2, 0, 1)),
     "swapaxes": (lambda t: pa.swapaxes(t, 0, -1), lambda a: a.swapaxes(0, -1)),
+    "clone": (pa.clone, lambda a: a.copy()),
+    "clone_method": (lambda t: t[:, 1:].clone(), lambda a: a[:, 1:].copy()),
     "mT": (lambda t: t.mT, lambda a: a.swapaxes(-1, -2)),
     "broadcast_to": (lambda t: pa.broadcast_to(t, (5, 2, 3, 4)),
                      lambda a: np.broadcast_to(a, (5, 2, 3, 4))),
