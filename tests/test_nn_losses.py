@@ -7,6 +7,7 @@ import pytest
 
 import parallel_autograd as pa
 import parallel_autograd.nn.functional as F
+from parallel_autograd import nn
 from conftest import assert_bitwise, temporary_bytes
 
 RNG = np.random.default_rng(15)
@@ -352,3 +353,48 @@ def test_nll_loss_module_takes_kdim_input():
     got = pa.nn.NLLLoss(reduction="sum")(pa.tensor(x), KDIM_T)
     want = torch.nn.NLLLoss(reduction="sum")(torch.tensor(x), torch.tensor(KDIM_T))
     np.testing.assert_allclose(got.data, want.numpy(), rtol=1e-12)
+
+
+# ---- cross_entropy with class probabilities (soft targets) -------------------------------------
+SOFT_SHAPES = [(4, 5), (5,), (2, 3, 4, 2)]
+
+
+def _soft(shape, seed):
+    rng = np.random.default_rng(seed)
+    t = rng.random(shape)
+    return rng.standard_normal(shape), t / t.sum(axis=1 if len(shape) > 1 else 0, keepdims=True)
+
+
+@pytest.mark.parametrize("shape", SOFT_SHAPES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("label_smoothing,weighted", [(0.0, False), (0.2, True)])
+def test_cross_entropy_probability_targets_match_torch(shape, reduction, label_smoothing,
+                                                       weighted):
+    torch = pytest.importorskip("torch")
+    x, t = _soft(shape, 3)
+    w = np.linspace(0.5, 1.5, shape[1] if len(shape) > 1 else shape[0]) if weighted else None
+    xp, xt = pa.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    lp = F.cross_entropy(xp, t, w, reduction=reduction, label_smoothing=label_smoothing)
+    lt = torch.nn.functional.cross_entropy(
+        xt, torch.tensor(t), None if w is None else torch.tensor(w), reduction=reduction,
+        label_smoothing=label_smoothing)
+    np.testing.assert_allclose(lp.data, lt.detach().numpy(), rtol=1e-12, atol=1e-13)
+    g = np.random.default_rng(4).standard_normal(tuple(lt.shape))
+    pa.backward(lp, g if lt.ndim else None)
+    lt.backward(torch.tensor(g) if lt.ndim else None)
+    np.testing.assert_allclose(xp.grad, xt.grad.numpy(), rtol=1e-12, atol=1e-13)
+
+
+def test_cross_entropy_probability_targets_gradcheck_and_module():
+    x, t = _soft((3, 4, 2), 5)
+    xp = pa.tensor(x, requires_grad=True)
+    f = lambda a: F.cross_entropy(a, t, label_smoothing=0.1)  # noqa: E731
+    assert pa.gradcheck(f, (xp,)) and pa.gradgradcheck(f, (xp,))
+    # the gradient of the mean loss is (softmax - target) / N
+    (g,) = pa.grad(F.cross_entropy(xp, t), [xp])
+    p = np.exp(x - x.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    np.testing.assert_allclose(g, (p - t) / (3 * 2), rtol=1e-12, atol=1e-15)
+    assert np.isclose(nn.CrossEntropyLoss()(xp, t).item(), F.cross_entropy(xp, t).item())
+    with pytest.raises(ValueError, match="weight must have shape"):
+        F.cross_entropy(xp, t, np.ones(3))

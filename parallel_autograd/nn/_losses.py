@@ -615,13 +615,46 @@ def cross_entropy(input, target, weight=None, *, ignore_index: int = -100,
     """Softmax cross-entropy of logits against class indices,
     `nll_loss(log_softmax(input, 1), ...)` with PyTorch's label smoothing, for the
     shapes nll_loss takes. One fused node for (N, C) (the forward keeps each row's
-    logsumexp, not the log-probabilities); other ranks are reshaped into it."""
+    logsumexp, not the log-probabilities); other ranks are reshaped into it.
+    A floating target of the input's shape holds class probabilities instead (PyTorch's
+    soft targets): `-sum_c weight_c * target_c * log_softmax(input)_c` per element, the
+    mean over the batch (and spatial) elements; ignore_index does not apply."""
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], "
                          f"got {label_smoothing}")
+    t = _raw(target)
+    if t.dtype.kind == "f" and t.shape == _raw(input).shape:
+        return _soft_cross_entropy(input, t, weight, reduction, label_smoothing)
     x2, t, shape = _rows_of_classes("cross_entropy", input, target)
     return _unflatten(F._nll("cross_entropy", x2, t, weight, ignore_index, reduction,
                              label_smoothing, logits=True), reduction, shape)
+
+
+def _soft_cross_entropy(input, target: np.ndarray, weight, reduction: str,
+                        label_smoothing: float) -> Tensor:
+    """cross_entropy against class probabilities (composed of ops: log_softmax, a product
+    with the constant targets, a sum over classes)."""
+    name = "cross_entropy"
+    _check_reduction(name, reduction)
+    x = _raw(input)
+    if x.ndim < 1:
+        raise ValueError(f"{name}: expected an input with a class dimension, got {x.shape}")
+    cdim = 1 if x.ndim >= 2 else 0
+    c = x.shape[cdim]
+    t = target.astype(x.dtype, copy=False)
+    if label_smoothing:
+        t = t * (1.0 - label_smoothing) + label_smoothing / c
+    if weight is not None:
+        w = _raw(weight)
+        if w.shape != (c,):
+            raise ValueError(f"{name}: weight must have shape ({c},) (one per class), "
+                             f"got {w.shape}")
+        t = t * w.reshape((c,) + (1,) * (x.ndim - cdim - 1))
+    logp = R.log_softmax(input, axis=cdim)
+    per = -R.sum(logp * Tensor._wrap(np.ascontiguousarray(t)), axis=cdim)
+    if reduction == "none":
+        return per
+    return R.sum(per) if reduction == "sum" else R.mean(per)
 
 
 # ---- margin losses: compositions of ops ------------------------------------------------------
