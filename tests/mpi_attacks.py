@@ -245,6 +245,23 @@ def scenario_grads() -> None:
             check_model(name, cap, view)
 
 
+def scenario_split() -> None:
+    """Two process groups of a split COMM_WORLD train independently: DDP averages within
+    its own group only (checked against the group's average), in both engines."""
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    sub = world.Split(world.Get_rank() % 2, world.Get_rank())
+    dist.destroy_process_group()
+    dist.init(sub)
+    assert dist.world_size() == (world.Get_size() + 1 - world.Get_rank() % 2) // 2
+    for name in ("mlp_rand_a", "tied", "batchnorm"):
+        check_model(name, 1e-6, False)
+    dist.barrier()
+    dist.destroy_process_group()
+    dist.init()  # back to COMM_WORLD for the end of the script
+    dist.barrier()
+
+
 # ---- protocol misuse ------------------------------------------------------------------
 def mlp(dtype=np.float64):
     return nn.Sequential(nn.Linear(5, 8, dtype=dtype), nn.Tanh(), nn.Linear(8, 8, dtype=dtype),
@@ -423,7 +440,79 @@ def check_unused_with_views():
     assert same_on_every_rank(grads(m))
 
 
+def check_gradient_penalty():
+    """A loss with a gradient penalty (a create_graph `pa.grad` in the forward), then a plain
+    backward through DDP: the average of the local gradients."""
+    r = dist.rank()
+    model, ddp, ref = pair()
+    x0, y = inputs("mlp", r)
+
+    def f(m):
+        x = pa.tensor(x0.data, requires_grad=True)
+        out = m(x)
+        (gx,) = pa.grad(out.sum(), [x], create_graph=True)
+        return mse(out, y) + 0.1 * (gx * gx).sum()
+    want = gather_mean(local(ref, f))
+    for run in ENGINES.values():
+        model.zero_grad()
+        run(f(ddp))
+        close_all(grads(model), want, "gradient penalty")
+
+
+def check_profiled_parallel_trace():
+    """pa.profile() around a forced-parallel DDP backward (the recorder is written from the
+    engine's threads): every rank's buckets appear once in the merged trace."""
+    r, w = dist.rank(), dist.world_size()
+    model, ddp, _ = pair()
+    x, y = inputs("mlp", r)
+    with pa.profile() as prof:
+        forced(4).backward(mse(ddp(x), y))
+    trace = dist.export_chrome_trace(prof, None)
+    if r == 0:
+        ev = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+        done = sorted((e["pid"], e["name"]) for e in ev
+                      if e["name"].startswith("all-reduce bucket"))
+        want = sorted((k, f"all-reduce bucket {b}") for k in range(w)
+                      for b in range(len(ddp.buckets)))
+        assert [(k, n.split(" (")[0]) for k, n in done] == want, done
+    else:
+        assert trace is None
+
+
+def check_failure_then_recover():
+    """World of one, default mode: a backward that fails in the middle (buckets already
+    started, forced-parallel engine) changes no .grad, and the next steps are right."""
+    if dist.world_size() != 1:
+        return
+    for unused in (False, True):
+        model, ddp, ref = pair(find_unused_parameters=unused)
+        x, y = inputs("mlp", 0)
+        f = lambda m: mse(m(x), y)  # noqa: E731
+        want = local(ref, f)
+        eng = forced(4)
+        eng.backward(f(ddp))
+        before = grads(model)
+        loss = f(ddp)
+        h = model[0].weight.register_hook(lambda g: 1 / 0)
+        try:
+            eng.backward(loss)
+        except ZeroDivisionError:
+            pass
+        else:
+            raise AssertionError("did not fail")
+        h.remove()
+        assert all(np.array_equal(a, b) for a, b in zip(before, grads(model)))
+        assert ddp._next == 0 and ddp._pass is None and not ddp._armed
+        for _ in range(2):
+            model.zero_grad()
+            eng.backward(f(ddp))
+            close_all(grads(model), want, "after a failed backward")
+
+
 def scenario_protocol() -> None:
+    check_gradient_penalty()
+    check_profiled_parallel_trace()
+    check_failure_then_recover()
     check_two_forwards_one_backward()
     check_retain_graph_twice()
     check_no_sync_then_sync(False)
@@ -532,6 +621,8 @@ def scenario_fault(where: str) -> None:
     bad = r == 1
     for step in range(4):
         x, y = inputs("mlp", r + step)
+        if bad and step == 1 and where == "anomaly-input":
+            x.data[0, 0] = np.nan  # the loss's own backward fails, before DDP joined
         if bad and step == 1 and where == "forward":
             raise RuntimeError(f"injected fault on rank {r} in forward")
         out = ddp(x, use_spare=not (bad and step == 1 and where == "unused"))
@@ -549,13 +640,16 @@ def scenario_fault(where: str) -> None:
                         return g * np.nan
                     raise RuntimeError(f"injected fault on rank {r} in a hook")
                 target.register_hook(fail)
-            elif where == "callback":
+            elif where in ("callback", "callback-late"):
                 def queue(g):
                     def cb():
                         raise RuntimeError(f"injected fault on rank {r} in a queued callback")
                     pa.autograd.queue_callback(cb)
                     return None
-                model.net[3].weight.register_hook(queue)
+                # early: queued before DDP's final callback; late: after it (it then runs
+                # once the all-reduces completed on every rank)
+                (model.net[3] if where == "callback" else model.net[0]).weight.register_hook(
+                    queue)
             elif where == "sigterm":
                 os.kill(os.getpid(), signal.SIGTERM)
             elif where == "thread":
@@ -563,7 +657,7 @@ def scenario_fault(where: str) -> None:
                 th.start()
                 th.join()
                 time.sleep(30)  # the thread's excepthook must end the job
-        if where == "anomaly":
+        if where in ("anomaly", "anomaly-input"):
             with pa.detect_anomaly():
                 eng.backward(loss)
         else:
@@ -657,6 +751,7 @@ def scenario_xfail_view_failure_world_one() -> None:
 SCENARIOS = {
     "grads": scenario_grads,
     "protocol": scenario_protocol,
+    "split": scenario_split,
     "collectives": scenario_collectives,
     "forever": scenario_forever,
     "xfail-unused-asymmetric": scenario_xfail_unused_asymmetric,

@@ -260,3 +260,92 @@ def _nodes(t):
         out.append(nd)
         stack.extend(nd.next_nodes)
     return out
+
+
+# ---- RNNCell, LSTMCell, GRUCell -----------------------------------------------------------------
+CELLS = [("RNNCell", {}), ("RNNCell", {"nonlinearity": "relu"}), ("LSTMCell", {}),
+         ("GRUCell", {}), ("GRUCell", {"bias": False})]
+
+
+def _cell_loss(cell, x, hx):
+    out = cell(x, hx)
+    if isinstance(out, tuple):
+        return (out[0] * 2.0 + out[1] ** 2).sum()
+    return (out ** 2).sum()
+
+
+@pytest.mark.parametrize("name,kw", CELLS)
+@pytest.mark.parametrize("batched", [True, False])
+def test_cells_match_torch(name, kw, batched):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    cell = getattr(nn, name)(4, 5, **kw)
+    tcell = getattr(torch.nn, name)(4, 5, dtype=torch.float64, **kw)
+    tcell.load_state_dict({k: torch.tensor(v.data) for k, v in cell.state_dict().items()})
+    shape = (3, 5) if batched else (5,)
+    x = rng.standard_normal((3, 4) if batched else (4,))
+    states = [rng.standard_normal(shape) for _ in range(2 if name == "LSTMCell" else 1)]
+    xp = pa.tensor(x, requires_grad=True)
+    sp = [pa.tensor(s, requires_grad=True) for s in states]
+    xt = torch.tensor(x, requires_grad=True)
+    st = [torch.tensor(s, requires_grad=True) for s in states]
+    lp = _cell_loss(cell, xp, tuple(sp) if len(sp) == 2 else sp[0])
+    lt = _cell_loss(tcell, xt, tuple(st) if len(st) == 2 else st[0])
+    assert abs(lp.item() - lt.item()) < 1e-12
+    pa.backward(lp)
+    lt.backward()
+    for a, b in [(xp.grad, xt.grad)] + [(p.grad, q.grad) for p, q in zip(sp, st)] + \
+            [(p.grad, dict(tcell.named_parameters())[n].grad)
+             for n, p in cell.named_parameters()]:
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-12, atol=1e-13)
+    assert repr(cell) == repr(tcell)
+
+
+@pytest.mark.parametrize("name,kw", CELLS)
+def test_cells_gradcheck_and_zero_state(name, kw):
+    rng = np.random.default_rng(8)
+    cell = getattr(nn, name)(3, 2, **kw)
+    x = pa.tensor(rng.standard_normal((2, 3)), requires_grad=True)
+    h = pa.tensor(rng.standard_normal((2, 2)), requires_grad=True)
+    hx = (h, h * 0.5) if name == "LSTMCell" else h
+    assert pa.gradcheck(lambda a, b: _cell_loss(cell, a, (b, b * 0.5) if name == "LSTMCell"
+                                                 else b), (x, h))
+    assert pa.gradgradcheck(lambda a: _cell_loss(cell, a, hx), (x,))
+    zero = pa.zeros(2, 2)
+    no_state = cell(x)
+    with_zero = cell(x, (zero, zero) if name == "LSTMCell" else zero)
+    for a, b in zip(no_state if isinstance(no_state, tuple) else (no_state,),
+                    with_zero if isinstance(with_zero, tuple) else (with_zero,)):
+        assert np.array_equal(a.data, b.data)
+
+
+@pytest.mark.parametrize("name", ["RNN", "LSTM", "GRU"])
+def test_a_cell_unrolled_is_the_layer(name):
+    """T steps of the cell with the layer's weights give the layer's outputs."""
+    rng = np.random.default_rng(9)
+    layer = getattr(nn, name)(3, 4)
+    cell = getattr(nn, name + "Cell")(3, 4)
+    cell.load_state_dict({k[:-3]: v for k, v in layer.state_dict().items()})
+    x = rng.standard_normal((5, 2, 3))
+    out, _ = layer(pa.tensor(x))
+    state = None
+    for t in range(5):
+        state = cell(pa.tensor(x[t]), state)
+        h = state[0] if name == "LSTM" else state
+        np.testing.assert_allclose(h.data, out.data[t], rtol=1e-13, atol=1e-15)
+
+
+def test_cell_bad_input():
+    cell = nn.LSTMCell(3, 2)
+    with pytest.raises(ValueError, match="inconsistent input_size"):
+        cell(pa.zeros(2, 4))
+    with pytest.raises(ValueError, match="Expected hidden size"):
+        cell(pa.zeros(2, 3), (pa.zeros(3, 2), pa.zeros(2, 2)))
+    with pytest.raises(TypeError, match="tuple"):
+        cell(pa.zeros(2, 3), pa.zeros(2, 2))
+    with pytest.raises(ValueError, match="1D or 2D"):
+        nn.GRUCell(3, 2)(pa.zeros(1, 2, 3))
+    with pytest.raises(ValueError, match="Unknown nonlinearity"):
+        nn.RNNCell(3, 2, nonlinearity="gelu")
+    with pytest.raises(ValueError, match="greater than zero"):
+        nn.GRUCell(0, 2)

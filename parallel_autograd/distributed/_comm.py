@@ -132,6 +132,7 @@ get_world_size = world_size
 
 
 # ---- waiting ------------------------------------------------------------------------
+ABORT_GRACE = 0.5  # seconds `abort` waits between printing and MPI_Abort
 SPIN = 2e-3  # seconds `wait` polls without sleeping (MPI moves data only while polled) ...
 SPIN_RATE = 1e9  # ... plus the time the request's bytes take at this many bytes a second
 NAP = 1e-3  # its longest sleep after that
@@ -324,6 +325,9 @@ def abort(message: str, errorcode: int = 1) -> None:
     sys.stderr.flush()
     if g is None:
         raise SystemExit(errorcode)
+    # the launcher forwards our stderr asynchronously and stops reading when it kills the job:
+    # give it time (the message was lost once in a CI run under load without this pause)
+    time.sleep(ABORT_GRACE)
     g.comm.Abort(errorcode)
     os._exit(errorcode)  # not reached with a working MPI
 

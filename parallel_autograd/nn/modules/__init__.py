@@ -18,7 +18,7 @@ from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool1d,
                       AdaptiveMaxPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d,
                       PixelShuffle, PixelUnshuffle, Upsample)
 from .attention import MultiheadAttention
-from .rnn import GRU, LSTM, RNN, RNNBase
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .sparse import Embedding
 
 __all__ = [
@@ -26,13 +26,15 @@ __all__ = [
     "AvgPool1d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "BCELoss",
     "BCEWithLogitsLoss", "CELU", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
     "ConvTranspose2d", "ConvTranspose3d", "CosineEmbeddingLoss", "CrossEntropyLoss", "Dropout",
-    "ELU", "Embedding", "Flatten", "Fold", "GELU", "GLU", "GroupNorm", "GRU", "Hardsigmoid",
+    "ELU", "Embedding", "Flatten", "Fold", "GELU", "GLU", "GroupNorm", "GRU", "GRUCell",
+    "Hardsigmoid",
     "Hardswish", "Hardtanh", "HuberLoss", "Identity", "InstanceNorm1d", "InstanceNorm2d",
     "InstanceNorm3d", "KLDivLoss", "L1Loss", "LayerNorm", "LeakyReLU", "Linear",
-    "LocalResponseNorm", "LogSigmoid", "LogSoftmax", "LSTM", "MarginRankingLoss", "MaxPool1d",
+    "LocalResponseNorm", "LogSigmoid", "LogSoftmax", "LSTM", "LSTMCell", "MarginRankingLoss",
+    "MaxPool1d",
     "MaxPool2d", "Mish", "ModuleDict", "ModuleList", "MSELoss", "MultiheadAttention",
     "NLLLoss", "ParameterDict", "ParameterList", "PixelShuffle", "PixelUnshuffle", "PReLU",
-    "ReLU", "RMSNorm", "RNN", "RNNBase", "SELU", "Sequential", "Sigmoid", "SiLU",
+    "ReLU", "RMSNorm", "RNN", "RNNBase", "RNNCell", "RNNCellBase", "SELU", "Sequential", "Sigmoid", "SiLU",
     "SmoothL1Loss", "Softmax", "Softplus", "Softsign", "Tanh", "TripletMarginLoss", "Unfold",
     "Upsample",
 ]

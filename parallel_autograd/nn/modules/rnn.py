@@ -256,3 +256,132 @@ class GRU(RNNBase):
         """(output, h_n)."""
         out, h, _ = self._run(input, hx, "GRU")
         return out, h
+
+
+class RNNCellBase(Module):
+    """The shared part of `RNNCell`, `LSTMCell` and `GRUCell` (PyTorch's `nn.RNNCellBase`):
+    one step of the layer's recurrence. Parameters `weight_ih` (G*hidden_size, input_size),
+    `weight_hh` (G*hidden_size, hidden_size), `bias_ih`, `bias_hh` (G*hidden_size,), from
+    U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)); a step is the layers' fused recurrence node
+    over a sequence of one (`nn/_recurrent.py`), so cells and layers compute alike."""
+
+    def __init__(self, mode: str, input_size: int, hidden_size: int, bias: bool = True,
+                 device=None, dtype=None, generator: np.random.Generator | None = None) -> None:
+        super().__init__()
+        name = type(self).__name__
+        for what, v in (("input_size", input_size), ("hidden_size", hidden_size)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name}: {what} should be of type int, got: "
+                                f"{type(v).__name__}")
+            if v <= 0:
+                raise ValueError(f"{name}: {what} must be greater than zero, got {v}")
+        if not isinstance(bias, bool):
+            raise TypeError(f"{name}: bias should be of type bool, got: {type(bias).__name__}")
+        if device not in (None, "cpu"):
+            raise ValueError(f"{name}: only the CPU exists here, got device {device!r}")
+        self.mode = mode
+        self.input_size, self.hidden_size, self.bias = int(input_size), int(hidden_size), bias
+        dt = float_dtype(dtype, name)
+        gates = GATES[mode] * self.hidden_size
+        self.weight_ih = empty_parameter((gates, self.input_size), dt)
+        self.weight_hh = empty_parameter((gates, self.hidden_size), dt)
+        if bias:
+            self.bias_ih = empty_parameter((gates,), dt)
+            self.bias_hh = empty_parameter((gates,), dt)
+        else:
+            self.register_parameter("bias_ih", None)
+            self.register_parameter("bias_hh", None)
+        self.reset_parameters(generator)
+
+    def reset_parameters(self, generator: np.random.Generator | None = None) -> None:
+        """Every parameter from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))."""
+        stdv = 1.0 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            init.uniform_(p, -stdv, stdv, generator)
+
+    def _step(self, input, states: tuple) -> tuple:
+        """One step: the new states (h, or h and c), shaped like the input's batch."""
+        name = type(self).__name__
+        x = input.data if isinstance(input, Tensor) else np.asarray(input)
+        if x.ndim not in (1, 2):
+            raise ValueError(f"{name}: Expected input to be 1D or 2D, got {x.ndim}D instead")
+        if x.shape[-1] != self.input_size:
+            raise ValueError(f"{name}: input has inconsistent input_size: got {x.shape[-1]} "
+                             f"expected {self.input_size}")
+        if x.dtype.kind != "f":
+            raise TypeError(f"{name}: expected a floating input, got {x.dtype}")
+        batched = x.ndim == 2
+        want = (x.shape[0], self.hidden_size) if batched else (self.hidden_size,)
+        fixed = []
+        for s in states:
+            if s is None:
+                fixed.append(None)
+                continue
+            sd = s.data if isinstance(s, Tensor) else np.asarray(s)
+            if sd.shape != want:
+                raise ValueError(f"{name}: Expected hidden size {want}, got {sd.shape}")
+            fixed.append(S.unsqueeze(_tensor(s), 0) if batched else S.reshape(_tensor(s),
+                                                                             (1, 1, -1)))
+        seq = S.unsqueeze(_tensor(input), 0) if batched else S.reshape(_tensor(input),
+                                                                       (1, 1, -1))
+        hx = (fixed[0], fixed[1]) if self.mode == "LSTM" else fixed[0]
+        w = (self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
+        _, h, c = run(self.mode, seq, hx, [w], 1, False, False, 0.0, self.training)
+        out = (h, c) if self.mode == "LSTM" else (h,)
+        return tuple(S.reshape(o, want) for o in out)
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.bias is not True:
+            s += f", bias={self.bias}"
+        if getattr(self, "nonlinearity", "tanh") != "tanh":
+            s += f", nonlinearity={self.nonlinearity}"
+        return s
+
+
+class RNNCell(RNNCellBase):
+    """One Elman RNN step (PyTorch's `nn.RNNCell`): h' = act(x W_ih^T + b_ih + h W_hh^T +
+    b_hh), act "tanh" (default) or "relu". `forward(input, hx=None)`: input (N, input_size)
+    or (input_size,), hx of the matching (N, hidden_size) or (hidden_size,), zeros when None;
+    returns h'."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
+                 nonlinearity: str = "tanh", device=None, dtype=None,
+                 generator: np.random.Generator | None = None) -> None:
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"RNNCell: Unknown nonlinearity: {nonlinearity}")
+        super().__init__("RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU", input_size,
+                         hidden_size, bias, device, dtype, generator)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, input, hx=None):
+        """h'."""
+        return self._step(input, (hx,))[0]
+
+
+class LSTMCell(RNNCellBase):
+    """One LSTM step (PyTorch's `nn.LSTMCell`, gates i, f, g, o). `forward(input, hx=None)`:
+    hx = (h, c), zeros when None; returns (h', c')."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None,
+                 dtype=None, generator: np.random.Generator | None = None) -> None:
+        super().__init__("LSTM", input_size, hidden_size, bias, device, dtype, generator)
+
+    def forward(self, input, hx=None) -> tuple:
+        """(h', c')."""
+        if hx is not None and (not isinstance(hx, (tuple, list)) or len(hx) != 2):
+            raise TypeError("LSTMCell: hx must be a tuple (h, c)")
+        return self._step(input, (None, None) if hx is None else tuple(hx))
+
+
+class GRUCell(RNNCellBase):
+    """One GRU step (PyTorch's `nn.GRUCell`, gates r, z, n). `forward(input, hx=None)` as
+    `RNNCell`'s; returns h'."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None,
+                 dtype=None, generator: np.random.Generator | None = None) -> None:
+        super().__init__("GRU", input_size, hidden_size, bias, device, dtype, generator)
+
+    def forward(self, input, hx=None):
+        """h'."""
+        return self._step(input, (hx,))[0]
