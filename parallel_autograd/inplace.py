@@ -1,4 +1,5 @@
-"""In-place ops: `+= -= *= /=` and PyTorch's trailing-underscore methods.
+"""In-place ops: `+= -= *= /=` and PyTorch's trailing-underscore methods (arithmetic, fills,
+copies and the index writes `scatter_ scatter_add_ index_add_ index_fill_ masked_fill_`).
 
 They write into the tensor's own ndarray (views and other references see the change)
 and bump its version counter (`parallel_autograd.version`), so a backward that needs
@@ -26,6 +27,7 @@ import numpy as np
 
 from . import version
 from .grad_mode import is_grad_enabled
+from .ops import index as IX
 from .ops.setitem import setitem
 from .tensor import Tensor
 
@@ -100,6 +102,70 @@ def _clamp(d, min=None, max=None):
     np.clip(d, min, max, out=d)
 
 
+# ---- the index writes: PyTorch's scatter_, scatter_add_, index_add_, index_fill_,
+# masked_fill_; validated as their out-of-place ops are, before anything is written; they
+# write into the tensor's memory (index arrays aside, no temporaries)
+def _scatter(d, dim, index, src=None, value=None):
+    if src is not None and value is not None:
+        raise TypeError("give src or value, not both")
+    if src is not None and np.ndim(src) == 0 and not isinstance(src, np.ndarray):
+        src, value = None, src  # scatter_(dim, index, 2.0): PyTorch's value overload
+    if src is None and value is None:
+        raise TypeError("src or value is required")
+    idx, k = IX._indices(index, "scatter_"), IX._dim(dim, d.ndim, "scatter_")
+    if src is None:
+        if np.ndim(value):
+            raise TypeError("value must be a number (use src= for a tensor)")
+        IX._check_index(d, k, idx, "scatter_")
+        d[IX._grid(idx, k)] = value
+        return
+    s = np.asarray(src)
+    IX._check_index(d, k, idx, "scatter_", s)
+    d[IX._grid(idx, k)] = s[IX._lead(idx.shape)]  # repeats: the last write wins
+
+
+def _scatter_add(d, dim, index, src):
+    s = np.asarray(src)
+    idx, k = IX._indices(index, "scatter_add_"), IX._dim(dim, d.ndim, "scatter_add_")
+    IX._check_index(d, k, idx, "scatter_add_", s)
+    np.add.at(d, IX._grid(idx, k), s[IX._lead(idx.shape)])  # repeats accumulate
+
+
+def _index_add(d, dim, index, source, alpha=1):
+    if d.ndim == 0:
+        raise ValueError("input must have at least 1 dimension")
+    k = IX._dim(dim, d.ndim, "index_add_")
+    idx = IX._vector_index(index, d.shape[k], "index_add_", k)
+    s = np.asarray(source)
+    want = d.shape[:k] + idx.shape + d.shape[k + 1:]
+    if s.shape != want:
+        raise ValueError(f"source must have shape {want} (input's, with len(index) in dim "
+                         f"{k}), got {s.shape}")
+    np.add.at(d, IX._along(k, idx), s if alpha == 1 else s * alpha)
+
+
+def _index_fill(d, dim, index, value):
+    if d.ndim == 0:
+        raise ValueError("input must have at least 1 dimension")
+    if np.ndim(value):
+        raise ValueError("value must be a number or a 0-d tensor")
+    k = IX._dim(dim, d.ndim, "index_fill_")
+    d[IX._along(k, IX._vector_index(index, d.shape[k], "index_fill_", k))] = value
+
+
+def _masked_fill(d, mask, value):
+    m = IX._mask(mask, "masked_fill_")
+    if np.ndim(value):
+        raise ValueError("value must be a number or a 0-d tensor")
+    try:
+        if np.broadcast_shapes(m.shape, d.shape) != d.shape:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"mask of shape {m.shape} does not broadcast to the tensor's shape "
+                         f"{d.shape}") from None
+    np.copyto(d, value, where=m)
+
+
 METHODS = {
     "add_": _inplace("add_", _add),
     "sub_": _inplace("sub_", _sub),
@@ -116,6 +182,11 @@ METHODS = {
     "__isub__": _inplace("-=", _sub),
     "__imul__": _inplace("*=", lambda d, o: np.multiply(d, o, out=d)),
     "__itruediv__": _inplace("/=", lambda d, o: np.true_divide(d, o, out=d)),
+    "scatter_": _inplace("scatter_", _scatter),
+    "scatter_add_": _inplace("scatter_add_", _scatter_add),
+    "index_add_": _inplace("index_add_", _index_add),
+    "index_fill_": _inplace("index_fill_", _index_fill),
+    "masked_fill_": _inplace("masked_fill_", _masked_fill),
 }
 METHODS["clip_"] = METHODS["clamp_"]
 METHODS["__setitem__"] = setitem

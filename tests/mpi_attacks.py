@@ -678,7 +678,7 @@ def scenario_forever() -> None:
         x, y = inputs("mlp", r)
         eng.backward(mse(ddp(x), y))
         if step == 2:
-            say(f"TRAINING {r}")
+            say(f"TRAINING {r} {os.getpid()}")
         step += 1
 
 
@@ -725,6 +725,39 @@ def scenario_xfail_two_ddp_modules() -> None:
     close_all(got, want, "two DDP instances in one backward")
 
 
+def scenario_xfail_no_sync_unused() -> None:
+    """find_unused_parameters=True with no_sync() accumulation: `spare` is used in the
+    no_sync step (each rank's own data) and by no rank in the synchronising step. Expected
+    (the docs: 'the next synchronised backward averages the sum'; PyTorch's used-parameter
+    map spans the no_sync session): spare's .grad is the average of the ranks' sums, the
+    same on every rank."""
+    r = dist.rank()
+    pa.manual_seed(0)
+    model = WithBN()
+    ref = WithBN()
+    ddp = DDP(model, find_unused_parameters=True)
+    copy_state(ref, model)
+    x, y = inputs("mlp", r)
+    with ddp.no_sync():
+        pa.backward(mse(ddp(x), y))
+    pa.backward(mse(ddp(x, use_spare=False), y))
+    ref.zero_grad()
+    pa.backward(mse(ref(x), y))
+    want = gather_mean([ref.spare.weight.grad])[0]
+    assert_close(model.spare.weight.grad, want, 1e-13, f"rank {r}: spare.weight.grad")
+
+
+def scenario_xfail_sys_exit() -> None:
+    """Rank 1 ends with sys.exit(2) while rank 0 waits in a collective. Docs: init's
+    abort_on_exception 'ends the job on any exception nobody catches ... (as python -m
+    mpi4py does)'; mpi4py's runner aborts on SystemExit with a non-zero code. Expected: the
+    job ends at once. Actual: rank 1 blocks in MPI_Finalize, rank 0 in its barrier (here
+    bounded: it times out after 2 s and aborts, with a TimeoutError)."""
+    if dist.rank() == 1:
+        sys.exit(2)
+    dist.barrier(async_op=True).wait(timeout=2)
+
+
 def scenario_xfail_view_failure_world_one() -> None:
     """World of one, gradient_as_bucket_view=True: a backward that fails after DDP's hooks
     ran must leave every .grad as it was (docs: 'no .grad changes')."""
@@ -757,6 +790,8 @@ SCENARIOS = {
     "xfail-unused-asymmetric": scenario_xfail_unused_asymmetric,
     "xfail-two-ddp-modules": scenario_xfail_two_ddp_modules,
     "xfail-view-failure-world-one": scenario_xfail_view_failure_world_one,
+    "xfail-no-sync-unused": scenario_xfail_no_sync_unused,
+    "xfail-sys-exit": scenario_xfail_sys_exit,
 }
 
 

@@ -128,3 +128,78 @@ def test_the_check_still_applies_on_a_second_backward_with_retain_graph():
     with pytest.raises(RuntimeError, match="modified by an inplace"):
         loss.backward()
     assert np.array_equal(x.grad, [3.0, 4.0])
+
+
+# ---- the index writes: scatter_, scatter_add_, index_add_, index_fill_, masked_fill_ --------------
+def _index_cases():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 4))
+    idx = np.array([[0, 1, 2, 0], [2, 2, 1, 0]])
+    src = rng.standard_normal((2, 5))
+    mask = np.array([True, False, True, False])
+    return x, [
+        ("scatter_", (0, idx, src), lambda t: pa.scatter(t, 0, idx, src)),
+        ("scatter_", (1, idx[:, :2], 2.5), lambda t: pa.scatter(t, 1, idx[:, :2], 2.5)),
+        ("scatter_add_", (0, idx, src), lambda t: pa.scatter_add(t, 0, idx, src)),
+        ("index_add_", (1, [3, 0, 3], src[:, :3].repeat(2, 0)[:3]),
+         lambda t: pa.index_add(t, 1, [3, 0, 3], src[:, :3].repeat(2, 0)[:3])),
+        ("masked_fill_", (mask, -1.5), lambda t: pa.masked_fill(t, mask, -1.5)),
+    ]
+
+
+@pytest.mark.parametrize("k", range(5))
+def test_index_writes_equal_their_out_of_place_ops(k):
+    x, cases = _index_cases()
+    name, args, ref = cases[k]
+    t = pa.tensor(x.copy())
+    before = t._vc[0]
+    assert getattr(t, name)(*args) is t
+    np.testing.assert_array_equal(t.data, ref(pa.tensor(x)).data)
+    assert t._vc[0] > before  # version bumped
+
+
+def test_index_fill_and_alpha():
+    t = pa.tensor(np.zeros((2, 3)))
+    t.index_fill_(1, pa.tensor(np.array([2, 0])), 4.0)
+    np.testing.assert_array_equal(t.data, [[4, 0, 4], [4, 0, 4]])
+    t.index_add_(0, [1, 1], np.ones((2, 3)), alpha=0.5)
+    np.testing.assert_array_equal(t.data, [[4, 0, 4], [5, 1, 5]])
+
+
+def test_index_writes_refuse_like_the_other_in_place_ops():
+    leaf = pa.tensor(np.zeros((2, 3)), requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable"):
+        leaf.masked_fill_(np.array([True, False, True]), 1.0)
+    y = leaf * 2.0
+    with pytest.raises(RuntimeError, match="not recorded"):
+        y.index_fill_(0, [0], 1.0)
+    with pa.no_grad():  # the optimizer-step case: allowed
+        leaf.index_add_(0, [1], np.ones((1, 3)))
+    np.testing.assert_array_equal(leaf.data, [[0, 0, 0], [1, 1, 1]])
+    # a write into a value a graph saved makes its backward fail clearly
+    a = pa.tensor(np.ones(3), requires_grad=True)
+    b = a * 1.0
+    c = pa.tensor(np.ones(3))
+    loss = (b * c).sum()
+    c.scatter_(0, np.array([1]), 5.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        pa.backward(loss)
+
+
+def test_bad_index_writes_change_nothing():
+    t = pa.tensor(np.arange(6.0).reshape(2, 3))
+    keep = t.data.copy()
+    v = t._vc[0]
+    for call, err in [
+            (lambda: t.scatter_(1, np.array([[3]]), 1.0), IndexError),
+            (lambda: t.scatter_(1, np.array([[0.0]]), 1.0), TypeError),
+            (lambda: t.scatter_add_(0, np.array([[0, 1, 0]]), np.ones((1, 2))), ValueError),
+            (lambda: t.index_add_(1, [0, 1], np.ones((2, 3))), ValueError),
+            (lambda: t.index_fill_(2, [0], 1.0), IndexError),
+            (lambda: t.masked_fill_(np.array([1, 0, 1]), 1.0), TypeError),
+            (lambda: t.masked_fill_(np.ones((3, 2, 3), bool), 1.0), ValueError),
+            (lambda: t.scatter_(0, np.array([[0]])), TypeError)]:
+        with pytest.raises(err):
+            call()
+        np.testing.assert_array_equal(t.data, keep)
+    assert t._vc[0] == v
