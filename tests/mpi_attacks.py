@@ -11,16 +11,23 @@ Scenarios:
   BatchNorm, an Embedding), tiny and default bucket caps, the sequential engine and the
   parallel engine forced parallel at 2 and 4 workers: every `.grad` equals the average over
   ranks of the local gradient, bitwise the same for every engine, on every rank.
-- `protocol`: two forwards then one backward, retain_graph twice, no_sync with the parallel
-  engine and bucket views, zero_grad(set_to_none=False), gradient_as_bucket_view with SGD
-  and Adam over several steps against the default mode, the wrapped module used directly in
-  the middle of training, unused parameters with bucket views.
+- `protocol`: held .grad arrays never reused, a gradient penalty, a profiled forced-parallel
+  backward's merged trace, recovery after a failed backward (world of one), two forwards then
+  one backward, retain_graph twice, no_sync with the parallel engine and bucket views,
+  zero_grad(set_to_none=False), gradient_as_bucket_view with SGD and Adam over several steps
+  against the default mode, the wrapped module used directly in the middle of training,
+  unused parameters with bucket views.
+- `split`: DDP on the halves of a split COMM_WORLD.
 - `collectives`: 0-d, empty, non-contiguous, float32/int32/uint8 arrays, Tensors (version
   bumps), all_gather into Tensors, async Work waited twice and polled, AVG divided once.
-- `fault WHERE`: rank 1 (of 2) fails at step 1 in WHERE (forward, hook, worker-hook,
-  optimizer, callback, anomaly, unused, sigint, sigterm, thread): the job must end.
+- `fault WHERE`: rank 1 (of 2) fails at step 1 in WHERE (forward, hook, callback,
+  callback-late, anomaly, anomaly-input, unused, optimizer, thread, sigint, sigterm): the
+  job must end.
 - `forever`: trains until killed (the driver sends SIGINT to mpiexec).
-- `xfail-*`: reproducers of bugs found (see the driver).
+- `unused-on-some-ranks`, `no-sync-unused`, `two-ddp-modules`, `view-failure-world-one`,
+  `view-unused-keeps-grad`, `work-threads`: reproducers of bugs found and fixed since
+  (regression tests);
+- `xfail-sys-exit`: a known limit (a strict xfail in the driver).
 
 Every rank runs every check; a failed assert is an uncaught exception, which ends the whole
 job (pa.distributed's excepthook). The last line of each rank is "ATTACKS OK <scenario>
@@ -509,7 +516,29 @@ def check_failure_then_recover():
             close_all(grads(model), want, "after a failed backward")
 
 
+def check_held_grads_are_not_reused():
+    """Default mode: `.grad` arrays come from the caching allocator (>= 64 KiB here). Arrays
+    the user still holds from an earlier step must never be handed out again."""
+    r = dist.rank()
+    pa.manual_seed(1)
+    model = nn.Sequential(nn.Linear(128, 128), nn.Tanh(), nn.Linear(128, 128))
+    ddp = DDP(model, bucket_cap_mb=0.1)
+    held = []
+    for step in range(3):
+        x = pa.tensor(np.random.default_rng(10 * r + step).standard_normal((4, 128)))
+        model.zero_grad()
+        forced(2).backward(ddp(x).sum())
+        held.append([(p.grad, p.grad.copy()) for p in model.parameters()])
+    for step in held:
+        for g, c in step:
+            assert np.array_equal(g, c), "a held .grad array was overwritten"
+    arrays = [g for step in held for g, _ in step]
+    for i, a in enumerate(arrays):
+        assert not any(np.shares_memory(a, b) for b in arrays[i + 1:]), "shared .grad memory"
+
+
 def scenario_protocol() -> None:
+    check_held_grads_are_not_reused()
     check_gradient_penalty()
     check_profiled_parallel_trace()
     check_failure_then_recover()
@@ -628,7 +657,7 @@ def scenario_fault(where: str) -> None:
         out = ddp(x, use_spare=not (bad and step == 1 and where == "unused"))
         loss = mse(out, y)
         if bad and step == 1:
-            if where in ("hook", "worker-hook", "sigint", "anomaly"):
+            if where in ("hook", "sigint", "anomaly"):
                 target = model.net[0].weight  # its gradient is final late in the backward
 
                 def fail(g):
@@ -682,11 +711,14 @@ def scenario_forever() -> None:
         step += 1
 
 
-# ---- reproducers of bugs found (strict xfail in the driver) ------------------------------
-def scenario_xfail_unused_asymmetric() -> None:
+# ---- reproducers of bugs found (the first four fail at commit 15ff6c9's package; the
+# ---- bugs found and fixed since (regression tests), and one known limit (xfail-*) ----------
+def scenario_unused_on_some_ranks() -> None:
     """find_unused_parameters=True; rank 0 uses every parameter, the others leave `spare`
-    unused. Expected: every rank's spare.weight.grad is rank 0's gradient / world size."""
-    r, w = dist.rank(), dist.world_size()
+    unused. Expected: every rank's spare.weight.grad is rank 0's gradient / world size.
+    (Was: only ranks with unused parameters ran the used-flags all-reduce: it matched
+    another collective, the ranks' .grad diverged, then the job hung.)"""
+    r = dist.rank()
     pa.manual_seed(0)
     model = WithBN()
     ddp = DDP(model, find_unused_parameters=True, timeout=3)
@@ -699,11 +731,11 @@ def scenario_xfail_unused_asymmetric() -> None:
     assert same_on_every_rank([g])
 
 
-def scenario_xfail_two_ddp_modules() -> None:
+def scenario_two_ddp_modules() -> None:
     """Two DDP-wrapped submodules in one loss, parallel engine: a slow tensor hook on
     branch A on rank 0 and on branch B on the others makes the ranks start the two
-    instances' all-reduces in opposite orders. Expected: the averaged gradients."""
-    import time as _t
+    instances' all-reduces in opposite orders. Expected: the averaged gradients. (Was: both
+    instances shared one communicator, so MPI matched A's bucket with B's: wrong sums.)"""
     r = dist.rank()
     pa.manual_seed(0)
     A, B = nn.Linear(4, 4), nn.Linear(4, 4)
@@ -716,7 +748,7 @@ def scenario_xfail_two_ddp_modules() -> None:
     def loss_of(fa, fb, slow):
         ya, yb = fa(pa.tensor(x)), fb(pa.tensor(x) * 2.0)
         if slow:
-            (ya if r == 0 else yb).register_hook(lambda g: _t.sleep(0.2))
+            (ya if r == 0 else yb).register_hook(lambda g: time.sleep(0.2))
         return (ya * ya).sum() + (yb * yb * 3.0).sum()
     forced(2).backward(loss_of(da, db, True))
     pa.backward(loss_of(ra, rb, False))
@@ -725,12 +757,12 @@ def scenario_xfail_two_ddp_modules() -> None:
     close_all(got, want, "two DDP instances in one backward")
 
 
-def scenario_xfail_no_sync_unused() -> None:
+def scenario_no_sync_unused() -> None:
     """find_unused_parameters=True with no_sync() accumulation: `spare` is used in the
     no_sync step (each rank's own data) and by no rank in the synchronising step. Expected
     (the docs: 'the next synchronised backward averages the sum'; PyTorch's used-parameter
     map spans the no_sync session): spare's .grad is the average of the ranks' sums, the
-    same on every rank."""
+    same on every rank. (Was: each rank kept its local gradient: the ranks diverged.)"""
     r = dist.rank()
     pa.manual_seed(0)
     model = WithBN()
@@ -747,20 +779,81 @@ def scenario_xfail_no_sync_unused() -> None:
     assert_close(model.spare.weight.grad, want, 1e-13, f"rank {r}: spare.weight.grad")
 
 
+def scenario_view_unused_keeps_grad() -> None:
+    """gradient_as_bucket_view + find_unused_parameters on 3 ranks: a parameter no rank uses
+    in step 2 must keep its .grad (docs: 'a parameter no rank used keeps its .grad'). Its
+    .grad is its bucket slot from step 1, which step 2 fills with .grad / 3 and all-reduces:
+    x/3 + x/3 + x/3 is not always x."""
+    r = dist.rank()
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.c = nn.Linear(3, 2), nn.Linear(3, 2)
+
+        def forward(self, x, use_c):
+            return self.a(x).sum() + (self.c(x).sum() if use_c else 0.0)
+    pa.manual_seed(0)
+    m = M()
+    ddp = DDP(m, find_unused_parameters=True, gradient_as_bucket_view=True)
+    x = pa.tensor(np.random.default_rng(r).standard_normal((4, 3)))
+    pa.backward(ddp(x, True))
+    before = m.c.weight.grad.copy()
+    m.a.zero_grad()
+    pa.backward(ddp(x, False))
+    assert np.array_equal(m.c.weight.grad, before), \
+        np.max(np.abs(m.c.weight.grad - before))
+
+
+def scenario_stall_before_forward() -> None:
+    """Rank 0 stalls before a forward whose BatchNorm buffers DDP broadcasts; rank 1's
+    broadcast must time out after DDP's `timeout` (1 s) and end the job (it waited forever
+    before DDP's own collectives got the timeout)."""
+    pa.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    ddp = DDP(model, timeout=1.0)
+    if dist.rank() == 0:
+        time.sleep(60)
+    ddp(pa.tensor(np.ones((4, 3))))
+
+
 def scenario_xfail_sys_exit() -> None:
     """Rank 1 ends with sys.exit(2) while rank 0 waits in a collective. Docs: init's
     abort_on_exception 'ends the job on any exception nobody catches ... (as python -m
     mpi4py does)'; mpi4py's runner aborts on SystemExit with a non-zero code. Expected: the
     job ends at once. Actual: rank 1 blocks in MPI_Finalize, rank 0 in its barrier (here
-    bounded: it times out after 2 s and aborts, with a TimeoutError)."""
+    bounded: it times out after 1 s and aborts, with a TimeoutError)."""
     if dist.rank() == 1:
         sys.exit(2)
-    dist.barrier(async_op=True).wait(timeout=2)
+    dist.barrier(async_op=True).wait(timeout=1)
 
 
-def scenario_xfail_view_failure_world_one() -> None:
+def scenario_work_polled_by_two_threads() -> None:
+    """Two threads poll one Work (`is_completed()`) at once. Docs: 'every function may be
+    called from any thread once init returned'; PyTorch's Work is thread-safe. Expected: the
+    result, divided once. Actual: with MPI_THREAD_MULTIPLE `Work` calls MPI_Test on the same
+    request from both threads unguarded: MPICH reports an internal error (a request
+    completed twice) within a few hundred rounds."""
+    sys.setswitchinterval(1e-6)
+    for _ in range(3000):
+        a = np.full(1000, 8.0)
+        work = dist.all_reduce(a, "avg", async_op=True)
+
+        def poll():
+            while not work.is_completed():
+                pass
+        threads = [threading.Thread(target=poll) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert np.all(a == 8.0), "divided more than once"
+
+
+def scenario_view_failure_world_one() -> None:
     """World of one, gradient_as_bucket_view=True: a backward that fails after DDP's hooks
-    ran must leave every .grad as it was (docs: 'no .grad changes')."""
+    ran must leave every .grad as it was (docs: 'no .grad changes'). (Was: the hooks wrote
+    into the bucket slots, which are the .grad arrays.)"""
     pa.manual_seed(0)
     m = mlp()
     ddp = DDP(m, gradient_as_bucket_view=True, bucket_cap_mb=1e-5)
@@ -787,11 +880,14 @@ SCENARIOS = {
     "split": scenario_split,
     "collectives": scenario_collectives,
     "forever": scenario_forever,
-    "xfail-unused-asymmetric": scenario_xfail_unused_asymmetric,
-    "xfail-two-ddp-modules": scenario_xfail_two_ddp_modules,
-    "xfail-view-failure-world-one": scenario_xfail_view_failure_world_one,
-    "xfail-no-sync-unused": scenario_xfail_no_sync_unused,
+    "unused-on-some-ranks": scenario_unused_on_some_ranks,
+    "two-ddp-modules": scenario_two_ddp_modules,
+    "view-failure-world-one": scenario_view_failure_world_one,
+    "no-sync-unused": scenario_no_sync_unused,
     "xfail-sys-exit": scenario_xfail_sys_exit,
+    "view-unused-keeps-grad": scenario_view_unused_keeps_grad,
+    "stall-before-forward": scenario_stall_before_forward,
+    "work-threads": scenario_work_polled_by_two_threads,
 }
 
 

@@ -69,6 +69,11 @@ def check_collectives(r, w):
     raises(ValueError, dist.all_reduce, ro, match="read-only")
     raises(TypeError, dist.all_reduce, [1.0, 2.0], match="ndarray or Tensor")
     raises(TypeError, dist.all_reduce, np.ones(2, complex), match="dtype")
+    raises(TypeError, dist.all_reduce, np.ones(2, bool), match="not bool")  # no MPI SUM
+    ro_src = np.full(2, 9.0)
+    ro_src.flags.writeable = r != 0  # the source only sends: read-only is fine there
+    dist.broadcast(ro_src, 0)
+    assert np.array_equal(ro_src, [9.0, 9.0])
     # broadcast from the last rank
     x = np.full(3, float(r))
     dist.broadcast(x, w - 1)
@@ -211,6 +216,17 @@ def check_unused(r, w):
             assert (b is None and p.grad is None) or np.array_equal(b, p.grad)
 
 
+def check_models_must_match(r, w):
+    """Ranks that build different models get a clear error on every rank (PyTorch checks
+    the parameters' shapes across processes too)."""
+    if w == 1:
+        return
+    pa.manual_seed(0)
+    model = nn.Linear(3, 2 + (r == w - 1))
+    e = raises(RuntimeError, DDP, model, match="every rank must build the same model")
+    assert f"[{w - 1}]" in str(e)
+
+
 def check_failure_one_rank(r, w):
     """World of one: a failed backward changes no .grad, and the next step works."""
     if w != 1:
@@ -268,6 +284,7 @@ def main() -> int:
     check_bucket_view_and_dtypes(r, w)
     check_unused(r, w)
     check_failure_one_rank(r, w)
+    check_models_must_match(r, w)
     check_buffers_and_trace(r, w)
     dist.barrier()
     sys.stdout.write(f"MPI CHECKS OK {r}\n")  # one write: print's two would interleave

@@ -8,6 +8,8 @@ names where they exist), through `mpi4py`. An optional extra: `pip install
 - collectives on ndarrays or Tensors, in place: `all_reduce(t, op=ReduceOp.SUM)`,
   `broadcast(t, src=0)`, `all_gather(tensor_list, t)`, `barrier()`; `async_op=True`
   returns a `Work` to `wait()` on;
+- `new_group()`: the same processes on a communicator of their own (collectives take
+  `group=`);
 - `abort(message)`: end every process of the job (`MPI_Abort`), the message printed first;
 - `export_chrome_trace(recorder, path)`: one Chrome trace of every rank's `pa.profile()`
   timeline (a process per rank, a track for its MPI communication).
@@ -28,9 +30,9 @@ from __future__ import annotations
 
 from ._comm import (ReduceOp, Work, abort, all_gather, all_reduce, barrier, broadcast,
                     destroy_process_group, get_rank, get_world_size, init, is_initialized,
-                    rank, world_size)
+                    new_group, rank, world_size)
 from ._trace import export_chrome_trace
 
 __all__ = ["ReduceOp", "Work", "abort", "all_gather", "all_reduce", "barrier", "broadcast",
            "destroy_process_group", "export_chrome_trace", "get_rank", "get_world_size",
-           "init", "is_initialized", "rank", "world_size"]
+           "init", "is_initialized", "new_group", "rank", "world_size"]

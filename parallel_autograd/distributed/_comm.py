@@ -34,17 +34,31 @@ class ReduceOp(enum.Enum):
 
 
 class _Group:
-    """The initialised process group. `call` is the lock MPI calls are made under (a
-    no-op context with MPI_THREAD_MULTIPLE)."""
+    """A process group: an MPI communicator with its rank and size. `call` is the lock MPI
+    calls are made under (a no-op context with MPI_THREAD_MULTIPLE; one lock shared by every
+    group of the process otherwise)."""
 
-    def __init__(self, mpi, comm, hooked: bool):
+    def __init__(self, mpi, comm, hooked: bool, call=None):
         self.MPI = mpi
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
-        multiple = mpi.Query_thread() >= mpi.THREAD_MULTIPLE
-        self.call = contextlib.nullcontext() if multiple else threading.Lock()
+        if call is None:
+            multiple = mpi.Query_thread() >= mpi.THREAD_MULTIPLE
+            call = contextlib.nullcontext() if multiple else threading.Lock()
+        self.call = call
         self.hooked = hooked
+
+
+def new_group() -> _Group:
+    """Collective (every rank, in the same order): a group of the same processes on a
+    communicator of its own (`MPI_Comm_dup`), whose collectives never match another group's.
+    Pass it as `group=` to the collectives. DistributedDataParallel makes one per instance,
+    so two of them, or your own collectives, can run concurrently in any order."""
+    g = _group()
+    with g.call:
+        dup = g.comm.Dup()
+    return _Group(g.MPI, dup, False, g.call)
 
 
 _state: _Group | None = None
@@ -139,21 +153,31 @@ NAP = 1e-3  # its longest sleep after that
 
 
 def wait(req, timeout: float | None = None, what: str = "a collective",
-         nbytes: int = 0) -> None:
-    """Wait for MPI request `req` (moving `nbytes`) by polling (`Test`): without sleeping
+         nbytes: int = 0, group: _Group | None = None) -> None:
+    """Wait for MPI request `req` (see `poll`); the caller must be its only tester."""
+    g = group or _group()
+
+    def test():
+        with g.call:
+            return req.Test()
+    poll(test, timeout, what, nbytes, g)
+
+
+def poll(test, timeout: float | None = None, what: str = "a collective",
+         nbytes: int = 0, group: _Group | None = None) -> None:
+    """Poll `test()` (an MPI request's Test, moving `nbytes`) until true: without sleeping
     for `SPIN` seconds plus the time `nbytes` take at `SPIN_RATE` (each rank's polling
     moves the data, so a sleeping rank slows the others down: 8 MiB took 6.8 ms instead of
     1.3 with sleeps after 2 ms), then with sleeps growing to `NAP`, so a rank waiting for
     a slower one does not hold a core. Ctrl+C interrupts it. `timeout` (seconds):
     TimeoutError after it."""
-    g = _group()
+    g = group or _group()
     t0 = time.perf_counter()
     spin = SPIN + nbytes / SPIN_RATE
     nap = 0.0
     while True:
-        with g.call:
-            if req.Test():
-                return
+        if test():
+            return
         now = time.perf_counter()
         if timeout is not None and now - t0 > timeout:
             raise TimeoutError(f"rank {g.rank}: {what} did not complete within {timeout} s "
@@ -165,47 +189,53 @@ def wait(req, timeout: float | None = None, what: str = "a collective",
 
 class Work:
     """A collective started with `async_op=True` (PyTorch's `Work`): `wait()` until it is
-    done (the result then is in the array you passed), `is_completed()` to ask."""
+    done (the result then is in the array you passed), `is_completed()` to ask. Both may be
+    called from several threads at once (one lock per Work: MPI must not test one request
+    from two threads)."""
 
-    def __init__(self, req, finish=None, what: str = "a collective", nbytes: int = 0):
+    def __init__(self, req, finish=None, what: str = "a collective", nbytes: int = 0,
+                 group: _Group | None = None):
         self._req, self._finish, self._what, self._nbytes = req, finish, what, nbytes
+        self._group = group or _group()
+        self._lock = threading.Lock()  # guards _req's tests, _done and the finish
         self._done = False
 
     def is_completed(self) -> bool:
         """Whether the collective finished (and `wait` would return at once)."""
-        if not self._done:
-            with _group().call:
-                done = self._req.Test()
-            if done:
-                self._complete()
-        return self._done
+        return self._test()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until done (TimeoutError after `timeout` seconds); returns True."""
         if not self._done:
-            wait(self._req, timeout, self._what, self._nbytes)
-            self._complete()
+            poll(self._test, timeout, self._what, self._nbytes, self._group)
         return True
 
-    def _complete(self):
-        if not self._done:
-            self._done = True
-            if self._finish is not None:
-                self._finish()
+    def _test(self) -> bool:
+        with self._lock:
+            if not self._done:
+                with self._group.call:
+                    done = self._req.Test()
+                if done:
+                    self._done = True
+                    if self._finish is not None:
+                        self._finish()
+            return self._done
 
 
 # ---- collectives -----------------------------------------------------------------------
-def _as_buffer(t, what: str):
+def _as_buffer(t, what: str, kinds: str = "biuf", written: bool = True):
     """(array MPI writes, finish()) for an ndarray or Tensor `t`, written in place: a
     contiguous array is used directly, another goes through a contiguous copy that
-    `finish` writes back. `finish` also bumps a Tensor's version counter."""
+    `finish` writes back. `finish` also bumps a Tensor's version counter. `kinds`: the
+    dtype kinds allowed; `written`: False where this rank only sends (read-only is fine)."""
     tensor = t if isinstance(t, Tensor) else None
     arr = t.data if tensor is not None else t
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"{what}: expected an ndarray or Tensor, got {type(t).__name__}")
-    if arr.dtype.kind not in "biuf":
-        raise TypeError(f"{what}: dtype {arr.dtype} is not supported (numbers only)")
-    if not arr.flags.writeable:
+    if arr.dtype.kind not in kinds:
+        raise TypeError(f"{what}: dtype {arr.dtype} is not supported (numbers only"
+                        f"{'' if 'b' in kinds else ', not bool'})")
+    if written and not arr.flags.writeable:
         raise ValueError(f"{what}: the array is read-only; the collective writes into it")
     buf = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
 
@@ -231,13 +261,14 @@ def _mpi_op(g: _Group, op):
                 ReduceOp.MIN: M.MIN, ReduceOp.MAX: M.MAX}[op]
 
 
-def all_reduce(tensor, op: ReduceOp | str = ReduceOp.SUM, async_op: bool = False):
+def all_reduce(tensor, op: ReduceOp | str = ReduceOp.SUM, group: _Group | None = None,
+               async_op: bool = False):
     """Combine `tensor` (ndarray or Tensor) across ranks with `op`, in place on every rank.
     AVG divides the sum by the world size (integer arrays: floor division). Returns None,
-    or a `Work` with `async_op=True`."""
-    g = _group()
+    or a `Work` with `async_op=True`. `group`: a `new_group()` (default: the whole group)."""
+    g = group or _group()
     op, mpi_op = _mpi_op(g, op)
-    buf, finish = _as_buffer(tensor, "all_reduce")
+    buf, finish = _as_buffer(tensor, "all_reduce", kinds="iuf")  # MPI's SUM & co: no bool
 
     def done():
         if op is ReduceOp.AVG:
@@ -248,27 +279,28 @@ def all_reduce(tensor, op: ReduceOp | str = ReduceOp.SUM, async_op: bool = False
         finish()
     with g.call:
         req = g.comm.Iallreduce(g.MPI.IN_PLACE, buf, op=mpi_op)
-    return _finish(Work(req, done, "all_reduce", buf.nbytes), async_op)
+    return _finish(Work(req, done, "all_reduce", buf.nbytes, g), async_op)
 
 
-def broadcast(tensor, src: int = 0, async_op: bool = False):
+def broadcast(tensor, src: int = 0, group: _Group | None = None, async_op: bool = False):
     """Overwrite `tensor` (ndarray or Tensor) on every rank with rank `src`'s, in place.
     Every rank must pass the same shape and dtype. Returns None, or a `Work`."""
-    g = _group()
+    g = group or _group()
     _check_rank(g, src, "broadcast: src")
-    buf, finish = _as_buffer(tensor, "broadcast")
+    buf, finish = _as_buffer(tensor, "broadcast", written=g.rank != src)
     if g.rank == src:  # nothing changes here: no write-back, no version bump
         finish = None
     with g.call:
         req = g.comm.Ibcast(buf, root=src)
-    return _finish(Work(req, finish, "broadcast", buf.nbytes), async_op)
+    return _finish(Work(req, finish, "broadcast", buf.nbytes, g), async_op)
 
 
-def all_gather(tensor_list: list, tensor, async_op: bool = False):
+def all_gather(tensor_list: list, tensor, group: _Group | None = None,
+               async_op: bool = False):
     """Fill `tensor_list` (one ndarray or Tensor per rank, each of `tensor`'s shape and
     dtype) with every rank's `tensor`, in rank order (PyTorch's signature). Returns None, or
     a `Work`."""
-    g = _group()
+    g = group or _group()
     src = tensor.data if isinstance(tensor, Tensor) else tensor
     if not isinstance(src, np.ndarray):
         raise TypeError(f"all_gather: expected an ndarray or Tensor, got {type(tensor).__name__}")
@@ -289,15 +321,15 @@ def all_gather(tensor_list: list, tensor, async_op: bool = False):
             finish()
     with g.call:
         req = g.comm.Iallgather(np.ascontiguousarray(src), whole)
-    return _finish(Work(req, done, "all_gather", whole.nbytes), async_op)
+    return _finish(Work(req, done, "all_gather", whole.nbytes, g), async_op)
 
 
-def barrier(async_op: bool = False):
+def barrier(group: _Group | None = None, async_op: bool = False):
     """Wait until every rank reached its `barrier()` (returns None, or a `Work`)."""
-    g = _group()
+    g = group or _group()
     with g.call:
         req = g.comm.Ibarrier()
-    return _finish(Work(req, None, "barrier"), async_op)
+    return _finish(Work(req, None, "barrier", 0, g), async_op)
 
 
 def _finish(work: Work, async_op: bool):

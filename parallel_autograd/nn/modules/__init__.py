@@ -34,7 +34,8 @@ __all__ = [
     "MaxPool1d",
     "MaxPool2d", "Mish", "ModuleDict", "ModuleList", "MSELoss", "MultiheadAttention",
     "NLLLoss", "ParameterDict", "ParameterList", "PixelShuffle", "PixelUnshuffle", "PReLU",
-    "ReLU", "RMSNorm", "RNN", "RNNBase", "RNNCell", "RNNCellBase", "SELU", "Sequential", "Sigmoid", "SiLU",
+    "ReLU", "RMSNorm", "RNN", "RNNBase", "RNNCell", "RNNCellBase", "SELU", "Sequential",
+    "Sigmoid", "SiLU",
     "SmoothL1Loss", "Softmax", "Softplus", "Softsign", "Tanh", "TripletMarginLoss", "Unfold",
     "Upsample",
 ]

@@ -46,6 +46,7 @@ backward at a time may reach the module's parameters.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import threading
 import time
 import traceback
@@ -98,8 +99,10 @@ class DistributedDataParallel(Module):
     bucket_cap_mb: size of a bucket (all-reduce unit) in MiB; the first is 1 MiB at most
         (so the first all-reduce starts early).
     find_unused_parameters: allow parameters that a backward does not reach: their slots
-        are filled with what `.grad` holds (or zeros) when the backward ends, and a
-        parameter no rank used keeps its `.grad`. Without it such a backward is an error
+        are filled with what `.grad` holds (or zeros) when the backward ends, and one small
+        all-reduce per synchronised step (every rank) tells which parameters some rank
+        reached since the last synchronisation (no_sync steps included): those get the
+        average, the others keep their `.grad`. Without it such a backward is an error
         naming the parameters.
     broadcast_buffers: broadcast rank 0's buffers (e.g. BatchNorm's running statistics)
         at each forward, as PyTorch does.
@@ -122,7 +125,10 @@ class DistributedDataParallel(Module):
                              f"{bucket_cap_mb}")
         if not timeout > 0:
             raise ValueError(f"DistributedDataParallel: timeout must be > 0, got {timeout}")
-        self.group = _comm._group()  # raises before init()
+        _comm._group()  # raises before init()
+        # a communicator of its own: its collectives never match another DDP's or the user's,
+        # whatever order the engine's threads start them in (collective: every rank)
+        self.group = _comm.new_group()
         self.module = module
         self.find_unused_parameters = find_unused_parameters
         self.broadcast_buffers = broadcast_buffers
@@ -142,9 +148,14 @@ class DistributedDataParallel(Module):
                 named.append((name, p))
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
+        self._check_same_model()
         self._sync_state(module)
         self._buckets, self._where = _assign_buckets(self._params, bucket_cap_mb)
         self._outs: list = [None] * len(self._params)  # what .grad becomes, per parameter
+        # parameters some backward reached since the last synchronisation (no_sync steps
+        # included): what find_unused_parameters tells the other ranks
+        self._used = np.zeros(len(self._params), np.int32)
+        self._saved: dict = {}  # index -> .grad's values a bucket-view slot held (restore)
         self._next = 0  # the next bucket to start
         self._handles = [p.register_grad_ready_hook(self._hook_for(i))
                          for i, p in enumerate(self._params)]
@@ -154,8 +165,8 @@ class DistributedDataParallel(Module):
         """Run the wrapped module; the backward of its result synchronises unless this
         forward ran inside `no_sync()`."""
         if self.broadcast_buffers and self.group.size > 1 and self.training:
-            for b in self.module.buffers():
-                _comm.broadcast(b, 0)
+            self._wait_all([_comm.broadcast(b, 0, self.group, async_op=True)
+                            for b in self.module.buffers()], "the buffers' broadcast")
         self._armed = self.require_backward_grad_sync
         return self.module(*args, **kwargs)
 
@@ -184,6 +195,7 @@ class DistributedDataParallel(Module):
     def _ready(self, index: int, t: Tensor, g):
         """A parameter's gradient is final (any engine thread): fill its slot, start what
         can start, and tell the write-back what `.grad` becomes."""
+        self._used[index] = 1  # (a plain store: concurrent hooks write distinct items)
         if not self._armed:
             return None
         if isinstance(g, Tensor):
@@ -192,7 +204,10 @@ class DistributedDataParallel(Module):
         self._join_pass()
         b, j = self._where[index]
         slot = b.slots[j]
-        self._fill(slot, g, t.grad)
+        cur = t.grad
+        if cur is not None and np.shares_memory(cur, slot):  # bucket view, not zeroed: keep
+            self._saved[index] = cur.copy()  # its values for a failed backward (world of one)
+        self._fill(slot, g, cur)
         out = slot if self.gradient_as_bucket_view else memory.empty(slot.shape, slot.dtype)
         self._outs[index] = out
         with self._lock:
@@ -285,19 +300,24 @@ class DistributedDataParallel(Module):
         for b in self._buckets:
             _comm.wait(b.request, self.timeout,
                        f"the all-reduce of gradient bucket {b.index} of {len(self._buckets)}",
-                       b.nbytes)
+                       b.nbytes, self.group)
             if not b.done:
                 self._completed(b)
         if rec is not None:
             rec.add("DDP: wait for all-reduces", t0)
-        used = self._globally_used(missing) if missing else None
+        # every rank, every synchronised step (a collective): which parameters some rank used
+        used = self._globally_used() if self.find_unused_parameters else None
         if not self.gradient_as_bucket_view:  # the averages into .grad's arrays: one pass
             for i, out in enumerate(self._outs):
                 b, j = self._where[i]
                 np.copyto(out, b.slots[j])
         for i in missing:
-            if used[i]:  # used on another rank: the average is its gradient
+            if used[i]:  # used elsewhere, or in this rank's no_sync steps: the average
                 self._params[i].grad = self._outs[i]
+            elif i in self._saved:  # no rank used it: its .grad (a bucket view) as it was
+                b, j = self._where[i]
+                np.copyto(b.slots[j], self._saved[i])
+        self._used[:] = 0
         self._reset()
 
     def _fill_unused(self, index: int) -> None:
@@ -307,6 +327,8 @@ class DistributedDataParallel(Module):
         if cur is None:
             slot.fill(0)
         else:
+            if np.shares_memory(cur, slot):  # bucket view: kept for a parameter no rank used
+                self._saved[index] = cur.copy()
             np.divide(cur, self.group.size, out=slot)
         self._outs[index] = slot if self.gradient_as_bucket_view else \
             memory.empty(slot.shape, slot.dtype)
@@ -315,21 +337,27 @@ class DistributedDataParallel(Module):
             if b.left == 0:
                 self._start_ready()
 
-    def _globally_used(self, missing: list) -> np.ndarray:
-        """Which parameters some rank used (one small all-reduce, find_unused only)."""
-        used = np.ones(len(self._params), np.int32)
-        used[missing] = 0
-        _comm.all_reduce(used, _comm.ReduceOp.SUM)
+    def _globally_used(self) -> np.ndarray:
+        """Per parameter, how many ranks reached it since the last synchronisation (one
+        small all-reduce; find_unused_parameters only, on every rank at every sync)."""
+        used = self._used.copy()
+        self._wait_all([_comm.all_reduce(used, _comm.ReduceOp.SUM, self.group, async_op=True)],
+                       "the all-reduce of the used-parameter flags")
         return used
 
     def _failed(self, exc: BaseException) -> None:
         """The synchronising backward failed on this rank."""
         if self.group.size > 1:
             text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            _comm.abort("a synchronising backward failed; the other ranks would wait for its "
-                        f"gradients forever:\n{text.rstrip()}")
+            why = ("the other ranks would wait for its gradients forever" if self._pass
+                   is not None else "its gradients were averaged but this rank does not write "
+                   "them: the ranks' parameters would diverge")
+            _comm.abort(f"a synchronising backward failed; {why}:\n{text.rstrip()}")
         for b in self._buckets[:self._next]:  # one rank: they complete; never abandon them
-            _comm.wait(b.request, self.timeout)
+            _comm.wait(b.request, self.timeout, group=self.group)
+        for i, values in self._saved.items():  # .grad was a bucket view we overwrote
+            b, j = self._where[i]
+            np.copyto(b.slots[j], values)
         self._reset()
 
     def _reset(self) -> None:
@@ -337,6 +365,7 @@ class DistributedDataParallel(Module):
             for b in self._buckets:
                 b.reset()
             self._outs = [None] * len(self._params)
+            self._saved = {}
             self._next = 0
             self._pass = None
             self._armed = False
@@ -346,12 +375,42 @@ class DistributedDataParallel(Module):
         """Every rank starts from rank 0's parameters and buffers."""
         if self.group.size == 1:
             return
+        params = list(module.parameters())
         with no_grad():
-            for p in module.parameters():
-                _comm.broadcast(p.data, 0)
+            works = [_comm.broadcast(p.data, 0, self.group, async_op=True) for p in params]
+            works += [_comm.broadcast(b, 0, self.group, async_op=True)
+                      for b in module.buffers()]
+            self._wait_all(works, "the broadcast of rank 0's parameters and buffers")
+            for p in params:
                 bump(p)
-            for b in module.buffers():
-                _comm.broadcast(b, 0)
+
+    def _check_same_model(self) -> None:
+        """Every rank wraps the same parameters (names, shapes, dtypes), as PyTorch checks;
+        each rank sees every rank's digest, so all raise alike."""
+        if self.group.size == 1:
+            return
+        h = hashlib.sha256(repr([(n, p.shape, str(p.dtype)) for n, p in
+                                 zip(self._names, self._params)]).encode())
+        mine = np.frombuffer(h.digest(), np.uint8).copy()
+        every = [np.empty_like(mine) for _ in range(self.group.size)]
+        self._wait_all([_comm.all_gather(every, mine, self.group, async_op=True)],
+                       "the comparison of the ranks' models")
+        odd = [r for r, d in enumerate(every) if not np.array_equal(d, every[0])]
+        if odd:
+            raise RuntimeError(
+                f"DistributedDataParallel: rank(s) {odd} wrap other parameters than rank 0 "
+                "(names, shapes or dtypes differ): every rank must build the same model")
+
+    def _wait_all(self, works: list, what: str) -> None:
+        """Wait for DDP's own collectives, at most `timeout` seconds: past it, in a world of
+        two or more, end the job (another rank failed or hangs)."""
+        try:
+            for w in works:
+                w.wait(self.timeout)
+        except TimeoutError as e:
+            if self.group.size > 1:
+                _comm.abort(f"{what}: {e}")
+            raise
 
     def extra_repr(self) -> str:
         return (f"world_size={self.group.size}, buckets={len(self._buckets)}, "
