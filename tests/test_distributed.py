@@ -8,55 +8,20 @@ pytest process (a fork after MPI_Init crashes at exit).
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-MPIEXEC = (shutil.which("mpiexec", path=str(Path(sys.executable).parent))
-           or shutil.which("mpiexec"))
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("mpi4py") is None or MPIEXEC is None,
-    reason="needs the [mpi] extra (mpi4py and an mpiexec): pip install '.[mpi]'")
+from mpi_launch import needs_mpi, run
+
+pytestmark = needs_mpi
 
 
-def run_mpi(n: int, *args: str, deadline: float = 40.0) -> subprocess.CompletedProcess:
-    """`mpiexec -n n python args...` from the repository root; the whole process group is
-    killed at `deadline` seconds (then the test fails)."""
-    env = dict(os.environ, UCX_TLS="self,sm", UCX_NET_DEVICES="lo", OMP_NUM_THREADS="1",
-               OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([MPIEXEC, "-n", str(n), sys.executable, *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=deadline)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"mpiexec -n {n} {' '.join(args)} still ran after {deadline} s "
-                    f"(killed):\n{out[-2000:]}\n{err[-4000:]}")
-    _no_survivors(proc.pid)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def _no_survivors(pgid: int) -> None:
-    """No process of the job's group is left (the launcher reaps its ranks)."""
-    for _ in range(50):
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.killpg(pgid, signal.SIGKILL)
-    pytest.fail("processes of the MPI job were still alive 5 s after mpiexec returned")
+def run_mpi(n: int, *args: str, deadline: float = 40.0):
+    """`mpiexec -n n python args...` (tests/mpi_launch.py: own process group, loopback only,
+    killed at `deadline`)."""
+    return run(n, *args, deadline=deadline)
 
 
 def report(proc) -> dict:
