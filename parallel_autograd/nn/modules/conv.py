@@ -77,6 +77,14 @@ class _ConvNd(Module):
             self.register_parameter("bias", None)
         self.reset_parameters(generator)
 
+    def forward(self, input):
+        """The convolution of `input` (N, C, *spatial) or (C, *spatial) (`F.conv1d/2d/3d`;
+        the transposed layers have their own)."""
+        x, padding = self._padded(input)
+        conv = (F.conv1d, F.conv2d, F.conv3d)[self._nd - 1]
+        return conv(x, self.weight, self.bias, self.stride, padding, self.dilation,
+                    self.groups)
+
     def _padded(self, input):
         """(input, padding) for the functional convolution: with padding_mode other than
         "zeros", the input padded by `F.pad` in that mode and padding 0 (PyTorch's
@@ -126,7 +134,8 @@ class Conv1d(_ConvNd):
     Args: in_channels, out_channels; kernel_size, stride (default 1), dilation (default
     1): ints; padding: int (default 0), 'valid' or 'same'; groups (default 1: in and out
     channels divisible by it; groups == in_channels is depthwise); bias (default True);
-    padding_mode: 'zeros' only; dtype (default float64); generator for the initial
+    padding_mode: 'zeros', 'reflect', 'replicate' or 'circular'; dtype (default float64);
+    generator for the initial
     values. Parameters: weight (out_channels, in_channels/groups, k) and bias, PyTorch's
     initialisation.
     """
@@ -139,12 +148,6 @@ class Conv1d(_ConvNd):
                  generator: np.random.Generator | None = None) -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
                          groups, bias, padding_mode, dtype, generator)
-
-    def forward(self, input):
-        """The convolution of `input` (N, C, L) or (C, L)."""
-        x, padding = self._padded(input)
-        return F.conv1d(x, self.weight, self.bias, self.stride, padding, self.dilation,
-                        self.groups)
 
 
 class Conv2d(_ConvNd):
@@ -179,12 +182,6 @@ class Conv2d(_ConvNd):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
                          groups, bias, padding_mode, dtype, generator)
 
-    def forward(self, input):
-        """The convolution of `input` (N, C, H, W) or (C, H, W)."""
-        x, padding = self._padded(input)
-        return F.conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation,
-                        self.groups)
-
 
 class Conv3d(_ConvNd):
     """3-D convolution over (N, C, D, H, W) input (PyTorch's `nn.Conv3d`); arguments as
@@ -199,12 +196,6 @@ class Conv3d(_ConvNd):
                  generator: np.random.Generator | None = None) -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
                          groups, bias, padding_mode, dtype, generator)
-
-    def forward(self, input):
-        """The convolution of `input` (N, C, D, H, W) or (C, D, H, W)."""
-        x, padding = self._padded(input)
-        return F.conv3d(x, self.weight, self.bias, self.stride, padding, self.dilation,
-                        self.groups)
 
 
 class _ConvTransposeNd(_ConvNd):
