@@ -23,6 +23,10 @@ MASK = np.random.default_rng(9).random((2, 4, 5)) > 0.4
 MASK[..., 0] = True   # every query attends somewhere
 
 # name -> (fn of tensors, input shapes). Each input requires grad.
+# max_unpool: per-plane flat indices as max pooling's return_indices gives (distinct)
+UNPOOL_2D = np.array([[0, 3, 4], [13, 9, 10]]) + np.zeros((2, 2, 1, 1), int)
+UNPOOL_1D = np.array([[[1, 2, 6]], [[0, 3, 5]]])
+
 CASES = {
     "linear": (F.linear, [(3, 4), (5, 4), (5,)]),
     "linear_nobias_3d": (F.linear, [(2, 3, 4), (5, 4)]),
@@ -132,6 +136,9 @@ CASES = {
     "upsample_nearest": (lambda x: F.upsample(x, scale_factor=2), [(2, 2, 2, 3)]),
     "pixel_shuffle": (lambda x: F.pixel_shuffle(x, 2), [(2, 8, 2, 3)]),
     "pixel_unshuffle": (lambda x: F.pixel_unshuffle(x, 2), [(2, 2, 4, 6)]),
+    "max_unpool2d": (lambda x: F.max_unpool2d(x, UNPOOL_2D, 2), [(2, 2, 2, 3)]),
+    "max_unpool1d_size": (lambda x: F.max_unpool1d(x, UNPOOL_1D, 2, output_size=(7,)),
+                          [(2, 1, 3)]),
     "pad_reflect": (lambda x: F.pad(x, (2, 1, 1, 3), mode="reflect"), [(2, 2, 4, 5)]),
     "pad_replicate": (lambda x: F.pad(x, (1, 2, 0, 1, 2, 0), mode="replicate"),
                       [(1, 2, 3, 3, 4)]),

@@ -192,6 +192,11 @@ def _t(a):
 
 
 # name -> (pa fn, torch fn, input shapes)
+# max_unpool: per-plane flat indices, distinct except where overlapping 3x3/2 windows share
+# a maximum (index 6 twice: written once, as PyTorch)
+UNPOOL_2D = np.array([[0, 2, 6], [6, 11, 13]]) + np.zeros((2, 2, 1, 1), int)  # 3x5 planes
+UNPOOL_1D = np.array([[[1, 2, 6]], [[0, 3, 5]]])
+
 OPS = {
     "linear": (F.linear, TF.linear, [(3, 4), (5, 4), (5,)]),
     "linear_3d_nobias": (F.linear, TF.linear, [(2, 3, 4), (5, 4)]),
@@ -324,6 +329,12 @@ OPS = {
                       [(2, 9, 2, 3)]),
     "pixel_unshuffle": (lambda x: F.pixel_unshuffle(x, 2), lambda x: TF.pixel_unshuffle(x, 2),
                         [(2, 2, 4, 6)]),
+    "max_unpool2d": (lambda x: F.max_unpool2d(x, UNPOOL_2D, 3, 2, 1),
+                     lambda x: TF.max_unpool2d(x, torch.tensor(UNPOOL_2D), 3, 2, 1),
+                     [(2, 2, 2, 3)]),
+    "max_unpool1d": (lambda x: F.max_unpool1d(x, UNPOOL_1D, 2, output_size=(7,)),
+                     lambda x: TF.max_unpool1d(x, torch.tensor(UNPOOL_1D), 2, output_size=(7,)),
+                     [(2, 1, 3)]),
     "pad_reflect": (lambda x: F.pad(x, (2, 1, 1, 3), mode="reflect"),
                     lambda x: TF.pad(x, (2, 1, 1, 3), mode="reflect"), [(2, 2, 4, 5)]),
     "pad_replicate": (lambda x: F.pad(x, (1, 2, 0, 1, 2, 0), mode="replicate"),

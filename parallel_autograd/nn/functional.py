@@ -41,7 +41,7 @@ __all__ = [
     "margin_ranking_loss", "triplet_margin_loss", "batch_norm", "instance_norm",
     "group_norm", "local_response_norm",
     "softplus", "softsign", "mish", "elu", "selu", "celu", "hardtanh", "hardsigmoid",
-    "hardswish", "logsigmoid", "prelu", "glu", "pad",
+    "hardswish", "logsigmoid", "prelu", "glu", "pad", "max_unpool1d", "max_unpool2d",
 ]
 
 
@@ -743,3 +743,4 @@ from ._pool import (adaptive_max_pool1d, adaptive_max_pool2d, avg_pool1d,  # noq
 from ._resample import (adaptive_avg_pool1d, adaptive_avg_pool2d, interpolate,  # noqa: E402
                         pixel_shuffle, pixel_unshuffle, upsample)
 from ._pad import pad  # noqa: E402
+from ._unpool import max_unpool1d, max_unpool2d  # noqa: E402

@@ -16,7 +16,7 @@ from .norm import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, InstanceNor
                    InstanceNorm2d, InstanceNorm3d, LocalResponseNorm)
 from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool1d,
                       AdaptiveMaxPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d,
-                      PixelShuffle, PixelUnshuffle, Upsample)
+                      MaxUnpool1d, MaxUnpool2d, PixelShuffle, PixelUnshuffle, Upsample)
 from .attention import MultiheadAttention
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .sparse import Embedding
@@ -32,7 +32,8 @@ __all__ = [
     "InstanceNorm3d", "KLDivLoss", "L1Loss", "LayerNorm", "LeakyReLU", "Linear",
     "LocalResponseNorm", "LogSigmoid", "LogSoftmax", "LSTM", "LSTMCell", "MarginRankingLoss",
     "MaxPool1d",
-    "MaxPool2d", "Mish", "ModuleDict", "ModuleList", "MSELoss", "MultiheadAttention",
+    "MaxPool2d", "MaxUnpool1d", "MaxUnpool2d", "Mish", "ModuleDict", "ModuleList", "MSELoss",
+    "MultiheadAttention",
     "NLLLoss", "ParameterDict", "ParameterList", "PixelShuffle", "PixelUnshuffle", "PReLU",
     "ReLU", "RMSNorm", "RNN", "RNNBase", "RNNCell", "RNNCellBase", "SELU", "Sequential",
     "Sigmoid", "SiLU",

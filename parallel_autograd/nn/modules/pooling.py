@@ -56,6 +56,42 @@ class MaxPool2d(_MaxPoolNd):
                             self.dilation, self.ceil_mode, self.return_indices)
 
 
+class _MaxUnpoolNd(Module):
+    _nd = 2
+
+    def __init__(self, kernel_size, stride=None, padding=0) -> None:
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride if stride is not None else kernel_size
+        self.padding = padding
+
+    def forward(self, input, indices, output_size=None):
+        """The values of `input` at `indices` (from the max pooling), zeros elsewhere."""
+        unpool = F.max_unpool1d if self._nd == 1 else F.max_unpool2d
+        return unpool(input, indices, self.kernel_size, self.stride, self.padding,
+                      output_size)
+
+    def extra_repr(self) -> str:
+        """PyTorch's: kernel_size, stride, padding."""
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpoolNd):
+    """The inverse of `MaxPool1d(return_indices=True)` (PyTorch's `nn.MaxUnpool1d`): args
+    kernel_size, stride (default kernel_size), padding; `forward(input, indices,
+    output_size=None)`."""
+
+    _nd = 1
+
+
+class MaxUnpool2d(_MaxUnpoolNd):
+    """The inverse of `MaxPool2d(return_indices=True)` (PyTorch's `nn.MaxUnpool2d`): args
+    kernel_size, stride (default kernel_size), padding; `forward(input, indices,
+    output_size=None)`."""
+
+    _nd = 2
+
+
 class AvgPool1d(Module):
     """Mean over sliding windows of (N, C, L) input (PyTorch's `nn.AvgPool1d`).
 
