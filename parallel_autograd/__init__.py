@@ -15,8 +15,8 @@ from .ops.elementwise import (abs, add, clip, cos, div, exp, gelu, leaky_relu, l
                               tanh, where)
 from .ops.index import (chunk, diag_embed, diagonal, einsum, flip, gather, index_add,
                         index_select, masked_fill, masked_scatter, movedim, narrow, repeat,
-                        roll, scatter, scatter_add, take_along_axis, take_along_dim, tile,
-                        tril, triu, unbind)
+                        roll, scatter, scatter_add, scatter_reduce, take_along_axis,
+                        take_along_dim, tile, tril, triu, unbind)
 from .ops.linalg import matmul
 from . import linalg  # noqa: F401, I001  (pa.linalg: torch.linalg's ops)
 from .linalg import det, inverse, pinverse, slogdet
@@ -48,7 +48,8 @@ __version__ = "0.1.0"
 __all__ = [
     "chunk", "diag_embed", "diagonal", "einsum", "flip", "gather", "index_add", "index_select",
     "masked_fill", "masked_scatter", "movedim", "narrow", "repeat", "roll", "scatter",
-    "scatter_add", "take_along_axis", "take_along_dim", "tile", "tril", "triu", "unbind",
+    "scatter_add", "scatter_reduce", "take_along_axis", "take_along_dim", "tile", "tril", "triu",
+    "unbind",
     "det", "inverse", "pinverse", "slogdet",
     "acos", "acosh", "amax", "amin", "argmax", "argmin", "asin", "asinh", "atan", "atanh",
     "ceil", "celu", "cosh", "cumprod", "cumsum", "erf", "erfc", "exp2", "expm1", "floor",

@@ -71,7 +71,7 @@ _METHODS = {
     _sh: ("reshape", "transpose", "permute", "expand", "broadcast_to", "squeeze",
           "unsqueeze", "flatten", "split", "swapaxes", "clone"),
     _ix: ("repeat", "tile", "flip", "roll", "tril", "triu", "diagonal", "diag_embed", "gather",
-          "scatter", "scatter_add", "index_select", "index_add", "masked_fill",
+          "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add", "masked_fill",
           "masked_scatter", "take_along_dim", "narrow", "movedim", "unbind", "chunk"),
     _un: ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log1p",
           "expm1", "log2", "log10", "exp2", "erf", "erfc", "reciprocal", "rsqrt", "square",

@@ -64,6 +64,14 @@ CASES = {
     "scatter_add": (lambda L, x, s: L.scatter_add(x, 1, _idx(L, IDX_G), s), [r(3, 4), r(2, 3)]),
     "scatter_add_method": (lambda L, x, s: x.scatter_add(0, _idx(L, [[0, 0, 1]]), s),
                            [r(2, 3), r(1, 3)]),
+    "scatter_reduce_sum": (lambda L, x, s: L.scatter_reduce(x, 1, _idx(L, IDX_G), s, "sum"),
+                           [r(3, 4), r(2, 3)]),
+    "scatter_reduce_mean_noself": (lambda L, x, s: x.scatter_reduce(
+        1, _idx(L, IDX_G), s, "mean", include_self=False), [r(3, 4), r(2, 3)]),
+    "scatter_reduce_amax": (lambda L, x, s: L.scatter_reduce(x, 1, _idx(L, IDX_G), s, "amax"),
+                            [r(3, 4), r(2, 3)]),
+    "scatter_reduce_amin_noself": (lambda L, x, s: L.scatter_reduce(
+        x, 0, _idx(L, [[2, 0, 2, 1]]), s, "amin", include_self=False), [r(3, 4), r(1, 4)]),
     "index_select": (lambda L, x: L.index_select(x, 0, _idx(L, [2, 0, 2])), [r(3, 4)]),
     "index_select_last": (lambda L, x: x.index_select(-1, _idx(L, [1, 1, 0, 3])), [r(2, 4)]),
     "index_add": (lambda L, x, s: L.index_add(x, 1, _idx(L, [2, 0, 2]), s), [r(2, 4), r(2, 3)]),
@@ -377,3 +385,37 @@ def test_parallel_engine_is_bitwise_equal_to_the_sequential_one():
         (ga,) = eng.grad(loss(), [a], create_graph=True)
         got2 = eng.grad(ga.sum(), [a, b])
     assert_bitwise(want2, got2)
+
+
+def test_scatter_reduce_ties_and_reduce_argument_match_torch():
+    """amax/amin ties share the gradient as PyTorch splits it (its count includes input's
+    element whenever it equals the result, even without include_self); scatter's
+    reduce="add"; 'prod' and 'multiply' are refused by name."""
+    rng = np.random.default_rng(5)
+    for reduce in ("amax", "amin"):
+        for include_self in (True, False):
+            x, src = np.round(rng.standard_normal((4, 5))), np.round(rng.standard_normal((3, 5)))
+            idx = rng.integers(0, 4, (3, 5))
+            xp, sp = pa.tensor(x, requires_grad=True), pa.tensor(src, requires_grad=True)
+            xt, st = torch.tensor(x, requires_grad=True), torch.tensor(src, requires_grad=True)
+            yp = pa.scatter_reduce(xp, 0, idx, sp, reduce, include_self=include_self)
+            yt = torch.scatter_reduce(xt, 0, torch.tensor(idx), st, reduce,
+                                      include_self=include_self)
+            g = rng.standard_normal((4, 5))
+            pa.backward(yp, g)
+            yt.backward(torch.tensor(g))
+            assert np.array_equal(yp.data, yt.detach().numpy())
+            np.testing.assert_allclose(xp.grad, xt.grad.numpy(), rtol=1e-14, atol=1e-15)
+            np.testing.assert_allclose(sp.grad, st.grad.numpy(), rtol=1e-14, atol=1e-15)
+    x, idx = np.zeros((3, 4)), np.array([[0, 1, 0, 2], [0, 0, 1, 2]])
+    src = np.arange(8.0).reshape(2, 4)
+    want = torch.zeros(3, 4).double().scatter_add(0, torch.tensor(idx), torch.tensor(src))
+    assert np.array_equal(pa.scatter(pa.tensor(x), 0, idx, src, reduce="add").data, want)
+    with pytest.raises(NotImplementedError, match="prod"):
+        pa.scatter_reduce(pa.tensor(x), 0, idx, src, "prod")
+    with pytest.raises(NotImplementedError, match="multiply"):
+        pa.scatter(pa.tensor(x), 0, idx, src, reduce="multiply")
+    with pytest.raises(ValueError, match="reduce must be one of"):
+        pa.scatter_reduce(pa.tensor(x), 0, idx, src, "max")
+    with pytest.raises(IndexError, match="out of bounds"):
+        pa.scatter_reduce(pa.tensor(x), 0, idx + 3, src, "sum")

@@ -493,12 +493,15 @@ _graph(_scatter, _scatter_x_form, _scatter_src_form)
 _graph(_scatter_value, _scatter_x_form)
 
 
-def scatter(input, dim: int, index, src=None, value=None) -> Tensor:
+def scatter(input, dim: int, index, src=None, value=None, *, reduce: str | None = None) -> Tensor:
     """A copy of `input` with `src[i][j][k]` written at `[i][index[i][j][k]][k]` for dim=1
     (or the number `value` at every `index` place: `scatter(x, dim, index, 2.0)` works
     too). Where `index` names an element twice, PyTorch leaves the result undefined; here
     the last write in index order wins, and only the `src` positions that won get a
-    gradient."""
+    gradient. `reduce="add"` adds instead of writing (repeats accumulate: `scatter_reduce`
+    with "sum"); "multiply" is not provided."""
+    if reduce is not None:
+        return _scatter_with_reduce(input, dim, index, src, value, reduce)
     if src is not None and value is not None:
         raise TypeError("scatter: give src or value, not both")
     if src is not None and not isinstance(src, (Tensor, np.ndarray, list)):
@@ -933,3 +936,89 @@ def chunk(input, chunks: int, dim: int = 0) -> tuple:
         return tuple(S.getitem(input, (slice(None),) * d + (slice(0, 0),))
                      for _ in range(int(chunks)))
     return tuple(S.split(input, -(-n // int(chunks)), axis=d))
+
+
+# ---- scatter_reduce ---------------------------------------------------------------------------
+def _scatter_with_reduce(input, dim, index, src, value, reduce):
+    """PyTorch's `scatter(..., reduce=)`: "add" is scatter_reduce's "sum" with input's own
+    values (a number `value` is sent from every index place)."""
+    if reduce == "multiply":
+        raise NotImplementedError("scatter: reduce='multiply' is not provided")
+    if reduce != "add":
+        raise ValueError(f"scatter: reduce must be 'add' or 'multiply', got {reduce!r}")
+    if src is not None and not isinstance(src, (Tensor, np.ndarray, list)):
+        src, value = None, src
+    if (src is None) == (value is None):
+        raise TypeError("scatter: give src or value")
+    if src is None:
+        src = np.full(_indices(index, "scatter").shape, value, _data(input).dtype)
+    return scatter_reduce(input, dim, index, src, "sum")
+
+
+_REDUCES = ("sum", "mean", "amax", "amin")
+
+
+def _value_of(e, value):
+    return value
+
+
+# `value` as the result, the gradient of `e` as its gradient: how amax/amin give PyTorch's
+# evenly split gradient to their tied maxima without rounding the value
+_with_value = primitive("scatter_reduce", _value_of, lambda g, ans, e, value: g)
+_graph(_with_value, lambda g, ans, e, value: g)
+
+
+def scatter_reduce(input, dim: int, index, src, reduce: str, *,
+                   include_self: bool = True) -> Tensor:
+    """PyTorch's `scatter_reduce`: a copy of `input` where each element `index` names (along
+    `dim`, as in scatter_add) becomes the `reduce` of the `src` values sent to it, and of its
+    own value when `include_self`. reduce: "sum", "mean" (the count includes self when
+    `include_self`), "amax", "amin" (ties share the gradient evenly, as in PyTorch). Elements
+    no index names keep input's value. Composed of differentiable ops (scatter_add, where,
+    products with constant masks), so every order of gradient works. "prod" is not provided
+    (NotImplementedError)."""
+    if reduce == "prod":
+        raise NotImplementedError("scatter_reduce: reduce='prod' is not provided (its higher "
+                                  "derivatives need a product of the others per element)")
+    if reduce not in _REDUCES:
+        raise ValueError(f"scatter_reduce: reduce must be one of {_REDUCES + ('prod',)}, got "
+                         f"{reduce!r}")
+    x, s = _data(input), _data(src)
+    idx = _indices(index, "scatter_reduce")
+    d = _dim(dim, x.ndim, "scatter_reduce")
+    _check_index(x, d, idx, "scatter_reduce", s)
+    if x.dtype.kind != "f":
+        raise TypeError(f"scatter_reduce: input must be floating, got {x.dtype}")
+    grid = _grid(idx, d)
+    part = s[_lead(idx.shape)].astype(x.dtype, copy=False)
+    touched = np.zeros(x.shape, bool)
+    touched[grid] = True
+    base = input if include_self else E.where(touched, np.zeros((), x.dtype), input)
+    if reduce in ("sum", "mean"):
+        total = scatter_add(base, d, idx, src)
+        if reduce == "sum":
+            return total
+        count = np.zeros(x.shape, x.dtype)
+        np.add.at(count, grid, 1)
+        count += include_self
+        count[count == 0] = 1  # untouched (without self): total is input's value there
+        return total / count
+    # amax / amin: the value by numpy's ufunc.at, the gradient split among the ties
+    big = np.maximum if reduce == "amax" else np.minimum
+    value = x.copy()
+    if not include_self:
+        value[touched] = -np.inf if reduce == "amax" else np.inf
+    big.at(value, grid, part)
+    # PyTorch's split: the count of ties includes input's element whenever it equals the
+    # result, even without include_self (whose share then goes nowhere)
+    self_ties = x == value
+    self_wins = self_ties & (include_self | ~touched)
+    src_wins = part == value[grid]
+    ties = self_ties.astype(x.dtype)
+    np.add.at(ties, grid, src_wins)
+    share = 1.0 / np.where(ties == 0, 1, ties)
+    src_lead = S.getitem(src, _lead(idx.shape)) if isinstance(src, Tensor) else part
+    e = input * (self_wins * share) + _scatter_add(
+        np.zeros(x.shape, x.dtype), _same_dtype(src_lead, x.dtype) * (src_wins * share[grid]),
+        dim=d, index=idx)
+    return _with_value(e, value=value)
