@@ -42,6 +42,7 @@ __all__ = [
     "group_norm", "local_response_norm",
     "softplus", "softsign", "mish", "elu", "selu", "celu", "hardtanh", "hardsigmoid",
     "hardswish", "logsigmoid", "prelu", "glu", "pad", "max_unpool1d", "max_unpool2d",
+    "max_pool3d", "avg_pool3d", "adaptive_max_pool3d", "adaptive_avg_pool3d",
 ]
 
 
@@ -744,3 +745,5 @@ from ._resample import (adaptive_avg_pool1d, adaptive_avg_pool2d, interpolate,  
                         pixel_shuffle, pixel_unshuffle, upsample)
 from ._pad import pad  # noqa: E402
 from ._unpool import max_unpool1d, max_unpool2d  # noqa: E402
+from ._pool3d import (adaptive_avg_pool3d, adaptive_max_pool3d, avg_pool3d,  # noqa: E402
+                      max_pool3d)

@@ -14,29 +14,27 @@ from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, HuberLoss, K
 from .norm import LayerNorm, RMSNorm
 from .norm import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, InstanceNorm1d,
                    InstanceNorm2d, InstanceNorm3d, LocalResponseNorm)
-from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool1d,
-                      AdaptiveMaxPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d,
-                      MaxUnpool1d, MaxUnpool2d, PixelShuffle, PixelUnshuffle, Upsample)
+from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d,
+                      AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d, AvgPool1d,
+                      AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d, MaxPool3d, MaxUnpool1d,
+                      MaxUnpool2d, PixelShuffle, PixelUnshuffle, Upsample)
 from .attention import MultiheadAttention
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .sparse import Embedding
 
 __all__ = [
-    "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
-    "AvgPool1d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "BCELoss",
-    "BCEWithLogitsLoss", "CELU", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
-    "ConvTranspose2d", "ConvTranspose3d", "CosineEmbeddingLoss", "CrossEntropyLoss", "Dropout",
-    "ELU", "Embedding", "Flatten", "Fold", "GELU", "GLU", "GroupNorm", "GRU", "GRUCell",
-    "Hardsigmoid",
-    "Hardswish", "Hardtanh", "HuberLoss", "Identity", "InstanceNorm1d", "InstanceNorm2d",
-    "InstanceNorm3d", "KLDivLoss", "L1Loss", "LayerNorm", "LeakyReLU", "Linear",
-    "LocalResponseNorm", "LogSigmoid", "LogSoftmax", "LSTM", "LSTMCell", "MarginRankingLoss",
-    "MaxPool1d",
-    "MaxPool2d", "MaxUnpool1d", "MaxUnpool2d", "Mish", "ModuleDict", "ModuleList", "MSELoss",
-    "MultiheadAttention",
-    "NLLLoss", "ParameterDict", "ParameterList", "PixelShuffle", "PixelUnshuffle", "PReLU",
-    "ReLU", "RMSNorm", "RNN", "RNNBase", "RNNCell", "RNNCellBase", "SELU", "Sequential",
-    "Sigmoid", "SiLU",
-    "SmoothL1Loss", "Softmax", "Softplus", "Softsign", "Tanh", "TripletMarginLoss", "Unfold",
-    "Upsample",
+    "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
+    "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "BCELoss", "BCEWithLogitsLoss", "CELU",
+    "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
+    "CosineEmbeddingLoss", "CrossEntropyLoss", "Dropout", "ELU", "Embedding", "Flatten",
+    "Fold", "GELU", "GLU", "GroupNorm", "GRU", "GRUCell", "Hardsigmoid", "Hardswish",
+    "Hardtanh", "HuberLoss", "Identity", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
+    "KLDivLoss", "L1Loss", "LayerNorm", "LeakyReLU", "Linear", "LocalResponseNorm",
+    "LogSigmoid", "LogSoftmax", "LSTM", "LSTMCell", "MarginRankingLoss", "MaxPool1d",
+    "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "Mish", "ModuleDict", "ModuleList",
+    "MSELoss", "MultiheadAttention", "NLLLoss", "ParameterDict", "ParameterList",
+    "PixelShuffle", "PixelUnshuffle", "PReLU", "ReLU", "RMSNorm", "RNN", "RNNBase", "RNNCell",
+    "RNNCellBase", "SELU", "Sequential", "Sigmoid", "SiLU", "SmoothL1Loss", "Softmax",
+    "Softplus", "Softsign", "Tanh", "TripletMarginLoss", "Unfold", "Upsample",
 ]

@@ -203,6 +203,44 @@ class AdaptiveMaxPool2d(_AdaptivePool):
         return F.adaptive_max_pool2d(input, self.output_size, self.return_indices)
 
 
+class MaxPool3d(_MaxPoolNd):
+    """Max over sliding windows of (N, C, D, H, W) input (PyTorch's `nn.MaxPool3d`); args as
+    `MaxPool2d`'s with triples; `return_indices` gives flat indices in the (D, H, W) volume."""
+
+    def forward(self, input):
+        """Max pooling of `input` (N, C, D, H, W) or (C, D, H, W)."""
+        return F.max_pool3d(input, self.kernel_size, self.stride, self.padding,
+                            self.dilation, self.ceil_mode, self.return_indices)
+
+
+class AvgPool3d(AvgPool2d):
+    """Mean over sliding windows of (N, C, D, H, W) input (PyTorch's `nn.AvgPool3d`); args
+    as `AvgPool2d`'s with triples."""
+
+    def forward(self, input):
+        """Average pooling of `input` (N, C, D, H, W) or (C, D, H, W)."""
+        return F.avg_pool3d(input, self.kernel_size, self.stride, self.padding,
+                            self.ceil_mode, self.count_include_pad, self.divisor_override)
+
+
+class AdaptiveAvgPool3d(_AdaptivePool):
+    """Mean over adaptive windows of (N, C, D, H, W) input giving `output_size` (int or
+    triple; None keeps that size) (PyTorch's `nn.AdaptiveAvgPool3d`)."""
+
+    def forward(self, input):
+        """Adaptive average pooling of `input`."""
+        return F.adaptive_avg_pool3d(input, self.output_size)
+
+
+class AdaptiveMaxPool3d(AdaptiveMaxPool2d):
+    """Max over adaptive windows of (N, C, D, H, W) input (PyTorch's
+    `nn.AdaptiveMaxPool3d`); `return_indices` gives flat indices in the volume."""
+
+    def forward(self, input):
+        """Adaptive max pooling of `input`."""
+        return F.adaptive_max_pool3d(input, self.output_size, self.return_indices)
+
+
 class Upsample(Module):
     """Resample the spatial dims of (N, C, *spatial) input (PyTorch's `nn.Upsample`,
     `F.interpolate`): `size` or `scale_factor`; mode 'nearest' (default),
