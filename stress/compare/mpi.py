@@ -13,7 +13,8 @@ rank's (ranks start each sample together, after a barrier).
    backward), "serial" (the same DDP, every bucket started after the backward: no overlap)
    and "comm" (blocking all-reduces of the bucket buffers alone). Hidden share of the
    synchronisation = (serial - ddp) / (serial - local): the part of what synchronising costs
-   that overlap removes, with its interval (paired by round). Then one profiled ddp step: the merged
+   that overlap removes, with its interval (paired by round). Then one profiled ddp step (its
+   picture with `--plot`, matplotlib): the merged
    Chrome trace of all ranks (`--trace`), and from it the share of the backward still to run
    when the first bucket's all-reduce starts, and the exposed wait.
 3. Scaling model for 1..64 ranks: step(p) = compute(1 rank, whole batch) / p + copies +
@@ -168,7 +169,45 @@ def single_rank(step: Step, reps: int) -> list:
     return t.tolist()
 
 
-def profiled(step: Step, path: str) -> dict:
+def plot_trace(trace: dict, path: str) -> None:
+    """The merged timeline as a PNG: one lane per rank and thread (and the ranks'
+    "MPI communication" tracks), the backward's nodes grey, the all-reduces coloured."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot needs matplotlib: pip install 'parallel_autograd[compare]'",
+              file=sys.stderr)
+        return
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    t0 = min(e["ts"] for e in spans)
+    lanes = sorted({(e["pid"], e["tid"]) for e in spans},
+                   key=lambda k: (k[0], names.get(k, "") == "MPI communication"))
+    fig, ax = plt.subplots(figsize=(11, 1 + 0.6 * len(lanes)))
+    for y, lane in enumerate(lanes):
+        for e in spans:
+            if (e["pid"], e["tid"]) != lane:
+                continue
+            comm = e["name"].startswith("all-reduce")
+            wait = e["name"].startswith("DDP")
+            color = "C1" if comm else "C3" if wait else "0.6"
+            ax.broken_barh([((e["ts"] - t0) / 1e3, max(e["dur"], 1) / 1e3)], (y - 0.4, 0.8),
+                           color=color, edgecolor="white", linewidth=0.3)
+    ax.set_yticks(range(len(lanes)))
+    ax.set_yticklabels([f"rank {p}: {names.get((p, t), t)}" for p, t in lanes])
+    ax.set_xlabel("ms")
+    ax.invert_yaxis()
+    ax.set_title("one DDP step: backward nodes (grey), bucket all-reduces from start to "
+                 "completion (orange), DDP's final wait (red)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def profiled(step: Step, path: str, plot: str | None = None) -> dict:
     """One profiled ddp step: the merged trace, and what it says about overlap."""
     with pa.profile() as prof:
         t0 = prof.now()
@@ -177,6 +216,8 @@ def profiled(step: Step, path: str) -> dict:
     trace = dist.export_chrome_trace(prof, path)
     if trace is None:
         return {}
+    if plot:
+        plot_trace(trace, plot)
     ev = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["pid"] == 0]
     starts = [e["ts"] for e in ev if e["name"].startswith("start all-reduce")]
     nodes = [e for e in ev if not e["name"].startswith(("start all-", "all-reduce", "DDP"))]
@@ -300,6 +341,7 @@ def main(argv=None) -> int:
     p.add_argument("--trace", default=os.path.join(tempfile.gettempdir(),
                                                    "parallel_autograd_mpi_trace.json"))
     p.add_argument("--out", help="write every sample as JSON here")
+    p.add_argument("--plot", help="draw the profiled step's timeline (PNG, needs matplotlib)")
     args = p.parse_args(argv)
     if args.quick:
         args.reps, args.width, args.layers = 5, 512, 4
@@ -316,7 +358,7 @@ def main(argv=None) -> int:
         sizes = allreduce_sizes(args.reps)
         over = overlap(step, args.reps)
         single = single_rank(step, args.reps)
-        prof = profiled(step, args.trace)
+        prof = profiled(step, args.trace, args.plot)
     if dist.rank() == 0:
         out = report(args, w, sizes, over, single, prof, step)
         if args.out:
