@@ -117,15 +117,24 @@ def complete_gradient(node, g, owned: bool, sink: Sink):
     return g if runs is None or node in runs else None
 
 
-ASSIGN = 2  # `owned` of a staged gradient a grad-ready hook took over: `.grad` becomes it
+class _TakenOver:
+    """The `owned` of a staged gradient a grad-ready hook took over: `.grad` becomes it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ASSIGN"
+
+
+ASSIGN = _TakenOver()
 
 
 def run_ready_hooks(t: Tensor, g):
     """Call `t`'s grad-ready hooks (`Tensor.register_grad_ready_hook`) with the pass's final
-    gradient `g` of leaf `t`; returns what to stage: `(g, False)` (a hook saw `g`, so `.grad`
-    gets a copy if it adopts it), or `(value,
-    ASSIGN)` when a hook returned the value `.grad` is to become (it took over the
-    accumulation, e.g. DistributedDataParallel's averaged bucket slot)."""
+    gradient `g` of leaf `t`; returns what to stage: `(g, False)` (a hook saw `g`: `.grad`
+    adopts it only if nothing else holds it), or `(value, ASSIGN)` when a hook returned the
+    value `.grad` is to become (it took over the accumulation, e.g.
+    DistributedDataParallel's averaged bucket slot)."""
     taken = None
     for fn in list(t._ready_hooks):
         r = fn(t, g)
