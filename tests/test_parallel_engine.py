@@ -833,3 +833,11 @@ def test_ctrl_c_in_waiting_caller_cancels_call_cleanly(engine):
     time.sleep(0.3)
     engine.backward((x * 2).sum())  # still serving
     assert np.array_equal(x.grad, np.full(3, 2.0))
+
+
+def test_grad_parallel_returns_stats_when_asked():
+    x = pa.tensor(np.random.default_rng(0).standard_normal((64, 64)), requires_grad=True)
+    loss = (x.tanh() * x.sin()).sum()
+    grads, st = pa.grad_parallel(loss, [x], retain_graph=True, stats=True)
+    assert st.nodes >= 3 and st.mode in ("parallel", "sequential") and st.elapsed > 0
+    assert np.array_equal(grads[0], pa.grad(loss, [x])[0])

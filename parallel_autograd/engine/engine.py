@@ -287,10 +287,14 @@ def backward_parallel(root, grad=None, num_workers: int | None = None,
 
 def grad_parallel(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
                   allow_unused: bool = False, num_workers: int | None = None,
-                  create_graph: bool = False):
-    """`grad` on the parallel engine (`create_graph` as in `grad`)."""
+                  create_graph: bool = False, stats: bool = False):
+    """`grad` on the parallel engine (`create_graph` as in `grad`). With `stats=True`
+    returns `(grads, CallStats)`, as `Engine.grad` and `backward_parallel` do.
+
+    Safe to call from many threads at once and from inside hooks or Function.backward
+    (reentrant)."""
     return default_engine(num_workers).grad(outputs, inputs, grad_outputs, retain_graph,
-                                            allow_unused, create_graph=create_graph)
+                                            allow_unused, stats, create_graph=create_graph)
 
 
 def _after_fork_in_child() -> None:
