@@ -19,6 +19,21 @@ from ...tensor import Tensor
 from ._utils import empty_parameter, float_dtype
 
 
+def _check_args(name: str, sizes: dict, flags: dict, device) -> None:
+    """PyTorch's argument errors of the recurrent layers and cells: sizes positive ints,
+    flags bools, and only the CPU."""
+    for what, v in sizes.items():
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{name}: {what} should be of type int, got: {type(v).__name__}")
+        if v <= 0:
+            raise ValueError(f"{name}: {what} must be greater than zero, got {v}")
+    for what, v in flags.items():
+        if not isinstance(v, bool):
+            raise TypeError(f"{name}: {what} should be of type bool, got: {type(v).__name__}")
+    if device not in (None, "cpu"):
+        raise ValueError(f"{name}: only the CPU exists here, got device {device!r}")
+
+
 class RNNBase(Module):
     """The shared part of `RNN`, `LSTM` and `GRU` (PyTorch's `nn.RNNBase`).
 
@@ -35,18 +50,10 @@ class RNNBase(Module):
                  generator: np.random.Generator | None = None) -> None:
         super().__init__()
         name = {"RNN_TANH": "RNN", "RNN_RELU": "RNN"}.get(mode, mode)
-        for what, v in (("input_size", input_size), ("hidden_size", hidden_size),
-                        ("num_layers", num_layers)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"{name}: {what} should be of type int, got: "
-                                f"{type(v).__name__}")
-            if v <= 0:
-                raise ValueError(f"{name}: {what} must be greater than zero, got {v}")
-        for what, v in (("bias", bias), ("batch_first", batch_first),
-                        ("bidirectional", bidirectional)):
-            if not isinstance(v, bool):
-                raise TypeError(f"{name}: {what} should be of type bool, got: "
-                                f"{type(v).__name__}")
+        _check_args(name, dict(input_size=input_size, hidden_size=hidden_size,
+                               num_layers=num_layers),
+                    dict(bias=bias, batch_first=batch_first, bidirectional=bidirectional),
+                    None)
         if (not isinstance(dropout, numbers.Number) or isinstance(dropout, bool)
                 or not 0 <= dropout <= 1):
             raise ValueError(f"{name}: dropout should be a number in range [0, 1] "
@@ -55,8 +62,7 @@ class RNNBase(Module):
         if proj_size != 0:
             raise ValueError(f"{name}: proj_size (LSTM projections) is not supported, "
                              f"got {proj_size!r}")
-        if device not in (None, "cpu"):
-            raise ValueError(f"{name}: only the CPU exists here, got device {device!r}")
+        _check_args(name, {}, {}, device)
         if dropout > 0 and num_layers == 1:
             warnings.warn("dropout option adds dropout after all but last recurrent layer, "
                           "so non-zero dropout expects num_layers greater than 1, but got "
@@ -269,16 +275,8 @@ class RNNCellBase(Module):
                  device=None, dtype=None, generator: np.random.Generator | None = None) -> None:
         super().__init__()
         name = type(self).__name__
-        for what, v in (("input_size", input_size), ("hidden_size", hidden_size)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"{name}: {what} should be of type int, got: "
-                                f"{type(v).__name__}")
-            if v <= 0:
-                raise ValueError(f"{name}: {what} must be greater than zero, got {v}")
-        if not isinstance(bias, bool):
-            raise TypeError(f"{name}: bias should be of type bool, got: {type(bias).__name__}")
-        if device not in (None, "cpu"):
-            raise ValueError(f"{name}: only the CPU exists here, got device {device!r}")
+        _check_args(name, dict(input_size=input_size, hidden_size=hidden_size),
+                    dict(bias=bias), device)
         self.mode = mode
         self.input_size, self.hidden_size, self.bias = int(input_size), int(hidden_size), bias
         dt = float_dtype(dtype, name)
@@ -293,11 +291,7 @@ class RNNCellBase(Module):
             self.register_parameter("bias_hh", None)
         self.reset_parameters(generator)
 
-    def reset_parameters(self, generator: np.random.Generator | None = None) -> None:
-        """Every parameter from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))."""
-        stdv = 1.0 / math.sqrt(self.hidden_size)
-        for p in self.parameters():
-            init.uniform_(p, -stdv, stdv, generator)
+    reset_parameters = RNNBase.reset_parameters
 
     def _step(self, input, states: tuple) -> tuple:
         """One step: the new states (h, or h and c), shaped like the input's batch."""

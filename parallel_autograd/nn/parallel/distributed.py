@@ -40,8 +40,9 @@ from run to run, so the averages are bitwise reproducible for a given world size
 a single-process run on the whole batch up to rounding (the order of the additions differs).
 
 Thread safety: the hooks run concurrently on the engine's threads; the module's state is
-guarded by `self._lock` (bucket bookkeeping and MPI calls only, never numpy work). One
-backward at a time may reach the module's parameters.
+guarded by `self._lock` (bucket bookkeeping and starting requests, never numpy work); the
+progress callbacks test started requests under `self._testing` only (a Test can copy
+megabytes). One backward at a time may reach the module's parameters.
 """
 from __future__ import annotations
 
@@ -136,6 +137,10 @@ class DistributedDataParallel(Module):
         self.timeout = timeout
         self.require_backward_grad_sync = True
         self._lock = threading.Lock()
+        # one tester of the started requests at a time (MPI must not test a request from two
+        # threads), apart from _lock: a Test may copy megabytes (shared-memory transfers run
+        # inside it), which must not stall the hooks filling other buckets
+        self._testing = threading.Lock()
         self._armed = False  # the next backward synchronises (set by forward)
         self._overlap = True  # start buckets during the backward (False: at its end; the
         # benchmark's baseline without overlap)
@@ -256,12 +261,12 @@ class DistributedDataParallel(Module):
 
     def _progress(self) -> None:
         """Before each node (any thread): test started requests so MPI moves them on."""
-        if self._next == 0 or not self._lock.acquire(blocking=False):
+        if self._next == 0 or not self._testing.acquire(blocking=False):
             return
         try:
             self._test_started()
         finally:
-            self._lock.release()
+            self._testing.release()
 
     def _test_started(self) -> None:
         g = self.group
