@@ -50,6 +50,7 @@ import numpy as np
 
 from .engine.cost import gemm_cost
 from .grad_mode import is_grad_enabled
+from .memory import empty, empty_like
 from .memory import matmul as _mm
 from .node import graph_input
 from .ops import elementwise as E
@@ -642,26 +643,61 @@ def svdvals(A, *, driver=None) -> Tensor:
 
 
 # ---- qr ----------------------------------------------------------------------------------
-def _copyltu(m: np.ndarray) -> np.ndarray:
-    """tril(m) + tril(m, -1)^T: 2 passes."""
-    c = np.tril(m)
-    c += _T(np.tril(m, -1))
-    return c
+_ROW_BLOCK = 64               # rows per block of _matmul_right_inplace: a GEMM BLAS runs
+_ROW_BLOCK_BYTES = 1 << 18    # at full speed, in a buffer of at most 256 KiB
 
 
-def _qr_core(gq, gr, q, r):
+def _matmul_right_inplace(b: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """b <- b @ m for a square m, in place: rows in blocks of at most _ROW_BLOCK rows and
+    _ROW_BLOCK_BYTES (but one row of every matrix of the batch) through one block-sized
+    buffer; one GEMM per block and one copy back: 2 passes over b."""
+    rows, k = b.shape[-2:]
+    per_row = max(1, b.size // max(rows, 1)) * b.itemsize
+    step = max(1, min(rows, _ROW_BLOCK, _ROW_BLOCK_BYTES // per_row))
+    buf = empty(b.shape[:-2] + (step, k), b.dtype)
+    for i in range(0, rows, step):
+        j = min(rows, i + step)
+        part = buf[..., :j - i, :]
+        np.matmul(b[..., i:j, :], m, out=part)
+        b[..., i:j, :] = part
+    return b
+
+
+def _copyltu_inplace(m: np.ndarray) -> np.ndarray:
+    """m <- tril(m) + tril(m, -1)^T in place: each row's upper part from the column
+    below the diagonal (one pass over the upper triangle)."""
+    k = m.shape[-1]
+    for i in range(k - 1):
+        m[..., i, i + 1:] = m[..., i + 1:, i]
+    return m
+
+
+def _qr_finish(out, gq, r):
+    """out <- (out + gQ) R^-T in place (out m x k): one pass adding gQ (if any), R's
+    inverse (k x k) and 2 passes applying it by row blocks."""
+    if gq is not None:
+        out += gq
+    rinv = np.linalg.inv(r)          # R is triangular and invertible where QR has a rule
+    return _matmul_right_inplace(out, _T(rinv))
+
+
+def _qr_core(gq, gr, q, r, out=None):
     """(gQ + Q copyltu(R gR^T - gQ^T Q)) R^-T for Q m x k, R k x k (either g may be
-    None): 2-4 GEMMs and one solve."""
+    None), written into `out` (m x k, or a new array): 2-4 GEMMs and R's inverse; beyond
+    the result only k x k matrices and one row block."""
     m = None
     if gr is not None:
         m = _mm(r, _T(gr))
     if gq is not None:
         t = _mm(_T(gq), q)
         m = np.negative(t, out=t) if m is None else np.subtract(m, t, out=m)
-    b = _mm(q, _copyltu(m))
-    if gq is not None:
-        b += gq
-    return _T(np.linalg.solve(r, _T(b)))
+        del t
+    if out is None:
+        out = empty(np.broadcast_shapes(q.shape[:-2], m.shape[:-2]) + q.shape[-2:],
+                    np.result_type(q, m))
+    np.matmul(q, _copyltu_inplace(m), out=out)
+    del m                            # before R's inverse: one k x k at a time
+    return _qr_finish(out, gq, r)
 
 
 def _qr_check(mode, q, r):
@@ -680,7 +716,7 @@ def _qr_q_vjp(g, q, r, mode):
     if m >= n:
         return _qr_core(g, None, q, r)
     out = np.zeros(g.shape[:-2] + (m, n), np.result_type(g, q))
-    out[..., :m] = _qr_core(g, None, q, r[..., :m])
+    _qr_core(g, None, q, r[..., :m], out=out[..., :m])
     return out
 
 
@@ -689,12 +725,22 @@ def _qr_r_vjp(g, q, r, mode):
     m, n = q.shape[-2], r.shape[-1]
     if m >= n:
         return _qr_core(None, g, q, r)
-    # A = [X | Y]: X = Q R1 (square), Y = Q R2, so gY = Q gR2 and X sees gQ = Y gR2^T
+    # A = [X | Y]: X = Q R1 (square), Y = Q R2, so gY = Q gR2 and X sees gQ = Q R2 gR2^T
     g1, g2 = g[..., :m], g[..., m:]
-    y = _mm(q, r[..., m:])
-    out = np.empty(g.shape[:-2] + (m, n), np.result_type(g, q))
-    out[..., :m] = _qr_core(_mm(y, _T(g2)), g1, q, r[..., :m])
-    out[..., m:] = _mm(q, g2)
+    out = empty(g.shape[:-2] + (m, n), np.result_type(g, q))
+    # X sees gQ = Y gR2^T = Q s with s = R2 gR2^T; Q is square here (Q^T Q = I), so
+    # gQ^T Q = s^T and gQ + Q copyltu(M) = Q (copyltu(M) + s): no m x m product with Q
+    np.matmul(q, g2, out=out[..., m:])          # Q gR2, the gradient of Y
+    s = _mm(r[..., m:], _T(g2))
+    r1 = r[..., :m]
+    c = _mm(r1, _T(g1))
+    c -= _T(s)                                  # M = R1 gR1^T - s^T
+    c = _copyltu_inplace(c)
+    c += s
+    del s
+    np.matmul(q, c, out=out[..., :m])
+    del c
+    _qr_finish(out[..., :m], None, r1)
     return out
 
 
@@ -766,26 +812,40 @@ def qr(A, mode: str = "reduced") -> QRResult:
 
 
 # ---- pinv --------------------------------------------------------------------------------
-def _pinv_vjp(g, ans, a):
-    # torch's pinv_backward (constant rank), the products grouped to the smaller side:
-    # 6-7 GEMMs
-    m, n = a.shape[-2:]
-    ph, gh = _T(ans), _T(g)
-    if m <= n:
-        k = _mm(gh, ans)
-        kph = _mm(k, ph)
-        out = _mm(_mm(ph, ans), gh - _mm(k, a))
-        out -= _T(_mm(ans, k))
-        out += kph
-        out -= _mm(_mm(a, ans), kph)
-        return out
-    k = _mm(ans, gh)
-    phk = _mm(ph, k)
-    out = _mm(_mm(gh - _mm(a, k), ans), ph)
-    out -= _T(_mm(k, ans))
-    out += phk
-    out -= _mm(_mm(phk, ans), a)
+def _pinv_tall(gh, p, a, own_gh: bool = False) -> np.ndarray:
+    """torch's pinv_backward for A m x n with m >= n (P = pinv(A) n x m, gh = g^T m x n),
+    regrouped so that every m-sized product has an n x n factor (no m x m matrix):
+
+        gA = (gh - A K) P P^T + P^T (K (I - P A) - K^T),   K = P gh (n x n).
+
+    7 GEMMs (six of m n^2, one n^3) where torch's grouping has four of m^2 n. Beyond the
+    result, at most three n x n work matrices, or one m x n (none when `own_gh`: gh is
+    the caller's scratch and is overwritten) and two n x n."""
+    k = _mm(p, gh)
+    w = _mm(p, a)                               # I - P A, in place
+    np.negative(w, out=w)
+    n = w.shape[-1]
+    w.reshape(w.shape[:-2] + (n * n,))[..., ::n + 1] += 1
+    z = _mm(k, w)
+    z -= _T(k)                                  # K (I - P A) - K^T
+    out = empty(np.broadcast_shapes(gh.shape, a.shape), np.result_type(gh, p))
+    np.matmul(a, k, out=out)
+    del k
+    pp = np.matmul(p, _T(p), out=w)             # P P^T, in w's buffer (both P's batch)
+    t = gh if own_gh and gh.shape == out.shape else empty_like(out)
+    np.subtract(gh, out, out=t)                 # gh - A K: 1 pass
+    np.matmul(t, pp, out=out)
+    del pp, w
+    np.matmul(_T(p), z, out=t)
+    out += t                                    # 1 pass
     return out
+
+
+def _pinv_vjp(g, ans, a):
+    if a.shape[-2] >= a.shape[-1]:
+        return _pinv_tall(_T(g), ans, a)
+    # the wide case is the tall one of A^T: pinv(A^T) = pinv(A)^T
+    return _T(_pinv_tall(g, _T(ans), _T(a)))
 
 
 def _pinv_graph(g, ans, A) -> Tensor:
@@ -850,7 +910,8 @@ def pinv(A, *, atol=None, rtol=None, hermitian: bool = False) -> Tensor:
         tol = np.maximum(at, rt * s[..., :1]) if s.shape[-1] else at
         with np.errstate(divide="ignore"):
             sinv = np.where(s > tol, 1.0 / s, 0.0).astype(a.dtype)
-        out = _mm(_T(vh) * sinv[..., None, :], _T(u))
+        vh *= sinv[..., :, None]                # the SVD's own Vh, scaled in place
+        out = _mm(_T(vh), _T(u))
     return _record(name, np.asarray(out), (A,), (_pinv_vjp,), saved=(out, a), n=max(m, n))
 
 
@@ -859,10 +920,16 @@ _DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
 
 
 def _lstsq_joint(g, a, b, p, vector, needs, rcond):
-    # X = pinv(A) B: gA = pinv_backward(gX B^T), gB = pinv(A)^T gX
+    # X = pinv(A) B: gA = pinv_backward(gX B^T), gB = pinv(A)^T gX; the (transposed)
+    # gX B^T made here is pinv_backward's scratch
     gm = g[..., None] if vector else g
-    ga = _pinv_vjp(_mm(gm, _T(b[..., None] if vector else b)), p, a) if needs[0] else None
-    gb = None
+    bm = b[..., None] if vector else b
+    ga = gb = None
+    if needs[0]:
+        if a.shape[-2] >= a.shape[-1]:
+            ga = _pinv_tall(_mm(bm, _T(gm)), p, a, own_gh=True)
+        else:
+            ga = _T(_pinv_tall(_mm(gm, _T(bm)), _T(p), _T(a), own_gh=True))
     if needs[1]:
         gb = _mm(_T(p), gm)
         gb = gb[..., 0] if vector else gb
@@ -919,7 +986,8 @@ def lstsq(A, B, rcond=None, *, driver=None) -> LstsqResult:
     keep = s > rcond * s[..., :1] if s.shape[-1] else np.zeros(s.shape, bool)
     with np.errstate(divide="ignore"):
         sinv = np.where(keep, 1.0 / s, 0.0).astype(a.dtype)
-    p = _mm(_T(vh) * sinv[..., None, :], _T(u))   # pinv(A)
+    vh *= sinv[..., :, None]                      # the SVD's own Vh, scaled in place
+    p = _mm(_T(vh), _T(u))                        # pinv(A)
     x = _mm(p, bm)
     rank = keep.sum(-1).astype(np.int64)
     full = np.all(rank == min(m, n))

@@ -152,6 +152,17 @@ torch_cases = {
               [_rand(2, 5, 3), _rand(2, 5, 2)]),
     "lstsq_vec": (lambda a, b: LA.lstsq(a, b)[0], lambda t, a, b: t.linalg.lstsq(a, b)[0],
                   [_rand(2, 5, 3), _rand(2, 5)]),
+    # B's batch broadcast against A's: the rule's gX B^T has the wider batch
+    "lstsq_broadcast": (lambda a, b: LA.lstsq(a, b)[0], lambda t, a, b: t.linalg.lstsq(a, b)[0],
+                        [_rand(1, 5, 3), _rand(2, 5, 2)]),
+    "lstsq_broadcast_wide": (lambda a, b: LA.lstsq(a, b, driver="gelsd")[0],
+                             lambda t, a, b: t.linalg.lstsq(a, b, driver="gelsd")[0],
+                             [_rand(3, 1, 3, 5), _rand(1, 2, 3, 2)]),
+    # constant-rank formula at a rank-deficient matrix (as torch's pinv_backward)
+    "pinv_rank2_tall": (LA.pinv, lambda t, a: t.linalg.pinv(a),
+                        [_rand(5, 2) @ _rand(2, 3, seed=3)]),
+    "pinv_rank2_wide": (LA.pinv, lambda t, a: t.linalg.pinv(a),
+                        [_rand(2, 2) @ _rand(2, 5, seed=3)]),
     "lstsq_wide": (lambda a, b: LA.lstsq(a, b, driver="gelsd")[0],
                    lambda t, a, b: t.linalg.lstsq(a, b, driver="gelsd")[0],
                    [_rand(3, 5), _rand(3, 2)]),
