@@ -16,7 +16,8 @@ from .norm import (BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, InstanceNor
                    InstanceNorm2d, InstanceNorm3d, LocalResponseNorm)
 from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d,
                       AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d, AvgPool1d,
-                      AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d, MaxPool3d, MaxUnpool1d,
+                      AvgPool2d, AvgPool3d, LPPool1d, LPPool2d, LPPool3d, MaxPool1d,
+                      MaxPool2d, MaxPool3d, MaxUnpool1d,
                       MaxUnpool2d, PixelShuffle, PixelUnshuffle, Upsample)
 from .attention import MultiheadAttention
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
@@ -31,7 +32,8 @@ __all__ = [
     "Fold", "GELU", "GLU", "GroupNorm", "GRU", "GRUCell", "Hardsigmoid", "Hardswish",
     "Hardtanh", "HuberLoss", "Identity", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
     "KLDivLoss", "L1Loss", "LayerNorm", "LeakyReLU", "Linear", "LocalResponseNorm",
-    "LogSigmoid", "LogSoftmax", "LSTM", "LSTMCell", "MarginRankingLoss", "MaxPool1d",
+    "LogSigmoid", "LogSoftmax", "LPPool1d", "LPPool2d", "LPPool3d", "LSTM", "LSTMCell",
+    "MarginRankingLoss", "MaxPool1d",
     "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "Mish", "ModuleDict", "ModuleList",
     "MSELoss", "MultiheadAttention", "NLLLoss", "ParameterDict", "ParameterList",
     "PixelShuffle", "PixelUnshuffle", "PReLU", "ReLU", "RMSNorm", "RNN", "RNNBase", "RNNCell",

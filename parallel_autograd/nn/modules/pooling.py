@@ -1,6 +1,6 @@
 """Pooling and resampling layers: `MaxPool1d`, `MaxPool2d`, `AvgPool1d`, `AvgPool2d`,
 `AdaptiveAvgPool1d`, `AdaptiveAvgPool2d`, `AdaptiveMaxPool1d`, `AdaptiveMaxPool2d`,
-`Upsample`, `PixelShuffle`, `PixelUnshuffle`."""
+`LPPool1d`, `LPPool2d`, `LPPool3d`, `Upsample`, `PixelShuffle`, `PixelUnshuffle`."""
 from __future__ import annotations
 
 from .. import functional as F
@@ -221,6 +221,49 @@ class AvgPool3d(AvgPool2d):
         """Average pooling of `input` (N, C, D, H, W) or (C, D, H, W)."""
         return F.avg_pool3d(input, self.kernel_size, self.stride, self.padding,
                             self.ceil_mode, self.count_include_pad, self.divisor_override)
+
+
+class _LPPoolNd(Module):
+    def __init__(self, norm_type, kernel_size, stride=None, ceil_mode: bool = False) -> None:
+        super().__init__()
+        self.norm_type, self.kernel_size = norm_type, kernel_size
+        self.stride, self.ceil_mode = stride, ceil_mode     # None: kernel_size, as PyTorch
+
+    def extra_repr(self) -> str:
+        """PyTorch's: norm_type, kernel_size, stride, ceil_mode."""
+        return (f"norm_type={self.norm_type}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, ceil_mode={self.ceil_mode}")
+
+
+class LPPool1d(_LPPoolNd):
+    """The p-norm over sliding windows of (N, C, L) input (PyTorch's `nn.LPPool1d`):
+    (sum x^p)^(1/p) with p = norm_type; kernel_size, stride (default kernel_size),
+    ceil_mode; no padding."""
+
+    def forward(self, input):
+        """Power-average pooling of `input` (N, C, L) or (C, L)."""
+        return F.lp_pool1d(input, self.norm_type, self.kernel_size, self.stride,
+                           self.ceil_mode)
+
+
+class LPPool2d(_LPPoolNd):
+    """The p-norm over sliding windows of NCHW input (PyTorch's `nn.LPPool2d`); args as
+    `LPPool1d`'s, with ints or pairs."""
+
+    def forward(self, input):
+        """Power-average pooling of `input` (N, C, H, W) or (C, H, W)."""
+        return F.lp_pool2d(input, self.norm_type, self.kernel_size, self.stride,
+                           self.ceil_mode)
+
+
+class LPPool3d(_LPPoolNd):
+    """The p-norm over sliding windows of (N, C, D, H, W) input (PyTorch's
+    `nn.LPPool3d`); args as `LPPool1d`'s, with ints or triples."""
+
+    def forward(self, input):
+        """Power-average pooling of `input` (N, C, D, H, W) or (C, D, H, W)."""
+        return F.lp_pool3d(input, self.norm_type, self.kernel_size, self.stride,
+                           self.ceil_mode)
 
 
 class AdaptiveAvgPool3d(_AdaptivePool):
