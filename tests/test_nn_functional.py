@@ -194,6 +194,13 @@ def test_functional_gradcheck(name):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+def test_functional_gradgradcheck(name):
+    # second order through each op's twin (or, for compositions, their ops' twins)
+    fn, shapes = CASES[name]
+    assert pa.gradgradcheck(fn, [leaf(a) for a in inputs_for(shapes)])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_functional_float32(name):
     fn, shapes = CASES[name]
     arrays = inputs_for(shapes, 10)
