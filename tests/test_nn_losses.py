@@ -374,15 +374,55 @@ def test_cross_entropy_probability_targets_match_torch(shape, reduction, label_s
     x, t = _soft(shape, 3)
     w = np.linspace(0.5, 1.5, shape[1] if len(shape) > 1 else shape[0]) if weighted else None
     xp, xt = pa.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
-    lp = F.cross_entropy(xp, t, w, reduction=reduction, label_smoothing=label_smoothing)
+    tp, tt = pa.tensor(t, requires_grad=True), torch.tensor(t, requires_grad=True)
+    lp = F.cross_entropy(xp, tp, w, reduction=reduction, label_smoothing=label_smoothing)
     lt = torch.nn.functional.cross_entropy(
-        xt, torch.tensor(t), None if w is None else torch.tensor(w), reduction=reduction,
+        xt, tt, None if w is None else torch.tensor(w), reduction=reduction,
         label_smoothing=label_smoothing)
     np.testing.assert_allclose(lp.data, lt.detach().numpy(), rtol=1e-12, atol=1e-13)
     g = np.random.default_rng(4).standard_normal(tuple(lt.shape))
     pa.backward(lp, g if lt.ndim else None)
     lt.backward(torch.tensor(g) if lt.ndim else None)
     np.testing.assert_allclose(xp.grad, xt.grad.numpy(), rtol=1e-12, atol=1e-13)
+    # the targets' gradient too (learnable soft targets, distillation)
+    np.testing.assert_allclose(tp.grad, tt.grad.numpy(), rtol=1e-12, atol=1e-13)
+
+
+def test_cross_entropy_probability_targets_get_gradients_at_second_order():
+    x, t = _soft((3, 4), 6)
+    f = lambda a, b: F.cross_entropy(a, b, label_smoothing=0.2)  # noqa: E731
+    leaves = [pa.tensor(x, requires_grad=True), pa.tensor(t, requires_grad=True)]
+    assert pa.gradcheck(f, leaves) and pa.gradgradcheck(f, leaves)
+
+
+@pytest.mark.parametrize("op", ["nll_loss", "cross_entropy", "cross_entropy_smoothed"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("target", [[-100, -100, -100], [1, -100, 2], -100])
+def test_ignored_rows_get_zero_gradient_as_torch(op, reduction, target):
+    # every target ignored: the mean is 0/0 = NaN in both libraries, but PyTorch writes
+    # nothing into ignored rows, so their gradient is 0, never NaN (one all-padding batch
+    # must not poison the parameters)
+    torch = pytest.importorskip("torch")
+    t = np.array(target)
+    x = np.random.default_rng(7).standard_normal((3, 4) if t.ndim else (4,))
+    kw = {"reduction": reduction}
+    if op == "cross_entropy_smoothed":
+        kw["label_smoothing"] = 0.2
+    name = "nll_loss" if op == "nll_loss" else "cross_entropy"
+    xp, xt = pa.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    lp = getattr(F, name)(xp, t, **kw)
+    lt = getattr(torch.nn.functional, name)(xt, torch.tensor(t), **kw)
+    np.testing.assert_allclose(lp.data, lt.detach().numpy(), rtol=1e-12, equal_nan=True)
+    pa.backward(_total(lp))
+    _total(lt).backward()
+    np.testing.assert_allclose(xp.grad, xt.grad.numpy(), rtol=1e-12, atol=1e-15)
+    assert np.isfinite(xp.grad).all()
+    (g,) = pa.grad(_total(getattr(F, name)(xp, t, **kw)), [xp], create_graph=True)
+    np.testing.assert_allclose(g.data, xt.grad.numpy(), rtol=1e-12, atol=1e-15)
+
+
+def _total(t):
+    return t.sum() if t.ndim else t
 
 
 def test_cross_entropy_probability_targets_gradcheck_and_module():

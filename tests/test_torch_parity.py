@@ -336,6 +336,13 @@ OPS = {
                    lambda x: TF.avg_pool3d(x, 3, 2, 1, True, True, 5), [(2, 2, 5, 6, 7)]),
     "adaptive_avg_pool3d": (lambda x: F.adaptive_avg_pool3d(x, (2, None, 3)),
                             lambda x: TF.adaptive_avg_pool3d(x, (2, None, 3)), [(2, 3, 5, 4)]),
+    # x * x: a real root for every p; a window of zeros (clip) gets PyTorch's 0 gradient
+    "lp_pool1d": (lambda x: F.lp_pool1d(pa.relu(x) * x, 3, 3, 2, True),
+                  lambda x: TF.lp_pool1d(torch.relu(x) * x, 3, 3, 2, True), [(2, 3, 9)]),
+    "lp_pool2d": (lambda x: F.lp_pool2d(x * x, 1.5, (2, 3)),
+                  lambda x: TF.lp_pool2d(x * x, 1.5, (2, 3)), [(2, 2, 5, 7)]),
+    "lp_pool3d": (lambda x: F.lp_pool3d(x * x, 2, 2, (1, 2, 2)),
+                  lambda x: TF.lp_pool3d(x * x, 2, 2, (1, 2, 2)), [(2, 2, 4, 5, 6)]),
     "adaptive_max_pool3d": (lambda x: F.adaptive_max_pool3d(x, (3, 2, 4)),
                             lambda x: TF.adaptive_max_pool3d(x, (3, 2, 4)), [(2, 2, 5, 6, 7)]),
     "max_unpool2d": (lambda x: F.max_unpool2d(x, UNPOOL_2D, 3, 2, 1),

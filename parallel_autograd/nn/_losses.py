@@ -37,6 +37,7 @@ from ..ops import elementwise as E
 from ..ops import reduce as R
 from ..ops import shape as S
 from ..ops.elementwise import _BLOCK, _fused
+from ..ops.graph import cast
 from ..primitive import primitive
 from ..tensor import Tensor
 from . import functional as F
@@ -624,16 +625,17 @@ def cross_entropy(input, target, weight=None, *, ignore_index: int = -100,
                          f"got {label_smoothing}")
     t = _raw(target)
     if t.dtype.kind == "f" and t.shape == _raw(input).shape:
-        return _soft_cross_entropy(input, t, weight, reduction, label_smoothing)
+        return _soft_cross_entropy(input, target, weight, reduction, label_smoothing)
     x2, t, shape = _rows_of_classes("cross_entropy", input, target)
     return _unflatten(F._nll("cross_entropy", x2, t, weight, ignore_index, reduction,
                              label_smoothing, logits=True), reduction, shape)
 
 
-def _soft_cross_entropy(input, target: np.ndarray, weight, reduction: str,
+def _soft_cross_entropy(input, target, weight, reduction: str,
                         label_smoothing: float) -> Tensor:
-    """cross_entropy against class probabilities (composed of ops: log_softmax, a product
-    with the constant targets, a sum over classes)."""
+    """cross_entropy against class probabilities, composed of ops (log_softmax, a product
+    with the targets, a sum over classes): a target that requires grad gets its gradient,
+    -w_c (1 - e) log_softmax(input)_c per element, as in PyTorch."""
     name = "cross_entropy"
     _check_reduction(name, reduction)
     x = _raw(input)
@@ -641,17 +643,23 @@ def _soft_cross_entropy(input, target: np.ndarray, weight, reduction: str,
         raise ValueError(f"{name}: expected an input with a class dimension, got {x.shape}")
     cdim = 1 if x.ndim >= 2 else 0
     c = x.shape[cdim]
-    t = target.astype(x.dtype, copy=False)
-    if label_smoothing:
-        t = t * (1.0 - label_smoothing) + label_smoothing / c
+    w = None
     if weight is not None:
         w = _raw(weight)
         if w.shape != (c,):
             raise ValueError(f"{name}: weight must have shape ({c},) (one per class), "
                              f"got {w.shape}")
-        t = t * w.reshape((c,) + (1,) * (x.ndim - cdim - 1))
+        w = w.astype(x.dtype, copy=False).reshape((c,) + (1,) * (x.ndim - cdim - 1))
+    if isinstance(target, Tensor):
+        t = target if target.dtype == x.dtype else cast(target, dtype=x.dtype)
+    else:
+        t = Tensor._wrap(np.ascontiguousarray(_raw(target), dtype=x.dtype))
+    if label_smoothing:
+        t = t * (1.0 - label_smoothing) + label_smoothing / c
+    if w is not None:
+        t = t * w
     logp = R.log_softmax(input, axis=cdim)
-    per = -R.sum(logp * Tensor._wrap(np.ascontiguousarray(t)), axis=cdim)
+    per = -R.sum(logp * t, axis=cdim)
     if reduction == "none":
         return per
     return R.sum(per) if reduction == "sum" else R.mean(per)

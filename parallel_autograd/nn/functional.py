@@ -525,7 +525,8 @@ def _nll(name, input, t, weight, ignore_index, reduction, smoothing, logits: boo
     denom = None
     if reduction == "mean":
         denom = scale.sum() if (w is not None or not valid.all()) else x.dtype.type(n)
-        loss = np.asarray(loss.sum() / denom, dtype=x.dtype)
+        with np.errstate(invalid="ignore"):                   # all ignored: NaN, as torch
+            loss = np.asarray(loss.sum() / denom, dtype=x.dtype)
     elif reduction == "sum":
         loss = np.asarray(loss.sum(), dtype=x.dtype)
     return record(name, loss, (input,), (_nll_vjp,),
@@ -540,7 +541,11 @@ def _nll_vjp(g, x, lse, safe, scale, valid, w, denom, shape, smoothing):
     # a = (1-e) w[t] + e/C sum(w) valid: 3 passes (subtract, exp, scale), plus one for
     # smoothing (through a row-block temporary when classes are weighted).
     rows = np.arange(shape[0])
-    G = g if denom is None else g / denom
+    with np.errstate(divide="ignore", invalid="ignore"):
+        G = g if denom is None else g / denom
+    # ignored rows get 0 even where G is not finite (every target ignored: denom 0), as
+    # PyTorch, which never writes them: a selection, not a product
+    G = np.where(valid, G, 0.0)
     coef = G * scale * (1 - smoothing)                         # at each row's target
     if x is None:
         out = _zeros(shape, dtype=scale.dtype)

@@ -162,9 +162,9 @@ def _nll_x(g, node):
     # per row (over the mean's denominator) and A, T the constants of `_nll_vjp`.
     x, _, safe, scale, valid, w, denom = node.saved
     (n, c), s = node.kwargs["shape"], node.kwargs["smoothing"]
-    G = g if denom is None else g / denom
-    if G.ndim == 1:
-        G = S.reshape(G, (n, 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        G = g if denom is None else g / denom
+    G = S.reshape(E.where(valid, G, 0.0), (n, 1))           # ignored rows: 0 (the rule's)
     target = np.zeros((n, c), dtype=scale.dtype)
     target[np.arange(n), safe] = scale * (1 - s)
     if x is None:
