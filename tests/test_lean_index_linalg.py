@@ -13,7 +13,8 @@ The bounds, and why each is legitimate:
   repeats np.unique's copies); its src rule and masked_scatter's source rule hold the
   selected values (the part of the result index names) before placing them in zeros;
   index_add with alpha != 1 holds alpha * source; einsum's repeated-subscript rule holds
-  its identity constant; index_put with a repeating index holds its plan's coordinates;
+  its identity constant; index_put with a repeating index holds one chunk of the winning
+  writes' values (it finds them over the index alone: O(index) ints);
 - linalg: the work matrices each rule's GEMM chain needs (named per case in units of the
   input matrix) and the decomposition's own outputs (U, Vh of svdvals and lstsq, the
   lower factor of cholesky(upper=True)); LAPACK's workspaces are not traced.
@@ -84,10 +85,11 @@ CASES = {
     "einsum_diagonal": (lambda a: pa.einsum("ii->i", a), [X], NONE, (0, 1.05 * X.nbytes)),
     "index_put_slice": (lambda a, v: index_put(a, (slice(None), slice(0, N // 2)), v),
                         [X, X[:, :N // 2]], NONE, NONE),
-    # a repeating row index: the plan's coordinates of the N x N selection (2 intp arrays,
-    # their flat positions and np.unique's copies); the value rule: g at the winners
+    # a repeating row index: the winners are found over the N-long index (O(N) ints, in
+    # SLACK); the forward gathers their values a chunk at a time (setitem._CHUNK, 2**15
+    # float64s); the value rule np.takes g into its result and zeroes the losing rows
     "index_put_repeats": (lambda a, v: index_put(a, IDX[:, 0], v), [X, X],
-                          (0, 6.5 * IDX.nbytes), (0, 0.7 * IDX.nbytes)),
+                          (0, 2 ** 15 * FLOAT), NONE),
     # ---- linalg: work matrices in units of the input matrix
     "inv": (L.inv, [A], NONE, (0, 1.05 * MAT)),                 # the first product
     "solve": (L.solve, [A, A[:, :M // 2]], NONE, NONE),

@@ -259,3 +259,190 @@ def test_rnn_style_loop_and_the_parallel_engine_bitwise():
         got2 = eng.grad((gw * gw).sum(), [w, x0])
     (gw,) = pa.grad(loss(), [w], create_graph=True)
     assert_bitwise(pa.grad((gw * gw).sum(), [w, x0]), got2)
+
+
+# ---- index_put with a repeating index: winners found over the advanced index alone ----
+def _cases():
+    """(target shape, index) pairs naming elements twice, each a layout numpy treats
+    differently: negative indices equal to others, several advanced axes broadcast
+    together, advanced parts separated by a slice, None or Ellipsis (their broadcast dims
+    go first) or adjacent (in place), integers among them, boolean masks."""
+    rows = np.array([0, -1, 4, 0, 2, -5])           # -1 is 4 and -5 is 0 once wrapped
+    return {
+        "negative": ((5, 6), (rows,)),
+        "two_axes": ((5, 6, 4), (np.array([[0, 1, 0], [4, -5, 1]]), np.array([2, 3, 2]))),
+        "split_by_slice": ((5, 6, 7), (np.array([[1], [3], [1]]), slice(1, 5, 2),
+                                       np.array([0, 6, -7]))),
+        "adjacent_after_slice": ((5, 6, 7), (slice(None, None, -2), np.array([2, 2, 5]),
+                                             np.array([[1], [1]]))),
+        "int_split": ((5, 6, 7), (0, slice(None), np.array([3, 1, 3]))),
+        "int_adjacent": ((5, 6, 7), (slice(None), -2, np.array([3, 1, -4]))),
+        "none_ellipsis": ((5, 6, 7), (None, np.array([1, 1]), ..., np.array([2, 2]))),
+        "none_between": ((5, 6, 7), (np.array([1, 4, 1]), None, np.array([[2], [2]]))),
+        "ellipsis_first": ((5, 6, 7), (Ellipsis, np.array([4, 0, -3, 4]))),
+        "one_array_in_slices": ((5, 6, 7), (None, slice(1, None, 2), np.array([[5, -1],
+                                            [0, 5]]), slice(None, None, -3))),
+        "mask_and_ints": ((4, 3, 5), (MASK, np.array([[1], [-4]]))),
+        "slice_mask_ints": ((5, 4, 3), (slice(1, None), np.array([True, False, True, True]),
+                                        np.array([[2], [0], [-1]]))),
+        "empty_slice": ((5, 6), (np.array([1, 1, 2]), slice(3, 3))),
+        "empty_broadcast": ((5, 6), (np.array([1, 1]), np.zeros((0, 1), int))),
+    }
+
+
+def _value_shapes(sel):
+    """Values broadcast to the selection every way numpy allows: full, varying over the
+    last axis only, a 0-d value, size-1 first axis, and an extra leading 1 (dropped)."""
+    return {"full": sel, "last": sel[-1:], "scalar": (), "first_one": (1,) + sel[1:],
+            "leading_one": (1,) + sel}
+
+
+def _reference(a, index, v, g):
+    """The last writer in C order of the selection, one write at a time: the written
+    array, and the gradients for `a` and `v` of <g, output> (the old semantics)."""
+    sel = a[index].shape
+    grids = np.indices(a.shape)
+    dest = np.ravel_multi_index(tuple(c[index].reshape(-1) for c in grids), a.shape)
+    winner = {}
+    for j, d in enumerate(dest):
+        winner[d] = j                                # a later write replaces an earlier
+    fit = v.reshape(v.shape[max(v.ndim - len(sel), 0):]) if v.ndim > len(sel) else v
+    vals = np.broadcast_to(fit, sel).reshape(-1)
+    out, gsel = a.copy(), np.zeros(vals.size)
+    for d, j in winner.items():
+        out.reshape(-1)[d] = vals[j]
+        gsel[j] = g.reshape(-1)[d]
+    ga = g.copy()
+    ga.reshape(-1)[dest] = 0.0
+    gv = gsel.reshape(sel)
+    gv = gv.sum(tuple(range(gv.ndim - fit.ndim))) if gv.ndim > fit.ndim else gv
+    gv = gv.sum(tuple(i for i, n in enumerate(fit.shape) if n == 1), keepdims=True)
+    return out, ga, gv.reshape(v.shape)
+
+
+def _put(shape, index, vshape, seed=0):
+    """index_put of random `a` and `v` (both require grad), its plan, the leaves and g."""
+    from parallel_autograd.ops.setitem import index_put
+    rng = np.random.default_rng(seed)
+    a = pa.tensor(rng.uniform(-1, 1, shape), requires_grad=True)
+    v = pa.tensor(rng.uniform(-1, 1, vshape), requires_grad=True)
+    out = index_put(a, index, v)
+    return out, out.grad_fn.kwargs["plan"], a, v, rng.uniform(0.5, 1.5, shape)
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+@pytest.mark.parametrize("vkind", ["full", "last", "scalar", "first_one", "leading_one"])
+def test_index_put_repeats_keep_the_last_writer_and_its_gradient(name, vkind):
+    shape, index = _cases()[name]
+    sel = np.zeros(shape)[index].shape
+    out, plan, a, v, g = _put(shape, index, _value_shapes(sel)[vkind])
+    assert plan.win is None and (plan.wins is not None) == (np.prod(sel) > 0)
+    want, ga, gv = _reference(a.data, index, v.data, g)
+    numpy_put = a.data.copy()
+    numpy_put[index] = v.data                        # numpy's assignment: the last wins
+    assert_bitwise([want, numpy_put], [out.data, out.data], "value")
+    got = pa.grad(out, [a, v], grad_outputs=g)
+    assert_bitwise([ga], [got[0]])                   # zeros and g: exact
+    np.testing.assert_allclose(got[1], gv, rtol=1e-14, atol=0)   # (sums in any order)
+
+
+def test_index_put_repeats_in_an_index_of_another_form_take_the_general_plan():
+    # a bool scalar (numpy: a 0-d mask, a new axis) is not read over the advanced index
+    for shape, index in (((5, 6), (np.array([1, -4, 0]), True)),
+                         ((5, 6), (True, slice(None), np.array([[2, 2, 3]])))):
+        sel = np.zeros(shape)[index].shape
+        out, plan, a, v, g = _put(shape, index, sel)
+        assert plan.wins is None and plan.win is not None
+        want, ga, gv = _reference(a.data, index, v.data, g)
+        assert_bitwise([want, ga, gv], [out.data] + pa.grad(out, [a, v], grad_outputs=g))
+
+
+def test_index_put_a_bad_index_raises_numpys_error():
+    # the plan's probe (of itemsize 0) raises what indexing the tensor's array raises
+    from parallel_autograd.ops.setitem import index_put
+    a, v = pa.tensor(r(3, 4), requires_grad=True), pa.tensor(1.0, requires_grad=True)
+    for index in ("f0", (0, "x"), 1.5, (np.array([1, 1]), 4), (np.array([True]), 0)):
+        with pytest.raises(IndexError, match="index_put: "):
+            index_put(a, index, v)
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+@pytest.mark.parametrize("chunk", [1, 1 << 15])
+def test_index_put_plan_over_the_index_matches_the_general_plan_bitwise(
+        name, chunk, monkeypatch):
+    from parallel_autograd.ops import setitem as S
+    shape, index = _cases()[name]
+    sel = np.zeros(shape)[index].shape
+    results = []
+    for general in (False, True):
+        with monkeypatch.context() as m:
+            m.setattr(S, "_CHUNK", chunk)            # 1: a chunk per winning write
+            if general:
+                m.setattr(S, "_advanced", lambda target, index: None)
+            for vshape in _value_shapes(sel).values():
+                out, plan, a, v, g = _put(shape, index, vshape, seed=len(vshape))
+                assert (plan.win is None) != (general and np.prod(sel) > 0)
+                # the rules' differentiable forms too: out ** 3 makes them non-constant
+                (ga, gv) = pa.grad(out ** 3, [a, v], grad_outputs=g, create_graph=True)
+                second = pa.grad((ga * ga).sum() + (gv * gv).sum(), [a, v],
+                                 allow_unused=True)
+                results.append([out.data, ga.data, gv.data] + list(second))
+    half = len(results) // 2
+    for new, old in zip(results[:half], results[half:]):
+        assert_bitwise(old, new)
+
+
+def test_index_put_repeats_both_engines_bitwise_and_finite_differences():
+    from parallel_autograd.ops.setitem import index_put
+    cases = _cases()
+
+    def loss(a, v, w):
+        y = index_put(a * 1.5, cases["split_by_slice"][1], v)
+        y = index_put(y, cases["split_by_slice"][1], v.sin() * y[:3, :3, :2])  # reads y
+        z = index_put(w, cases["mask_and_ints"][1], y[0, :2, :1].sum() * 2.0)
+        return (y * y).sum() + (z.sin() * y[:4, :3, :5]).sum()
+
+    leaves = [pa.tensor(r(*s), requires_grad=True) for s in ((5, 6, 7), (3, 3, 2), (4, 3, 5))]
+    for t in leaves:
+        t.grad = None
+    pa.backward(loss(*leaves))
+    want = [t.grad for t in leaves]
+    for t in leaves:
+        t.grad = None
+    pa.backward_parallel(loss(*leaves), num_workers=3)
+    assert_bitwise(want, [t.grad for t in leaves])
+    assert pa.gradcheck(loss, leaves)
+    assert pa.gradgradcheck(loss, leaves)
+    for name in ("two_axes", "slice_mask_ints", "none_ellipsis"):
+        shape, index = cases[name]
+        sel = np.zeros(shape)[index].shape
+        xs = [pa.tensor(r(*shape), requires_grad=True), pa.tensor(r(*sel[1:]),
+                                                                  requires_grad=True)]
+        assert pa.gradcheck(lambda x, u: index_put(x, index, u) ** 2, xs)
+
+
+def test_index_put_unique_indices_match_pytorch():
+    # torch's index_put_(accumulate=False) is deterministic when no element is named
+    # twice (arrays only: torch's own index_put; with slices: its setitem, CopySlices)
+    from parallel_autograd.ops.setitem import index_put
+    rows, cols, mid = np.array([4, -1, 0, 2]), np.array([1, 0, 0, -2]), np.array([3, -1, 0])
+    T = torch.tensor
+    cases = [((rows, cols), (4, 3)),                                # pairs distinct
+             ((slice(None), mid, slice(1, None)), (3, 2)),          # in place
+             ((np.array([4, 1, 0]), slice(1, None), mid - 1), (3, 5))]  # B first
+    for index, vshape in cases:
+        a, v, g = r(5, 6, 3), r(*vshape), RNG.uniform(0.5, 1.5, (5, 6, 3))
+        xs = [pa.tensor(a, requires_grad=True), pa.tensor(v, requires_grad=True)]
+        out = index_put(xs[0], index, xs[1])
+        ts = [T(a, requires_grad=True), T(v, requires_grad=True)]
+        tindex = tuple(T(i) if isinstance(i, np.ndarray) else i for i in index)
+        if any(isinstance(i, slice) for i in index):
+            want = ts[0].clone()
+            want[tindex] = ts[1]
+        else:
+            want = ts[0].index_put(tindex, ts[1], accumulate=False)
+        assert np.array_equal(out.data, want.detach().numpy())
+        (ga, gv), (ea, ev) = pa.grad(out, xs, grad_outputs=g), \
+            torch.autograd.grad(want, ts, T(g))
+        assert np.array_equal(ga, ea.numpy())          # zeros and g: exact
+        np.testing.assert_allclose(gv, ev.numpy(), rtol=1e-14, atol=0)  # broadcast: sums

@@ -36,6 +36,7 @@ Thread safety: like any in-place write, not synchronised with readers of `t`.
 """
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -79,33 +80,117 @@ def _may_repeat(index) -> bool:
                for p in parts)
 
 
+# selects without copying t, and numpy's fancy indexing of it allocates nothing per element
+# (an itemsize of 0; unstructured, so a bad index raises what it raises on t)
+_PROBE = np.zeros((), np.dtype("V0"))
+_CHUNK = 1 << 15   # winning values gathered at a time: at most this many elements, or B's
+
+
+def _kind(part):
+    """How numpy takes one part of an index: "basic" (a slice, None, Ellipsis), "int" (an
+    integer or integer array), "mask" (a boolean array); None for any other form."""
+    if part is None or part is Ellipsis or isinstance(part, slice):
+        return "basic"
+    if isinstance(part, np.ndarray):
+        return "int" if part.dtype.kind in "iu" else \
+            "mask" if part.dtype.kind == "b" and part.ndim else None
+    if isinstance(part, (int, np.integer)) and not isinstance(part, bool):
+        return "int"
+    return None
+
+
+def _advanced(target: tuple, index):
+    """`index` as a list of parts with each boolean mask spelled as its nonzero() arrays
+    (numpy's equivalence), the positions in it of the advanced parts (integers, integer
+    arrays), the sizes of the axes they index, and where their broadcast dims sit in the
+    selection (first when a slice, None or Ellipsis separates them, as numpy puts them).
+    None when a part has another form. No pass over memory but the masks' nonzero()."""
+    parts = list(index) if isinstance(index, tuple) else [index]
+    kinds = [_kind(p) for p in parts]
+    if None in kinds:
+        return None
+    ell = len(target) - sum(p.ndim if k == "mask" else 1 for p, k in zip(parts, kinds)
+                            if p is not None and p is not Ellipsis)
+    out, adv, sizes, axis, lead, last, adjacent = [], [], [], 0, 0, None, True
+    for i, (p, kind) in enumerate(zip(parts, kinds)):
+        if kind == "basic":
+            n = ell if p is Ellipsis else int(p is not None)   # the target axes it takes
+            lead += 0 if adv else ell if p is Ellipsis else 1   # dims before the first
+            axis += n
+            out.append(p)
+            continue
+        adjacent = adjacent and last in (None, i - 1)
+        last = i
+        for a in np.nonzero(p) if kind == "mask" else (np.asarray(p),):
+            adv.append(len(out))
+            out.append(a)
+            sizes.append(target[axis])
+            axis += 1
+    return out, adv, sizes, lead if adjacent else 0
+
+
 class Plan:
     """Where a write lands in an array of `target` shape: `index` (numpy's), the shape
     it selects (`shape`); when that selection names an element twice and the written
-    value takes a gradient, `win` (flat positions in the selection of the writes that
-    win: the last for each element) and `coords` (the elements they write). Immutable."""
+    value takes a gradient, which writes win (the last for each element), kept as
+    - `wins` (an index of the target: the winners' elements, each once), `pick` and
+      `lose` (indexes of the selection: the winning writes, the others) when the index's
+      parts other than its advanced ones are slices, None and Ellipsis: an element is
+      named twice only through the advanced index, so the winners are found on the
+      shape B it broadcasts to, and these hold O(B) integers; with one integer array
+      as the advanced index, `take` too (a basic view's index, the axis, the array:
+      g[index] is np.take of that view, which writes into an array of ours);
+    - else `win` (flat positions in the selection of the writes that win) and `coords`
+      (the elements they write): O(the selection) integers.
+    Immutable."""
 
-    __slots__ = ("index", "shape", "win", "coords")
+    __slots__ = ("index", "shape", "win", "coords", "wins", "pick", "lose", "take")
 
     def __init__(self, target: tuple, index, dedupe: bool, op: str = "setitem"):
-        probe = np.broadcast_to(np.zeros((), np.int8), target)  # selects without copying t
         try:
-            self.shape = probe[index].shape
+            self.shape = np.broadcast_to(_PROBE, target)[index].shape
         except (IndexError, TypeError, ValueError) as e:
             kind = IndexError if isinstance(e, IndexError) else type(e)
             raise kind(f"{op}: {e}") from e
         self.index, self.win, self.coords = index, None, None
-        if dedupe and _may_repeat(index):
-            # each selected element's coordinates: axis d's coordinate grid (a zero-copy
-            # broadcast) indexed like t, so any numpy index works
-            coords = tuple(np.broadcast_to(np.arange(n, dtype=np.intp).reshape(
-                (n,) + (1,) * (len(target) - d - 1)), target)[index].reshape(-1)
-                for d, n in enumerate(target))
-            flat = np.ravel_multi_index(coords, target)
-            _, first = np.unique(flat[::-1], return_index=True)  # each element's last write
-            if first.size < flat.size:
-                self.win = np.sort(flat.size - 1 - first)
-                self.coords = tuple(c[self.win] for c in coords)
+        self.wins = self.pick = self.lose = self.take = None
+        if dedupe and _may_repeat(index) and math.prod(self.shape):
+            found = _advanced(target, index)
+            if found is None or not self._over_advanced(*found):
+                self._over_selection(target)
+
+    def _over_advanced(self, parts: list, adv: list, sizes: list, at: int) -> bool:
+        # each write's element over the advanced axes: 1 pass over B (wrap: negative
+        # indices, in bounds as the probe checked); the last write to each: np.unique
+        # sorts a reversed copy (O(B)); the winners' indices: 1 pass over B
+        flat = np.ravel_multi_index([parts[k] for k in adv], sizes, mode="wrap")
+        if self.shape[at:at + flat.ndim] != flat.shape:
+            return False          # (not numpy's layout: the general path decides)
+        _, first = np.unique(flat.reshape(-1)[::-1], return_index=True)
+        if first.size < flat.size:
+            keep = np.zeros(flat.shape, bool)
+            keep.reshape(-1)[flat.size - 1 - first] = True
+            if len(adv) == 1:
+                view = tuple(slice(None) if k == adv[0] else p for k, p in enumerate(parts))
+                self.take = view, at, parts[adv[0]]
+            for k in adv:
+                parts[k] = np.broadcast_to(parts[k], flat.shape)[keep]
+            lead = (slice(None),) * at
+            self.wins, self.pick, self.lose = tuple(parts), lead + np.nonzero(keep), \
+                lead + (~keep,)
+        return True
+
+    def _over_selection(self, target: tuple) -> None:
+        # each selected element's coordinates: axis d's coordinate grid (a zero-copy
+        # broadcast) indexed like t, so any numpy index works: O(the selection) ints
+        coords = tuple(np.broadcast_to(np.arange(n, dtype=np.intp).reshape(
+            (n,) + (1,) * (len(target) - d - 1)), target)[self.index].reshape(-1)
+            for d, n in enumerate(target))
+        flat = np.ravel_multi_index(coords, target)
+        _, first = np.unique(flat[::-1], return_index=True)  # each element's last write
+        if first.size < flat.size:
+            self.win = np.sort(flat.size - 1 - first)
+            self.coords = tuple(c[self.win] for c in coords)
 
     @classmethod
     def at(cls, positions: np.ndarray, target: tuple) -> "Plan":
@@ -113,12 +198,39 @@ class Plan:
         plan = cls.__new__(cls)
         plan.index = np.unravel_index(positions, target)
         plan.shape, plan.win, plan.coords = positions.shape, None, None
+        plan.wins = plan.pick = plan.lose = plan.take = None
         return plan
+
+
+def _chunks(plan: Plan, size: int):
+    """`plan.wins` and `plan.pick` cut to successive runs of the winning writes, each run
+    moving at most max(_CHUNK, B's size) of the selection's `size` elements."""
+    b = plan.lose[-1].size                       # B's size: size // b elements a write
+    step = max(1, max(_CHUNK, b) * b // size)
+    for i in range(0, plan.pick[-1].size, step):
+        yield tuple(tuple(p[i:i + step] if isinstance(p, np.ndarray) else p for p in ix)
+                    for ix in (plan.wins, plan.pick))
+
+
+def _put_winners(out: np.ndarray, plan: Plan, value) -> None:
+    """Write the winning writes of `value` (broadcast to the selection), each element
+    once: one pass over the written elements. A value that does not vary over B is
+    written from a view; else the winners' values are gathered a chunk at a time, so no
+    temporary is the selection's size."""
+    vv = np.broadcast_to(value, plan.shape)
+    at, nb = len(plan.lose) - 1, plan.lose[-1].ndim
+    if not any(vv.strides[at:at + nb]):
+        out[plan.wins] = vv[(slice(None),) * at + (slice(0, 1),) + (0,) * (nb - 1)]
+        return
+    for wins, pick in _chunks(plan, vv.size):
+        out[wins] = vv[pick]
 
 
 def _assign(out: np.ndarray, plan: Plan, value) -> None:
     """Write `value` (broadcast to the selection) into `out` where `plan` says."""
-    if plan.win is None:
+    if plan.wins is not None:
+        _put_winners(out, plan, value)
+    elif plan.win is None:
         out[plan.index] = value
     else:  # only the winning writes, each element once
         out[plan.coords] = np.broadcast_to(value, plan.shape).reshape(-1)[plan.win]
@@ -135,7 +247,20 @@ def _old_rule(g, plan):
 
 def _value_rule(g, plan):
     # g where the write landed, at the selection's shape (the node sums it to the
-    # value's): the selection's size, or with repeats zeros and g at the winners
+    # value's), C-contiguous with repeats (the sum's order, so its bits, follow the
+    # layout). By the plan over the advanced index: with one array, np.take writes the
+    # selection into the result (1 pass), then the losing writes are zeroed (a pass over
+    # them); else the losers zeroed and the winners gathered a chunk at a time (1 pass)
+    if plan.lose is not None:
+        out = _empty(plan.shape, g.dtype)
+        if plan.take is not None:
+            view, axis, arr = plan.take       # (wrap: negative indices, as numpy takes them)
+            np.take(g[view], arr, axis=axis, out=out, mode="wrap")
+        else:
+            for wins, pick in _chunks(plan, out.size):
+                out[pick] = g[wins]
+        out[plan.lose] = 0
+        return out
     if plan.win is None:
         return g[plan.index]
     out = _empty(plan.shape, g.dtype)
@@ -146,6 +271,8 @@ def _value_rule(g, plan):
 
 def _value_form(g, node):
     plan = node.kwargs["plan"]
+    if plan.lose is not None:
+        return _record(S.getitem(g, plan.index), 0.0, Plan(plan.shape, plan.lose, False))
     if plan.win is None:
         return S.getitem(g, plan.index)
     picked = S.getitem(g, plan.coords)
