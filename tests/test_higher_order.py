@@ -756,3 +756,47 @@ def test_parallel_create_graph_through_nn_ops_is_bitwise(workers):
     assert_bitwise(seq[0], par[0], "first order")
     assert_bitwise(seq[1], par[1], "second order")
     assert pa.gradcheck(lambda *xs: _nn_model(xs[0], list(xs[1:])), [x] + ws)
+
+
+# ---- piecewise-linear ops: their create_graph gradient is part of the graph ---------------
+# As PyTorch's (threshold_backward, sgn, max pooling's index scatter): the gradient of relu(x)
+# is a function of x with derivative 0, so differentiating it again with respect to x gives
+# zeros, not "x is not part of the graph" (e.g. a gradient penalty asking for the input's
+# gradient), and the other inputs get theirs.
+_PIECEWISE = {
+    "relu": lambda lib, x, w: lib.relu(x * w),
+    "abs": lambda lib, x, w: lib.abs(x * w),
+    "hardtanh": lambda lib, x, w: lib.nn.functional.hardtanh(x * w),
+    "leaky_relu": lambda lib, x, w: lib.nn.functional.leaky_relu(x * w, 0.1),
+    "prelu": lambda lib, x, w: lib.nn.functional.prelu(
+        x * w, _lib_tensor(lib, np.array([0.25, 0.1, 0.3]))),
+    "l1_loss": lambda lib, x, w: lib.nn.functional.l1_loss(x * w, x * 0 + 0.5),
+    "max_pool2d": lambda lib, x, w: lib.nn.functional.max_pool2d(x * w, 2),
+    "adaptive_max_pool2d": lambda lib, x, w: lib.nn.functional.adaptive_max_pool2d(x * w, 3),
+    "max_pool3d": lambda lib, x, w: lib.nn.functional.max_pool3d((x * w)[None], 2),
+}
+
+
+def _lib_tensor(lib, a):
+    return pa.tensor(a) if lib is pa else lib.tensor(a)
+
+
+@pytest.mark.parametrize("name", sorted(_PIECEWISE))
+def test_piecewise_gradients_are_part_of_the_graph(name):
+    torch = _torch()
+    rng = np.random.default_rng(21)
+    x0, w0 = rng.standard_normal((2, 3, 4, 4)), rng.standard_normal((2, 3, 4, 4))
+    x, w = pa.tensor(x0, requires_grad=True), pa.tensor(w0, requires_grad=True)
+    (g,) = pa.grad(_PIECEWISE[name](pa, x, w).sum(), [x], create_graph=True)
+    assert g.requires_grad
+    gx, gw = pa.grad((g * g).sum(), [x, w])
+    xt, wt = torch.tensor(x0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    (gt,) = torch.autograd.grad(_PIECEWISE[name](torch, xt, wt).sum(), [xt],
+                                create_graph=True)
+    tx, tw = torch.autograd.grad((gt * gt).sum(), [xt, wt])
+    np.testing.assert_array_equal(gx, np.zeros_like(x0))
+    assert tx._is_zerotensor() or not tx.any()         # PyTorch's: zeros too
+    np.testing.assert_allclose(gw, tw.numpy(), rtol=1e-12, atol=1e-14)
+    # the relu of a leaf alone: g is ones times a function of x, and its derivative is 0
+    (g,) = pa.grad(pa.relu(x).sum(), [x], create_graph=True)
+    np.testing.assert_array_equal(pa.grad((g * g).sum(), [x])[0], np.zeros_like(x0))

@@ -37,7 +37,7 @@ from ..ops import elementwise as E
 from ..ops import reduce as R
 from ..ops import shape as S
 from ..ops.elementwise import _BLOCK, _fused
-from ..ops.graph import cast
+from ..ops.graph import cast, depends_on
 from ..primitive import primitive
 from ..tensor import Tensor
 from . import functional as F
@@ -215,8 +215,9 @@ def _l1_dy(o, G, x, y, w, pw):
 
 _l1 = _pointwise_loss(
     "l1_loss", _l1_fwd, _l1_dx, _l1_dy, 0,
-    lambda x, y, w, pw: np.sign(_data(x) - _data(y)),      # piecewise constant
-    lambda x, y, w, pw: np.sign(_data(y) - _data(x)))
+    # piecewise constant: derivative 0 in x and y (part of the graph, as PyTorch's sgn)
+    lambda x, y, w, pw: depends_on(np.sign(_data(x) - _data(y)), x, y),
+    lambda x, y, w, pw: depends_on(np.sign(_data(y) - _data(x)), x, y))
 
 
 def _huber_fwd(o, x, y, w, pw, m, delta, scale):

@@ -23,7 +23,8 @@ import numpy as np
 from ..memory import empty as _empty
 from ..memory import pooled as P
 from ..ops import shape as S
-from ..ops.graph import scatter
+from ..node import graph_input
+from ..ops.graph import connect, scatter
 from ..primitive import record
 from ..tensor import Tensor
 from . import functional as F
@@ -189,10 +190,12 @@ def _max_pool_vjp(g, index, x_shape, unique):
 
 
 def _max_pool_x(g, node):
-    # a scatter of g to each window's first maximum: linear in g, with a constant index
+    # a scatter of g to each window's first maximum: linear in g, with a constant index,
+    # and (derivative 0) a function of x, as PyTorch's
     index, shape = node.saved[0], node.kwargs["x_shape"]
     flat = scatter(S.reshape(g, (-1,)), index=index.reshape(-1), shape=(int(np.prod(shape)),))
-    return S.reshape(flat, shape)
+    x = graph_input(node, 0, np.broadcast_to(np.zeros((), g.dtype), shape))  # (value unread)
+    return connect(S.reshape(flat, shape), x)
 
 
 _max_pool_vjp.graph_node = _max_pool_x

@@ -30,7 +30,7 @@ from . import reduce as R
 from . import shape as S
 from . import special
 
-__all__ = ["graph_fit", "cast", "ndtr"]
+__all__ = ["graph_fit", "cast", "ndtr", "depends_on", "connect"]
 
 
 def _arr(x):
@@ -49,13 +49,47 @@ def _set(op, *forms) -> None:
             rule.graph = form
 
 
+def _zeros_of_g(g, ans, f, x):
+    t = np.empty(np.shape(g), np.result_type(g))   # 1 pass (x's shape: the node sums to it)
+    t.fill(0)
+    return t
+
+
+# the factor (a constant array f) as a function of an input x with derivative 0, as
+# PyTorch's threshold_backward or sgn: the gradient of a piecewise-linear op is then part of
+# the graph wherever its input is, and differentiating it again gives zeros, not "not part
+# of the graph"; chained once per input that takes a gradient
+_factor_of = primitive("piecewise_factor", lambda f, x: f, lambda g, ans, f, x: g, _zeros_of_g)
+_set(_factor_of, lambda g, ans, f, x: g, lambda g, ans, f, x: E.where(np.True_, 0.0, g))
+
+
+def depends_on(value: np.ndarray, *inputs):
+    """`value` (an array) as a function with derivative 0 of each of `inputs` that is a
+    Tensor requiring grad (`value` itself if none is): for the differentiable form of a
+    rule whose factor is piecewise constant in an input, so that the gradient it returns
+    is part of the graph wherever that input is, as in PyTorch."""
+    for x in inputs:
+        if isinstance(x, Tensor) and x.requires_grad:
+            value = _factor_of(value, x)
+    return value
+
+
+def connect(t: Tensor, *inputs) -> Tensor:
+    """`t` (a gradient made of g and constants, e.g. scattered by saved indices) times
+    ones that depend with derivative 0 on each of `inputs` requiring grad: the same
+    values, now part of the graph wherever those inputs are."""
+    ones = depends_on(np.ones(t.shape, t.dtype), *inputs)
+    return t * ones if isinstance(ones, Tensor) else t
+
+
 def _piecewise(rule):
     """The form of a rule that is g times a factor that is constant where it is
-    differentiable: the factor from the fast rule at g = 1, then g times it (recorded)."""
+    differentiable: the factor from the fast rule at g = 1, as a zero-derivative function
+    of the inputs that take a gradient (`depends_on`), then g times it (recorded)."""
     def form(g, ans, *inputs, **kwargs):
         ones = np.ones(ans.shape, ans.dtype)
-        factor = rule(ones, ans.data, *[_arr(x) for x in inputs], **kwargs)
-        return g * np.asarray(factor)
+        factor = np.asarray(rule(ones, ans.data, *[_arr(x) for x in inputs], **kwargs))
+        return g * depends_on(factor, *inputs)
     return form
 
 

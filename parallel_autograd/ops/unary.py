@@ -30,7 +30,7 @@ from . import elementwise as E
 from . import reduce as R
 from . import shape as S
 from . import special
-from .graph import _piecewise
+from .graph import _piecewise, connect
 from .scan import _dim
 
 __all__ = [
@@ -683,7 +683,7 @@ def _prelu_twin_x(g, ans, x, w):
     positive = _raw(x) > 0
     wb = S.reshape(w, _channel_shape(np.ndim(_raw(x)), _raw(w))) if isinstance(w, Tensor) \
         else np.reshape(w, _channel_shape(np.ndim(_raw(x)), w))
-    return E.where(positive, g, g * wb)
+    return connect(E.where(positive, g, g * wb), x)   # piecewise in x: derivative 0
 
 
 def _prelu_twin_w(g, ans, x, w):
