@@ -97,6 +97,16 @@ def test_gqa_bad_heads_raise():
                                        pa.randn(6, 5, seed=0), enable_gqa=True)
 
 
+def test_mask_that_does_not_broadcast_raises_naming_the_op():
+    q = pa.tensor(np.ones((1, 2, 3, 4)), requires_grad=True)
+    for mask in (np.ones((5, 3), bool), np.ones((2, 2, 3, 3, 3)), np.ones((3, 4))):
+        with pytest.raises(ValueError, match="scaled_dot_product_attention: attn_mask of "
+                                             r"shape .* does not broadcast to .*\(1, 2, 3, 3\)"):
+            F.scaled_dot_product_attention(q, q, q, mask)
+    assert q.grad is None
+    assert F.scaled_dot_product_attention(q, q, q, np.ones(3, bool)).shape == (1, 2, 3, 4)
+
+
 # ---- MultiheadAttention ----------------------------------------------------------------------
 # (constructor arguments, forward arguments, self-attention, unbatched, masks)
 MHA = {

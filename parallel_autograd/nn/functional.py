@@ -584,6 +584,16 @@ def mse_loss(input, target, reduction: str = "mean"):
 
 
 # ---- attention --------------------------------------------------------------------------
+def _check_mask(mask: np.ndarray, scores: tuple) -> None:
+    try:
+        ok = np.broadcast_shapes(mask.shape, scores) == scores
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"scaled_dot_product_attention: attn_mask of shape {mask.shape} does "
+                         f"not broadcast to the attention scores' shape {scores}")
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale=None, enable_gqa: bool = False,
                                  seed=None, rng=None):
@@ -621,6 +631,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     if is_causal:                                    # tril(ones): keep column j <= row i
         attn_mask = np.greater_equal(np.arange(p.shape[-2])[:, None], np.arange(p.shape[-1]),
                                      out=_empty(p.shape[-2:], bool))
+    if attn_mask is not None and not is_causal:
+        _check_mask(_raw(attn_mask), p.shape)
     p = _attention_weights(p, None if attn_mask is None else _raw(attn_mask))
     keep, dscale, pd = None, None, p
     if dropout_p > 0:
