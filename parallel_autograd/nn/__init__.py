@@ -11,10 +11,11 @@ reseeds.
 """
 from . import functional, graph, init  # noqa: F401  (graph: the rules' differentiable forms)
 from . import parallel  # noqa: F401  (DistributedDataParallel)
+from . import utils  # noqa: F401  (clip_grad_norm_, ...)
 from .module import IncompatibleKeys, Module, RemovableHandle
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
 from .parameter import Parameter
 
 __all__ = ["IncompatibleKeys", "Module", "Parameter", "RemovableHandle", "functional",
-           "init", "parallel"] + list(_modules_all)
+           "init", "parallel", "utils"] + list(_modules_all)
