@@ -1,9 +1,11 @@
 """`parallel_autograd.nn.utils`, PyTorch's `torch.nn.utils`: gradient clipping
-(`clip_grad_norm_`, `clip_grad_value_`, `get_total_norm`, `clip_grads_with_norm_`) and
-`parameters_to_vector` / `vector_to_parameters`."""
+(`clip_grad_norm_`, `clip_grad_value_`, `get_total_norm`, `clip_grads_with_norm_`),
+`parameters_to_vector` / `vector_to_parameters`, and `rnn` (PackedSequence and the
+packing and padding functions)."""
+from . import rnn  # noqa: F401
 from .clip_grad import (clip_grad_norm_, clip_grad_value_, clip_grads_with_norm_,
                         get_total_norm)
 from .convert_parameters import parameters_to_vector, vector_to_parameters
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "get_total_norm",
-           "parameters_to_vector", "vector_to_parameters"]
+           "parameters_to_vector", "vector_to_parameters", "rnn"]
