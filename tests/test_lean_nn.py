@@ -13,8 +13,8 @@ what it returns (`conftest.temporary_bytes`) plus the scratch its kernel states:
 - separable resampling: the intermediates between the axes' maps (one per axis but
   the first);
 - the recurrences' joint rule: the stacked previous hidden states, the operand of W_hh's
-  single GEMM (and for the GRU the gates' pre-activation gradients, which differ from
-  the projections' in the n gate).
+  GEMM (and for the GRU the n gate's third of the hidden projection's gradient, dn r:
+  its r and z parts are the projections' gradient).
 
 SLACK covers Python objects and numpy's ufunc buffers (8192 elements per strided
 operand): far below any full-size temporary of these inputs. Values and gradients are
@@ -234,7 +234,9 @@ def test_recurrence(mode, batch_first):
     assert extra <= saved + N * G * H * 8 + SLACK
     grads, extra = joint(y)
     hp = T * N * H * 8                        # W_hh's GEMM operand: the previous states
-    dpre = xp.data.nbytes if mode == "GRU" else 0
+    # the GRU: the n gate's part of the hidden projection's gradient (dn r), a third of
+    # the projections' size (its r and z parts are the projections' gradient)
+    dpre = xp.data.nbytes // 3 if mode == "GRU" else 0
     assert extra <= hp + dpre + SLACK
 
 

@@ -11,7 +11,9 @@ direction makes three kinds of node:
   the activated gates and, for the LSTM, the cell states. Its rule runs the steps
   backwards, each one fused kernel and one GEMM (`dz @ W_hh`), writing the gates'
   gradients for all steps into one array, which is the projection's gradient; W_hh's
-  gradient is then one GEMM over the whole sequence, its bias's one reduction;
+  gradient is then one GEMM over the whole sequence, its bias's one reduction (the
+  GRU's hidden projection has another gradient in its n gate, dn r, kept apart: two
+  GEMMs a step and two over the sequence, one for the r,z rows and one for the n rows);
 - slices of its output (the outputs, the last state) and, between layers, dropout.
 
 So the graph has a constant number of nodes per layer and direction, whatever the
@@ -213,17 +215,20 @@ def _lstm_backward(gy, dx, acts, cells, y, h0, c0, w, order, need_h0):
     return dh, dc
 
 
-def _gru_backward(gy, dx, dhp, acts, hns, y, h0, w, order, need_h0):
+def _gru_backward(gy, dx, dnr, acts, hns, y, h0, w, order, need_h0):
     # per step: dh + gy_t (1), dn (4 passes), dz (2), dr (1), the sigmoid derivative of
-    # r and z (3 passes over N*2H), dhp (2 copies), then dh = dh z + dhp @ W_hh
+    # r and z (3 passes over N*2H), dn r into `dnr` (1: the n part of the hidden
+    # projection's gradient; its r and z parts are dx's), then dh = dx_rz @ W_hr,hz +
+    # dnr @ W_hn + dh z: two GEMMs, their sum and the direct term (3 passes)
     T, n, H = len(order), acts.shape[1], w.shape[1]
     dt = dx.dtype
     dh = np.zeros((n, H), dt)
     dht, tmp = np.empty((n, H), dt), np.empty((n, H), dt)
     deriv = np.empty((n, 2 * H), dt)
+    w_rz, w_n = w[:2 * H], w[2 * H:]
     for k in range(T - 1, -1, -1):
         t = order[k]
-        a, d, dp = acts[t], dx[t], dhp[t]
+        a, d = acts[t], dx[t]
         r, z, nt = a[:, :H], a[:, H:2 * H], a[:, 2 * H:]
         hprev = h0 if k == 0 else y[order[k - 1]]
         np.add(gy[t], dh, out=dht)
@@ -239,10 +244,11 @@ def _gru_backward(gy, dx, dhp, acts, hns, y, h0, w, order, need_h0):
         np.subtract(1, a[:, :2 * H], out=deriv)
         deriv *= a[:, :2 * H]
         d[:, :2 * H] *= deriv                               # before the sigmoids
-        dp[:, :2 * H] = d[:, :2 * H]
-        np.multiply(dn, r, out=dp[:, 2 * H:])               # W_hn h + b_hn's gradient
+        np.multiply(dn, r, out=dnr[t])                      # W_hn h + b_hn's gradient
         if k or need_h0:
-            np.matmul(dp, w, out=dh)
+            np.matmul(d[:, :2 * H], w_rz, out=dh)
+            np.matmul(dnr[t], w_n, out=tmp)
+            dh += tmp
             np.multiply(dht, z, out=tmp)
             dh += tmp
     return dh, None
@@ -325,11 +331,56 @@ def recurrence(mode: str, xp, h0, c0, w_hh, b_hh=None, reverse: bool = False,
                   cost=gemm_cost(x.size, H) + 20 * x.size, threaded=True)
 
 
+def _previous_states(y, h0, T: int, spec, dt) -> np.ndarray:
+    """The hidden state before each step, stacked in the projections' layout ((T, N, H),
+    or (N, T, H) with batch_first): W_hh's GEMM operand. One copy of the states."""
+    bf = spec.batch_first
+    hp = _empty(spec.xp_shape[:2] + (y.shape[-1],), dt)
+    hpt, yt = _tm(hp, bf), _tm(y, bf)
+    if spec.reverse:
+        hpt[T - 1] = h0
+        hpt[:T - 1] = yt[1:T]
+    else:
+        hpt[0] = h0
+        hpt[1:] = yt[:T - 1]
+    return hp
+
+
+def _by_gate_rows(kernel, dx, dnr, shape, dt) -> np.ndarray:
+    """`kernel(m, out)` over the GRU's hidden projection gradient by parts, into one
+    array of `shape` (rows per gate): its r and z columns are dx's (T*N, 3H), its n
+    columns are `dnr` (T*N, H)."""
+    k = dx.shape[1] - dnr.shape[1]                        # the r and z columns: 2H
+    out = _empty(shape, dt)
+    kernel(dx[:, :k], out[:k])
+    kernel(dnr, out[k:])
+    return out
+
+
+def _hidden_param_grads(dx, dnr, hp, w, need_b: bool) -> tuple:
+    """(dW_hh or None when `hp` is None, db_hh or None) from the gradient of
+    h W_hh^T + b_hh over all steps (2-d): dx, or for the GRU dx with its n columns
+    replaced by `dnr`. One GEMM (two for the GRU, the r,z rows and the n rows) reading
+    the gradients and the stacked states `hp` (T*N, H) once, and one reduction pass over
+    the gradients for the bias."""
+    dt = np.result_type(dx, w)
+    if dnr is None:
+        dw = None if hp is None else memory.matmul(dx.T, hp)
+        return dw, (dx.sum(axis=0) if need_b else None)
+    dw = None if hp is None else _by_gate_rows(
+        lambda m, out: np.matmul(m.T, hp, out=out), dx, dnr, w.shape, dt)
+    db = None if not need_b else _by_gate_rows(
+        lambda m, out: np.sum(m, axis=0, out=out), dx, dnr, w.shape[:1], dt)
+    return dw, db
+
+
 def _recurrence_vjp(g, a1, a2, y, h0, c0, w, b, spec):
     # The steps backwards (the kernels above), the projections' gradient written in place
     # for all steps (it is the returned array), then W_hh's gradient as one GEMM of the
     # gates' gradients (T*N, G*H)^T against the previous hidden states (T*N, H), stacked
-    # in the same layout, and b_hh's as one reduction.
+    # in the same layout, and b_hh's as one reduction. The GRU's hidden projection has
+    # the projections' gradient but for the n gate (times r there): only that third is
+    # kept (`dnr`, T*N*H), and W_hh's r,z rows and n rows are two GEMMs.
     mode, bf, need = spec.mode, spec.batch_first, dict(zip(spec.inputs, spec.need))
     T, H = len(y) if not bf else y.shape[1], w.shape[1]
     T -= mode == "LSTM"
@@ -337,28 +388,22 @@ def _recurrence_vjp(g, a1, a2, y, h0, c0, w, b, spec):
     dt = np.result_type(g, w)
     dx = _empty(spec.xp_shape, dt)
     gy, dxt, yt = _tm(g, bf), _tm(dx, bf), _tm(y, bf)
-    dpre = dx                                  # the gradient of h W_hh^T + b_hh, all steps
+    dnr = None
     if mode == "LSTM":
         dh, dc = _lstm_backward(gy, dxt, a1, a2, yt, h0, c0, w, order, need["h0"])
     elif mode == "GRU":
-        dpre = _empty(a1.shape, dt)            # time-major: differs from dx in n's part
-        dh, dc = _gru_backward(gy, dxt, dpre, a1, a2, yt, h0, w, order, need["h0"])
+        dnr = _empty(spec.xp_shape[:2] + (H,), dt)   # the n gate's part, in dx's layout
+        dh, dc = _gru_backward(gy, dxt, _tm(dnr, bf), a1, a2, yt, h0, w, order,
+                               need["h0"])
     else:
         dh, dc = _rnn_backward(gy, dxt, yt, h0, w, order, need["h0"], mode == "RNN_RELU")
     dw = db = None
-    if need["w"]:
-        major = dpre is not dx or not bf       # dpre's layout: time-major or batch-first
-        hp = _empty(dpre.shape[:2] + (H,), dt)
-        hpt = hp if major else _tm(hp, True)
-        if spec.reverse:
-            hpt[T - 1] = h0
-            hpt[:T - 1] = yt[1:T]
-        else:
-            hpt[0] = h0
-            hpt[1:] = yt[:T - 1]
-        dw = memory.matmul(dpre.reshape(-1, w.shape[0]).T, hp.reshape(-1, H))
-    if need.get("b"):
-        db = dpre.sum(axis=(0, 1))
+    if need["w"] or need.get("b"):
+        hp = _previous_states(y, h0, T, spec, dt) if need["w"] else None
+        dw, db = _hidden_param_grads(dx.reshape(-1, w.shape[0]),
+                                     None if dnr is None else dnr.reshape(-1, H),
+                                     None if hp is None else hp.reshape(-1, H), w,
+                                     bool(need.get("b")))
     grads = {"xp": dx if need["xp"] else None, "h0": dh if need["h0"] else None,
              "c0": dc, "w": dw, "b": db}
     return tuple(grads[k] for k in spec.inputs)
