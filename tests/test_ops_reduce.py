@@ -228,3 +228,77 @@ def test_max_and_min_with_dim_return_pytorchs_values_and_indices():
             want.values.sum().backward()
             np.testing.assert_array_equal(x.grad, tx.grad.numpy())
     assert pa.max(pa.tensor(x0), axis=1).shape == (3,)  # numpy's spelling: values only
+
+
+# ---- 0-d inputs and empty slices, as PyTorch ---------------------------------------------------
+ZERO_DIM = {
+    "sum": (pa.sum, lambda th, t, d, k: th.sum(t, d, keepdim=k)),
+    "mean": (pa.mean, lambda th, t, d, k: th.mean(t, d, keepdim=k)),
+    "var": (pa.var, lambda th, t, d, k: th.var(t, d, correction=0, keepdim=k)),
+    "max": (pa.max, lambda th, t, d, k: th.amax(t, d, keepdim=k)),
+    "min": (pa.min, lambda th, t, d, k: th.amin(t, d, keepdim=k)),
+    "logsumexp": (pa.logsumexp, lambda th, t, d, k: th.logsumexp(t, d, keepdim=k)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ZERO_DIM))
+def test_zero_dim_input_reduced_over_dim_0_or_minus_1_as_torch(name):
+    """A 0-d tensor has one dimension for PyTorch (dim 0 or -1, alone or in a tuple): the
+    result is 0-d, keepdim or not (the sum's and max's backward divided by 0 here, the
+    mean's forward raised numpy's AxisError)."""
+    torch = pytest.importorskip("torch")
+    op, ref = ZERO_DIM[name]
+    for dim in (0, -1, (0,), [-1]):
+        for keep in (False, True):
+            x, tx = leaf(1.7), torch.tensor(1.7, dtype=torch.float64, requires_grad=True)
+            y = op(x, dim, keep)
+            yt = ref(torch, tx, tuple(dim) if isinstance(dim, list) else dim, keep)
+            assert y.shape == () == tuple(yt.shape)
+            np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-15)
+            (g,) = pa.grad(y, [x])
+            (gt,) = torch.autograd.grad(yt, [tx])
+            assert g.shape == () and g == gt.item()
+            if name not in ("max", "min"):      # dim=: PyTorch's (values, indices)
+                assert op(x, dim=dim, keepdim=keep).item() == y.item()
+            assert pa.gradcheck(lambda t: op(t, dim, keep), [leaf(1.7)])
+            assert pa.gradgradcheck(lambda t: op(t, dim, keep), [leaf(1.7)])
+    for bad, exc in ((1, ValueError), (-2, ValueError), ((0, -1), ValueError)):
+        with pytest.raises(exc, match=f"^{name}: "):
+            op(leaf(1.7), bad)
+
+
+def test_zero_dim_softmax_family_and_methods_with_a_dim():
+    torch = pytest.importorskip("torch")
+    for dim in (0, -1):
+        for fn, tfn in ((pa.softmax, torch.softmax), (pa.log_softmax, torch.log_softmax)):
+            x, tx = leaf(0.3), torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+            y, yt = fn(x, dim), tfn(tx, dim)
+            assert y.shape == () and y.item() == yt.item()
+            (g,) = pa.grad(y, [x])
+            assert g == torch.autograd.grad(yt, [tx])[0].item()
+        x = leaf(0.3)
+        for method in ("sum", "mean", "var", "logsumexp"):
+            assert getattr(x, method)(dim).shape == ()
+            assert getattr(x, method)(dim=dim, keepdim=True).shape == ()
+        for method in ("max", "min"):
+            assert getattr(x, method)(dim).shape == ()
+            assert getattr(x, method)(dim=dim, keepdim=True).values.shape == ()
+
+
+def test_logsumexp_and_softmax_over_an_empty_dim_as_torch():
+    """An empty slice has no maximum to shift by: logsumexp is -inf there (its identity)
+    and softmax empty, as PyTorch's (it raised numpy's "zero-size array" error)."""
+    torch = pytest.importorskip("torch")
+    for shape, dim in (((4, 0), 1), ((0, 4), 0), ((0,), -1), ((2, 0, 3), 1), ((4, 0), 0)):
+        for fn, tfn in ((lambda t: pa.logsumexp(t, dim), lambda t: torch.logsumexp(t, dim)),
+                        (lambda t: pa.logsumexp(t, dim, True),
+                         lambda t: torch.logsumexp(t, dim, True)),
+                        (lambda t: pa.softmax(t, dim), lambda t: torch.softmax(t, dim)),
+                        (lambda t: pa.log_softmax(t, dim), lambda t: torch.log_softmax(t, dim))):
+            x, tx = leaf(np.zeros(shape)), torch.zeros(shape, dtype=torch.float64,
+                                                         requires_grad=True)
+            y, yt = fn(x), tfn(tx)
+            assert y.shape == tuple(yt.shape)
+            np.testing.assert_array_equal(y.data, yt.detach().numpy())
+            pa.backward(y.sum())
+            assert x.grad.shape == shape

@@ -324,7 +324,10 @@ def test_bad_arguments_are_refused_before_anything_is_recorded():
         (lambda: pa.topk(x, 1.5), TypeError, "topk: k must be an int"),
         (lambda: pa.kthvalue(x, 0), ValueError, r"kthvalue: k \(0\) is out of range"),
         (lambda: pa.kthvalue(x, 4, 1), ValueError, "kthvalue: k"),
-        (lambda: pa.median(pa.tensor(np.zeros((0, 2)))), ValueError, "median: the tensor is"),
+        (lambda: pa.median(pa.tensor(np.zeros((2, 0))), 1), ValueError,
+         "median: dimension 1 is empty"),
+        (lambda: pa.argmax(pa.tensor(np.zeros((2, 0))), -1), ValueError,
+         "argmax: dimension 1 is empty"),
         (lambda: pa.median(x, 2), ValueError, "median: axis 2"),
         (lambda: pa.argmax(x, 2), ValueError, "argmax: axis 2"),
         (lambda: pa.argmin(pa.tensor(np.zeros(0))), ValueError, "argmin: the tensor is empty"),
@@ -405,3 +408,225 @@ def test_parallel_engine_is_bitwise_the_sequential_one():
     assert_bitwise(want, got)
     assert_bitwise(want2, got2)
     assert np.array_equal(want[0], got[0]) and want[0].tobytes() == got[0].tobytes()
+
+
+# ---- 0-d inputs with dim 0 or -1 ------------------------------------------------------------
+ZERO_DIM = {
+    "prod": (pa.prod, torch.prod),
+    "std": (pa.std, lambda t, d, k: torch.std(t, d, keepdim=k)),
+    "std_c0": (lambda t, d, k: pa.std(t, d, k, correction=0),
+               lambda t, d, k: torch.std(t, d, keepdim=k, correction=0)),
+    "amax": (pa.amax, torch.amax),
+    "amin": (pa.amin, torch.amin),
+    "argmax": (pa.argmax, torch.argmax),
+    "argmin": (pa.argmin, torch.argmin),
+    "max_dim": (lambda t, d, k: pa.max(t, dim=d, keepdim=k).values,
+                lambda t, d, k: torch.max(t, d, k).values),
+    "min_dim": (lambda t, d, k: pa.min(t, dim=d, keepdim=k).values,
+                lambda t, d, k: torch.min(t, d, k).values),
+    "median": (lambda t, d, k: pa.median(t, d, k).values,
+               lambda t, d, k: torch.median(t, d, k).values),
+    "kthvalue": (lambda t, d, k: pa.kthvalue(t, 1, d, k).values,
+                 lambda t, d, k: torch.kthvalue(t, 1, d, k).values),
+    "topk": (lambda t, d, k: pa.topk(t, 1, d).values, lambda t, d, k: torch.topk(t, 1, d).values),
+    "cumsum": (lambda t, d, k: pa.cumsum(t, d), lambda t, d, k: torch.cumsum(t, d)),
+    "cumprod": (lambda t, d, k: pa.cumprod(t, d), lambda t, d, k: torch.cumprod(t, d)),
+}
+for _p in ("fro", 2, 1, 3, 0.5, INF, -INF, 0):
+    ZERO_DIM[f"norm_{_p}"] = (lambda t, d, k, p=_p: pa.norm(t, p, d, k),
+                              lambda t, d, k, p=_p: torch.norm(t, p, d, k))
+
+
+@pytest.mark.filterwarnings(r"ignore:std\(\). degrees of freedom")
+@pytest.mark.parametrize("name", sorted(ZERO_DIM))
+def test_zero_dim_input_with_dim_0_or_minus_1_as_torch(name):
+    """PyTorch gives a 0-d tensor one dimension, 0 or -1: the result is 0-d (with keepdim
+    too). prod, std, norm, amax and amin raised numpy's AxisError."""
+    fn, tfn = ZERO_DIM[name]
+    dims = (0, -1, (0,), (-1,)) if name.startswith(("prod", "std", "norm", "am")) else (0, -1)
+    for dim in dims:
+        for keep in (False, True):
+            if name == "prod" and isinstance(dim, tuple):
+                continue                        # torch.prod takes one int
+            x = pa.tensor(-2.5, requires_grad=True)
+            tx = torch.tensor(-2.5, dtype=torch.float64, requires_grad=True)
+            y, yt = fn(x, dim, keep), tfn(tx, dim, keep)
+            assert y.shape == () == tuple(yt.shape), (dim, keep)
+            np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-15, atol=0)
+            if not yt.requires_grad or yt.grad_fn is None:
+                continue
+            (g,) = pa.grad(y, [x], allow_unused=True)
+            (gt,) = torch.autograd.grad(yt, [tx], allow_unused=True)
+            want = 0.0 if gt is None else gt.item()      # torch.norm(p=0): no gradient
+            np.testing.assert_allclose(0.0 if g is None else g, want, rtol=1e-15, atol=0)
+            if np.isfinite(y.item()) and name != "norm_0":
+                for check in (pa.gradcheck, pa.gradgradcheck):
+                    assert check(lambda t: fn(t, dim, keep), [pa.tensor(-2.5, requires_grad=True)])
+    for bad in (1, -2):
+        with pytest.raises((ValueError, IndexError), match="out of bounds|out of range"):
+            fn(pa.tensor(-2.5), bad, False)
+
+
+# ---- empty along a kept dimension -------------------------------------------------------------
+EMPTY = {
+    "argmax": (lambda t, d, k: (pa.argmax(t, d, k),), lambda t, d, k: (torch.argmax(t, d, k),)),
+    "argmin": (lambda t, d, k: (pa.argmin(t, d, k),), lambda t, d, k: (torch.argmin(t, d, k),)),
+    "median": (lambda t, d, k: tuple(pa.median(t, d, k)),
+               lambda t, d, k: tuple(torch.median(t, d, k))),
+    "kthvalue": (lambda t, d, k: tuple(pa.kthvalue(t, 1, d, k)),
+                 lambda t, d, k: tuple(torch.kthvalue(t, 1, d, k))),
+    "topk": (lambda t, d, k: tuple(pa.topk(t, 1, d)), lambda t, d, k: tuple(torch.topk(t, 1, d))),
+    "sort": (lambda t, d, k: tuple(pa.sort(t, d)), lambda t, d, k: tuple(torch.sort(t, d))),
+    "max_dim": (lambda t, d, k: tuple(pa.max(t, dim=d, keepdim=k)),
+                lambda t, d, k: tuple(torch.max(t, d, k))),
+    "min_dim": (lambda t, d, k: tuple(pa.min(t, dim=d, keepdim=k)),
+                lambda t, d, k: tuple(torch.min(t, d, k))),
+    "amax": (lambda t, d, k: (pa.amax(t, d, k),), lambda t, d, k: (torch.amax(t, d, k),)),
+    "amin": (lambda t, d, k: (pa.amin(t, d, k),), lambda t, d, k: (torch.amin(t, d, k),)),
+    "prod": (lambda t, d, k: (pa.prod(t, d, k),), lambda t, d, k: (torch.prod(t, d, k),)),
+    "std": (lambda t, d, k: (pa.std(t, d, k),), lambda t, d, k: (torch.std(t, d, keepdim=k),)),
+    "norm_inf": (lambda t, d, k: (pa.norm(t, INF, d, k),),
+                 lambda t, d, k: (torch.norm(t, INF, d, k),)),
+    "cumprod": (lambda t, d, k: (pa.cumprod(t, d),), lambda t, d, k: (torch.cumprod(t, d),)),
+}
+
+
+@pytest.mark.filterwarnings(r"ignore:std\(\). degrees of freedom")
+@pytest.mark.parametrize("name", sorted(EMPTY))
+def test_empty_along_a_dimension_not_reduced_gives_an_empty_result_as_torch(name):
+    """An empty tensor reduced along a dimension that is not empty: an empty result of
+    PyTorch's shape, values and indices (argmax, argmin and median raised "the tensor is
+    empty"). Reducing the empty dimension itself is refused, as in PyTorch."""
+    fn, tfn = EMPTY[name]
+    for shape, dim in (((4, 0), 0), ((0, 4), 1), ((0, 4), -1), ((2, 0, 3), 0), ((2, 0, 3), 2)):
+        for keep in (False, True):
+            x, tx = pa.tensor(np.zeros(shape), requires_grad=True), torch.zeros(
+                shape, dtype=torch.float64, requires_grad=True)
+            got, want = fn(x, dim, keep), tfn(tx, dim, keep)
+            for a, b in zip(got, want):
+                assert a.shape == tuple(b.shape), (shape, dim, keep)
+                assert a.dtype == (np.int64 if b.dtype == torch.int64 else np.float64)
+            if got[0].requires_grad:
+                pa.backward(got[0].sum())
+                assert x.grad.shape == shape
+    if name not in ("sort", "cumprod", "topk", "prod", "std"):
+        with pytest.raises((ValueError, IndexError)):
+            fn(pa.tensor(np.zeros((4, 0))), 1, False)
+        with pytest.raises(RuntimeError if name == "norm_inf" else IndexError):
+            tfn(torch.zeros(4, 0), 1, False)
+
+
+def test_median_of_an_empty_tensor_is_nan_as_torch():
+    for shape in ((0,), (3, 0)):
+        x, tx = pa.tensor(np.zeros(shape), requires_grad=True), torch.zeros(
+            shape, dtype=torch.float64, requires_grad=True)
+        y, yt = pa.median(x), torch.median(tx)
+        assert y.shape == () and np.isnan(y.item()) and np.isnan(yt.item())
+        pa.backward(y)
+        yt.backward()
+        assert x.grad.shape == tuple(tx.grad.shape) == shape
+    with pytest.raises(ValueError, match="argmax: the tensor is empty"):
+        pa.argmax(pa.tensor(np.zeros((3, 0))))      # no dim: PyTorch refuses too
+
+
+# ---- NaN: the inf-norms and amax/amin ----------------------------------------------------------
+NAN = float("nan")
+NAN_ROWS = np.array([[1.0, NAN, -3.0], [NAN, NAN, 2.0], [-3.0, NAN, 3.0], [0.0, NAN, 0.0],
+                     [INF, NAN, -INF], [1.0, 2.0, -2.0], [-5.0, 5.0, -5.0], [0.0, 0.0, 0.0]])
+
+
+def _first_and_second_order(fn, tfn, x0, w):
+    """(value, gradient, create_graph gradient) of pa and of torch."""
+    out = []
+    for create_graph in (False, True):
+        x, tx = pa.tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)
+        y, yt = fn(x), tfn(tx)
+        (g,) = pa.grad(y, [x], grad_outputs=pa.tensor(w), create_graph=create_graph)
+        (gt,) = torch.autograd.grad(yt, [tx], torch.tensor(w), create_graph=create_graph)
+        out.append((y.data, yt.detach().numpy()))
+        out.append((np.asarray(g.data if isinstance(g, pa.Tensor) else g),
+                    gt.detach().numpy()))
+    return out
+
+
+@pytest.mark.parametrize("p", [INF, -INF])
+def test_inf_norms_of_slices_with_nan_as_torch(p):
+    """PyTorch's inf-norm rule counts the NaNs among the maxima but multiplies by sign(x),
+    0 at a NaN: a slice with a NaN gets gradient 0 (it got NaN everywhere here)."""
+    w = np.random.default_rng(0).uniform(0.5, 1.5, len(NAN_ROWS))
+    for fn, tfn, ww in (
+            (lambda t: pa.norm(t, p, 1), lambda t: torch.norm(t, p, 1), w),
+            (lambda t: pa.norm(t, p, -1, True), lambda t: torch.norm(t, p, -1, True), w[:, None]),
+            (lambda t: pa.linalg.vector_norm(t, p, 1), lambda t: torch.linalg.vector_norm(t, p, 1),
+             w),
+            (lambda t: pa.linalg.vector_norm(t, p, 0), lambda t: torch.linalg.vector_norm(t, p, 0),
+             w[:3]),
+            (lambda t: pa.norm(t, p), lambda t: torch.norm(t, p), np.array(1.3))):
+        for rows in (NAN_ROWS, NAN_ROWS[:1], NAN_ROWS[5:]):
+            w_ = ww if ww.ndim == 0 or ww.shape[0] == 3 else ww[:len(rows)]
+            for got, want in _first_and_second_order(fn, tfn, rows, w_):
+                np.testing.assert_allclose(got, want, rtol=1e-15, atol=0)
+    x = pa.tensor([1.0, NAN, -3.0], requires_grad=True)
+    pa.norm(x, p, 0).backward()
+    np.testing.assert_array_equal(x.grad, [0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("name", ["amax", "amin"])
+def test_amax_amin_of_slices_with_nan_as_torch(name):
+    """PyTorch's amax/amin backward masks `x == result`, empty where the result is NaN, and
+    divides by the count: the whole slice gets NaN (here the NaN got the gradient, as
+    torch.max() does). Slices without NaN keep the even split among ties."""
+    fn, tfn = getattr(pa, name), getattr(torch, name)
+    w = np.random.default_rng(1).uniform(0.5, 1.5, len(NAN_ROWS))
+    for f, tf, ww in ((lambda t: fn(t, 1), lambda t: tfn(t, 1), w),
+                      (lambda t: fn(t, 0, True), lambda t: tfn(t, 0, True), w[None, :3]),
+                      (lambda t: fn(t), lambda t: tfn(t), np.array(0.7))):
+        for rows in (NAN_ROWS, NAN_ROWS[5:]):
+            w_ = ww if ww.ndim != 1 else ww[:len(rows)]
+            for got, want in _first_and_second_order(f, tf, rows, w_):
+                np.testing.assert_allclose(got, want, rtol=1e-15, atol=0)
+    x = pa.tensor(np.array([[1.0, NAN, -3.0], [1.0, 1.0, 0.0]]), requires_grad=True)
+    fn(x, 1).sum().backward()
+    np.testing.assert_array_equal(x.grad, [[NAN] * 3, [0.5, 0.5, 0] if name == "amax"
+                                           else [0, 0, 1.0]])
+    for other in (pa.max, pa.median):         # torch.max() and median(): the NaNs share
+        x, tx = pa.tensor(NAN_ROWS[:3], requires_grad=True), torch.tensor(NAN_ROWS[:3],
+                                                                           requires_grad=True)
+        other(x).backward()
+        getattr(torch, other.__name__)(tx).backward()
+        np.testing.assert_array_equal(x.grad, tx.grad.numpy())
+
+
+# ---- cumprod with inf and zeros -----------------------------------------------------------------
+CUMPROD_ROWS = [[2, INF, 0, 2], [2, 0, INF, 3], [0, INF, 2, 0, INF], [INF, 0, 0, 3],
+                [0, 1, 0, INF], [3, -INF, 2, 0.5], [-INF, 0, INF, 0, 1], [2, NAN, 0, 1],
+                [0, NAN, 2, 1], [1e200, 1e200, 0, 2], [INF, 2, 3, 4], [0, 0, 0, 0],
+                [INF], [0.0], [NAN]]
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the twin's inf * 0
+def test_cumprod_with_inf_and_zeros_as_torch():
+    """PyTorch's cumprod_backward: before the first zero the sums from the end of g ans
+    stop at that zero (ans is NaN after an inf meets a zero: gradient[0] of [2, inf, 0, 2]
+    was NaN where PyTorch gives inf); at the first zero, the products up to the second
+    zero times g zeroed beyond it; a dimension of size 1 passes g through. Under
+    create_graph PyTorch runs its quadratic formula, whose NaNs differ: the twin follows
+    that one."""
+    rng = np.random.default_rng(4)
+    for row in CUMPROD_ROWS:
+        for x0, dim in ((np.array([row], float), 1), (np.array([row], float).T, 0),
+                        (np.array([row, row[::-1]], float).T[None], 1)):
+            w = rng.uniform(0.5, 1.5, x0.shape)
+            for got, want in _first_and_second_order(lambda t: pa.cumprod(t, dim),
+                                                     lambda t: torch.cumprod(t, dim), x0, w):
+                np.testing.assert_allclose(got, want, rtol=1e-14, atol=0, err_msg=str(row))
+    x = pa.tensor([2.0, INF, 0.0, 2.0], requires_grad=True)
+    pa.cumprod(x, 0).backward(pa.tensor(np.ones(4)))
+    np.testing.assert_array_equal(x.grad, [INF, NAN, INF, 0.0])
+    x = pa.tensor([[INF], [0.0]], requires_grad=True)
+    pa.cumprod(x, 1).backward(pa.tensor([[2.0], [3.0]]))
+    np.testing.assert_array_equal(x.grad, [[2.0], [3.0]])
+    z = _zeros((3, 4))                           # the zeros path still differentiates exactly
+    for dim in (0, 1):
+        assert pa.gradcheck(lambda t: pa.cumprod(t, dim), [pa.tensor(z, requires_grad=True)])
+        assert pa.gradgradcheck(lambda t: pa.cumprod(t, dim), [pa.tensor(z, requires_grad=True)])

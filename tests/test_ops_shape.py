@@ -217,3 +217,24 @@ def test_clone_matches_torch():
     (xp.clone()[1:] * 3.0).sum().backward()
     (xt.clone()[1:] * 3.0).sum().backward()
     assert np.array_equal(xp.grad, xt.grad.numpy())
+
+
+# ---- roll ---------------------------------------------------------------------------------------
+def test_roll_a_dim_named_twice_shifts_it_by_the_sum_as_torch():
+    """PyTorch (and numpy) roll a dimension named twice by the sum of its shifts; pa.roll
+    refused ("dims name a dimension twice")."""
+    torch = pytest.importorskip("torch")
+    x0 = np.arange(24.0).reshape(2, 3, 4)
+    w = np.random.default_rng(0).standard_normal(x0.shape)
+    for shifts, dims in (((1, 1), (0, 0)), ((1, 2, -1), (1, 2, 1)), ((2, -5), (-1, 2)),
+                         ([3, 1], [2, 2])):
+        x, tx = pa.tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)
+        y, yt = pa.roll(x, shifts, dims), torch.roll(tx, shifts, dims)
+        np.testing.assert_array_equal(y.data, yt.detach().numpy())
+        pa.backward((y * pa.tensor(w)).sum())
+        (yt * torch.tensor(w)).sum().backward()
+        np.testing.assert_array_equal(x.grad, tx.grad.numpy())
+        np.testing.assert_array_equal(x.roll(shifts, dims).data, y.data)
+        assert pa.gradcheck(lambda t: pa.roll(t, shifts, dims), [leaf(x0)])
+        assert pa.gradgradcheck(lambda t: pa.roll(t, shifts, dims), [leaf(x0)])
+    np.testing.assert_array_equal(pa.roll(pa.tensor(x0), (1, 1), (0, 0)).data, x0)  # 2 = 0

@@ -225,8 +225,9 @@ _graph(_roll, lambda g, ans, x, shifts, dims: _roll(g, shifts=_negated(shifts), 
 
 
 def roll(input, shifts, dims=None) -> Tensor:
-    """The elements shifted by `shifts` along `dims` (wrapping around); with `dims=None`
-    the flattened tensor is rolled and the shape restored."""
+    """The elements shifted by `shifts` along `dims` (wrapping around; a dimension named
+    twice is shifted by the sum); with `dims=None` the flattened tensor is rolled and the
+    shape restored."""
     nd = np.ndim(_data(input))
     if dims is None:
         if isinstance(shifts, (list, tuple)):
@@ -234,7 +235,9 @@ def roll(input, shifts, dims=None) -> Tensor:
                 raise ValueError("roll: with dims=None, shifts must be a single int")
             shifts = shifts[0]
         return _roll(input, shifts=int(shifts), dims=None)
-    dims = _dims(dims, nd, "roll")
+    # a dimension may be named twice: its shifts add (PyTorch's and numpy's roll)
+    dims = tuple(_dim(d, nd, "roll") for d in dims) if isinstance(dims, (list, tuple)) \
+        else (_dim(dims, nd, "roll"),)
     shifts = _sizes((shifts,), "roll") if not isinstance(shifts, (list, tuple)) \
         else _sizes(tuple(shifts), "roll")
     if len(shifts) != len(dims):

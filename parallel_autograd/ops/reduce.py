@@ -9,6 +9,7 @@ import numpy as np
 from ..memory import empty as _empty
 from ..memory import pooled as P
 from ..primitive import primitive
+from ..tensor import Tensor as _Tensor
 
 
 def _buf(a):
@@ -17,6 +18,7 @@ def _buf(a):
 
 
 _UNSET = object()
+AxisError = getattr(np, "exceptions", np).AxisError  # numpy < 1.25: np.AxisError
 
 
 def torch_names(fn):
@@ -63,12 +65,27 @@ def _mean_vjp(g, ans, x, axis, keepdims):
 def _extremum_vjp(g, ans, x, axis, keepdims):
     # Ties share the gradient equally (PyTorch's amax/amin convention): the mask of
     # maxima written as 0/1 floats, counted, then scaled by g / count. 3 passes, one buffer.
-    # A NaN result came from NaN inputs: they get the gradient (PyTorch's max), not all.
+    # A NaN result came from NaN inputs: they get the gradient (PyTorch's max() and
+    # median() over all elements, `evenly_distribute_backward`), not all.
+    return _share(g, ans, x, axis, keepdims, True)
+
+
+def _share(g, ans, x, axis, keepdims, nan_wins: bool):
+    """g / (number of ties) at the elements equal to the result, 0 elsewhere. Where the
+    result is NaN: `nan_wins`, the NaNs share it (PyTorch's max()); otherwise the whole
+    slice gets NaN (PyTorch's amax/amin, whose mask `x == result` is then empty)."""
+    if x.size == 0:                  # nothing to share (median() of an empty tensor)
+        t = _empty(x.shape, np.result_type(g, x))
+        t.fill(0)
+        return t
     a = _restore(ans, x.shape, axis, keepdims)
     t = np.equal(x, a, out=_empty(x.shape, np.result_type(g, x)))
-    if x.dtype.kind == "f" and np.isnan(ans).any():  # rare: 2 more passes
+    nan = x.dtype.kind == "f" and np.isnan(ans).any()
+    if nan and nan_wins:             # rare: 2 more passes
         t += np.isnan(x) & np.isnan(a)
     count = t.sum(axis=axis, keepdims=True)
+    if nan and not nan_wins:         # rare: the NaN slices' count is 0; g / 0 * 0 is NaN
+        count = np.where(count == 0, np.nan, count)
     t *= _restore(g, x.shape, axis, keepdims) / count
     return t
 
@@ -95,25 +112,35 @@ _var = primitive("var",
                  _var_vjp)
 
 
-def _axis(axis):
-    """None, an int or a tuple of ints (lists and numpy integers accepted)."""
+def _axis(axis, x=None, name: str = "reduce"):
+    """None, an int or a tuple of ints (lists and numpy integers accepted). Given the input
+    `x`: a 0-d one has the one axis 0 (or -1), as in PyTorch, reducing over which reduces
+    all (None: the result stays 0-d, also with keepdims); other axes are numpy's
+    AxisError, a repeated one a ValueError."""
     if axis is None:
         return None
-    if isinstance(axis, (list, tuple)):
-        return tuple(int(a) for a in axis)
-    return int(axis)
+    axis = tuple(int(a) for a in axis) if isinstance(axis, (list, tuple)) else int(axis)
+    if x is not None and np.ndim(x.data if isinstance(x, _Tensor) else x) == 0:
+        axes = axis if isinstance(axis, tuple) else (axis,)
+        for a in axes:
+            if a not in (0, -1):
+                raise AxisError(a, 0, name)
+        if len(axes) > 1:
+            raise ValueError(f"{name}: repeated axis in {axis!r}")
+        return None
+    return axis
 
 
 @torch_names
 def sum(x, axis=None, keepdims: bool = False):
     """Sum over `axis` (None: all; an int or a tuple); the gradient is g broadcast back."""
-    return _sum(x, axis=_axis(axis), keepdims=keepdims)
+    return _sum(x, axis=_axis(axis, x, "sum"), keepdims=keepdims)
 
 
 @torch_names
 def mean(x, axis=None, keepdims: bool = False):
     """Mean over `axis` (None: all; an int or a tuple)."""
-    return _mean(x, axis=_axis(axis), keepdims=keepdims)
+    return _mean(x, axis=_axis(axis, x, "mean"), keepdims=keepdims)
 
 
 def max(x, axis=None, keepdims: bool = False, *, dim=_UNSET, keepdim: bool = False):
@@ -122,14 +149,14 @@ def max(x, axis=None, keepdims: bool = False, *, dim=_UNSET, keepdim: bool = Fal
     `(values, indices)` of the first maximum along `dim`, which gets the gradient."""
     if dim is not _UNSET:
         return _along("max", x, axis, dim, keepdim)
-    return _max(x, axis=_axis(axis), keepdims=keepdims)
+    return _max(x, axis=_axis(axis, x, "max"), keepdims=keepdims)
 
 
 def min(x, axis=None, keepdims: bool = False, *, dim=_UNSET, keepdim: bool = False):
     """Minimum over `axis`, as `max` (`dim=`: PyTorch's `(values, indices)`)."""
     if dim is not _UNSET:
         return _along("min", x, axis, dim, keepdim)
-    return _min(x, axis=_axis(axis), keepdims=keepdims)
+    return _min(x, axis=_axis(axis, x, "min"), keepdims=keepdims)
 
 
 def _along(name, x, axis, dim, keepdim):
@@ -142,14 +169,18 @@ def _along(name, x, axis, dim, keepdim):
 @torch_names
 def var(x, axis=None, keepdims: bool = False, ddof: int = 0):
     """Variance; `ddof=0` is the biased (population) estimate, numpy's default."""
-    return _var(x, axis=_axis(axis), keepdims=keepdims, ddof=ddof)
+    return _var(x, axis=_axis(axis, x, "var"), keepdims=keepdims, ddof=ddof)
 
 
 # ---- softmax family -------------------------------------------------------------------
 def _shifted_exp(x, axis):
     """(exp(x - m), m) with m the finite max along `axis` (0 where it is not finite): one
-    new array, 2 passes (and the max's)."""
-    m = np.max(x, axis=axis, keepdims=True)
+    new array, 2 passes (and the max's). An empty slice has no max: m is 0 there (its
+    logsumexp is -inf and its softmax empty, as PyTorch's)."""
+    if x.size == 0:
+        m = np.zeros(np.sum(x, axis=axis, keepdims=True).shape, x.dtype)
+    else:
+        m = np.max(x, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)
     t = _buf(P.subtract(x, m))
     np.exp(t, out=t)
@@ -211,7 +242,7 @@ _log_softmax_op = primitive("log_softmax", _log_softmax, _log_softmax_vjp)
 @torch_names
 def logsumexp(x, axis=None, keepdims: bool = False):
     """log(sum(exp(x))) over `axis`, shifted by the maximum (no overflow)."""
-    return _lse(x, axis=_axis(axis), keepdims=keepdims)
+    return _lse(x, axis=_axis(axis, x, "logsumexp"), keepdims=keepdims)
 
 
 @torch_names

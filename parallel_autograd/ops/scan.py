@@ -8,13 +8,18 @@ including its choices where the derivative is not unique:
 
 - prod: zeros handled exactly (with one zero in a slice its gradient is the product of
   the others, with more all is 0): exclusive products from two cumprods, no division.
-- cumprod: the same, by the first zero of each slice (PyTorch's `cumprod_backward`).
+- cumprod: the same, by the first and second zeros of each slice (PyTorch's
+  `cumprod_backward`, with its NaNs where an inf meets a zero).
 - std and the 2-norm: 0 where the result is 0; the other p-norms as `torch.norm`.
 - amax, amin, the inf-norms and median over all elements: the gradient split evenly
-  among ties (NaNs, when the result is NaN).
+  among ties. Where the result is NaN: median() gives it to the NaNs (as max()), amax and
+  amin NaN to the whole slice, the inf-norms 0 to the whole slice (each PyTorch's).
 - sort, topk, kthvalue and median along an axis: the gradient goes to the selected index
   (`values` is a gather; its rule a scatter into zeros, whose rule is the gather again:
   a linear pair, so every order of derivative runs these two kernels).
+
+As in PyTorch, a 0-d input has the one axis 0 (or -1), and an empty input reduced along
+an axis that is not empty gives an empty result.
 
 Ops that return values and indices return a NamedTuple with `.values` and `.indices`
 (PyTorch's `torch.return_types`); indices are int64 tensors without gradient.
@@ -34,7 +39,7 @@ from ..tensor import Tensor
 from . import elementwise as E
 from . import reduce as R
 from . import shape as S
-from .graph import _kept, cast
+from .graph import _extremum, _kept, cast
 
 __all__ = ["prod", "std", "norm", "amax", "amin", "argmax", "argmin", "cumsum", "cumprod",
            "sort", "topk", "kthvalue", "median"]
@@ -57,15 +62,17 @@ def _axis_index(name: str, axis: int, ndim: int) -> int:
 
 def _axes(name: str, ndim: int, axis):
     """None, or the axes as a tuple of non-negative ints. numpy's AxisError (a ValueError
-    and an IndexError) names the op when one is out of range; ValueError when repeated."""
+    and an IndexError) names the op when one is out of range; ValueError when repeated.
+    A 0-d tensor has the one axis 0 (or -1), as in PyTorch: reducing over it reduces all
+    (None; the result stays 0-d, also with keepdims)."""
     if axis is None:
         return None
     axes = tuple(_int(name, a, "axis") for a in axis) if isinstance(axis, (list, tuple)) \
         else (_int(name, axis, "axis"),)
-    axes = tuple(_axis_index(name, a, ndim) for a in axes)
+    axes = tuple(_axis_index(name, a, max(ndim, 1)) for a in axes)
     if len(set(axes)) != len(axes):
         raise ValueError(f"{name}: repeated axis in {axis!r}")
-    return axes
+    return None if ndim == 0 else axes
 
 
 def _dim(name: str, ndim: int, axis) -> int:
@@ -291,9 +298,14 @@ def _norm_vjp(g, ans, x, p, axis, keepdims):
         t = _buf(P.abs(x))
         if abs(p) == np.inf:
             # sign(x) g / (number of ties) at |x| == norm (PyTorch): 5 passes, one buffer
+            nan = np.isnan(ans).any()
             np.equal(t, a, out=t)
+            if nan:                 # rare: see _inf_norm_nan
+                _inf_norm_nan(t, x)
             count = t.sum(axis=axis, keepdims=True)
             np.copysign(t, x, out=t)
+            if nan:
+                t[np.isnan(x)] = 0
             t *= np.where(zero, 0.0, gr / count)
             return t
         # sign(x) |x|^(p-1) g / norm^(p-1), 0 where the norm is 0: 4 passes (p < 1: 5)
@@ -303,6 +315,14 @@ def _norm_vjp(g, ans, x, p, axis, keepdims):
             np.putmask(t, x == 0, 0)
         t *= np.where(zero, 0.0, gr / np.power(a, p - 1))
         return t
+
+
+def _inf_norm_nan(mask, x):
+    """PyTorch's inf-norm rule where the norm is NaN: its mask of maxima is
+    `|x| == norm or isnan(x)`, scaled by sign(x), and its sign of NaN is 0. So the NaNs
+    are counted but get 0, and a slice with a NaN gets 0 everywhere (not NaN: the count
+    is not 0). The rare path: 2 passes and a boolean temporary."""
+    mask += np.isnan(x)
 
 
 def _norm_twin(g, ans, x, p, axis, keepdims):
@@ -357,17 +377,24 @@ def norm(input, p="fro", axis=None, keepdims: bool = False, dtype=None) -> Tenso
 
 
 # ---- amax, amin, argmax, argmin --------------------------------------------------------------
-# The rule is max's and min's (`reduce._extremum_vjp`: ties share evenly), with its twin.
+def _amax_vjp(g, ans, x, axis, keepdims):
+    # max's and min's rule (`reduce._share`: ties share evenly, 3 passes, one buffer) but
+    # PyTorch's amax/amin where the result is NaN: its mask `x == result` is empty there,
+    # and g / 0 * 0 makes the whole slice NaN (max() gives it to the NaNs instead)
+    return R._share(g, ans, x, axis, keepdims, False)
+
+
+_amax_vjp.graph = _extremum(_amax_vjp)
 _amax = primitive("amax", lambda x, axis, keepdims: np.max(x, axis=axis, keepdims=keepdims),
-                  R._extremum_vjp)
+                  _amax_vjp)
 _amin = primitive("amin", lambda x, axis, keepdims: np.min(x, axis=axis, keepdims=keepdims),
-                  R._extremum_vjp)
+                  _amax_vjp)
 
 
 @R.torch_names
 def amax(input, axis=None, keepdims: bool = False) -> Tensor:
     """The maximum over `axis` (None: all; an int or a tuple); ties share the gradient
-    evenly (PyTorch's amax)."""
+    evenly, and a slice whose maximum is NaN gets a NaN gradient (PyTorch's amax)."""
     return _amax(input, axis=_axes("amax", np.ndim(_raw(input)), axis),
                  keepdims=bool(keepdims))
 
@@ -375,16 +402,26 @@ def amax(input, axis=None, keepdims: bool = False) -> Tensor:
 @R.torch_names
 def amin(input, axis=None, keepdims: bool = False) -> Tensor:
     """The minimum over `axis` (None: all; an int or a tuple); ties share the gradient
-    evenly (PyTorch's amin)."""
+    evenly, and a slice whose minimum is NaN gets a NaN gradient (PyTorch's amin)."""
     return _amin(input, axis=_axes("amin", np.ndim(_raw(input)), axis),
                  keepdims=bool(keepdims))
 
 
+def _nonempty(name: str, x: np.ndarray, ax) -> None:
+    """PyTorch refuses to reduce an empty dimension (or, with none given, an empty tensor);
+    an empty tensor reduced along a dimension that is not empty gives an empty result."""
+    if ax is None:
+        if x.size == 0:
+            raise ValueError(f"{name}: the tensor is empty")
+    elif x.ndim and x.shape[ax] == 0:
+        raise ValueError(f"{name}: dimension {ax} is empty (a reduction along it has no "
+                         f"value)")
+
+
 def _arg(name: str, fn, input, axis, keepdims) -> Tensor:
     x = _raw(input)
-    if x.size == 0:
-        raise ValueError(f"{name}: the tensor is empty")
     ax = None if axis is None else _dim(name, x.ndim, axis)
+    _nonempty(name, x, ax)
     if x.ndim == 0:
         return Tensor._wrap(np.zeros((), np.int64))
     return Tensor._wrap(np.asarray(fn(x, axis=ax, keepdims=bool(keepdims)), np.int64))
@@ -439,62 +476,73 @@ def cumsum(input, axis: int, *, dtype=None) -> Tensor:
     return _cumsum(x, axis=ax)
 
 
-def _first_zero(x: np.ndarray, axis: int):
-    """(k, z): positions along `axis` (shaped to broadcast) and the first zero of each
-    slice (kept dimension; the length where there is none)."""
-    n = x.shape[axis]
-    zero = x == 0
-    z = np.where(zero.any(axis=axis, keepdims=True), zero.argmax(axis=axis, keepdims=True), n)
-    k = np.arange(n).reshape((n,) + (1,) * (x.ndim - axis - 1))
-    return k, z
-
-
 def _cumprod_vjp(g, ans, x, axis):
+    if x.shape[axis] == 1:
+        return g                     # PyTorch: g itself (g ans / x is NaN at x = 0 or inf)
     if _no_zeros(x):
         # sums from the end of g ans, over x (PyTorch's formula): 3 passes, one buffer
         t = _buf(P.multiply(g, ans))
         _reverse_cumsum(t, axis, t)
-        t /= x
+        with np.errstate(invalid="ignore"):     # inf / inf: NaN, as PyTorch's
+            t /= x
         return t
-    # With zeros (PyTorch's cumprod_backward), by the first zero z of each slice:
-    #   j < z: the same formula (x_j != 0; ans is 0 from z on);
-    #   j = z: prod(x[:z]) * sum over i >= z of g_i prod(x[z+1 .. i]);
-    #   j > z: 0 (every product through j contains x_z = 0).
-    # The rare path: a few temporaries the size of x.
-    k, z = _first_zero(x, axis)
-    before, at = k < z, k == z
-    t = _reverse_cumsum(P.multiply(g, ans), axis, _empty(x.shape, np.result_type(g, ans)))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(before, t / np.where(before, x, 1), 0)
-        after = np.cumprod(np.where(k <= z, 1, x), axis=axis) * g
-        s = np.where(k >= z, after, 0).sum(axis=axis, keepdims=True)
-        lead = np.prod(np.where(before, x, 1), axis=axis, keepdims=True)
-        out += np.where(at, lead * s, 0)
-    return out.astype(np.result_type(g, ans), copy=False)
+    # With zeros, PyTorch's cumprod_backward (its O(n) path, without create_graph), by the
+    # first zero z1 and the second z2 of each slice (the length where there is none):
+    #   j < z1: the same formula on [0, z1) only (the ans from z1 on are 0, or NaN after an
+    #           inf, and take no part);
+    #   j = z1: ans[z1 - 1] (1 if z1 = 0) * sum over z1 <= i < z2 of g_i prod(x[z1+1 .. i]);
+    #   j > z1: 0 (every product through j contains x_z1 = 0).
+    # As PyTorch, the sum at z1 multiplies the products by g zeroed outside [z1, z2) (an inf
+    # product times that 0 is NaN) where [0, z1) selects. The rare path: a few temporaries
+    # the size of x.
+    dtype = np.result_type(g, ans)
+    zeros = np.cumsum(x == 0, axis=axis)             # the zeros up to each position
+    before, first = zeros == 0, zeros == 1           # [0, z1) and [z1, z2)
+    at = first & (x == 0)                            # z1
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        t = _reverse_cumsum(np.where(before, P.multiply(g, ans), 0), axis,
+                            _empty(x.shape, dtype))
+        out = np.where(before, t / np.where(before, x, 1), 0).astype(dtype, copy=False)
+        inner = np.cumprod(np.where(first & ~at, x, 1), axis=axis)
+        s = (inner * np.where(first, g, 0)).sum(axis=axis, keepdims=True)
+        z1 = np.argmax(at, axis=axis, keepdims=True)
+        lead = np.where(z1 == 0, 1, np.take_along_axis(ans, np.maximum(z1 - 1, 0), axis))
+        out += np.where(at, s * lead, 0)
+    return out
 
 
 def _cumprod_twin(g, ans, x, axis):
     xd = _raw(x)
+    if xd.shape[axis] == 1:
+        return g                     # as the rule
     if _no_zeros(xd):
         return _reverse_cumsum_t(g * ans, axis) / x
     # With zeros, a form whose derivatives are exact too (the masks of the fast rule would
     # drop them: x_z = 0 zeroes terms whose derivative is not 0, as in PyTorch, whose
     # double backward is quadratic as well): dx_j = prod(x[:j]) * sum over i >= j of
     # g_i prod(x[j+1 .. i]), the inner products the cumprods of a K x K table (K = the
-    # length along `axis`): memory K times the input's.
+    # length along `axis`): memory K times the input's. This is also PyTorch's formula
+    # under create_graph (where an inf meets a zero, its NaNs are not those of its O(n)
+    # path, which the rule follows).
     n = xd.shape[axis]
     xs, gs = S.swapaxes(x, axis, -1), S.swapaxes(g, axis, -1)
     i = np.arange(n)
     table = E.where(i[None, :] > i[:, None], S.unsqueeze(xs, -2), 1.0)
-    inner = cumprod(table, -1) * S.unsqueeze(gs, -2)
-    after = R.sum(E.where(i[None, :] >= i[:, None], inner, 0.0), axis=-1)
     ones = np.ones(xs.shape[:-1] + (1,), xd.dtype)
     before = cumprod(S.concat([ones, xs[..., :-1]], axis=-1), -1)
-    return S.swapaxes(before * after, axis, -1)
+    # PyTorch's order: the omitted products prod(x[:j]) prod(x[j+1 .. i]), times g_i
+    omitted = S.unsqueeze(before, -1) * cumprod(table, -1)
+    terms = E.where(i[None, :] >= i[:, None], omitted * S.unsqueeze(gs, -2), 0.0)
+    return S.swapaxes(R.sum(terms, axis=-1), axis, -1)
+
+
+def _cumprod_forward(x, axis):
+    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 is NaN, quietly (PyTorch)
+        return np.cumprod(x, axis=axis)
 
 
 _cumprod_vjp.graph = _cumprod_twin
-_cumprod = primitive("cumprod", lambda x, axis: np.cumprod(x, axis=axis), _cumprod_vjp)
+_cumprod = primitive("cumprod", _cumprod_forward, _cumprod_vjp)
 
 
 @R.torch_names
@@ -649,7 +697,7 @@ def _median_index(x: np.ndarray, ax: int):
 
 def _median_all(x, axis, keepdims):
     flat = x.reshape(-1)
-    if x.dtype.kind == "f" and np.isnan(flat).any():
+    if flat.size == 0 or x.dtype.kind == "f" and np.isnan(flat).any():
         m = np.asarray(np.nan, x.dtype)
     else:
         m = np.partition(flat, (flat.size - 1) // 2)[(flat.size - 1) // 2]
@@ -666,10 +714,9 @@ def median(input, axis=None, keepdims: bool = False) -> Tensor | tuple[Tensor, T
     in a slice makes it NaN. `axis=None`: over all elements, a tensor (ties share the
     gradient evenly); an int: (values, indices) along it, the gradient to the index."""
     x = _raw(input)
-    if x.size == 0:
-        raise ValueError("median: the tensor is empty")
-    if axis is None:
+    if axis is None:                 # of an empty tensor: NaN (PyTorch)
         return _median_all_op(input, axis=None, keepdims=bool(keepdims))
+    _nonempty("median", x, _dim("median", x.ndim, axis))
     values, indices = _selection("median", input, axis, _median_index, not keepdims)
     return return_types.median(values, indices)
 
