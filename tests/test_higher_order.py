@@ -774,6 +774,8 @@ _PIECEWISE = {
     "max_pool2d": lambda lib, x, w: lib.nn.functional.max_pool2d(x * w, 2),
     "adaptive_max_pool2d": lambda lib, x, w: lib.nn.functional.adaptive_max_pool2d(x * w, 3),
     "max_pool3d": lambda lib, x, w: lib.nn.functional.max_pool3d((x * w)[None], 2),
+    "norm_1": lambda lib, x, w: lib.norm(x * w, 1),
+    "norm_inf": lambda lib, x, w: lib.norm(x * w, float("inf")),
 }
 
 

@@ -39,7 +39,7 @@ from ..tensor import Tensor
 from . import elementwise as E
 from . import reduce as R
 from . import shape as S
-from .graph import _extremum, _kept, cast
+from .graph import _extremum, _kept, cast, depends_on
 
 __all__ = ["prod", "std", "norm", "amax", "amin", "argmax", "argmin", "cumsum", "cumprod",
            "sort", "topk", "kthvalue", "median"]
@@ -329,6 +329,8 @@ def _norm_twin(g, ans, x, p, axis, keepdims):
     xd = _raw(x)
     if p in (0, 1) or abs(p) == np.inf:  # g times a piecewise-constant factor
         factor = _norm_vjp(np.ones(ans.shape, ans.dtype), ans.data, xd, p, axis, keepdims)
+        if p:                             # derivative 0 in x, as PyTorch's sgn and mask
+            factor = depends_on(factor, x)
         return S.broadcast_to(_kept(g, xd.shape, axis, keepdims), xd.shape) * factor
     a = _kept(ans, xd.shape, axis, keepdims)
     zero = _raw(a) == 0
