@@ -125,3 +125,97 @@ def test_bad_input():
         R.pad_sequence([pa.ones(2, 3), pa.ones(2, 4)])
     with pytest.raises(ValueError, match="padding_side"):
         R.pad_sequence([pa.ones(2, 3)], padding_side="middle")
+
+
+# ---- the recurrent layers on packed sequences --------------------------------------------
+def _twins(mode, seed, **kw):
+    torch = _torch()
+    pa.manual_seed(seed)
+    m = getattr(pa.nn, mode)(5, 7, **kw)
+    tm = getattr(torch.nn, mode)(5, 7, **kw).double()
+    with torch.no_grad():
+        for (n, p), (tn, tp) in zip(m.named_parameters(), tm.named_parameters()):
+            assert n == tn
+            tp.copy_(torch.tensor(p.data))
+    return m, tm
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("lengths", [[3, 6, 1, 4], [6, 6, 2]])
+def test_layers_on_packed_sequences_match_torch(mode, bidirectional, lengths):
+    torch = _torch()
+    tr = torch.nn.utils.rnn
+    m, tm = _twins(mode, 1, num_layers=2, bidirectional=bidirectional)
+    rng = np.random.default_rng(len(lengths))
+    b = len(lengths)
+    x = rng.standard_normal((6, b, 5))
+    h0 = rng.standard_normal((4 if bidirectional else 2, b, 7))
+    xp, xt = pa.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    hp, ht = pa.tensor(h0, requires_grad=True), torch.tensor(h0, requires_grad=True)
+    cp, ct = pa.tensor(-h0, requires_grad=True), torch.tensor(-h0, requires_grad=True)
+    hx, thx = ((hp, cp), (ht, ct)) if mode == "LSTM" else (hp, ht)
+    sort = lengths != sorted(lengths, reverse=True)
+    out, hn = m(R.pack_padded_sequence(xp, lengths, enforce_sorted=not sort), hx)
+    tout, thn = tm(tr.pack_padded_sequence(xt, lengths, enforce_sorted=not sort), thx)
+    assert isinstance(out, R.PackedSequence)
+    np.testing.assert_array_equal(_np(out.batch_sizes), tout.batch_sizes.numpy())
+    states = hn if mode == "LSTM" else (hn,)
+    tstates = thn if mode == "LSTM" else (thn,)
+    o, t = R.pad_packed_sequence(out)[0], tr.pad_packed_sequence(tout)[0]
+    loss = (o * o).sum() + sum((s * s * s).sum() for s in states)
+    tloss = (t * t).sum() + sum((s * s * s).sum() for s in tstates)
+    np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-13)
+    for s, ts in zip(states, tstates):          # each sequence's last step, caller's order
+        np.testing.assert_allclose(_np(s), _np(ts), rtol=1e-12, atol=1e-14)
+    pa.backward(loss)
+    tloss.backward()
+    for a, ta in [(xp, xt), (hp, ht)] + ([(cp, ct)] if mode == "LSTM" else []) + \
+            list(zip(m.parameters(), tm.parameters())):
+        np.testing.assert_allclose(a.grad, ta.grad.numpy(), rtol=1e-11, atol=1e-13)
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN"])
+def test_packed_layers_engines_bitwise_and_second_order(mode):
+    pa.manual_seed(2)
+    m = getattr(pa.nn, mode)(3, 4, bidirectional=True)
+    rng = np.random.default_rng(3)
+    x = pa.tensor(rng.standard_normal((4, 3, 3)), requires_grad=True)
+
+    def loss(a):
+        out, _ = m(R.pack_padded_sequence(a, [2, 4, 1], enforce_sorted=False))
+        return (R.pad_packed_sequence(out)[0] ** 2).sum()
+
+    pa.backward(loss(x))
+    want, x.grad = x.grad, None
+    eng = pa.Engine(2, min_nodes=1, min_work=0, min_width=0, inline_below=0)
+    eng.backward(loss(x))
+    eng.close()
+    assert_bitwise([want], [x.grad])
+    np.testing.assert_array_equal(want[2:, 2], 0)       # past the last sequence's end
+    assert pa.gradcheck(loss, [x]) and pa.gradgradcheck(loss, [x])
+
+
+def test_packed_layers_bad_input():
+    m = pa.nn.GRU(3, 4)
+    p = R.pack_sequence([pa.ones(3, 3), pa.ones(2, 3)])
+    with pytest.raises(ValueError, match="Expected hidden size"):
+        m(p, pa.zeros(1, 3, 4))
+    with pytest.raises(TypeError, match="hx must be a tensor"):
+        m(p, (pa.zeros(1, 2, 4),))
+    with pytest.raises(ValueError, match="packed data must be"):
+        m(R.pack_sequence([pa.ones(3, 5)]))
+    lstm = pa.nn.LSTM(3, 4)
+    with pytest.raises(TypeError, match="hx must be a tuple"):
+        lstm(p, pa.zeros(1, 2, 4))
+
+
+def test_packed_input_ignores_batch_first_as_torch():
+    pa.manual_seed(4)
+    a = pa.nn.LSTM(3, 4)
+    b = pa.nn.LSTM(3, 4, batch_first=True)
+    b.load_state_dict(a.state_dict())
+    p = R.pack_sequence([pa.randn(5, 3, seed=1), pa.randn(2, 3, seed=2)])
+    (oa, (ha, ca)), (ob, (hb, cb)) = a(p), b(p)
+    for u, v in ((oa.data, ob.data), (ha, hb), (ca, cb)):
+        np.testing.assert_array_equal(_np(u), _np(v))

@@ -74,12 +74,15 @@ def _sigmoid_(a: np.ndarray) -> None:
 class _Spec:
     """What a recurrence node's rule needs besides arrays."""
 
-    __slots__ = ("mode", "reverse", "batch_first", "inputs", "need", "xp_shape", "xp_dtype")
+    __slots__ = ("mode", "reverse", "batch_first", "inputs", "need", "xp_shape", "xp_dtype",
+                 "sizes")
 
-    def __init__(self, mode, reverse, batch_first, inputs, need, xp_shape, xp_dtype):
+    def __init__(self, mode, reverse, batch_first, inputs, need, xp_shape, xp_dtype,
+                 sizes=None):
         self.mode, self.reverse, self.batch_first = mode, reverse, batch_first
         self.inputs, self.need = inputs, need            # input names, needs a gradient
         self.xp_shape, self.xp_dtype = xp_shape, xp_dtype
+        self.sizes = sizes                               # rows alive per step, or None
 
 
 def _tm(a, batch_first: bool):
@@ -93,10 +96,24 @@ def _order(n: int, reverse: bool) -> list:
 
 
 # ---- forward kernels: x (T, N, G*H) and y time-major views; one GEMM + fused step --------
-def _lstm_forward(x, y, h0, c0, w, b, order, dtype):
+def _alive(sizes, t: int, n: int) -> int:
+    """The rows a step computes: all n, or the first sizes[t] (packed sequences)."""
+    return n if sizes is None else int(sizes[t])
+
+
+def _carry(m: int, n: int, pairs) -> None:
+    """Rows m: of a step whose sequences have ended (or not begun, in reverse): each
+    (destination, source) gets the state unchanged, a copy of n - m rows."""
+    if m < n:
+        for dst, src in pairs:
+            dst[m:] = src[m:]
+
+
+def _lstm_forward(x, y, h0, c0, w, b, order, dtype, sizes=None):
     # per step: the GEMM into the gates' row, + b, + x_t (2 passes over N*4H), the
     # activations (6 passes: sigmoid of all 4H, tanh of g saved and put back), then
-    # c' = f c + i g (3 passes over N*H) and h' = o tanh(c') (2 passes)
+    # c' = f c + i g (3 passes over N*H) and h' = o tanh(c') (2 passes); with `sizes`, on
+    # the step's first sizes[t] rows, the others carried
     T, n = len(order), x.shape[1]
     H = w.shape[1]
     acts = _empty((T, n, 4 * H), dtype)       # i, f, g, o after their activations
@@ -105,27 +122,29 @@ def _lstm_forward(x, y, h0, c0, w, b, order, dtype):
     wt = w.T
     h, c = h0, c0
     for t in order:
-        a = acts[t]
-        np.matmul(h, wt, out=a)
+        m = _alive(sizes, t, n)
+        a, tm = acts[t][:m], tmp[:m]
+        np.matmul(h[:m], wt, out=a)
         if b is not None:
             a += b
-        a += x[t]
-        np.tanh(a[:, 2 * H:3 * H], out=tmp)
+        a += x[t][:m]
+        np.tanh(a[:, 2 * H:3 * H], out=tm)
         _sigmoid_(a)
-        a[:, 2 * H:3 * H] = tmp
-        cn = cells[t]
-        np.multiply(a[:, H:2 * H], c, out=cn)
-        np.multiply(a[:, :H], a[:, 2 * H:3 * H], out=tmp)
-        cn += tmp
-        hn = y[t]
-        np.tanh(cn, out=hn)
-        hn *= a[:, 3 * H:]
+        a[:, 2 * H:3 * H] = tm
+        cn, hn = cells[t], y[t]
+        np.multiply(a[:, H:2 * H], c[:m], out=cn[:m])
+        np.multiply(a[:, :H], a[:, 2 * H:3 * H], out=tm)
+        cn[:m] += tm
+        np.tanh(cn[:m], out=hn[:m])
+        hn[:m] *= a[:, 3 * H:]
+        _carry(m, n, ((cn, c), (hn, h)))
+        acts[t][m:] = 0
         h, c = hn, cn
     y[T] = c                                    # the last cell state: row T of the output
     return acts, cells
 
 
-def _gru_forward(x, y, h0, c0, w, b, order, dtype):
+def _gru_forward(x, y, h0, c0, w, b, order, dtype, sizes=None):
     # per step: the GEMM (+ b_hh) into a scratch row, r and z (1 add, 4 sigmoid passes
     # over N*2H), W_hn h + b_hn kept, n = tanh(x_n + r hn) (3 passes), h' = n + z (h - n)
     # (3 passes)
@@ -137,50 +156,67 @@ def _gru_forward(x, y, h0, c0, w, b, order, dtype):
     wt = w.T
     h = h0
     for t in order:
-        np.matmul(h, wt, out=hp)
+        m = _alive(sizes, t, n)
+        hpm = hp[:m]
+        np.matmul(h[:m], wt, out=hpm)
         if b is not None:
-            hp += b
-        a, xt = acts[t], x[t]
+            hpm += b
+        a, xt = acts[t][:m], x[t][:m]
         rz = a[:, :2 * H]
-        np.add(xt[:, :2 * H], hp[:, :2 * H], out=rz)
+        np.add(xt[:, :2 * H], hpm[:, :2 * H], out=rz)
         _sigmoid_(rz)
-        hns[t] = hp[:, 2 * H:]
+        hns[t][:m] = hpm[:, 2 * H:]
         nt = a[:, 2 * H:]
-        np.multiply(a[:, :H], hp[:, 2 * H:], out=nt)
+        np.multiply(a[:, :H], hpm[:, 2 * H:], out=nt)
         nt += xt[:, 2 * H:]
         np.tanh(nt, out=nt)
         hy = y[t]
-        np.subtract(h, nt, out=hy)
-        hy *= a[:, H:2 * H]
-        hy += nt
+        np.subtract(h[:m], nt, out=hy[:m])
+        hy[:m] *= a[:, H:2 * H]
+        hy[:m] += nt
+        _carry(m, n, ((hy, h),))
+        acts[t][m:] = 0
+        hns[t][m:] = 0
         h = hy
     return acts, hns
 
 
-def _rnn_forward(x, y, h0, c0, w, b, order, dtype, relu: bool):
+def _rnn_forward(x, y, h0, c0, w, b, order, dtype, relu: bool, sizes=None):
     # per step: the GEMM into the output row, + b, + x_t, the activation (3 passes)
     wt = w.T
-    h = h0
+    h, n = h0, x.shape[1]
     for t in order:
+        m = _alive(sizes, t, n)
         hy = y[t]
-        np.matmul(h, wt, out=hy)
+        hm = hy[:m]
+        np.matmul(h[:m], wt, out=hm)
         if b is not None:
-            hy += b
-        hy += x[t]
+            hm += b
+        hm += x[t][:m]
         if relu:
-            np.maximum(hy, 0, out=hy)
+            np.maximum(hm, 0, out=hm)
         else:
-            np.tanh(hy, out=hy)
+            np.tanh(hm, out=hm)
+        _carry(m, n, ((hy, h),))
         h = hy
     return None, None
 
 
 # ---- backward kernels: gy and dx time-major views; returns (dh0, dc0) --------------------
-def _lstm_backward(gy, dx, acts, cells, y, h0, c0, w, order, need_h0):
+def _pass_through(m: int, n: int, dz, dh, dht) -> None:
+    """The rows m: of a step that carried its state (packed sequences): no gates, so no
+    projection gradient, and the state's gradient passes to the step before unchanged."""
+    if m < n:
+        dh[m:] = dht[m:]          # (before zeroing dz: the RNN's dht is its dz)
+        dz[m:] = 0
+
+
+def _lstm_backward(gy, dx, acts, cells, y, h0, c0, w, order, need_h0, sizes=None):
     # per step (N*H or N*4H passes): dh + gy_t (1), tanh(c) (1), dc += dh o (1 - tanh^2)
     # (5), the gates' gradients before their activations (4 products into dz), the
     # activations' derivatives for all 4H at once (sigmoid's a (1 - a), tanh's 1 - g^2:
-    # 4 passes, one product), dc f (1); then one GEMM dz @ W_hh
+    # 4 passes, one product), dc f (1); then one GEMM dz @ W_hh. With `sizes`, on the
+    # step's first sizes[t] rows; the others pass their gradients through (dc unchanged)
     T, n, H = len(order), acts.shape[1], w.shape[1]
     dt = dx.dtype
     dh = np.zeros((n, H), dt)
@@ -189,33 +225,37 @@ def _lstm_backward(gy, dx, acts, cells, y, h0, c0, w, order, need_h0):
     deriv = np.empty((n, 4 * H), dt)
     for k in range(T - 1, -1, -1):
         t = order[k]
-        a, dz = acts[t], dx[t]
+        m = _alive(sizes, t, n)
+        a, dz, dcm, dhm = acts[t][:m], dx[t][:m], dc[:m], dht[:m]
         i, f, g, o = a[:, :H], a[:, H:2 * H], a[:, 2 * H:3 * H], a[:, 3 * H:]
-        cp = c0 if k == 0 else cells[order[k - 1]]
+        cp = (c0 if k == 0 else cells[order[k - 1]])[:m]
         np.add(gy[t], dh, out=dht)
-        np.tanh(cells[t], out=tc)
-        np.multiply(dht, tc, out=dz[:, 3 * H:])            # d o
-        np.multiply(tc, tc, out=tc)
-        np.subtract(1, tc, out=tc)
-        tc *= o
-        tc *= dht
-        dc += tc
-        np.multiply(dc, g, out=dz[:, :H])                   # d i
-        np.multiply(dc, cp, out=dz[:, H:2 * H])             # d f
-        np.multiply(dc, i, out=dz[:, 2 * H:3 * H])          # d g
-        np.subtract(1, a, out=deriv)
-        deriv *= a                                          # sigmoid' = a (1 - a)
-        dg = deriv[:, 2 * H:3 * H]
+        tm = tc[:m]
+        np.tanh(cells[t][:m], out=tm)
+        np.multiply(dhm, tm, out=dz[:, 3 * H:])            # d o
+        np.multiply(tm, tm, out=tm)
+        np.subtract(1, tm, out=tm)
+        tm *= o
+        tm *= dhm
+        dcm += tm
+        np.multiply(dcm, g, out=dz[:, :H])                  # d i
+        np.multiply(dcm, cp, out=dz[:, H:2 * H])            # d f
+        np.multiply(dcm, i, out=dz[:, 2 * H:3 * H])         # d g
+        dv = deriv[:m]
+        np.subtract(1, a, out=dv)
+        dv *= a                                             # sigmoid' = a (1 - a)
+        dg = dv[:, 2 * H:3 * H]
         np.multiply(g, g, out=dg)
         np.subtract(1, dg, out=dg)                          # tanh' = 1 - g^2
-        dz *= deriv
-        dc *= f
+        dz *= dv
+        dcm *= f
         if k or need_h0:
-            np.matmul(dz, w, out=dh)
+            np.matmul(dz, w, out=dh[:m])
+        _pass_through(m, n, dx[t], dh, dht)
     return dh, dc
 
 
-def _gru_backward(gy, dx, dnr, acts, hns, y, h0, w, order, need_h0):
+def _gru_backward(gy, dx, dnr, acts, hns, y, h0, w, order, need_h0, sizes=None):
     # per step: dh + gy_t (1), dn (4 passes), dz (2), dr (1), the sigmoid derivative of
     # r and z (3 passes over N*2H), dn r into `dnr` (1: the n part of the hidden
     # projection's gradient; its r and z parts are dx's), then dh = dx_rz @ W_hr,hz +
@@ -228,55 +268,64 @@ def _gru_backward(gy, dx, dnr, acts, hns, y, h0, w, order, need_h0):
     w_rz, w_n = w[:2 * H], w[2 * H:]
     for k in range(T - 1, -1, -1):
         t = order[k]
-        a, d = acts[t], dx[t]
+        m = _alive(sizes, t, n)
+        a, d, dhm, tm, dnrm = acts[t][:m], dx[t][:m], dht[:m], tmp[:m], dnr[t][:m]
         r, z, nt = a[:, :H], a[:, H:2 * H], a[:, 2 * H:]
-        hprev = h0 if k == 0 else y[order[k - 1]]
+        hprev = (h0 if k == 0 else y[order[k - 1]])[:m]
         np.add(gy[t], dh, out=dht)
         dn = d[:, 2 * H:]
         np.subtract(1, z, out=dn)
-        dn *= dht
-        np.multiply(nt, nt, out=tmp)
-        np.subtract(1, tmp, out=tmp)
-        dn *= tmp                                           # before tanh
+        dn *= dhm
+        np.multiply(nt, nt, out=tm)
+        np.subtract(1, tm, out=tm)
+        dn *= tm                                            # before tanh
         np.subtract(hprev, nt, out=d[:, H:2 * H])
-        d[:, H:2 * H] *= dht                                # d z
-        np.multiply(dn, hns[t], out=d[:, :H])               # d r
-        np.subtract(1, a[:, :2 * H], out=deriv)
-        deriv *= a[:, :2 * H]
-        d[:, :2 * H] *= deriv                               # before the sigmoids
-        np.multiply(dn, r, out=dnr[t])                      # W_hn h + b_hn's gradient
+        d[:, H:2 * H] *= dhm                                # d z
+        np.multiply(dn, hns[t][:m], out=d[:, :H])           # d r
+        dv = deriv[:m]
+        np.subtract(1, a[:, :2 * H], out=dv)
+        dv *= a[:, :2 * H]
+        d[:, :2 * H] *= dv                                  # before the sigmoids
+        np.multiply(dn, r, out=dnrm)                        # W_hn h + b_hn's gradient
         if k or need_h0:
-            np.matmul(d[:, :2 * H], w_rz, out=dh)
-            np.matmul(dnr[t], w_n, out=tmp)
-            dh += tmp
-            np.multiply(dht, z, out=tmp)
-            dh += tmp
+            np.matmul(d[:, :2 * H], w_rz, out=dh[:m])
+            np.matmul(dnrm, w_n, out=tm)
+            dh[:m] += tm
+            np.multiply(dhm, z, out=tm)
+            dh[:m] += tm
+        if m < n:
+            dnr[t][m:] = 0
+        _pass_through(m, n, dx[t], dh, dht)
     return dh, None
 
 
-def _rnn_backward(gy, dx, y, h0, w, order, need_h0, relu: bool):
+def _rnn_backward(gy, dx, y, h0, w, order, need_h0, relu: bool, sizes=None):
     # per step: dh + gy_t (1), the activation's derivative (2 or 3 passes), the GEMM
     T, n, H = len(order), dx.shape[1], w.shape[1]
     dh = np.zeros((n, H), dx.dtype)
     tmp = np.empty((n, H), dx.dtype)
     for k in range(T - 1, -1, -1):
         t = order[k]
-        d, hy = dx[t], y[t]
+        m = _alive(sizes, t, n)
+        d, hy = dx[t], y[t][:m]
         np.add(gy[t], dh, out=d)
+        dm = d[:m]
         if relu:
-            np.copyto(d, 0, where=hy <= 0)
+            np.copyto(dm, 0, where=hy <= 0)
         else:
-            np.multiply(hy, hy, out=tmp)
-            np.subtract(1, tmp, out=tmp)
-            d *= tmp
+            tm = tmp[:m]
+            np.multiply(hy, hy, out=tm)
+            np.subtract(1, tm, out=tm)
+            dm *= tm
         if k or need_h0:
-            np.matmul(d, w, out=dh)
+            np.matmul(dm, w, out=dh[:m])
+        _pass_through(m, n, d, dh, d)
     return dh, None
 
 
 # ---- the node -------------------------------------------------------------------------------
 def recurrence(mode: str, xp, h0, c0, w_hh, b_hh=None, reverse: bool = False,
-               batch_first: bool = False) -> Tensor:
+               batch_first: bool = False, batch_sizes=None) -> Tensor:
     """The time loop of one recurrent layer and direction, as one node.
 
     `xp` (T, N, G*H) (or (N, T, G*H) with `batch_first`) is the input projection of every
@@ -286,6 +335,12 @@ def recurrence(mode: str, xp, h0, c0, w_hh, b_hh=None, reverse: bool = False,
     after each step, (T, N, H) at each step's time index, and for the LSTM one more row
     (index T) holding the last cell state: (T + 1, N, H) (time on axis 1 with
     `batch_first`).
+
+    `batch_sizes` (T non-increasing ints, time-major only): packed sequences sorted by
+    decreasing length, only the first batch_sizes[t] rows alive at step t. A step then
+    computes those rows and carries the others' state unchanged (a copy), so row T - 1
+    (row 0 in reverse) holds every sequence's last state and the carried rows' gradients
+    pass through; their projections get a zero gradient.
     """
     if mode not in GATES:
         raise ValueError(f"recurrence: mode must be one of {sorted(GATES)}, got {mode!r}")
@@ -312,23 +367,36 @@ def recurrence(mode: str, xp, h0, c0, w_hh, b_hh=None, reverse: bool = False,
     dtype = np.result_type(x, h, w, *(() if c is None else (c,)), *(() if b is None else (b,)))
     if dtype.kind != "f":
         raise TypeError(f"{name}: expected floating inputs, got {dtype}")
+    sizes = _check_sizes(name, batch_sizes, T, n, batch_first)
     order = _order(T, reverse)
     y = _empty((n, T + lstm, H) if batch_first else (T + lstm, n, H), dtype)
     yt = _tm(y, batch_first)
     if lstm:
-        a1, a2 = _lstm_forward(xt, yt, h, c, w, b, order, dtype)
+        a1, a2 = _lstm_forward(xt, yt, h, c, w, b, order, dtype, sizes)
     elif mode == "GRU":
-        a1, a2 = _gru_forward(xt, yt, h, None, w, b, order, dtype)
+        a1, a2 = _gru_forward(xt, yt, h, None, w, b, order, dtype, sizes)
     else:
-        a1, a2 = _rnn_forward(xt, yt, h, None, w, b, order, dtype, mode == "RNN_RELU")
+        a1, a2 = _rnn_forward(xt, yt, h, None, w, b, order, dtype, mode == "RNN_RELU", sizes)
     names = ("xp", "h0") + (("c0",) if lstm else ()) + ("w",) + (("b",) if b is not None else ())
     inputs = (xp, h0) + ((c0,) if lstm else ()) + (w_hh,) + ((b_hh,) if b is not None else ())
     need = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs)
-    spec = _Spec(mode, reverse, batch_first, names, need, x.shape, x.dtype)
+    spec = _Spec(mode, reverse, batch_first, names, need, x.shape, x.dtype, sizes)
     # backward: T GEMMs (N, G*H) @ (G*H, H), one (G*H, T*N) @ (T*N, H), ~20 passes a step
     return record(name, y, inputs, joint=_recurrence_vjp,
                   saved=(a1, a2, y, h, c, w, b, spec),
                   cost=gemm_cost(x.size, H) + 20 * x.size, threaded=True)
+
+
+def _check_sizes(name: str, batch_sizes, T: int, n: int, batch_first: bool):
+    """`batch_sizes` as an int64 array (None stays None), checked."""
+    if batch_sizes is None:
+        return None
+    s = np.asarray(batch_sizes.data if isinstance(batch_sizes, Tensor) else batch_sizes)
+    if (batch_first or s.shape != (T,) or s.dtype.kind not in "iu" or (T and (
+            s[0] != n or s[-1] < 1 or np.any(np.diff(s) > 0)))):
+        raise ValueError(f"{name}: batch_sizes must be {T} non-increasing positive ints "
+                         f"starting at the batch size {n} (time-major input), got {s!r}")
+    return s.astype(np.int64)
 
 
 def _previous_states(y, h0, T: int, spec, dt) -> np.ndarray:
@@ -389,14 +457,16 @@ def _recurrence_vjp(g, a1, a2, y, h0, c0, w, b, spec):
     dx = _empty(spec.xp_shape, dt)
     gy, dxt, yt = _tm(g, bf), _tm(dx, bf), _tm(y, bf)
     dnr = None
+    sizes = spec.sizes
     if mode == "LSTM":
-        dh, dc = _lstm_backward(gy, dxt, a1, a2, yt, h0, c0, w, order, need["h0"])
+        dh, dc = _lstm_backward(gy, dxt, a1, a2, yt, h0, c0, w, order, need["h0"], sizes)
     elif mode == "GRU":
         dnr = _empty(spec.xp_shape[:2] + (H,), dt)   # the n gate's part, in dx's layout
         dh, dc = _gru_backward(gy, dxt, _tm(dnr, bf), a1, a2, yt, h0, w, order,
-                               need["h0"])
+                               need["h0"], sizes)
     else:
-        dh, dc = _rnn_backward(gy, dxt, yt, h0, w, order, need["h0"], mode == "RNN_RELU")
+        dh, dc = _rnn_backward(gy, dxt, yt, h0, w, order, need["h0"], mode == "RNN_RELU",
+                               sizes)
     dw = db = None
     if need["w"] or need.get("b"):
         hp = _previous_states(y, h0, T, spec, dt) if need["w"] else None
@@ -496,24 +566,36 @@ def _recurrence_graph(g, node):
     order = _order(T, spec.reverse)
     yt = _tm(y, bf)
     Wt = S.swapaxes(W, -1, -2)
-    steps = []
+    n, sizes = X.shape[1], spec.sizes
+    steps, hprevs = [], [None] * T
     for t in order:                                       # the forward, replayed
-        hp = L.matmul(h, Wt)
+        m = _alive(sizes, t, n)
+        hprevs[t] = h
+        hp = L.matmul(_rows(h, m, n), Wt)
         if bt is not None:
             hp = hp + bt
-        step, h, c = _replay_step(mode, X[t], hp, None if a1 is None else a1[t], h, c,
-                                  yt[t], H)
+        step, hm, cm = _replay_step(mode, _rows(X[t], m, n), hp,
+                                    None if a1 is None else a1[t][:m], _rows(h, m, n),
+                                    None if c is None else _rows(c, m, n), yt[t][:m], H)
         steps.append(step)
+        h, c = _join(hm, h, m, n), (None if c is None else _join(cm, c, m, n))
     dh, dc = None, (G[T] if mode == "LSTM" else None)
-    dxs, dpres, hprevs = [None] * T, [None] * T, [None] * T
+    dxs, dpres = [None] * T, [None] * T
     for k in range(T - 1, -1, -1):                        # the backward, with ops
         t = order[k]
+        m = _alive(sizes, t, n)
         dht = G[t] if dh is None else G[t] + dh
-        dxs[t], dpres[t], dc, direct = _back_step(mode, steps[k], dht, dc, yt[t])
-        dh = L.matmul(dpres[t], W)
+        dx_m, dpre_m, dc_m, direct = _back_step(
+            mode, steps[k], _rows(dht, m, n), None if dc is None else _rows(dc, m, n),
+            yt[t][:m])
+        dh_m = L.matmul(dpre_m, W)
         if direct is not None:
-            dh = dh + direct
-        hprevs[t] = steps[k][0]
+            dh_m = dh_m + direct
+        # rows that carried their state: no gates (zero projection gradient), and the
+        # gradients of h and c pass through
+        dxs[t], dpres[t] = _zero_rows(dx_m, m, n), _zero_rows(dpre_m, m, n)
+        dh = _join(dh_m, dht, m, n)
+        dc = None if dc is None else _join(dc_m, dc, m, n)
     axis = 1 if bf else 0
     dx = S.stack(dxs, axis=axis)
     dpre = dx if mode != "GRU" else S.stack(dpres, axis=axis)
@@ -527,9 +609,25 @@ def _recurrence_graph(g, node):
 _recurrence_vjp.graph = _recurrence_graph
 
 
+def _rows(t: Tensor, m: int, n: int) -> Tensor:
+    """The first m rows of a step's Tensor (itself when all n are alive)."""
+    return t if m == n else S.getitem(t, slice(0, m))
+
+
+def _join(head: Tensor, full: Tensor, m: int, n: int) -> Tensor:
+    """`head` (m rows) over the rows m: of `full`: a step's new state with the carried
+    rows (or a gradient with the passed-through rows)."""
+    return head if m == n else S.concat([head, S.getitem(full, slice(m, n))], 0)
+
+
+def _zero_rows(head: Tensor, m: int, n: int) -> Tensor:
+    return head if m == n else S.concat(
+        [head, np.zeros((n - m,) + tuple(head.shape[1:]), head.dtype)], 0)
+
+
 # ---- whole layers ---------------------------------------------------------------------------
 def run(mode: str, input, hx, weights: list, num_layers: int, bidirectional: bool,
-        batch_first: bool, dropout: float, training: bool) -> tuple:
+        batch_first: bool, dropout: float, training: bool, batch_sizes=None) -> tuple:
     """A multi-layer recurrent network over a batched sequence: (output, h_n, c_n).
 
     `input` (T, N, I) (or (N, T, I) with `batch_first`); `hx` (h0, c0) for the LSTM,
@@ -538,7 +636,8 @@ def run(mode: str, input, hx, weights: list, num_layers: int, bidirectional: boo
     probability `dropout` on every layer's output but the last when `training`.
     Returns the last layer's outputs (T, N, directions * H) (batch first likewise), the
     last hidden state of every layer and direction (layers * directions, N, H), and for
-    the LSTM the last cell states (None otherwise).
+    the LSTM the last cell states (None otherwise). `batch_sizes`: packed sequences
+    (`recurrence`), time-major; outputs past a sequence's end are not defined.
     """
     lstm = mode == "LSTM"
     h0, c0 = hx if lstm else (hx, None)
@@ -556,7 +655,7 @@ def run(mode: str, input, hx, weights: list, num_layers: int, bidirectional: boo
             cj = _initial(c0, j, shape, dt) if lstm else None
             xp = F.linear(x, w_ih, b_ih)                   # every step's projection: one GEMM
             y = recurrence(mode, xp, hj, cj, w_hh, b_hh, reverse=d == 1,
-                           batch_first=batch_first)
+                           batch_first=batch_first, batch_sizes=batch_sizes)
             last = 0 if d == 1 else T - 1
             at = (lambda i: (slice(None), i)) if batch_first else (lambda i: i)
             outs.append(S.getitem(y, at(slice(0, T))) if lstm else y)

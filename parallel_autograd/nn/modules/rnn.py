@@ -14,8 +14,11 @@ import numpy as np
 from .. import init
 from .._recurrent import GATES, run
 from ..module import Module
+from ...ops import index as IX
 from ...ops import shape as S
 from ...tensor import Tensor
+from ..utils import rnn as _rnn_utils
+from ..utils.rnn import PackedSequence
 from ._utils import empty_parameter, float_dtype
 
 
@@ -145,6 +148,8 @@ class RNNBase(Module):
         return input, hx, batched
 
     def _run(self, input, hx, name: str) -> tuple:
+        if isinstance(input, PackedSequence):
+            return self._run_packed(input, hx, name)
         x, hx, batched = self._check(input, hx, name)
         if self.mode == "LSTM" and hx is None:
             hx = (None, None)
@@ -155,6 +160,48 @@ class RNNBase(Module):
             h = S.squeeze(h, 1)
             c = None if c is None else S.squeeze(c, 1)
         return out, h, c
+
+    def _run_packed(self, packed: PackedSequence, hx, name: str) -> tuple:
+        """The layers on packed sequences (PyTorch's semantics): a PackedSequence out of
+        the same layout, and the states of each sequence's last step in the caller's batch
+        order (hx is given in that order too). The sequences run padded, time-major and
+        sorted, each step on the sequences still alive (`recurrence`'s batch_sizes)."""
+        data = packed.data if isinstance(packed.data, Tensor) else _tensor(packed.data)
+        if data.ndim != 2 or data.shape[1] != self.input_size:
+            raise ValueError(f"{name}: packed data must be (steps, {self.input_size}), got "
+                             f"{data.shape}")
+        sizes = np.asarray(_rnn_utils._raw(packed.batch_sizes), np.int64)
+        sort, unsort = (None if i is None else np.asarray(_rnn_utils._raw(i), np.int64)
+                        for i in (packed.sorted_indices, packed.unsorted_indices))
+        padded, _ = _rnn_utils.pad_packed_sequence(packed._replace(unsorted_indices=None))
+        if hx is not None:
+            hx = self._packed_state(hx, int(sizes[0]) if sizes.size else 0, name)
+            if sort is not None:
+                hx = tuple(IX.index_select(s, 1, sort) for s in hx) \
+                    if self.mode == "LSTM" else IX.index_select(hx, 1, sort)
+        elif self.mode == "LSTM":
+            hx = (None, None)
+        out, h, c = run(self.mode, padded, hx, self._weights(), self.num_layers,
+                        self.bidirectional, False, self.dropout, self.training, sizes)
+        if unsort is not None:
+            h = IX.index_select(h, 1, unsort)
+            c = None if c is None else IX.index_select(c, 1, unsort)
+        rows = S.reshape(out, (-1, out.shape[-1]))
+        return packed._replace(data=IX.index_select(rows, 0, _rnn_utils.packed_rows(sizes))), \
+            h, c
+
+    def _packed_state(self, hx, n: int, name: str):
+        """hx for packed input, checked: (h0, c0) or h0, each (layers * directions, n, H)."""
+        lstm = self.mode == "LSTM"
+        if lstm != isinstance(hx, (tuple, list)) or (lstm and len(hx) != 2):
+            raise TypeError(f"{name}: hx must be " + ("a tuple (h_0, c_0)" if lstm else
+                                                       "a tensor"))
+        want = ((2 if self.bidirectional else 1) * self.num_layers, n, self.hidden_size)
+        states = tuple(_tensor(s) for s in (hx if lstm else (hx,)))
+        for s in states:
+            if s.shape != want:
+                raise ValueError(f"{name}: Expected hidden size {want}, got {s.shape}")
+        return states if lstm else states[0]
 
     def extra_repr(self) -> str:
         """PyTorch's: `input_size, hidden_size` and the options that differ from the
@@ -193,10 +240,11 @@ class RNN(RNNBase):
         dtype: parameter dtype (default float64). generator: numpy Generator for the
             initial values (default: the default generator `pa.manual_seed` reseeds).
 
-    `forward(input, hx=None)`: input (T, N, input_size) (batch_first: (N, T, ...)) or
-    unbatched (T, input_size); hx (num_layers * directions, N, hidden_size), zeros when
-    None. Returns (output (T, N, directions * hidden_size), h_n (num_layers *
-    directions, N, hidden_size)).
+    `forward(input, hx=None)`: input (T, N, input_size) (batch_first: (N, T, ...)),
+    unbatched (T, input_size), or a `nn.utils.rnn.PackedSequence` (then the output is one
+    and h_n holds each sequence's last step); hx (num_layers * directions, N,
+    hidden_size), zeros when None. Returns (output (T, N, directions * hidden_size), h_n
+    (num_layers * directions, N, hidden_size)).
     """
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,

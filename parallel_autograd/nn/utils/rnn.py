@@ -78,6 +78,19 @@ def _layout(lengths_sorted: np.ndarray, steps: int):
     return alive.sum(axis=1).astype(np.int64), t, i
 
 
+def _raw(x) -> np.ndarray:
+    return x.data if isinstance(x, Tensor) else np.asarray(x)
+
+
+def packed_rows(batch_sizes) -> np.ndarray:
+    """The rows of a packed sequence's data in its padded, sorted, time-major layout
+    (T, B) flattened: t * B + i for each alive (step t, sorted position i), in order."""
+    bs = np.asarray(_raw(batch_sizes), np.int64)
+    b = int(bs[0]) if bs.size else 0
+    _, t, i = _layout(_sorted_lengths(bs), bs.size)
+    return t * b + i
+
+
 def pack_padded_sequence(input, lengths, batch_first: bool = False,
                          enforce_sorted: bool = True) -> PackedSequence:
     """Pack the padded batch `input` (T, B, *) ((B, T, *) with `batch_first`) of
