@@ -841,3 +841,70 @@ def test_grad_parallel_returns_stats_when_asked():
     grads, st = pa.grad_parallel(loss, [x], retain_graph=True, stats=True)
     assert st.nodes >= 3 and st.mode in ("parallel", "sequential") and st.elapsed > 0
     assert np.array_equal(grads[0], pa.grad(loss, [x])[0])
+
+
+@pytest.mark.parametrize("call", ["grad", "backward"])
+def test_call_not_finished_by_a_worker_ending_a_root_before_the_caller_counts_its_own(
+        engine, call, monkeypatch):
+    """Regression: the caller queued all roots but one and counted its own only after,
+    so a worker that ran the first queued root to its end saw `outstanding` at 0 and
+    marked the call finished; the caller then returned (wait() saw `finished`) while a
+    worker still ran another root, whose gradients were lost (zeros from grad(), a
+    .grad never written; tests/test_properties.py found it ~1 run in 13,000). Forced
+    here: the caller queues the second root only once the one worker ended the first,
+    and that worker holds the second root's work until the caller waits (or returned)."""
+    from parallel_autograd.engine import task as task_mod
+
+    caller = threading.current_thread()
+    first_ended = threading.Event()
+    state = {"task": None, "returned": False, "submits": 0}
+    end = task_mod.GraphTask.end
+
+    def end_then_signal(self):
+        end(self)
+        if threading.current_thread() is not caller:
+            first_ended.set()
+
+    monkeypatch.setattr(task_mod.GraphTask, "end", end_then_signal)
+    submit = engine._pool.submit
+
+    def submit_then_hold(task, *item):
+        submit(task, *item)
+        state["submits"] += 1
+        if state["submits"] == 1:  # the first queued root, from run_to_completion
+            state["task"] = task
+            assert first_ended.wait(10), "the worker never ran the first queued root"
+
+    monkeypatch.setattr(engine._pool, "submit", submit_then_hold)
+
+    def hold_until_caller_waits(g):
+        if threading.current_thread() is not caller:
+            deadline = time.monotonic() + 10
+            while not (state["task"].waiting or state["returned"]):
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+
+    def build():
+        x1, x2, x3 = (pa.tensor(np.arange(3.0) + k, requires_grad=True) for k in range(3))
+        b = pa.tanh(x2)
+        # roots: x1's queued first (a worker ends it), b's queued next, x3's the caller's
+        return [x1.sum(), b.sum(), (x3 * 2.0).sum()], [x1, x2, x3], b
+
+    outs, leaves, _ = build()
+    if call == "grad":
+        want = pa.grad(outs, leaves)
+    else:
+        pa.backward(outs)  # several roots, as grad()'s
+        want = [t.grad for t in leaves]
+    outs, leaves, b = build()
+    b.register_hook(hold_until_caller_waits)
+    try:
+        if call == "grad":
+            got = engine.grad(outs, leaves)
+        else:
+            engine.backward(outs)
+            got = [t.grad for t in leaves]
+    finally:
+        state["returned"] = True
+    assert state["submits"] >= 1
+    assert_bitwise(want, got)

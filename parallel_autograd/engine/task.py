@@ -24,7 +24,10 @@ the sequential engine's. Two ways, chosen per call by the cost model:
 Running state:
 - `outstanding`: queued items plus running items of this call. The call is done when
   it drops to zero (never "the queue looks empty"), or when it failed and no thread
-  still runs one of its items (`finished`, set once).
+  still runs one of its items (`finished`, set once). So it must never drop to zero
+  while an item still exists uncounted: every item is counted before it can be taken
+  (`WorkerPool.submit`, `give_away`), and the caller's first root before the other
+  roots are queued (`run_to_completion`).
 - `error`: the first exception (first error wins); later items are skipped but still
   counted down. `runners`: thread ident -> items it runs now (nested: > 1).
 - `parked`, `parked_bytes`: contributions parked across all slots, and the bytes they
@@ -274,10 +277,14 @@ class GraphTask:
         try:
             if ready:
                 first = list(ready.pop())
+                # Counted before any other root is queued: `finished` is set for good
+                # the first time `outstanding` is 0, and a worker may run the queued
+                # roots to their end before this thread starts its own (the call would
+                # end early: wait() returns while workers still run its items).
+                self.add_outstanding(1)
                 for item in ready:
                     pool.submit(self, *item)
                 ready = None
-                self.add_outstanding(1)
                 self.run(first)
                 first = None
                 self.wait()
