@@ -8,7 +8,9 @@ what it returns (`conftest.temporary_bytes`) plus the scratch its kernel states:
 - what the node saves for its rule (conv's columns, max pooling's first-maximum
   indices, the recurrences' activations, attention's weights): part of the result;
 - conv: one chunk of im2col columns (at most `_COLS_BYTES` of them) and that chunk's
-  GEMM result, or for the input gradient a column buffer of at most the input's size;
+  GEMM result, or for the input gradient a column buffer of at most the input's size
+  (strided geometries: one chunk of samples' product, and of g channels-last, at most
+  `_conv._GRAD_CHUNK_BYTES` together, and the weight reordered);
 - pools: temporaries of one block of planes (`_BLOCK_BYTES` of input planes);
 - separable resampling: the intermediates between the axes' maps (one per axis but
   the first);
@@ -26,7 +28,7 @@ from conftest import temporary_bytes
 
 import parallel_autograd as pa
 import parallel_autograd.nn.functional as F
-from parallel_autograd.nn import _pool, _recurrent
+from parallel_autograd.nn import _conv, _pool, _recurrent
 
 SLACK = 256 * 1024
 MiB = 1 << 20
@@ -83,8 +85,25 @@ def test_conv2d_strided_channels_last_path():
     x, w = leaf(rand((16, 16, 32, 32), 1)), leaf(rand((32, 16, 3, 3), 2))
     y, extra = forward(F.conv2d, x, w, stride=2, padding=1)
     assert extra <= y.grad_fn.saved[0].nbytes + _obuf(32, 144) + SLACK
-    gx, extra = rule(y, 0)                    # g channels-last and one (N*P, C) product
-    assert extra <= y.data.nbytes + 16 * 16 * 16 * 16 * 8 + SLACK
+    assert not _conv._channels_first_pays(x.shape, w.shape, y.shape[2:], 1)
+    # per chunk of 10 samples, g's chunk channels-last (10, 16, 16, O) and the product
+    # (10*16*16, C) reused across kernel offsets: 0.94 MiB (not g's 1 MiB and one
+    # (N*P, C) product as before); the weight reordered (*kernel, O, C)
+    gx, extra = rule(y, 0)
+    assert extra <= _conv._GRAD_CHUNK_BYTES + w.data.nbytes + SLACK < y.data.nbytes * 3 // 2
+
+
+@pytest.mark.parametrize("conv,xs,ws", [(F.conv2d, (16, 8, 64, 64), (16, 8, 3, 3)),
+                                        (F.conv1d, (16, 16, 1024), (32, 16, 5))])
+def test_conv_strided_channels_first_path(conv, xs, ws):
+    x, w = leaf(rand(xs, 1)), leaf(rand(ws, 2))
+    y, _ = forward(conv, x, w, stride=2, padding=1)
+    assert _conv._channels_first_pays(xs, ws, y.shape[2:], 1)
+    # no copy of g: one (nb, C, P) product buffer of <= _GRAD_CHUNK_BYTES reused across
+    # kernel offsets and chunks (before: g channels-last and an (N*P, C) product)
+    gx, extra = rule(y, 0)
+    assert gx.flags.c_contiguous
+    assert extra <= _conv._GRAD_CHUNK_BYTES + w.data.nbytes + SLACK < y.data.nbytes
 
 
 def test_conv1d_flat_path():
@@ -105,8 +124,10 @@ def test_conv_frozen_weight_keeps_one_chunk_of_columns():
 def test_conv_transpose2d_and_its_rules():
     x, w, b = leaf(rand((16, 32, 16, 16), 1)), leaf(rand((32, 16, 3, 3), 2)), leaf(rand(16, 3))
     y, extra = forward(F.conv_transpose2d, x, w, b, stride=2, padding=1, output_padding=1)
-    # conv's input gradient, channels-last: g (here x) channels-last, one product
-    assert extra <= x.data.nbytes + y.data.nbytes // 4 + SLACK
+    # conv's input gradient, channels-last: per chunk of samples, x's chunk
+    # channels-last and the product, at most _GRAD_CHUNK_BYTES (before: x channels-last
+    # and one product, 1.5 MiB)
+    assert extra <= _conv._GRAD_CHUNK_BYTES + w.data.nbytes + SLACK
     gx, extra = rule(y, 0)                    # conv2d without kept columns: one chunk
     assert extra <= F._COLS_BYTES + _obuf(32, 144) + SLACK
     gw, extra = rule(y, 1)

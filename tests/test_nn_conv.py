@@ -413,3 +413,50 @@ def test_parallel_engine_is_bitwise_equal():
         first = eng.grad(loss(), leaves, create_graph=True)
         got2 = eng.grad(sum((g * g).sum() for g in first), leaves)
     assert_bitwise(list(want2), list(got2))
+
+
+# ---- the strided input gradient's two kernels ------------------------------------------------
+# (x shape, w shape, stride, padding, dilation, groups): geometries that are not flat shifts
+STRIDED = {
+    "2d": ((3, 4, 19, 18), (6, 4, 3, 3), (2, 2), (1, 1), (1, 1), 1),
+    "2d_1x1_stride3": ((3, 4, 25, 26), (5, 4, 1, 1), (3, 3), (0, 0), (1, 1), 1),
+    "2d_dilated_asymmetric": ((3, 4, 19, 28), (6, 4, 3, 2), (1, 2), (0, 1), (2, 1), 1),
+    "2d_valid_stride1": ((2, 3, 12, 13), (4, 3, 3, 3), (1, 1), (0, 0), (1, 1), 1),
+    "2d_depthwise": ((3, 4, 19, 18), (4, 1, 3, 3), (2, 2), (1, 1), (1, 1), 4),
+    "2d_groups": ((3, 4, 19, 18), (6, 2, 3, 2), (2, 3), (0, 1), (2, 1), 2),
+    "2d_multiplier": ((3, 3, 17, 18), (6, 1, 3, 3), (1, 2), (1, 1), (1, 1), 3),
+    "1d": ((3, 2, 41), (4, 2, 3), (3,), (1,), (2,), 1),
+    "1d_depthwise": ((3, 3, 40), (3, 1, 5), (2,), (2,), (1,), 3),
+    "3d": ((2, 2, 9, 18, 17), (4, 2, 2, 3, 3), (2, 1, 2), (0, 1, 1), (1, 1, 1), 1),
+    "3d_groups": ((2, 2, 5, 6, 18), (4, 1, 2, 3, 3), (2, 1, 2), (0, 1, 1), (1, 1, 1), 2),
+}
+
+
+@pytest.mark.parametrize("chunk", ["whole", "per_sample"])
+@pytest.mark.parametrize("kernel", ["channels_first", "channels_last"])
+@pytest.mark.parametrize("name", sorted(STRIDED))
+def test_strided_input_gradient_kernels_match_torch(name, kernel, chunk, monkeypatch):
+    """Both layouts of the strided input gradient (whichever `_channels_first_pays`
+    picks), in one chunk of samples and one sample per chunk, against PyTorch's."""
+    torch = pytest.importorskip("torch")
+    from parallel_autograd.nn import _conv
+    xs, ws, stride, padding, dilation, groups = STRIDED[name]
+    nd = len(xs) - 2
+    if kernel == "channels_first" and groups > 1 and not ws[0] == xs[1] == groups:
+        pytest.skip("channels-first takes ungrouped and depthwise weights only")
+    if chunk == "per_sample":
+        monkeypatch.setattr(_conv, "_GRAD_CHUNK_BYTES", 1)
+        monkeypatch.setattr(_conv, "_GRAD_MIN_ROWS", 1)
+    out_sz = _conv._out_sizes("c", xs[2:], ws[2:], stride, padding, padding, dilation)
+    taps, shifts = _conv._geometry(xs, ws[2:], stride, padding, dilation, out_sz)
+    assert shifts is None
+    g, w = rand((xs[0], ws[0]) + out_sz, 1), rand(ws, 2)
+    got = getattr(_conv, f"_input_grad_{kernel}")(g, w, xs, taps, groups)
+    want = getattr(torch.nn.grad, f"conv{nd}d_input")(
+        xs, torch.tensor(w), torch.tensor(g), stride, padding, dilation, groups).numpy()
+    np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+    assert got.dtype == np.float64
+    got32 = getattr(_conv, f"_input_grad_{kernel}")(g.astype(np.float32), w.astype(np.float32),
+                                                    xs, taps, groups)
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(got32, want, rtol=1e-4, atol=1e-4)

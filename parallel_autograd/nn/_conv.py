@@ -14,7 +14,9 @@ copy per kernel offset) and one GEMM per group. Its input gradient Bx*(g, w) has
 kernels: 'same'-like stride-1 convolutions (output as wide as the input in every spatial
 dim but the first) see every offset as a shift of the flattened image, so the columns'
 gradient is one GEMM per chunk of samples and col2im is one add per offset over long
-contiguous rows; everything else takes one GEMM per offset into a channels-last buffer.
+contiguous rows; everything else takes, per chunk of samples, one product per offset
+added into the input's strided block, channels-first straight from g (first layers,
+1x1 kernels, 1-d) or channels-last from a chunk of g copied so (deeper layers).
 The weight gradient Bw*(x, g) is a GEMM per chunk of samples against the columns (kept
 by the forward, or rebuilt chunk by chunk). The transposed convolution is Bx* itself.
 
@@ -284,12 +286,12 @@ def _input_grad(g, w, x_shape, stride, padding, dilation, groups) -> np.ndarray:
     kernel offset over long contiguous rows (a GEMM per chunk threads well; one per
     sample does not, one over the whole batch leaves the cache). Passes: the zero fill,
     then per chunk a copy of g's chunk, the GEMM writing the chunk's columns and K adds
-    reading them (while in cache). Other geometries: `_input_grad_channels_last`."""
+    reading them (while in cache). Other geometries: `_input_grad_strided`."""
     out_sz = tuple(g.shape[2:])
     kernel = tuple(w.shape[2:])
     geo = _geometry(tuple(x_shape), kernel, stride, padding, dilation, out_sz)
     if geo[1] is None:
-        return _input_grad_channels_last(g, w, x_shape, geo[0], groups)
+        return _input_grad_strided(g, w, x_shape, geo[0], groups)
     n, c = x_shape[:2]
     o = w.shape[0]
     ck, p = c * _prod(kernel), _prod(out_sz)
@@ -314,22 +316,88 @@ def _input_grad(g, w, x_shape, stride, padding, dilation, groups) -> np.ndarray:
     return gx
 
 
-def _input_grad_channels_last(g, w, x_shape, taps, groups) -> np.ndarray:
-    """Bx*(g, w) by one GEMM per group (N*P, O/G) @ (O/G, C/G) per kernel offset (a
-    product for depthwise weights), added into an (N, *in, C) buffer whose rows of C
-    channels are contiguous (strided NCHW adds over short rows are 1.5x slower); returned
-    as its channels-first view. Extra memory: g channels-last and one (N*P, C) product
-    reused across offsets."""
+# Bx*'s non-flat kernels work by chunks of samples whose temporaries (g's chunk and the
+# per-offset product, or the product alone) take at most this many bytes (cache
+# resident; tests shrink it), but for the channels-last GEMMs at least this many rows
+# (shorter ones thread badly: (128, 512) @ (512, 512) is 1.15x slower than in one
+# GEMM on 2 cores, 512 rows and more within 4%)
+_GRAD_CHUNK_BYTES = 1 << 20
+_GRAD_MIN_ROWS = 1024
+
+
+def _channels_first_pays(x_shape, w_shape, out_sz, groups) -> bool:
+    """Whether Bx*'s channels-first kernel beats the channels-last one (measured, 1-3-d,
+    float32 and float64: up to 3x faster where chosen, up to 1.6x slower elsewhere):
+    ungrouped or depthwise weights (grouped ones would take a GEMM per sample and
+    group), output rows of at least 8 entries and planes of at least 2 C (its adds run
+    along output rows; its GEMMs are one sample's planes), and one of: 1-d (long rows,
+    one strided axis), a 1x1 kernel (one offset: the channels-last copy of g is not
+    amortized) or at most 8 input channels (first layers; there the channels-last GEMMs
+    and adds run along rows of C)."""
+    c = x_shape[1]
+    plain = groups == 1 or w_shape[0] == c == groups
+    if not plain or out_sz[-1] < 8 or _prod(out_sz) < 2 * c:
+        return False
+    return len(out_sz) == 1 or _prod(w_shape[2:]) == 1 or c <= 8
+
+
+def _input_grad_strided(g, w, x_shape, taps, groups) -> np.ndarray:
+    """Bx*(g, w) for geometries that are not flat shifts (strided, or narrower outputs):
+    one product per kernel offset, added into the strided block of the inputs it came
+    from, channels-first (`_input_grad_channels_first`: no copy of g, adds along output
+    rows) or channels-last (`_input_grad_channels_last`: adds along rows of C), as
+    `_channels_first_pays` says."""
+    if _channels_first_pays(x_shape, w.shape, g.shape[2:], groups):
+        return _input_grad_channels_first(g, w, x_shape, taps, groups)
+    return _input_grad_channels_last(g, w, x_shape, taps, groups)
+
+
+def _input_grad_channels_first(g, w, x_shape, taps, groups) -> np.ndarray:
+    """Bx*(g, w), groups 1 or depthwise, straight from g's (N, O, P) layout: per chunk of
+    samples and kernel offset, W_k^T (C, O) @ g_n (O, P) for each sample (one batched
+    GEMM; a product for depthwise weights) into an (nb, C, P) buffer reused across
+    offsets and chunks (at most `_GRAD_CHUNK_BYTES`), added into the strided block of
+    the (N, C, *in) gradient. No copy of g. Passes: the zero fill of the gradient, then
+    per offset the GEMM reading g's chunk and writing the buffer, and one add reading
+    the buffer (in cache) into the gradient's block."""
     n, c = x_shape[:2]
     o, nd = w.shape[0], len(x_shape) - 2
-    og, cg = o // groups, c // groups
     out_sz = tuple(g.shape[2:])
+    p = _prod(out_sz)
     dtype = np.result_type(g, w)
-    g2 = _reshape(g.transpose((0,) + tuple(range(2, nd + 2)) + (1,)), (-1, o))
-    w2 = _copy(w.transpose(tuple(range(2, nd + 2)) + (0, 1)))       # (*kernel, O, C/G)
-    out = _zeros((n,) + tuple(x_shape[2:]) + (c,), dtype=dtype)
-    t = _empty((g2.shape[0], c), dtype=dtype)
-    tn = t.reshape((n,) + out_sz + (c,))
+    depthwise = groups > 1
+    g3 = _reshape(g, (n, o, p))
+    if depthwise:                                   # (*kernel, C, 1): a column per offset
+        w2 = _copy(w.transpose(tuple(range(2, nd + 2)) + (0, 1)))
+    else:                                           # (*kernel, C, O): W_k^T per offset
+        w2 = _copy(w.transpose(tuple(range(2, nd + 2)) + (1, 0)))
+    nb = min(n, max(1, _GRAD_CHUNK_BYTES // (c * p * dtype.itemsize)))
+    buf = _empty((nb, c, p), dtype=dtype)
+    gx = _zeros(x_shape, dtype=dtype)
+    for a in range(0, n, nb):
+        m = min(n, a + nb) - a
+        b, ga, gxa = buf[:m], g3[a:a + m], gx[a:a + m]
+        bn = b.reshape((m, c) + out_sz)
+        for _, idx, out_blk, in_blk in taps:
+            if depthwise:
+                np.multiply(ga, w2[idx], out=b)
+            else:
+                np.matmul(w2[idx], ga, out=b)
+            dst = gxa[in_blk]
+            np.add(dst, bn[out_blk], out=dst)
+    return gx
+
+
+def _channels_last_chunk(gc, w2, out, t, taps, groups) -> None:
+    """Add the input gradient of one chunk of samples into `out` (m, *in, C): `gc`
+    (m, *out, O) is the chunk of g channels-last, `w2` (*kernel, O, C/G) the weight. Per
+    kernel offset one GEMM per group (m*P, O/G) @ (O/G, C/G) (a product for depthwise
+    weights) into the product buffer `t` (m*P, C), added into out's block."""
+    m, out_sz, o = gc.shape[0], gc.shape[1:-1], gc.shape[-1]
+    c = out.shape[-1]
+    og, cg = o // groups, c // groups
+    g2 = gc.reshape(-1, o)
+    tn = t.reshape((m,) + tuple(out_sz) + (c,))
     depthwise = groups > 1 and og == cg == 1
     if groups > 1 and not depthwise:
         gg = g2.reshape(-1, groups, og).transpose(1, 0, 2)
@@ -344,6 +412,32 @@ def _input_grad_channels_last(g, w, x_shape, taps, groups) -> np.ndarray:
             np.matmul(gg, wk.reshape(groups, og, cg), out=tg)
         dst = out[(slice(None),) + in_blk[1:]]
         np.add(dst, tn[(slice(None),) + out_blk[1:]], out=dst)
+
+
+def _input_grad_channels_last(g, w, x_shape, taps, groups) -> np.ndarray:
+    """Bx*(g, w) into an (N, *in, C) buffer whose rows of C channels are contiguous
+    (strided NCHW adds over short rows are up to 2x slower), returned as its
+    channels-first view: per chunk of samples, g's chunk copied channels-last and
+    `_channels_last_chunk` (one GEMM per offset and group). Extra memory: g's chunk and
+    one product per offset, together at most `_GRAD_CHUNK_BYTES` (or `_GRAD_MIN_ROWS`
+    output positions, if more), reused. Passes: the zero fill, one copy of g (by
+    chunks), per offset the GEMM writing the product and one add reading it (in cache)
+    into the buffer's block."""
+    n, c = x_shape[:2]
+    o, nd = w.shape[0], len(x_shape) - 2
+    out_sz = tuple(g.shape[2:])
+    dtype = np.result_type(g, w)
+    w2 = _copy(w.transpose(tuple(range(2, nd + 2)) + (0, 1)))       # (*kernel, O, C/G)
+    out = _zeros((n,) + tuple(x_shape[2:]) + (c,), dtype=dtype)
+    p = _prod(out_sz)
+    nb = min(n, max(-(-_GRAD_MIN_ROWS // p), _GRAD_CHUNK_BYTES // (p * (o + c) * dtype.itemsize)))
+    gbuf = _empty((nb,) + out_sz + (o,), dtype=dtype)
+    t = _empty((nb * p, c), dtype=dtype)
+    perm = (0,) + tuple(range(2, nd + 2)) + (1,)
+    for a in range(0, n, nb):
+        m = min(n, a + nb) - a
+        np.copyto(gbuf[:m], g[a:a + m].transpose(perm))
+        _channels_last_chunk(gbuf[:m], w2, out[a:a + m], t[:m * p], taps, groups)
     return out.transpose((0, nd + 1) + tuple(range(1, nd + 1)))
 
 
