@@ -344,26 +344,12 @@ def recurrence(mode: str, xp, h0, c0, w_hh, b_hh=None, reverse: bool = False,
     """
     if mode not in GATES:
         raise ValueError(f"recurrence: mode must be one of {sorted(GATES)}, got {mode!r}")
-    lstm = mode == "LSTM"
+    lstm, name = mode == "LSTM", mode.lower()
     x, h, w = _raw(xp), _raw(h0), _raw(w_hh)
     c = _raw(c0) if lstm else None
     b = None if b_hh is None else _raw(b_hh)
-    name = mode.lower()
-    if h is None or (lstm and c is None):
-        raise ValueError(f"{name}: the initial state h0{' and c0' if lstm else ''} is required")
-    if np.ndim(x) != 3 or np.ndim(w) != 2 or w.shape[0] != GATES[mode] * w.shape[1]:
-        raise ValueError(f"{name}: expected the projections (T, N, {GATES[mode]}*H) and "
-                         f"W_hh ({GATES[mode]}*H, H), got shapes {np.shape(x)} and "
-                         f"{np.shape(w)}")
-    xt = _tm(x, batch_first)
+    xt = _tm(_check_inputs(name, GATES[mode], x, h, c, w, b, batch_first), batch_first)
     T, n, H = xt.shape[0], xt.shape[1], w.shape[1]
-    if xt.shape[2] != w.shape[0] or T == 0:
-        raise ValueError(f"{name}: projections of shape {x.shape} do not match W_hh of "
-                         f"shape {w.shape} (or the sequence is empty)")
-    for what, s in (("h0", h), ("c0", c)) + ((("b_hh", b),) if b is not None else ()):
-        want = (w.shape[0],) if what == "b_hh" else (n, H)
-        if s is not None and np.shape(s) != want:
-            raise ValueError(f"{name}: {what} has shape {np.shape(s)}, expected {want}")
     dtype = np.result_type(x, h, w, *(() if c is None else (c,)), *(() if b is None else (b,)))
     if dtype.kind != "f":
         raise TypeError(f"{name}: expected floating inputs, got {dtype}")
@@ -385,6 +371,25 @@ def recurrence(mode: str, xp, h0, c0, w_hh, b_hh=None, reverse: bool = False,
     return record(name, y, inputs, joint=_recurrence_vjp,
                   saved=(a1, a2, y, h, c, w, b, spec),
                   cost=gemm_cost(x.size, H) + 20 * x.size, threaded=True)
+
+
+def _check_inputs(name: str, gates: int, x, h, c, w, b, batch_first: bool):
+    """`x`, checked with the states and weights `recurrence` was given (ValueError)."""
+    lstm = name == "lstm"
+    if h is None or (lstm and c is None):
+        raise ValueError(f"{name}: the initial state h0{' and c0' if lstm else ''} is required")
+    if np.ndim(x) != 3 or np.ndim(w) != 2 or w.shape[0] != gates * w.shape[1]:
+        raise ValueError(f"{name}: expected the projections (T, N, {gates}*H) and "
+                         f"W_hh ({gates}*H, H), got shapes {np.shape(x)} and {np.shape(w)}")
+    xt = _tm(x, batch_first)
+    if xt.shape[2] != w.shape[0] or xt.shape[0] == 0:
+        raise ValueError(f"{name}: projections of shape {x.shape} do not match W_hh of "
+                         f"shape {w.shape} (or the sequence is empty)")
+    for what, s in (("h0", h), ("c0", c)) + ((("b_hh", b),) if b is not None else ()):
+        want = (w.shape[0],) if what == "b_hh" else (xt.shape[1], w.shape[1])
+        if s is not None and np.shape(s) != want:
+            raise ValueError(f"{name}: {what} has shape {np.shape(s)}, expected {want}")
+    return x
 
 
 def _check_sizes(name: str, batch_sizes, T: int, n: int, batch_first: bool):

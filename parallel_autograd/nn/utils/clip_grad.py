@@ -94,18 +94,8 @@ def clip_grads_with_norm_(parameters: Parameters, max_norm: float, total_norm,
         return
     total = float(_array(total_norm))
     coef = min(float(max_norm) / (total + 1e-6), 1.0)
-    for p in params:
-        with locks.grad_lock(p):
-            g = p.grad
-            if g is None:
-                continue
-            if isinstance(g, Tensor):
-                with no_grad():
-                    g.mul_(coef)
-            elif g.flags.writeable:
-                np.multiply(g, g.dtype.type(coef), out=g)      # 1 pass
-            else:
-                p.grad = g * g.dtype.type(coef)
+    _update(params, lambda g, out: np.multiply(g, g.dtype.type(coef), out=out),
+            lambda g: g.mul_(coef))
 
 
 def clip_grad_norm_(parameters: Parameters, max_norm: float, norm_type: float = 2.0,
@@ -125,15 +115,21 @@ def clip_grad_value_(parameters: Parameters, clip_value: float, foreach=None) ->
     """Clamp every `.grad` of `parameters` in place to [-clip_value, clip_value]
     (PyTorch's `clip_grad_value_`)."""
     c = float(clip_value)
-    for p in _params(parameters):
+    _update(_params(parameters), lambda g, out: np.clip(g, -c, c, out=out),
+            lambda g: g.clamp_(-c, c))
+
+
+def _update(params: list, kernel, method) -> None:
+    """Each `.grad` rewritten by `kernel(g, out)` in place (1 pass; into a new array if g
+    is read-only) or, for a Tensor gradient, by its in-place `method` (a version bump),
+    under the tensor's grad lock."""
+    for p in params:
         with locks.grad_lock(p):
             g = p.grad
             if g is None:
                 continue
             if isinstance(g, Tensor):
                 with no_grad():
-                    g.clamp_(-c, c)
-            elif g.flags.writeable:
-                np.clip(g, -c, c, out=g)                          # 1 pass
+                    method(g)
             else:
-                p.grad = np.clip(g, -c, c)
+                p.grad = kernel(g, g if g.flags.writeable else None)
