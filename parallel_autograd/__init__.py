@@ -10,6 +10,10 @@ from .engine.engine import (Engine, backward_parallel, default_engine, get_defau
                             grad_parallel, set_default_engine)
 from .function import Function, FunctionCtx, once_differentiable
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .ops.arith import (addcdiv, addcmul, atan2, clamp_max, clamp_min, float_power,
+                         floor_divide, fmod, frac, hypot, lerp, nan_to_num, remainder, sgn,
+                         signbit, true_divide)
+from .ops.cumulative import cummax, cummin, logcumsumexp
 from .ops.elementwise import (abs, add, clip, cos, div, exp, gelu, leaky_relu, log, maximum,
                               minimum, mul, neg, pow, relu, sigmoid, silu, sin, sqrt, sub,
                               tanh, where)
@@ -17,7 +21,14 @@ from .ops.index import (chunk, diag_embed, diagonal, einsum, flip, gather, index
                         index_select, masked_fill, masked_scatter, movedim, narrow, repeat,
                         roll, scatter, scatter_add, scatter_reduce, take_along_axis,
                         take_along_dim, tile, tril, triu, unbind)
+from .ops.inplace_more import bernoulli
 from .ops.linalg import matmul
+from .ops.logic import (allclose, argsort, bincount, bitwise_and, bitwise_not, bitwise_or,
+                        bitwise_xor, count_nonzero, eq, equal, ge, gt, isclose, isfinite, isinf,
+                        isnan, isneginf, isposinf, le, logical_and, logical_not, logical_or,
+                        logical_xor, lt, msort, ne, nonzero, unique)
+from .ops.products import (addmm, addmv, baddbmm, bmm, cross, diag, dot, kron, matrix_power,
+                           mm, mv, outer, trace)
 from . import linalg  # noqa: F401, I001  (pa.linalg: torch.linalg's ops)
 from .linalg import det, inverse, pinverse, slogdet
 from .ops.reduce import log_softmax, logsumexp, max, mean, min, softmax, sum, var
@@ -28,6 +39,8 @@ from .ops.unary import (acos, acosh, asin, asinh, atan, atanh, ceil, celu, cosh,
                         rsqrt, selu, sign, sinh, square, tan, trunc)
 from .ops.shape import (broadcast_to, clone, concat, expand, flatten, getitem, pad, permute,
                         reshape, split, squeeze, stack, swapaxes, transpose, unsqueeze)
+from .ops.views import (masked_select, repeat_interleave, select, sum_to_size, tensor_split,
+                        unflatten)
 from .primitive import primitive, record
 from .profiler import profile
 from .random import default_generator, manual_seed
@@ -67,4 +80,15 @@ __all__ = [
     "set_grad_enabled", "sigmoid", "silu", "sin", "softmax", "split", "sqrt", "squeeze",
     "stack", "sub", "swapaxes", "tanh", "Tensor", "tensor", "transpose", "tune_allocator",
     "unsqueeze", "var", "where", "zeros",
+    # PyTorch's functions behind the Tensor methods of ops/arith, products, logic, views,
+    # cumulative and inplace_more (`any`/`all` are methods only: they would shadow builtins)
+    "addcdiv", "addcmul", "atan2", "clamp_max", "clamp_min", "float_power", "floor_divide",
+    "fmod", "frac", "hypot", "lerp", "nan_to_num", "remainder", "sgn", "signbit",
+    "true_divide", "cummax", "cummin", "logcumsumexp", "bernoulli", "allclose", "argsort",
+    "bincount", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "count_nonzero",
+    "eq", "equal", "ge", "gt", "isclose", "isfinite", "isinf", "isnan", "isneginf",
+    "isposinf", "le", "logical_and", "logical_not", "logical_or", "logical_xor", "lt",
+    "msort", "ne", "nonzero", "unique", "addmm", "addmv", "baddbmm", "bmm", "cross", "diag",
+    "dot", "kron", "matrix_power", "mm", "mv", "outer", "trace", "masked_select",
+    "repeat_interleave", "select", "sum_to_size", "tensor_split", "unflatten",
 ]

@@ -10,15 +10,22 @@ import numpy as np
 
 from .engine.engine import tensor_backward as _backward
 from .inplace import METHODS as _INPLACE
+from .ops import arith as _ar
+from .ops import convert as _cv
+from .ops import cumulative as _cu
 from .ops import elementwise as _ew
 from .ops import graph as _graph  # noqa: F401  (the rules' differentiable forms)
 from .ops import index as _ix
+from .ops import inplace_more as _ipm
 from . import linalg as _lin
 from .ops import linalg as _la
+from .ops import logic as _lg
+from .ops import products as _pr
 from .ops import reduce as _rd
 from .ops import scan as _sc
 from .ops import unary as _un
 from .ops import shape as _sh
+from .ops import views as _vw
 from .tensor import Tensor
 
 
@@ -81,6 +88,11 @@ _METHODS = {
     _lin: ("det", "slogdet", "inverse", "pinverse"),
 }
 
+# PyTorch's other Tensor methods, each module's `METHODS` table (name -> function):
+# conversions and introspection, arithmetic, products, comparisons and logic, shape
+# methods, running extrema, in-place math/shape/random methods
+_TABLES = (_cv, _ar, _pr, _lg, _vw, _cu, _ipm)
+
 
 def attach() -> None:
     """Put the operators, op methods and `backward` on `Tensor` (idempotent)."""
@@ -89,6 +101,9 @@ def attach() -> None:
     for module, names in _METHODS.items():
         for name in names:
             setattr(Tensor, name, getattr(module, name))
+    for module in _TABLES:
+        for name, fn in module.METHODS.items():
+            setattr(Tensor, name, fn)
     Tensor.clamp = _ew.clip
     Tensor.view = _sh.reshape
     Tensor.matmul = _la.matmul
