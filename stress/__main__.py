@@ -85,6 +85,10 @@ def _workload_args(p):
                          "differentiable backward: " + ",".join(higher.CREATE_GRAPH_FAMILIES))
     cg.add_argument("--no-create-graph", dest="create_graph", action="store_const", const=(),
                     help="no create_graph checks")
+    p.add_argument("--multi-root", type=int, default=Config.multi_root, metavar="N",
+                   help="calls with several roots (backward and grad() each) per parallel "
+                        f"engine target and unit; 0: no multi-root step (default "
+                        f"{Config.multi_root})")
     p.add_argument("--profile", choices=sorted(PROFILES), default="default",
                    help="graph sizes: default (100,000-node chains) or quick (small graphs)")
     p.add_argument("--scale", type=float, default=None,
@@ -105,6 +109,10 @@ def _watch_args(p):
                    help="skip the tracemalloc leak probe at checkpoints")
     p.add_argument("--rss-limit-mb", type=float, default=1024.0,
                    help="RSS growth over the warmed-up baseline counted as a leak")
+    p.add_argument("--switch-interval", type=float, default=None, metavar="S",
+                   help="sys.setswitchinterval(S) for the run: a tiny value (1e-6) makes "
+                        "the GIL switch threads far more often, widening race windows "
+                        "(the multi-root step uses 1e-6 for its calls unless this is set)")
     p.add_argument("--blas-threads", type=int, default=1,
                    help="pin BLAS threads (OpenBLAS GEMM bits depend on its thread count, so "
                         "the engines are compared under one limit); 0: leave as is")
@@ -125,7 +133,8 @@ def main(argv=None) -> int:
     cfg = Config(duration=a.duration, iterations=a.iterations, seed=a.seed,
                  workers=a.workers, threads=a.threads, rounds=a.rounds,
                  families=a.families, faults=a.faults, variants=a.variants,
-                 create_graph=a.create_graph,
+                 create_graph=a.create_graph, multi_root=a.multi_root,
+                 switch_interval=a.switch_interval,
                  profile=a.profile, scale=a.scale, deadline=a.deadline, on_hang=a.on_hang,
                  fail_fast=a.fail_fast, checkpoint_every=a.checkpoint_every,
                  tracemalloc=a.tracemalloc, rss_limit_mb=a.rss_limit_mb,

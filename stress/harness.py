@@ -14,12 +14,13 @@ deliberately broken engine can be checked to be caught.
 
 Work is split in units; unit i of a run with `--seed K` uses graph seed
 K * 1,000,000 + i, family `families[i % F]` and fault kind `faults[i % N]`,
-and runs: the comparison (every engine target), the create_graph check (when the
-family is in `Config.create_graph`: `stress.higher`), the concurrency check (when
-threads > 1) and one fault (now and then with create_graph: `stress.faults`); after
-each of them every BLAS library must have the thread count it had when the run
-started. A failure names its family and seed, and
-`python -m stress --replay SEED --families F ...` re-runs exactly that unit.
+and runs: the comparison (every engine target), the multi-root check (calls with
+several roots: `stress.multiroot`), the create_graph check (when the family is in
+`Config.create_graph`: `stress.higher`), the concurrency check (when threads > 1)
+and one fault (now and then with create_graph: `stress.faults`); after each of them
+every BLAS library must have the thread count it had when the run started. A failure
+names its family and seed, and `python -m stress --replay SEED --families F ...`
+re-runs exactly that unit.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import numpy as np
 import parallel_autograd as pa
 
 from . import faults as faults_mod
-from . import graphs, higher
+from . import graphs, higher, multiroot
 from .checks import (VARIANTS, Outcome, default_engine_factory, diff, diff_all, leaf_diffs,
                      make_priors, set_grads)
 from .leaks import LeakMonitor, pinned_blas
@@ -60,6 +61,8 @@ class Config:
     faults: tuple = faults_mod.KINDS    # () : no fault injection
     variants: tuple = VARIANTS
     create_graph: tuple = higher.CREATE_GRAPH_FAMILIES  # families with the create_graph step
+    multi_root: int = 2                 # multi-root calls per parallel target (0: no step)
+    switch_interval: float | None = None  # sys.setswitchinterval for the run (races)
     profile: str = "default"
     scale: float | None = None          # overrides the profile's
     deadline: float = 30.0              # seconds per engine call, plus deadline_per_node
@@ -202,6 +205,10 @@ class Harness:
         if (family in c.create_graph) != (family in higher.CREATE_GRAPH_FAMILIES):
             parts.append(f"--create-graph {family}" if family in c.create_graph
                          else "--no-create-graph")
+        if c.multi_root != Config.multi_root:
+            parts.append(f"--multi-root {c.multi_root}")
+        if c.switch_interval:
+            parts.append(f"--switch-interval {c.switch_interval:g}")
         return " ".join(parts)
 
     def fail(self, kind, family, seed, message, details=None, fault=None):
@@ -413,11 +420,7 @@ class Harness:
             for r, (mode, sg) in enumerate(cc.plan[t]):
                 c = graphs.build(cc.family, cc.seed, cc.scale, shared=cc.shared,
                                  families=self.gens)
-                if mode == "grad":
-                    fn = (lambda c=c, sg=sg: cc.eng.grad([c.root], c.grad_leaves, [sg],
-                                                         allow_unused=True))
-                else:
-                    fn = (lambda c=c, sg=sg: cc.eng.backward(c.root, sg))
+                fn = _caller_call(cc.eng, mode, c, sg)
                 results[t, r] = self.guarded(
                     fn, cc.deadline, f"{cc.family} seed={cc.seed} concurrency caller {t}")
 
@@ -434,6 +437,8 @@ class Harness:
     # ---- the loop -------------------------------------------------------------------------------
     def unit(self, family, seed, kind):
         steps = [("", self.check_compare)]
+        if self.cfg.multi_root > 0:
+            steps.append((" multi-root", lambda f, s: multiroot.check_multi_root(self, f, s)))
         if family in self.cfg.create_graph:
             steps.append((" create_graph", lambda f, s: higher.check_create_graph(self, f, s)))
         if self.cfg.threads > 1:
@@ -508,10 +513,13 @@ class Harness:
         rep = self.report
         limits = pinned_blas(cfg.blas_threads) if cfg.blas_threads else \
             contextlib.nullcontext()
+        switch = sys.getswitchinterval()
         with limits:
             self.leaks.set_blas_baseline()  # the counts every unit must leave behind
             self.wd.start()
             try:
+                if cfg.switch_interval:
+                    sys.setswitchinterval(cfg.switch_interval)
                 self.warm_up()
                 self.leaks.check_blas("(warm-up)", None, "after the warm-up")
                 self.leaks.set_thread_baseline()
@@ -538,6 +546,7 @@ class Harness:
                     self.close_engine(eng, f"engine {key}")
                 self.engines.clear()
                 self.wd.stop()
+                sys.setswitchinterval(switch)
                 rep.elapsed = time.time() - rep.start
         if cfg.report_path:
             rep.write_json(cfg.report_path)
@@ -582,6 +591,13 @@ class _Concurrency:
     @property
     def leaves(self):
         return self.template.leaves
+
+
+def _caller_call(eng, mode, c, sg):
+    """A concurrency caller's call on graph `c` with seed gradient `sg`."""
+    if mode == "grad":
+        return lambda: eng.grad([c.root], c.grad_leaves, [sg], allow_unused=True)
+    return lambda: eng.backward(c.root, sg)
 
 
 def _leaf_sum_problem(j, leaf, prior, terms) -> str | None:

@@ -1,14 +1,14 @@
 """The stress harness: a short profile of every family and fault kind passes on the
 real engine, and deliberately broken engines (built here, never by editing the
 engine) are caught: out-of-order and unlocked accumulation, hangs, lost errors,
-leaked threads and memory; and for create_graph passes, a recorded graph numbered
-differently, a write-back that is not all-or-nothing, recorded graphs kept alive."""
+leaked threads and memory; calls with several roots finished before all of them ran;
+and for create_graph passes, a recorded graph numbered differently, a write-back that is
+not all-or-nothing, recorded graphs kept alive."""
 from __future__ import annotations
 
 import json
 import shlex
 import queue
-import threading
 import time
 
 import numpy as np
@@ -24,7 +24,7 @@ from parallel_autograd.engine import task as task_module
 from parallel_autograd import grad_mode as grad_mode_module
 from parallel_autograd.grad_mode import enable_grad
 from parallel_autograd.node import next_seq
-from stress import faults, graphs, higher
+from stress import faults, graphs, higher, multiroot
 from stress.__main__ import main, parse_args
 from stress.checks import default_engine_factory, simulated_cores
 from stress.leaks import blas_counts, set_blas_counts
@@ -56,6 +56,9 @@ def test_every_family_and_fault_kind_pass_on_the_real_engine():
     units = max(len(fams), len(kinds))
     cg = sum(fams[i % len(fams)] in higher.CREATE_GRAPH_FAMILIES for i in range(units))
     assert rep.counters["create_graph: graphs checked"] == cg, rep.counters
+    assert rep.counters["multi-root: graphs checked"] == units, rep.counters
+    assert rep.counters["multi-root: failing root surfaced"] == units, rep.counters
+    assert rep.counters["multi-root: parallel calls"] > units, rep.counters
 
 
 def test_generators_are_reproducible_from_the_seed():
@@ -188,7 +191,8 @@ def test_detects_a_hanging_engine_and_goes_on(monkeypatch):
     _break_completion(monkeypatch)
     rep = run(quick(iterations=2, families=("random", "wide"), faults=(), threads=1,
                     workers=(2,), variants=("queue",), deadline=0.5,
-                    deadline_per_node=0.0, tracemalloc=False, create_graph=()))
+                    deadline_per_node=0.0, tracemalloc=False, create_graph=(),
+                    multi_root=0))
     hangs = [f for f in rep.failures if f.kind == "hang"]
     assert hangs and rep.total().hangs >= 2, rep.summary()
     dump = hangs[0].details["stacks"]
@@ -217,7 +221,7 @@ def _gen_sleepy(ctx):
 def test_detects_a_node_that_sleeps_past_the_deadline():
     rep = run(quick(iterations=1, families=("sleepy",), faults=(), threads=1, workers=(2,),
                     variants=("queue",), deadline=0.4, deadline_per_node=0.0,
-                    tracemalloc=False),
+                    tracemalloc=False, multi_root=0),
               families={"sleepy": _gen_sleepy})
     hangs = [f for f in rep.failures if f.kind == "hang"]
     assert hangs and hangs[0].family == "sleepy"
@@ -585,6 +589,134 @@ def test_cli_create_graph_options_and_replay():
     assert "create-graph" not in h.replay_cmd("mlp", 3)
     assert "--no-create-graph" in h.replay_cmd("wide", 3)
     assert "--no-create-graph" in h.replay_cmd("cnn", 3)
+
+
+# ---- calls with several roots -------------------------------------------------------------
+def test_multi_root_step_draws_several_ready_roots_from_the_seed():
+    """Besides the graph's root, 2-4 new roots over its interior nodes (nobody consumes
+    them: ready), the same from the same seed on two builds of the graph; backward's
+    roots are scalars; the sequential engine gives the same gradients on both builds."""
+    for fam in graphs.FAMILIES:
+        for seed in range(3):
+            built = []
+            for _ in range(2):
+                case = graphs.build(fam, seed, 0.02)
+                built.append((case, multiroot.make_roots(case, np.random.default_rng([seed, 8]))))
+            (a, ra), (b, rb) = built
+            assert ra is not None and len(ra.extra) >= 2 and len(ra.scalar) >= 3, fam
+            assert any(r is a.root for r in ra.outputs)
+            assert len(ra.outputs) == len(ra.grad_outputs)
+            assert all(r.size == 1 for r in ra.scalar)
+            fed = {n for r in ra.scalar for m in graphs.walk(r) for n in m.next_nodes}
+            assert all(ra.scalar[j].grad_fn not in fed for j in ra.extra), fam
+            assert [r.shape for r in ra.outputs] == [r.shape for r in rb.outputs]
+            for (c, r) in built:
+                c.got = pa.grad(r.outputs, c.grad_leaves, r.grad_outputs, retain_graph=True,
+                                allow_unused=True)
+                for t in c.leaves:
+                    t.grad = None
+                pa.backward(r.scalar)
+                c.got += [t.grad for t in c.leaves]
+            assert_bitwise(a.got, b.got, f"{fam} seed {seed}")
+
+
+_real_run_to_completion = task_module.GraphTask.run_to_completion
+
+
+def _run_to_completion_counting_late(self, ready):
+    """Broken as before b35959a, with the race's window held open: the caller queues
+    the other roots, lets the workers run them to their end (`outstanding` drops to 0,
+    so the call is marked finished for good), and only then counts its own root: wait()
+    returns while what its root made ready still runs on the workers."""
+    pool = self.pool
+    try:
+        if ready:
+            first = list(ready.pop())
+            for item in ready:
+                pool.submit(self, *item)
+            if ready:
+                end = time.monotonic() + 0.5
+                while not self.finished and time.monotonic() < end:
+                    time.sleep(0.0002)
+            ready = None
+            self.add_outstanding(1)
+            self.run(first)
+            first = None
+            self.wait()
+    except BaseException as e:
+        self.fail(e)
+        self.abandon()
+        self.wait()
+        raise
+    if self.error is not None:
+        raise self.error
+
+
+def _run_to_completion_dropping_a_root(self, ready):
+    """Broken: with several ready roots, the first is never run (nor counted)."""
+    if len(ready) > 1:
+        ready.pop(0)
+    return _real_run_to_completion(self, ready)
+
+
+MULTI_ROOT_RUN = dict(iterations=4, families=("shared", "wide", "random", "mlp"), faults=(),
+                      threads=1, workers=(2,), variants=("queue",), tracemalloc=False,
+                      create_graph=())
+
+
+@pytest.mark.parametrize("broken", [_run_to_completion_counting_late,
+                                    _run_to_completion_dropping_a_root],
+                         ids=["finished-before-the-callers-root", "a-root-dropped"])
+def test_detects_a_multi_root_call_finished_before_all_its_roots_ran(monkeypatch, broken):
+    """The race fixed in b35959a (a call with several ready roots marked finished while a
+    worker still ran one of them: its gradients lost), made deterministic, and an engine
+    dropping one of several roots: only calls with several roots can see either, and the
+    multi-root step reports them (wrong or missing gradients, or the error of a failing
+    root lost). The real engine passes the same run, with calls of 3 or more ready roots."""
+    seen = []
+
+    def spy(self, ready):
+        seen.append(len(ready))
+        return _real_run_to_completion(self, ready)
+
+    monkeypatch.setattr(task_module.GraphTask, "run_to_completion", spy)
+    rep = run(quick(**MULTI_ROOT_RUN))
+    assert rep.ok and max(seen) >= 3, (rep.summary(), seen)
+    monkeypatch.setattr(task_module.GraphTask, "run_to_completion", broken)
+    rep = run(quick(**MULTI_ROOT_RUN))
+    found = [f for f in rep.failures if f.kind in ("mismatch", "lost-fault")]
+    assert found and rep.total().mismatches + rep.total().errors > 0, rep.summary()
+    assert all(f.message.startswith("multi-root ") for f in found), rep.summary()
+    f = found[0]
+    assert f.family in MULTI_ROOT_RUN["families"] and f"--replay {f.seed}" in f.replay
+    assert not [f for f in rep.failures if f.kind == "hang"], rep.summary()
+
+
+def test_multi_root_step_is_optional_and_runs_under_a_short_switch_interval(monkeypatch):
+    """--multi-root 0 turns the step off; the step sets sys.setswitchinterval to
+    multiroot.SWITCH_INTERVAL for its calls (--switch-interval: for the whole run) and puts
+    the caller's back."""
+    import sys
+    assert parse_args([]).multi_root == Config.multi_root >= 1
+    assert parse_args(["--multi-root", "0"]).multi_root == 0
+    assert parse_args(["--switch-interval", "1e-6"]).switch_interval == 1e-6
+    rep = run(quick(iterations=1, families=("mlp",), faults=(), threads=1, multi_root=0))
+    assert rep.ok and "multi-root: graphs checked" not in rep.counters
+    before = sys.getswitchinterval()
+    inside = []
+    real = multiroot._check
+
+    def spy(h, mr):
+        inside.append(sys.getswitchinterval())
+        return real(h, mr)
+
+    monkeypatch.setattr(multiroot, "_check", spy)
+    run(quick(iterations=1, families=("mlp",), faults=(), threads=1))
+    run(quick(iterations=1, families=("mlp",), faults=(), threads=1, switch_interval=1e-4))
+    assert inside == [pytest.approx(multiroot.SWITCH_INTERVAL), pytest.approx(1e-4)]
+    assert sys.getswitchinterval() == before
+    from stress.harness import Harness
+    assert "--multi-root 5" in Harness(quick(multi_root=5)).replay_cmd("mlp", 3)
 
 
 # ---- watchdog, CLI and report ---------------------------------------------------------------

@@ -5,8 +5,9 @@ Each target is a list of *checks* (one per workload, or one), each an interval
 interval satisfies the threshold, MISS when none of it does, otherwise unresolved.
 Rows measured under other load are "noisy": shown, not scored (they can neither pass
 nor fail a target). A target is MISS when a check is, PASS when every check is,
-otherwise unresolved; n/a when nothing was measured. `recheck` lists the workloads whose more rounds could still decide it
-(`stress.compare.schedule` measures them again, within the time budget).
+otherwise unresolved; n/a when nothing was measured. `recheck` lists the workloads whose
+more rounds could still decide it (`stress.compare.schedule` measures them again, within
+the time budget).
 
 `evaluate_targets(raw, torch, tuned)`: one setting's targets; `torch` the PyTorch
 child's measurements (ratios to PyTorch use that column only), `tuned` the tuned
