@@ -7,9 +7,11 @@ from .engine.sequential import grad
 from .tensor import Tensor
 
 
-def numerical_grad(fn, inputs, eps: float = 1e-6, seed_grad=None):
-    """Central finite differences of sum(fn(*inputs) * seed_grad) w.r.t. each input."""
-    datas = [t.data for t in inputs]
+def numerical_grad(fn, inputs, eps: float = 1e-6, seed_grad=None, wrt=None) -> list:
+    """Central finite differences of sum(fn(*inputs) * seed_grad) w.r.t. each input, or
+    only the inputs at the positions `wrt` (the others, e.g. integer indices, are left
+    as they are)."""
+    datas = [inputs[i].data for i in (range(len(inputs)) if wrt is None else wrt)]
     out = fn(*inputs).data
     w = np.ones_like(out) if seed_grad is None else seed_grad
     result = []
@@ -47,8 +49,9 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
     out = fn(*inputs)
     w = np.random.default_rng(seed).uniform(0.5, 1.5, size=out.shape)
     analytic = grad(out, checked, grad_outputs=w.astype(out.dtype), allow_unused=True)
-    numeric = numerical_grad(lambda *a: fn(*a), inputs, eps, w)
-    numeric = [n for t, n in zip(inputs, numeric) if t.requires_grad]
+    # only the checked inputs are perturbed: others may be integer indices or masks
+    numeric = numerical_grad(lambda *a: fn(*a), inputs, eps, w,
+                             wrt=[i for i, t in enumerate(inputs) if t.requires_grad])
     for k, (a, n) in enumerate(zip(analytic, numeric)):
         a = np.zeros_like(n) if a is None else a
         if a.shape != n.shape:

@@ -231,6 +231,16 @@ def test_gradcheck_fortran_ordered_and_0d_inputs():
     np.testing.assert_array_equal(x.data, np.arange(6.0).reshape(2, 3).T)  # restored
 
 
+def test_gradcheck_leaves_inputs_that_take_no_gradient_alone():
+    # an integer index among the inputs: only the checked inputs are perturbed (it
+    # perturbed every input, so an index was rounded back or broke the op)
+    x = pa.tensor(np.arange(12.0).reshape(3, 4) / 7, requires_grad=True)
+    idx = pa.tensor(np.array([[0], [3], [1]]))
+    assert pa.gradcheck(lambda a, i: pa.gather(a * a, 1, i), [x, idx])
+    assert pa.gradgradcheck(lambda a, i: pa.gather(a * a, 1, i), [x, idx])
+    np.testing.assert_array_equal(idx.data, [[0], [3], [1]])
+
+
 def test_gradcheck_catches_a_wrong_rule():
     class WrongCube(Cube):
         @staticmethod

@@ -195,6 +195,29 @@ def test_clip_accepts_tensor_bounds_and_requires_one():
         pa.clip(x)
 
 
+@pytest.mark.parametrize("which", ["min", "max", "both"])
+def test_clip_tensor_bounds_that_require_grad_get_torchs_gradient(which):
+    # PyTorch's clamp: x gets g where min <= x <= max (ties too), min where x < min, max
+    # where x > max; the bounds broadcast and sum back
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    x0, lo0, hi0 = rng.standard_normal((3, 4)), rng.standard_normal(4) * 0.5 - 0.3, \
+        rng.standard_normal((3, 1)) * 0.5 + 0.5
+    x0[0, 0], x0[1, 2] = lo0[0], hi0[1, 0]                  # ties with each bound
+    req = {"min": (True, False), "max": (False, True), "both": (True, True)}[which]
+    ours = [leaf(x0), pa.tensor(lo0, requires_grad=req[0]), pa.tensor(hi0, requires_grad=req[1])]
+    theirs = [torch.tensor(a, requires_grad=r) for a, r in zip((x0, lo0, hi0), (True,) + req)]
+    w = rng.standard_normal(x0.shape)
+    y, ty = pa.clip(*ours), torch.clamp(*theirs)
+    np.testing.assert_array_equal(y.data, ty.detach().numpy())
+    pa.backward((y * pa.tensor(w)).sum())
+    (ty * torch.tensor(w)).sum().backward()
+    for a, b in zip(ours, theirs):
+        if b.requires_grad:
+            np.testing.assert_array_equal(a.grad, b.grad.numpy())
+    assert pa.gradcheck(lambda *t: pa.clip(*t), [leaf(x0 + 0.01), *ours[1:]])
+
+
 def test_relu_abs_gradient_at_zero_is_zero():
     x = leaf(np.array([-1.0, 0.0, 1.0]))
     (pa.relu(x) + pa.abs(x)).sum().backward()

@@ -173,7 +173,7 @@ def _numpy_message(fn, *args, **kwargs):
     ("concat", lambda t: pa.concat([t, pa.ones(3, 2)]),
      lambda a: np.concatenate([a, np.ones((3, 2))])),
     ("stack", lambda t: pa.stack([t, pa.ones(3, 2)]), lambda a: np.stack([a, np.ones((3, 2))])),
-    ("squeeze", lambda t: pa.squeeze(t, 0), lambda a: np.squeeze(a, 0)),
+    # (squeeze of a dim whose size is not 1 is PyTorch's no-op, not numpy's error: below)
 ])
 def test_bad_shapes_raise_with_op_name_and_numpy_message(name, call, ref):
     a = np.ones((2, 3))
@@ -238,3 +238,17 @@ def test_roll_a_dim_named_twice_shifts_it_by_the_sum_as_torch():
         assert pa.gradcheck(lambda t: pa.roll(t, shifts, dims), [leaf(x0)])
         assert pa.gradgradcheck(lambda t: pa.roll(t, shifts, dims), [leaf(x0)])
     np.testing.assert_array_equal(pa.roll(pa.tensor(x0), (1, 1), (0, 0)).data, x0)  # 2 = 0
+
+
+def test_squeeze_keeps_named_dims_whose_size_is_not_one_as_torch():
+    torch = pytest.importorskip("torch")
+    a = np.random.default_rng(2).standard_normal((2, 1, 3, 1))
+    x, t = pa.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    for dim in (0, 1, -1, (0, 1), (0, 2), (1, 3), ()):
+        y, ty = pa.squeeze(x, dim), torch.squeeze(t, dim)
+        assert y.shape == tuple(ty.shape), dim
+        assert x.squeeze(dim).shape == tuple(ty.shape)
+    pa.backward(pa.squeeze(x, (0, 1)).sum())
+    np.testing.assert_array_equal(x.grad, np.ones_like(a))
+    with pytest.raises(IndexError, match="squeeze: dimension 4 is out of range"):
+        pa.squeeze(x, 4)

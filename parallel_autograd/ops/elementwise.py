@@ -400,10 +400,15 @@ _clip = primitive("clip", lambda x, lo, hi: np.clip(x, lo, hi), _clip_vjp)
 
 
 def clip(x, min=None, max=None) -> Tensor:
-    """Clamp to [min, max] (either may be None; bounds get no gradient); the gradient
-    is 1 where min <= x <= max, else 0 (PyTorch's clamp)."""
+    """Clamp to [min, max] (either may be None), PyTorch's clamp: x's gradient is 1 where
+    min <= x <= max, else 0; a bound that is a tensor requiring grad gets the gradient
+    where it is selected (x < min, x > max), as PyTorch (ops/arith's clamp_min/max)."""
     if min is None and max is None:
         raise ValueError("clip: at least one of min and max must be given")
+    if any(isinstance(b, Tensor) and b.requires_grad for b in (min, max)):
+        from .arith import clamp_max, clamp_min  # late: arith builds on this module
+        y = x if min is None else clamp_min(x, min)
+        return y if max is None else clamp_max(y, max)
     return _clip(x, lo=_weak(_raw(min)), hi=_weak(_raw(max)))
 
 

@@ -138,7 +138,17 @@ _unsqueeze = primitive("unsqueeze", lambda x, axis: np.expand_dims(x, axis),
 
 
 def squeeze(x, axis=None) -> Tensor:
-    """Dimensions of size 1 removed (all, or `axis`)."""
+    """Dimensions of size 1 removed (all, or those of `axis`, an int or a tuple: as in
+    PyTorch, a named dimension whose size is not 1 is kept, not an error)."""
+    if axis is not None:
+        shape = np.shape(x.data if isinstance(x, Tensor) else x)
+        axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+        nd = max(len(shape), 1)
+        for a in axes:
+            if not -nd <= a < nd:
+                raise IndexError(f"squeeze: dimension {a} is out of range for a tensor with "
+                                 f"{len(shape)} dimensions")
+        axis = tuple(sorted({int(a) % nd for a in axes if len(shape) and shape[a] == 1}))
     return _squeeze(x, axis=axis)
 
 
