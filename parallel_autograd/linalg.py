@@ -1051,7 +1051,9 @@ def vector_norm(x, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Ten
     if a.ndim == 0:
         axis = None
     if p < 0 or np.isinf(p):
-        if a.size == 0 or (axis is not None and any(a.shape[d] == 0 for d in axis)):
+        # as torch: only an empty reduced dimension (or, without dims, an empty tensor)
+        if (a.size == 0 and axis is None) or (axis is not None and
+                                              any(a.shape[d] == 0 for d in axis)):
             raise ValueError(f"{name}: the norm of order {ord} of an empty tensor is not "
                              "defined")
     # the kernel, rules and twin are torch.norm's (`ops/scan.py`: pa.norm)

@@ -399,3 +399,19 @@ def test_parallel_engine_is_bitwise_the_sequential_one():
             got2 = eng.grad(loss(), [a], create_graph=True)[0].sum()
             (got2,) = eng.grad(got2, [a])
         assert want2.tobytes() == got2.tobytes()
+
+
+def test_inf_norms_of_empty_tensors_as_torch():
+    # only an empty reduced dimension (or, without dims, an empty tensor) is refused; an
+    # empty tensor reduced along a non-empty dimension gives an empty result
+    x = pa.tensor(np.zeros((0, 3)), requires_grad=True)
+    for p in (np.inf, -np.inf):
+        y = LA.vector_norm(x, p, dim=1)
+        assert y.shape == (0,)
+        pa.backward(y.sum())
+        assert x.grad.shape == (0, 3)
+        for bad in (dict(dim=0), {}):
+            with pytest.raises(ValueError, match="of an empty tensor is not defined"):
+                LA.vector_norm(x, p, **bad)
+    torch = pytest.importorskip("torch")
+    assert tuple(torch.linalg.vector_norm(torch.zeros(0, 3), np.inf, dim=1).shape) == (0,)
