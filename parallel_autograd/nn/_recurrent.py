@@ -101,12 +101,15 @@ def _alive(sizes, t: int, n: int) -> int:
     return n if sizes is None else int(sizes[t])
 
 
-def _carry(m: int, n: int, pairs) -> None:
+def _carry(m: int, n: int, pairs, zeroed=()) -> None:
     """Rows m: of a step whose sequences have ended (or not begun, in reverse): each
-    (destination, source) gets the state unchanged, a copy of n - m rows."""
+    (destination, source) gets the state unchanged, a copy of n - m rows, and the saved
+    arrays `zeroed` get zeros there (no gates ran). Nothing when all n rows are alive."""
     if m < n:
         for dst, src in pairs:
             dst[m:] = src[m:]
+        for a in zeroed:
+            a[m:] = 0
 
 
 def _lstm_forward(x, y, h0, c0, w, b, order, dtype, sizes=None):
@@ -137,8 +140,7 @@ def _lstm_forward(x, y, h0, c0, w, b, order, dtype, sizes=None):
         cn[:m] += tm
         np.tanh(cn[:m], out=hn[:m])
         hn[:m] *= a[:, 3 * H:]
-        _carry(m, n, ((cn, c), (hn, h)))
-        acts[t][m:] = 0
+        _carry(m, n, ((cn, c), (hn, h)), (acts[t],))
         h, c = hn, cn
     y[T] = c                                    # the last cell state: row T of the output
     return acts, cells
@@ -174,9 +176,7 @@ def _gru_forward(x, y, h0, c0, w, b, order, dtype, sizes=None):
         np.subtract(h[:m], nt, out=hy[:m])
         hy[:m] *= a[:, H:2 * H]
         hy[:m] += nt
-        _carry(m, n, ((hy, h),))
-        acts[t][m:] = 0
-        hns[t][m:] = 0
+        _carry(m, n, ((hy, h),), (acts[t], hns[t]))
         h = hy
     return acts, hns
 
