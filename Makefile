@@ -18,21 +18,23 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,mpi]'
 	touch $@
 
+# PARITY=1: install the [parity] extra (torch, CPU build) first, so the tests that compare
+# values, gradients and dtypes with PyTorch run instead of skipping (CI does this once).
 test: $(VENV)/.installed
-	$(PY) -m pytest
+	$(if $(PARITY),$(PY) -m pip install --quiet -e '.[parity]')
+	$(if $(PARITY),PA_REQUIRE_TORCH=1) $(PY) -m pytest
 
-# The PyTorch columns need torch in .venv: `make bench TORCH=1` installs its CPU build first
-# (pip, from download.pytorch.org); without torch the report says so and how to get them.
+# The PyTorch columns need torch in .venv: `make bench TORCH=1` installs the [parity] extra
+# (torch's CPU build) first; without torch the report says so and how to get them.
 # BENCH_ARGS: more options, e.g. BENCH_ARGS="--check --out bench.json". Then the data-parallel
 # part on 2 MPI ranks (stress/compare/mpi.py; BENCH_MPI_ARGS, e.g. "--out mpi.json").
-TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 bench: $(VENV)/.installed
-	$(if $(TORCH),$(PY) -m pip install --quiet torch --index-url $(TORCH_CPU_INDEX))
+	$(if $(TORCH),$(PY) -m pip install --quiet -e '.[parity]')
 	$(PY) -m stress.compare $(BENCH_ARGS)
 	$(MPIEXEC) -n 2 $(PY) -m stress.compare.mpi $(BENCH_MPI_ARGS)
 
 bench-quick: $(VENV)/.installed
-	$(if $(TORCH),$(PY) -m pip install --quiet torch --index-url $(TORCH_CPU_INDEX))
+	$(if $(TORCH),$(PY) -m pip install --quiet -e '.[parity]')
 	$(PY) -m stress.compare --quick $(BENCH_ARGS)
 	$(MPIEXEC) -n 2 $(PY) -m stress.compare.mpi --quick $(BENCH_MPI_ARGS)
 

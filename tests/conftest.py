@@ -63,3 +63,16 @@ def _grad_mode_left_enabled():
     if not is_grad_enabled():
         set_mode(True)
         pytest.fail("the test left grad mode disabled on the main thread")
+
+
+def pytest_configure(config):
+    """`PA_REQUIRE_TORCH=1` (set by `make test PARITY=1`, which CI runs): the PyTorch
+    parity tests must run, so a torch that fails to import stops the session instead of
+    turning a quarter of the suite into skips."""
+    if os.environ.get("PA_REQUIRE_TORCH") == "1":
+        try:
+            import torch  # noqa: F401
+        except Exception as e:  # noqa: BLE001  (any import failure counts)
+            raise pytest.UsageError(
+                f"PA_REQUIRE_TORCH=1 but torch does not import ({e!r}): the parity tests "
+                f"would all skip; install the [parity] extra") from e
