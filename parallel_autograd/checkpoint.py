@@ -41,7 +41,8 @@ import numpy as np
 from . import random as _random
 from .engine.sequential import grad as _grad
 from .grad_mode import enable_grad, is_grad_enabled, no_grad
-from .node import accumulator_for, graph_input, next_seq
+from .node import accumulator_for, next_seq
+from .ops.forms import graph_input
 from .primitive import primitive, record
 from .tensor import Tensor
 

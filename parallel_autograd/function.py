@@ -35,7 +35,7 @@ import weakref
 from typing import Callable
 
 from .grad_mode import no_grad
-from .node import graph_input
+from .ops.forms import graph_input
 from .primitive import record
 from .tensor import Tensor
 

@@ -52,7 +52,7 @@ from .engine.cost import gemm_cost
 from .grad_mode import is_grad_enabled
 from .memory import empty, empty_like
 from .memory import matmul as _mm
-from .node import graph_input
+from .ops.forms import graph_input
 from .ops import elementwise as E
 from .ops import reduce as R
 from .ops import shape as S

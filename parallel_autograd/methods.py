@@ -26,6 +26,7 @@ from .ops import scan as _sc
 from .ops import unary as _un
 from .ops import shape as _sh
 from .ops import views as _vw
+from .primitive import REGISTRY
 from .tensor import Tensor
 
 
@@ -72,17 +73,14 @@ _OPERATORS = {
 }
 
 _METHODS = {
-    _ew: ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs", "neg",
-          "maximum", "minimum", "clip", "leaky_relu", "gelu", "silu", "pow"),
+    _ew: ("sigmoid", "relu", "maximum", "minimum", "clip", "leaky_relu", "gelu", "silu", "pow"),
     _rd: ("sum", "mean", "max", "min", "var", "softmax", "log_softmax", "logsumexp"),
     _sh: ("reshape", "transpose", "permute", "expand", "broadcast_to", "squeeze",
           "unsqueeze", "flatten", "split", "swapaxes", "clone"),
     _ix: ("repeat", "tile", "flip", "roll", "tril", "triu", "diagonal", "diag_embed", "gather",
           "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add", "masked_fill",
           "masked_scatter", "take_along_dim", "narrow", "movedim", "unbind", "chunk"),
-    _un: ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log1p",
-          "expm1", "log2", "log10", "exp2", "erf", "erfc", "reciprocal", "rsqrt", "square",
-          "sign", "floor", "ceil", "round", "trunc", "prelu"),
+    _un: ("square", "prelu"),
     _sc: ("prod", "std", "norm", "cumsum", "cumprod", "amax", "amin", "argmax", "argmin",
           "sort", "topk", "kthvalue", "median"),
     _lin: ("det", "slogdet", "inverse", "pinverse"),
@@ -98,6 +96,10 @@ def attach() -> None:
     """Put the operators, op methods and `backward` on `Tensor` (idempotent)."""
     for name, fn in {**_OPERATORS, **_INPLACE}.items():
         setattr(Tensor, name, fn)
+    for op in REGISTRY:  # the declared ops' methods (`defop(method=...)`)
+        if op.method is not None:
+            for name in (op.method, *op.aliases):
+                setattr(Tensor, name, op.fn)
     for module, names in _METHODS.items():
         for name in names:
             setattr(Tensor, name, getattr(module, name))

@@ -50,11 +50,11 @@ class Node:
     __slots__ = (
         "name", "vjps", "joint", "saved", "kwargs", "next_nodes", "input_meta",
         "seq", "pre_hooks", "retained", "released", "cost", "threaded", "variable", "size",
-        "versions", "epoch", "__weakref__",
+        "versions", "epoch", "op", "__weakref__",
     )
 
     def __init__(self, name, next_nodes, input_meta, saved=(), vjps=None, joint=None,
-                 kwargs=None, cost=0, threaded=False, size=0, versions=None):
+                 kwargs=None, cost=0, threaded=False, size=0, versions=None, op=None):
         self.name = name
         self.next_nodes = next_nodes        # tuple[Node | None], one per input
         self.input_meta = input_meta        # tuple[(shape, dtype) | None], one per input
@@ -72,6 +72,7 @@ class Node:
         self.size = size                    # elements of the gradient it receives (output)
         self.versions = versions            # version counters of its tensors (version.py)
         self.epoch = EPOCH[0]               # the in-place write epoch when it was made
+        self.op = op                        # the registry entry (primitive.OpDef): formulas
 
     def __repr__(self):
         return f"<{self.name} node seq={self.seq}>"
@@ -91,7 +92,8 @@ class Node:
         if EPOCH[0] > self.epoch and self.versions is not None:  # a write since: look
             version.check(self)
         if self.joint is not None:
-            grads = self.joint(g, *saved)
+            kwargs = self.kwargs
+            grads = self.joint(g, *saved) if kwargs is None else self.joint(g, *saved, **kwargs)
             if not isinstance(grads, tuple):
                 grads = (grads,)
             if len(grads) != len(self.next_nodes):
@@ -130,88 +132,6 @@ class Node:
                 gi = np.asarray(gi)
             out.append(gi)
         return out
-
-
-    def graph_grads(self, g, mask=None):
-        """`create_graph`: the rule's differentiable form, run on Tensors with grad mode
-        on (the engine's `Recording`), so the gradients it returns are recorded and can be
-        differentiated again. `g` is a Tensor; returns one Tensor (or None) per input,
-        summed back over broadcast dimensions and cast to the input's dtype by ops.
-
-        A rule `v` has a differentiable form `v.graph(g, ans, *inputs, **kwargs)` (inputs
-        rebuilt as Tensors routed to this node's next nodes, `ans` to this node itself:
-        `graph_saved`), or `v.graph_node(g, node)` for ops whose saved values are not
-        `(ans, *inputs)`; a joint rule `j` has `j.graph(g, node)`. Raises RuntimeError
-        naming the op when a rule has none."""
-        if self.released:
-            raise RuntimeError(freed_graph_message(self))
-        if EPOCH[0] > self.epoch and self.versions is not None:
-            version.check(self)
-        if self.joint is not None:
-            rule = getattr(self.joint, "graph", None)
-            if rule is None:
-                raise RuntimeError(no_graph_rule_message(self))
-            grads = rule(g, self)
-            if not isinstance(grads, tuple):
-                grads = (grads,)
-            if len(grads) != len(self.next_nodes):
-                raise RuntimeError(f"{self.name}: the differentiable backward returned "
-                                   f"{len(grads)} gradients, expected {len(self.next_nodes)}")
-        else:
-            grads = []
-            saved = None
-            kwargs = self.kwargs or {}
-            for i, v in enumerate(self.vjps):
-                if v is None or self.next_nodes[i] is None or (mask is not None and not mask[i]):
-                    grads.append(None)
-                    continue
-                rule = getattr(v, "graph_node", None)  # ops that save other values
-                if rule is not None:
-                    grads.append(rule(g, self))
-                    continue
-                rule = getattr(v, "graph", None)
-                if rule is None:
-                    raise RuntimeError(no_graph_rule_message(self))
-                if saved is None:
-                    saved = graph_saved(self)
-                grads.append(rule(g, *saved, **kwargs))
-        from .ops.graph import graph_fit  # late: ops import this module
-        out = []
-        for i, (gi, meta, nxt) in enumerate(zip(grads, self.input_meta, self.next_nodes)):
-            if gi is None or nxt is None or (mask is not None and not mask[i]):
-                out.append(None)
-                continue
-            out.append(graph_fit(gi, meta[0], meta[1], self.name))
-        return out
-
-
-def graph_input(node, i: int, arr):
-    """Input `i` of `node` as a differentiable rule sees it: the leaf itself, a Tensor of
-    `arr` (its saved value) routed to the node it came from, or `arr` (no gradient)."""
-    from .tensor import Tensor
-    nxt = node.next_nodes[i]
-    if nxt is None:
-        return arr
-    if nxt.variable is not None:
-        return nxt.variable
-    return Tensor._wrap(arr if type(arr) is np.ndarray else np.asarray(arr), nxt)
-
-
-def graph_saved(node) -> list:
-    """`(ans, *inputs)` of a node made by `primitive` (saved = (ans, *arrays)) as Tensors
-    for a differentiable rule: `ans` has this node as grad_fn, input i the node it sends
-    gradients to (a leaf: the leaf itself); inputs that take no gradient stay as they
-    were saved (arrays or scalars: constants)."""
-    from .tensor import Tensor  # late: tensor imports nothing from here at import time
-    saved = node.saved
-    return [Tensor._wrap(saved[0], node)] + [graph_input(node, i, arr)
-                                             for i, arr in enumerate(saved[1:])]
-
-
-def no_graph_rule_message(node) -> str:
-    return (f"create_graph: {node.name} has no differentiable backward, so its gradient "
-            f"cannot be differentiated again (node seq {node.seq}); compute this part "
-            f"without create_graph, or give its rule a differentiable form (`rule.graph`)")
 
 
 class AccumulateGrad(Node):

@@ -1,16 +1,51 @@
-"""Defining ops: `primitive` wraps a numpy forward with one gradient rule per input.
+"""Declaring ops: one declaration per op (`defop`), and the registry that holds them all.
 
-This is the extension module for users adding ops::
+An op is declared once, where its forward is written::
 
-    cube = primitive("cube", lambda x: x ** 3, lambda g, ans, x: g * 3 * x ** 2)
+    @defop(formula=lambda g, ans, input: g * (1 - ans * ans), kernel=_tanh_kernel)
+    def tanh(input: Tensor) -> Tensor:
+        \"\"\"The hyperbolic tangent.\"\"\"
+        return P.tanh(input)
 
-Each rule gets `(g, ans, *input_arrays, **kwargs)` and returns the gradient for
-its input at the *output's* shape or the input's own shape: un-broadcasting and
-dtype casts are done centrally by the node. Rules run on ndarrays and build no graph.
-`record` is the lower-level call for ops that save something other than
-(ans, *inputs), such as an im2col buffer.
+The decorated function is the op's forward on numpy arrays; its name, signature,
+annotations and docstring are the op's. From it `defop` makes:
+
+- the public function: the same signature (a real one, for `help()` and IDEs), Tensors or
+  numbers in, a Tensor out, recording a `Node` when an input requires grad;
+- the derivative: `formula`, one function per differentiable input (or one `Joint` for
+  all), `formula(g, ans, *inputs, **params)`, written with the package's own ops, so it is
+  differentiable again (create_graph, to any order: `ops/forms.py` runs it). A `kernel` (one
+  per input, or one `Joint`) is an optional numpy override of the same derivative for first
+  order, written where measurement asks for it (fused passes, `out=` reuse); without one,
+  the formula runs at first order too. `tests/test_registry.py` checks that each kernel
+  equals its formula at first order;
+- the Tensor method (`method=True`, or another name), the export from `pa` (or from the
+  namespace of `module`, e.g. `torch.nn.functional` -> `pa.nn.functional`);
+- a registry entry (`REGISTRY`), which one test walks: a formula per differentiable input,
+  gradcheck and gradgradcheck, both engines bitwise, the method where PyTorch has one, a line
+  in docs/ops.md, and PyTorch's values, gradients and dtypes where torch is installed.
+
+Composite ops (built from other ops) are declared with `composite`: no rule at all, since
+their ops record their own nodes; they get the method, export and registry entry.
+
+Calling conventions. `inputs` names the differentiable parameters (default: the first);
+the forward receives every parameter as passed (Tensors unwrapped to arrays), and returns
+the output array, or `Saved(out, *extras)` to keep more values for the kernels. A Node
+saves `(ans, *inputs, *extras)`; rules are called as `rule(g, ans, *inputs, **params)`
+(kernels also get the extras after the inputs), `params` being every other parameter,
+defaults included, by name (`None` when the op has none). Parameters annotated with a
+Tensor type that are not differentiable inputs (an index, a mask) are unwrapped too.
+
+`record` is the lower level: it wraps an array in a Tensor and attaches a Node; `primitive`
+makes an unregistered op from a forward and first-order rules (the extension API for users).
+
+Thread safety: declaring ops happens at import time; the registry is then read only. The
+generated functions are as thread safe as their forwards (pure functions of their inputs).
 """
 from __future__ import annotations
+
+import inspect
+import keyword
 
 import numpy as np
 
@@ -19,9 +54,11 @@ from .grad_mode import grad_mode
 from .node import Node, accumulator_for
 from .tensor import Tensor
 
+__all__ = ["OpDef", "Joint", "Saved", "REGISTRY", "defop", "composite", "record", "primitive"]
+
 
 def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None, cost=None,
-           threaded=False):
+           threaded=False, op=None):
     """Wrap `out` in a Tensor; if any input requires grad, attach a Node.
 
     `inputs` are the op's differentiable arguments (Tensors or raw values); `vjps`
@@ -29,6 +66,7 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
     for all. Only inputs that require grad get a rule: a frozen weight costs nothing.
     `cost` estimates the backward work (about ns on one core; default: output size) and
     `threaded` says the rules run multithreaded kernels (BLAS): the cost model (`engine/cost.py`).
+    `op` is the registry entry (`OpDef`) whose formulas give the create_graph form.
     """
     if type(out) is not np.ndarray:
         out = np.asarray(out)
@@ -66,7 +104,7 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
     size = out.size
     node = Node(name, tuple(nexts), tuple(meta), saved,
                 None if rules is None else tuple(rules), joint if rules is None else None,
-                kwargs, size if cost is None else cost, threaded, size, tuple(vcs))
+                kwargs, size if cost is None else cost, threaded, size, tuple(vcs), op)
     if mode is not True:  # a create_graph pass is recording (grad_mode.Recording)
         mode.made(node)
     if anomaly_mode()[0]:  # detect_anomaly: note where the op is created
@@ -89,14 +127,278 @@ def _shared_counter(out: np.ndarray, inputs) -> list:
     return [0]
 
 
+# ---- the declaration ----------------------------------------------------------------------
+class Joint:
+    """One rule for all of an op's differentiable inputs: `fn(g, ans, *inputs, **params)`
+    returns a tuple with one gradient (or None) per input. For ops whose input gradients
+    share work (a convolution's im2col, a recurrence's backward sweep)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+
+class Saved:
+    """What a forward returns to keep values beyond its output for its kernels:
+    `Saved(out, *extras)`; the kernels get the extras after the inputs."""
+
+    __slots__ = ("out", "extras")
+
+    def __init__(self, out, *extras):
+        self.out = out
+        self.extras = extras
+
+
+class OpDef:
+    """A registry entry: everything declared about one op (see the module docstring).
+
+    `fn` is the public function; `forward` the numpy forward; `inputs` the differentiable
+    parameter names; `formulas` one differentiable rule per input (a tuple, or a `Joint`);
+    `kernels` the first-order rules the Node runs (the kernel where one is declared, else
+    an adapter that runs the formula on arrays); `method` the Tensor method's name (None:
+    none); `module` PyTorch's namespace of the function (`torch`, `torch.nn.functional`,
+    `torch.linalg`, `torch.special`); `aliases` its other names; `composite`: built from
+    other ops, no rule.
+    """
+
+    __slots__ = ("name", "fn", "forward", "inputs", "params", "formulas", "kernels",
+                 "has_kernel", "method", "module", "export", "composite", "cost", "threaded",
+                 "tensor_params", "family", "torch_name", "aliases", "__weakref__")
+
+    def __repr__(self):
+        return f"<op {self.module}.{self.name}>"
+
+    @property
+    def differentiable(self) -> bool:
+        return self.formulas is not None
+
+    def __call__(self, args: tuple, params: dict | None):
+        """Run the op: forward on arrays, then `record` (the generated function's body)."""
+        arrays = [a.data if isinstance(a, Tensor) else a for a in args]
+        forward = self.forward
+        try:
+            ans = forward(*arrays, **params) if params else forward(*arrays)
+        except ValueError as e:
+            raise ValueError(f"{self.name}: {e}") from e
+        if type(ans) is Saved:
+            saved = (ans.out, *arrays, *ans.extras)
+            ans = ans.out
+        else:
+            saved = None
+        if type(ans) is not np.ndarray:
+            ans = np.asarray(ans)
+        if saved is None:
+            saved = (ans, *arrays)
+        kernels = self.kernels
+        if kernels is None:  # not differentiable: a Tensor without history
+            return record(self.name, ans, (), None, (), None)
+        cost = self.cost
+        joint = type(kernels) is not tuple
+        return record(self.name, ans, args, None if joint else kernels, saved, params or None,
+                      kernels if joint else None,
+                      None if cost is None else cost(ans, *arrays, **(params or {})),
+                      self.threaded, self)
+
+
+REGISTRY: list[OpDef] = []  # every declared op, in declaration order
+
+_MODULES = ("torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft")
+
+
+def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
+          module: str = "torch", export: bool = True, name: str | None = None,
+          aliases: tuple = (), quiet: bool = False, cost=None, threaded: bool = False,
+          torch_name: str | None = None):
+    """Declare an op from its numpy forward (a decorator; see the module docstring).
+
+    - formula: the derivative, for each name in `inputs` (a function, a tuple of them in
+      the order of `inputs` with None for an input without gradient, or a `Joint`);
+      None: the op is not differentiable (its result has no history).
+    - kernel: an optional first-order numpy rule per input (same shapes as `formula`;
+      None entries fall back to the formula), or a `Joint`.
+    - inputs: the differentiable parameters (default: the first parameter).
+    - method: True for a Tensor method of the same name, a string for another name.
+    - module: PyTorch's namespace of the function; export=False keeps it out of it.
+    - name: the op's name (default: the function's); torch_name: PyTorch's, if another;
+      aliases: other names of the same op (exported, and methods if `method`).
+    - quiet: no numpy floating-point warnings from the forward and the first-order rules
+      (outside an op's domain the result is inf or NaN, as in PyTorch, which does not warn).
+    - cost(ans, *arrays, **params), threaded: hints for the engine's cost model.
+    """
+    def declare(forward):
+        return _declare(forward, formula, kernel, inputs, method, module, export, name,
+                        aliases, quiet, cost, threaded, torch_name, composite=False)
+    return declare if fn is None else declare(fn)
+
+
+def composite(fn=None, *, method=False, module: str = "torch", export: bool = True,
+              name: str | None = None, aliases: tuple = (), torch_name: str | None = None):
+    """Declare an op built from other ops (no rule: they record their own nodes): the
+    function is registered as it is, with its method and export."""
+    def declare(f):
+        return _declare(f, None, None, None, method, module, export, name, aliases, False,
+                        None, False, torch_name, composite=True)
+    return declare if fn is None else declare(fn)
+
+
+def _declare(forward, formula, kernel, inputs, method, module, export, name, aliases, quiet,
+             cost, threaded, torch_name, composite):
+    if module not in _MODULES:
+        raise ValueError(f"defop: unknown module {module!r} (one of {_MODULES})")
+    spec = OpDef()
+    spec.name = name or forward.__name__
+    spec.forward = forward
+    spec.module, spec.export, spec.composite = module, export, composite
+    spec.method = (spec.name if method is True else method) or None
+    spec.cost, spec.threaded = cost, threaded
+    spec.torch_name = torch_name or spec.name
+    spec.aliases = tuple(aliases)
+    spec.family = forward.__module__.rsplit(".", 1)[-1]
+    sig = inspect.signature(forward)
+    names = list(sig.parameters)
+    if composite:
+        spec.inputs, spec.params, spec.tensor_params = (), (), ()
+        spec.formulas = spec.kernels = None
+        spec.has_kernel = False
+        spec.fn = forward
+    else:
+        spec.inputs = tuple(inputs) if inputs is not None else tuple(names[:1])
+        unknown = [n for n in spec.inputs if n not in names]
+        if unknown:
+            raise TypeError(f"defop {spec.name}: inputs {unknown} are not parameters")
+        spec.params = tuple(n for n in names if n not in spec.inputs)
+        spec.tensor_params = tuple(n for n in spec.params
+                                   if "Tensor" in str(sig.parameters[n].annotation))
+        spec.formulas, spec.kernels, spec.has_kernel = _rules(spec, formula, kernel)
+        if quiet:
+            spec.forward = _quiet(forward)
+            spec.kernels = _quiet_rules(spec.kernels)
+        spec.fn = _generate(spec, sig)
+    REGISTRY.append(spec)
+    spec.fn.op = spec
+    return spec.fn
+
+
+def _rules(spec: OpDef, formula, kernel):
+    """(formulas, the kernels the Node runs, whether any kernel was declared)."""
+    if formula is None:
+        if kernel is not None:
+            raise TypeError(f"defop {spec.name}: a kernel without a formula (the formula "
+                            f"is the derivative; the kernel only a faster first order)")
+        return None, None, False
+    n = len(spec.inputs)
+    if isinstance(formula, Joint):
+        if kernel is not None and not isinstance(kernel, Joint):
+            raise TypeError(f"defop {spec.name}: a Joint formula takes a Joint kernel")
+        if kernel is None:
+            run = _on_arrays(formula.fn, n, joint=True)
+        else:
+            run = kernel.fn
+        return formula, Joint(run), kernel is not None
+    formulas = formula if isinstance(formula, tuple) else (formula,)
+    if kernel is None:
+        kernels = (None,) * n
+    else:
+        kernels = kernel if isinstance(kernel, tuple) else (kernel,)
+    if len(formulas) != n or len(kernels) != n:
+        raise TypeError(f"defop {spec.name}: {n} inputs {spec.inputs}, {len(formulas)} "
+                        f"formulas and {len(kernels)} kernels (one each, None for none)")
+    for f, k, i in zip(formulas, kernels, spec.inputs):
+        if f is None and k is not None:
+            raise TypeError(f"defop {spec.name}: a kernel for {i!r} without its formula")
+    run = tuple(k if k is not None else (None if f is None else _on_arrays(f, n))
+                for f, k in zip(formulas, kernels))
+    return formulas, run, any(k is not None for k in kernels)
+
+
+def _quiet(fn):
+    def quiet(*args, **kwargs):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return fn(*args, **kwargs)
+    quiet.__name__ = quiet.__qualname__ = getattr(fn, "__name__", "quiet")
+    quiet.formula = getattr(fn, "formula", None)
+    return quiet
+
+
+def _quiet_rules(kernels):
+    if isinstance(kernels, Joint):
+        return Joint(_quiet(kernels.fn))
+    return None if kernels is None else tuple(None if k is None else _quiet(k)
+                                              for k in kernels)
+
+
+def _on_arrays(formula, n: int, joint: bool = False):
+    """A first-order rule from a formula: the formula run on the saved arrays themselves.
+    Its operators are then numpy's, and the ops it calls return Tensors without history
+    (none of their arguments requires grad), unwrapped here; formulas use operators and
+    functions, not Tensor methods, so they run on either. The saved extras (`Saved`) are
+    the kernels'; a formula sees `(g, ans, *inputs)`."""
+    def rule(g, *saved, **params):
+        r = formula(g, *saved[:n + 1], **params)
+        if joint:
+            return tuple(None if x is None else _array(x) for x in r)
+        return _array(r)
+    rule.formula = formula
+    return rule
+
+
+def _array(x):
+    return x.data if isinstance(x, Tensor) else np.asarray(x)
+
+
+def _generate(spec: OpDef, sig: inspect.Signature):
+    """The public function: `spec`'s signature, a body that calls `spec`. Generated as
+    source (as `dataclasses` does) so the call costs no argument binding and
+    `inspect.signature` shows the real parameters."""
+    params = list(sig.parameters.values())
+    for p in params:
+        if not p.name.isidentifier() or keyword.iskeyword(p.name) or p.name.startswith("_op"):
+            raise TypeError(f"defop {spec.name}: parameter name {p.name!r} not supported")
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise TypeError(f"defop {spec.name}: *args/**kwargs are not supported (declare "
+                            f"a composite that calls the op)")
+    head = []
+    kinds_seen = set()
+    for p in params:
+        if p.kind is p.KEYWORD_ONLY and p.KEYWORD_ONLY not in kinds_seen:
+            head.append("*")
+        kinds_seen.add(p.kind)
+        head.append(p.name)
+        if p.kind is p.POSITIONAL_ONLY and (params.index(p) == len(params) - 1 or
+                                            params[params.index(p) + 1].kind
+                                            is not p.POSITIONAL_ONLY):
+            head.append("/")
+    unwrap = "".join(f"    if isinstance({n}, _Tensor):\n        {n} = {n}.data\n"
+                     for n in spec.tensor_params)
+    args = "".join(f"{n}, " for n in spec.inputs)
+    kw = ", ".join(f"{n!r}: {n}" for n in spec.params)
+    body = f"    return _op(({args}), {{{kw}}})\n" if spec.params else \
+        f"    return _op(({args}), None)\n"
+    src = f"def {spec.name}({', '.join(head)}):\n{unwrap}{body}"
+    namespace = {"_op": spec.__call__, "_Tensor": Tensor}
+    exec(compile(src, f"<defop {spec.name}>", "exec"), namespace)  # noqa: S102
+    fn = namespace[spec.name]
+    fwd = spec.forward
+    fn.__defaults__ = fwd.__defaults__
+    fn.__kwdefaults__ = fwd.__kwdefaults__
+    fn.__annotations__ = dict(fwd.__annotations__)
+    fn.__doc__ = fwd.__doc__
+    fn.__module__ = fwd.__module__
+    fn.__qualname__ = fwd.__qualname__
+    return fn
+
+
+# ---- the extension API ----------------------------------------------------------------------
 def primitive(name: str, forward, *vjps, cost=None, threaded: bool = False):
-    """Make an op from `forward(*arrays, **kwargs)` and one rule per positional input.
+    """Make an op from `forward(*arrays, **kwargs)` and one first-order rule per positional
+    input, `rule(g, ans, *arrays, **kwargs)` (None: no gradient there). Not registered.
 
     `cost(ans, *arrays)` estimates backward work (about ns on one core) for the
     cost model (`engine/cost.py`); the default is the output's size. `threaded=True` marks
-    ops whose rules call multithreaded kernels (BLAS).
+    ops whose rules call multithreaded kernels (BLAS). A rule may carry a differentiable
+    form as `rule.graph(g, ans, *inputs, **kwargs)` (Tensor ops) for create_graph.
     """
-
     def op(*args, **kwargs) -> Tensor:
         arrays = [a.data if isinstance(a, Tensor) else a for a in args]
         try:
@@ -110,5 +412,5 @@ def primitive(name: str, forward, *vjps, cost=None, threaded: bool = False):
 
     op.__name__ = name
     op.__qualname__ = name
-    op.vjps = vjps  # the rules, for their differentiable forms (`rule.graph`, ops/graph.py)
+    op.vjps = vjps
     return op

@@ -42,7 +42,8 @@ import time
 import numpy as np
 
 import parallel_autograd as pa
-from parallel_autograd.node import graph_saved, next_seq, no_graph_rule_message
+from parallel_autograd.node import next_seq
+from parallel_autograd.ops.forms import graph_saved, no_graph_rule_message, run_formulas
 
 from . import graphs, hazards, higher
 from .checks import (INTERRUPT_TAG, Outcome, diff_all, leaf_diffs, make_priors,  # noqa: F401
@@ -87,9 +88,9 @@ def add_hook(node, fn):
 
 def original_rule(node):
     """The node's rule as a joint function `(g, *saved) -> tuple` (same arithmetic)."""
-    if node.joint is not None:
-        return node.joint
-    vjps, kwargs = node.vjps, node.kwargs or {}
+    vjps, kwargs, joint = node.vjps, node.kwargs or {}, node.joint
+    if joint is not None:
+        return (lambda g, *saved: joint(g, *saved, **kwargs)) if kwargs else joint
 
     def joint(g, *saved):
         return tuple(None if v is None else v(g, *saved, **kwargs) for v in vjps)
@@ -99,7 +100,10 @@ def original_rule(node):
 
 def original_graph_rule(node):
     """The node's differentiable form as a joint one `(g, node) -> tuple` (what a
-    create_graph pass runs: `Node.graph_grads`), raising its RuntimeError if it has none."""
+    create_graph pass runs: `forms.graph_grads`), raising its RuntimeError if it has none."""
+    op = node.op
+    if op is not None:  # a declared op: its formulas
+        return lambda g, n: tuple(run_formulas(n, op, g))
     if node.joint is not None:
         form = getattr(node.joint, "graph", None)
         if form is not None:
@@ -118,7 +122,7 @@ def original_graph_rule(node):
             elif getattr(v, "graph", None) is None:
                 raise RuntimeError(no_graph_rule_message(n))
             else:
-                saved = graph_saved(n) if saved is None else saved
+                saved = graph_saved(n, len(vjps)) if saved is None else saved
                 out.append(v.graph(g, *saved, **kwargs))
         return tuple(out)
 
@@ -129,15 +133,19 @@ def patch_rule(node, make):
     """Replace the node's rule by `make(original)`, and its differentiable form (what a
     create_graph pass runs instead) by the same `make` around the original form; returns
     the undo function."""
-    old = node.joint
+    old, op = node.joint, node.op
     new = make(original_rule(node))
     graph = original_graph_rule(node)
     in_graph = make(lambda g, *saved: graph(g, node))
-    new.graph = lambda g, n: in_graph(g, *(n.saved or ()))
-    node.joint = new
+    def joint(g, *saved, **_):  # the node's params are in original_rule's closure
+        return new(g, *saved)
+
+    joint.graph = lambda g, n: in_graph(g, *(n.saved or ()))
+    node.joint = joint
+    node.op = None  # the create_graph form is now the joint rule's `graph`
 
     def undo():
-        node.joint = old
+        node.joint, node.op = old, op
 
     return undo
 

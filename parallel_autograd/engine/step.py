@@ -19,6 +19,7 @@ import numpy as np
 from .. import anomaly, locks, memory
 from ..tensor import Tensor
 from . import callbacks
+from ..ops.forms import graph_grads
 from .graph import hook_result, run_node_graph
 
 
@@ -178,7 +179,7 @@ def run_node(node, g, owned: bool, sink: Sink, recording: bool = False):
     t0 = rec.now() if rec is not None else 0.0
     masks = sink.input_masks
     mask = None if masks is None else masks[node]
-    grads = node.graph_grads(gh, mask) if recording else node.input_grads(gh, mask)
+    grads = graph_grads(node, gh, mask) if recording else node.input_grads(gh, mask)
     if not sink.retain_graph:
         node.saved = None
         node.released = True

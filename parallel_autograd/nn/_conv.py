@@ -39,7 +39,7 @@ from .. import memory
 from ..engine.cost import gemm_cost
 from ..grad_mode import grad_mode
 from ..memory import empty as _empty
-from ..node import graph_input
+from ..ops.forms import graph_input
 from ..ops import reduce as R
 from ..ops import shape as S
 from ..primitive import record

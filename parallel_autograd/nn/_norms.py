@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import locks, version
 from ..memory import empty as _empty
-from ..node import graph_input
+from ..ops.forms import graph_input
 from ..ops import elementwise as E
 from ..ops import reduce as R
 from ..ops import shape as S

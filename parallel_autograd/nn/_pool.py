@@ -23,7 +23,7 @@ import numpy as np
 from ..memory import empty as _empty
 from ..memory import pooled as P
 from ..ops import shape as S
-from ..node import graph_input
+from ..ops.forms import graph_input
 from ..ops.graph import connect, scatter
 from ..primitive import record
 from ..tensor import Tensor

@@ -42,7 +42,7 @@ import numpy as np
 from .. import memory
 from ..engine.cost import gemm_cost
 from ..memory import empty as _empty
-from ..node import graph_input
+from ..ops.forms import graph_input
 from ..ops import elementwise as E
 from ..ops import linalg as L
 from ..ops import reduce as R

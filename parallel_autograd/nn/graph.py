@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..node import graph_input
+from ..ops.forms import graph_input
 from ..ops import elementwise as E
 from ..ops import linalg as L
 from ..ops import reduce as R

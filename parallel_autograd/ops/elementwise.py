@@ -17,6 +17,7 @@ from ..memory import pooled as P
 from ..primitive import primitive, record
 from ..tensor import Tensor
 from . import special
+from .pointwise import abs, cos, exp, log, neg, sin, sqrt, tanh  # noqa: F401  MIGRATION
 
 
 def _weak(a):
@@ -89,7 +90,6 @@ mul = primitive("mul", _binary(np.multiply),
 div = primitive("div", _binary(np.true_divide),
                 lambda g, ans, x, y: P.divide(g, y),
                 _div_y)
-neg = primitive("neg", P.negative, lambda g, ans, x: P.negative(g))
 
 
 def _pow(x, y):
@@ -167,48 +167,6 @@ def _pow_exponent(g, ans, x, y):
 
 
 pow = primitive("pow", _pow, _pow_base, _pow_exponent)
-
-
-# ---- unary math --------------------------------------------------------------------
-def _abs_vjp(g, ans, x):
-    t = P.sign(x)                  # 2 passes (in-place *= also works on 0-d scalars)
-    t *= g
-    return t
-
-
-def _sqrt_vjp(g, ans, x):
-    t = _buf(P.multiply(ans, 2))   # g / (2 ans): 2 passes
-    return np.divide(g, t, out=t)
-
-
-def _sin_vjp(g, ans, x):
-    t = P.cos(x)                   # 2 passes
-    t *= g
-    return t
-
-
-def _cos_vjp(g, ans, x):
-    t = _buf(P.sin(x))             # -sin(x) g: 3 passes
-    np.negative(t, out=t)
-    t *= g
-    return t
-
-
-def _tanh_vjp(g, ans, x):
-    t = _buf(P.multiply(ans, ans))  # g (1 - ans^2): 3 passes
-    np.subtract(1, t, out=t)
-    t *= g
-    return t
-
-
-# exp (g ans) and log (g / x): 1 pass
-abs = primitive("abs", P.abs, _abs_vjp)
-exp = primitive("exp", P.exp, lambda g, ans, x: P.multiply(g, ans))
-log = primitive("log", P.log, lambda g, ans, x: P.divide(g, x))
-sqrt = primitive("sqrt", P.sqrt, _sqrt_vjp)
-sin = primitive("sin", P.sin, _sin_vjp)
-cos = primitive("cos", P.cos, _cos_vjp)
-tanh = primitive("tanh", P.tanh, _tanh_vjp)
 
 
 def _float(x):
@@ -457,13 +415,6 @@ _DOCS = {
     sub: "`x - y` (numpy broadcasting).",
     mul: "`x * y` (numpy broadcasting).",
     div: "`x / y` (true division, numpy broadcasting).",
-    neg: "`-x`.",
-    exp: "`e ** x`.",
-    log: "The natural logarithm.",
-    sqrt: "The square root.",
-    sin: "The sine.",
-    cos: "The cosine.",
-    tanh: "The hyperbolic tangent.",
     sigmoid: "`1 / (1 + exp(-x))`.",
     silu: "`x * sigmoid(x)` (SiLU, swish).",
     relu: "`max(x, 0)`; the gradient at 0 is 0, as in PyTorch.",

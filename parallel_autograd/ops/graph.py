@@ -25,6 +25,8 @@ import numpy as np
 from ..primitive import primitive
 from ..tensor import Tensor
 from . import elementwise as E
+from .forms import cast, connect, depends_on, graph_fit
+from .forms import piecewise as _piecewise
 from . import linalg as L
 from . import reduce as R
 from . import shape as S
@@ -49,94 +51,15 @@ def _set(op, *forms) -> None:
             rule.graph = form
 
 
-def _zeros_of_g(g, ans, f, x):
-    t = np.empty(np.shape(g), np.result_type(g))   # 1 pass (x's shape: the node sums to it)
-    t.fill(0)
-    return t
-
-
-# the factor (a constant array f) as a function of an input x with derivative 0, as
-# PyTorch's threshold_backward or sgn: the gradient of a piecewise-linear op is then part of
-# the graph wherever its input is, and differentiating it again gives zeros, not "not part
-# of the graph"; chained once per input that takes a gradient
-_factor_of = primitive("piecewise_factor", lambda f, x: f, lambda g, ans, f, x: g, _zeros_of_g)
-_set(_factor_of, lambda g, ans, f, x: g, lambda g, ans, f, x: E.where(np.True_, 0.0, g))
-
-
-def depends_on(value: np.ndarray, *inputs):
-    """`value` (an array) as a function with derivative 0 of each of `inputs` that is a
-    Tensor requiring grad (`value` itself if none is): for the differentiable form of a
-    rule whose factor is piecewise constant in an input, so that the gradient it returns
-    is part of the graph wherever that input is, as in PyTorch."""
-    for x in inputs:
-        if isinstance(x, Tensor) and x.requires_grad:
-            value = _factor_of(value, x)
-    return value
-
-
-def connect(t: Tensor, *inputs) -> Tensor:
-    """`t` (a gradient made of g and constants, e.g. scattered by saved indices) times
-    ones that depend with derivative 0 on each of `inputs` requiring grad: the same
-    values, now part of the graph wherever those inputs are."""
-    ones = depends_on(np.ones(t.shape, t.dtype), *inputs)
-    return t * ones if isinstance(ones, Tensor) else t
-
-
-def _piecewise(rule):
-    """The form of a rule that is g times a factor that is constant where it is
-    differentiable: the factor from the fast rule at g = 1, as a zero-derivative function
-    of the inputs that take a gradient (`depends_on`), then g times it (recorded)."""
-    def form(g, ans, *inputs, **kwargs):
-        ones = np.ones(ans.shape, ans.dtype)
-        factor = np.asarray(rule(ones, ans.data, *[_arr(x) for x in inputs], **kwargs))
-        return g * depends_on(factor, *inputs)
-    return form
-
-
-# ---- casts and fitting a gradient to its input ------------------------------------
-cast = primitive("cast", lambda x, dtype: np.asarray(x).astype(dtype),
-                 lambda g, ans, x, dtype: g)  # the node casts back to x's dtype
-cast.vjps[0].graph = lambda g, ans, x, dtype: g
-cast.__doc__ = "`x` converted to `dtype` (the gradient is converted back)."
-
-
-def graph_fit(g, shape: tuple, dtype, opname: str = "op") -> Tensor:
-    """`Node.input_grads`'s un-broadcasting and cast, with ops (recorded): `g` summed
-    back to `shape` over broadcast dimensions and cast to `dtype`."""
-    g = _t(g)
-    if g.shape != shape:
-        ndiff = g.ndim - len(shape)
-        if ndiff < 0:
-            raise ValueError(f"{opname}: gradient of shape {g.shape} cannot be reduced to "
-                             f"input shape {shape}")
-        if ndiff:
-            g = R.sum(g, axis=tuple(range(ndiff)))
-        axes = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
-        if axes:
-            g = R.sum(g, axis=axes, keepdims=True)
-        if g.shape != shape:
-            raise ValueError(f"{opname}: gradient of shape {g.shape} does not match input "
-                             f"shape {shape}")
-    if g.dtype != dtype:
-        g = cast(g, dtype=dtype)
-    return g
-
 
 # ---- elementwise ---------------------------------------------------------------------
 _set(E.add, lambda g, ans, x, y: g, lambda g, ans, x, y: g)
 _set(E.sub, lambda g, ans, x, y: g, lambda g, ans, x, y: -g)
 _set(E.mul, lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x)
 _set(E.div, lambda g, ans, x, y: g / y, lambda g, ans, x, y: -(g * ans) / y)
-_set(E.neg, lambda g, ans, x: -g)
-_set(E.exp, lambda g, ans, x: g * ans)
-_set(E.log, lambda g, ans, x: g / x)
-_set(E.sqrt, lambda g, ans, x: g / (ans * 2))
-_set(E.sin, lambda g, ans, x: g * E.cos(x))
-_set(E.cos, lambda g, ans, x: g * -E.sin(x))
-_set(E.tanh, lambda g, ans, x: g * (1 - ans * ans))
 _set(E.sigmoid, lambda g, ans, x: g * (ans * (1 - ans)))
 _set(E.silu, lambda g, ans, x: g * _silu_slope(x))
-for _op in (E.abs, E.relu, E._leaky_relu, E._clip, E.maximum, E.minimum):
+for _op in (E.relu, E._leaky_relu, E._clip, E.maximum, E.minimum):
     _set(_op, *[_piecewise(rule) for rule in _op.vjps])
 _set(E._where, None, lambda g, ans, c, x, y: E.where(c, g, 0.0),
      lambda g, ans, c, x, y: E.where(c, 0.0, g))
@@ -201,7 +124,7 @@ ndtr.__doc__ = "The standard normal CDF, differentiable (its derivative is the d
 
 def _gelu_erf(g, node):
     # gelu saves (cdf, x): d/dx x ndtr(x) = ndtr(x) + x phi(x)
-    from ..node import graph_input
+    from .forms import graph_input
     x = graph_input(node, 0, node.saved[1])
     return g * (ndtr(x) + x * _phi(x))
 

@@ -1,0 +1,116 @@
+"""What every op family shares: unwrapping, the leanness helpers of the kernels, dimension
+arguments. One copy each (the families import them from here, never from each other).
+
+Kernels and forwards allocate only the array they return (from the caching allocator when
+large, `P` / `empty`) and reuse it for their temporaries with `out=`; `buf` makes a ufunc's
+0-d result (a numpy scalar) an array that can be written into; `fused` evaluates a kernel
+that needs a second temporary chunk by chunk. Each kernel's comment counts its passes over
+memory.
+
+Thread safety: pure functions.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..memory import empty
+from ..memory import pooled as P
+from ..tensor import Tensor
+
+__all__ = ["P", "empty", "raw", "array", "const", "buf", "fused", "as_float", "weak",
+           "quiet", "dim", "dims", "BLOCK"]
+
+
+def raw(x):
+    """A Tensor's array; anything else as it is."""
+    return x.data if isinstance(x, Tensor) else x
+
+
+def array(x) -> np.ndarray:
+    """A Tensor's array, or `x` as an array."""
+    return x.data if isinstance(x, Tensor) else np.asarray(x)
+
+
+def const(x) -> Tensor:
+    """`x` if a Tensor, else a constant Tensor of it."""
+    return x if isinstance(x, Tensor) else Tensor._wrap(np.asarray(x))
+
+
+def buf(a):
+    """`a` as an ndarray that can be written in place (ufuncs give numpy scalars for 0-d)."""
+    return a if type(a) is np.ndarray else np.asarray(a)
+
+
+def weak(a):
+    """A numpy scalar as a Python number: weakly typed, as PyTorch treats Python scalars
+    (`float32_tensor * np.float64(2)` stays float32)."""
+    return a.item() if isinstance(a, np.generic) else a
+
+
+def as_float(x) -> np.ndarray:
+    """`x` as an array of a floating dtype (integers and booleans as float64)."""
+    x = np.asarray(x)
+    return x if x.dtype.kind in "fc" else x.astype(np.float64)
+
+
+BLOCK = 32768  # elements per chunk in `fused`: 256 KiB of float64, cache resident
+
+
+def fused(kernel, like, operands, scratch=(), dtype=None):
+    """`kernel(out, *operands, *scratch)` evaluated chunk by chunk; returns `out`, a new
+    array shaped like `like` (of `dtype`, default `like`'s), the only full-size allocation.
+
+    For kernels that need a second temporary: chunks of `BLOCK` elements (numpy's
+    buffered iterator; broadcast operands are buffered per chunk) get chunk-sized
+    `scratch` arrays of the given dtypes. Operands that are not ndarrays (Python
+    scalars, weakly typed) are passed through unchanged. Small arrays: one call.
+    """
+    out = empty(np.shape(like), like.dtype if dtype is None else dtype)
+    if out.size <= BLOCK:
+        kernel(out, *operands, *(empty(out.shape, d) for d in scratch))
+        return out
+    where = [i for i, a in enumerate(operands) if type(a) is np.ndarray]
+    it = np.nditer([out] + [operands[i] for i in where],
+                   flags=["external_loop", "buffered", "zerosize_ok"],
+                   op_flags=[["writeonly"]] + [["readonly"]] * len(where), buffersize=BLOCK)
+    bufs = [empty(BLOCK, d) for d in scratch]
+    args = list(operands)
+    with it:
+        for chunk in it:
+            for i, c in zip(where, chunk[1:]):
+                args[i] = c
+            n = chunk[0].size
+            kernel(chunk[0], *args, *(b[:n] for b in bufs))
+    return out
+
+
+def quiet(fn):
+    """`fn` with numpy's divide/invalid/overflow warnings off: outside an op's domain the
+    result is inf or NaN, as in PyTorch, which does not warn either."""
+    def quieted(*args, **kwargs):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return fn(*args, **kwargs)
+    quieted.__name__ = quieted.__qualname__ = getattr(fn, "__name__", "quiet")
+    quieted.__doc__ = getattr(fn, "__doc__", None)
+    return quieted
+
+
+def dim(d, ndim: int, op: str) -> int:
+    """A dimension argument normalised to [0, ndim) (a 0-d tensor has the one dimension
+    0 / -1, as in PyTorch); IndexError naming the op and the valid range otherwise."""
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+        raise TypeError(f"{op}: dim must be an int, got {d!r}")
+    n = max(ndim, 1)
+    if not -n <= d < n:
+        raise IndexError(f"{op}: Dimension out of range (expected to be in range of "
+                         f"[{-n}, {n - 1}], but got {d})")
+    return int(d) % n
+
+
+def dims(ds, ndim: int, op: str) -> tuple:
+    """A dimension or a sequence of them, normalised (`dim`); repeats are an error."""
+    seq = (ds,) if isinstance(ds, (int, np.integer)) else tuple(ds)
+    out = tuple(dim(d, ndim, op) for d in seq)
+    if len(set(out)) != len(out):
+        raise RuntimeError(f"{op}: dim {seq} appears multiple times in the list of dims")
+    return out
