@@ -274,7 +274,7 @@ def _declare(forward, formula, kernel, inputs, method, module, export, name, ali
         if quiet:
             spec.forward = _quiet(forward)
             spec.kernels = _quiet_rules(spec.kernels)
-        spec.fn = _generate(spec, sig)
+        spec.fn = _generate(spec, sig, forward)
     REGISTRY.append(spec)
     spec.fn.op = spec
     return spec.fn
@@ -347,7 +347,7 @@ def _array(x):
     return x.data if isinstance(x, Tensor) else np.asarray(x)
 
 
-def _generate(spec: OpDef, sig: inspect.Signature):
+def _generate(spec: OpDef, sig: inspect.Signature, fwd):
     """The public function: `spec`'s signature, a body that calls `spec`. Generated as
     source (as `dataclasses` does) so the call costs no argument binding and
     `inspect.signature` shows the real parameters."""
@@ -379,7 +379,6 @@ def _generate(spec: OpDef, sig: inspect.Signature):
     namespace = {"_op": spec.__call__, "_Tensor": Tensor}
     exec(compile(src, f"<defop {spec.name}>", "exec"), namespace)  # noqa: S102
     fn = namespace[spec.name]
-    fwd = spec.forward
     fn.__defaults__ = fwd.__defaults__
     fn.__kwdefaults__ = fwd.__kwdefaults__
     fn.__annotations__ = dict(fwd.__annotations__)

@@ -1,0 +1,183 @@
+"""Every declared op (`primitive.REGISTRY`), walked: nothing an op needs can be forgotten.
+
+For each op: samples exist (tests/op_samples.py); each differentiable input has a formula;
+gradcheck and gradgradcheck pass; the kernel (where one is declared) equals the formula at
+first order; both engines give bitwise the same gradients; the Tensor method exists where
+PyTorch's Tensor has one; docs/ops.md's op table lists it; and, with torch installed,
+values, gradients and result dtypes equal PyTorch's.
+"""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+from op_samples import SAMPLES
+
+import parallel_autograd as pa
+from parallel_autograd.primitive import REGISTRY, Joint
+
+OPS = [op for op in REGISTRY if op.export and not op.composite]
+IDS = [f"{op.module}.{op.name}" for op in OPS]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _samples(op):
+    make = SAMPLES.get(op.name)
+    assert make is not None, (f"{op.name}: no samples in tests/op_samples.py (every declared "
+                              f"op needs them: its gradient checks run on them)")
+    return make(np.random.default_rng(abs(hash(op.name)) % 2**32))
+
+
+def _tensors(op, sample, dtype=np.float64):
+    """The sample's arguments, arrays as Tensors (the op's differentiable inputs that
+    are arrays require grad), and the indices of those that do."""
+    names = op.inputs
+    want = sample.grad
+    if want is None:
+        want = [i for i, a in enumerate(sample.args)
+                if i < len(names) and isinstance(a, np.ndarray) and a.dtype.kind == "f"]
+    args = [pa.tensor(a.astype(dtype) if a.dtype.kind == "f" else a, requires_grad=i in want)
+            if isinstance(a, np.ndarray) else a for i, a in enumerate(sample.args)]
+    return args, want
+
+
+def _call(op, args, kwargs):
+    return op.fn(*args, **kwargs)
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_every_differentiable_input_has_a_formula(op):
+    if op.formulas is None:
+        return  # declared not differentiable (its result has no history)
+    if isinstance(op.formulas, Joint):
+        assert callable(op.formulas.fn)
+        return
+    assert len(op.formulas) == len(op.inputs)
+    assert any(f is not None for f in op.formulas), f"{op.name}: no input has a formula"
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_gradcheck_and_gradgradcheck(op):
+    if op.formulas is None:
+        pytest.skip("not differentiable")
+    for sample in _samples(op):
+        args, want = _tensors(op, sample)
+        if not want:
+            continue
+        fn = (lambda *a: _call(op, a, sample.kwargs))
+        assert pa.gradcheck(fn, args), sample
+        assert pa.gradgradcheck(fn, args), sample
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if op.has_kernel],
+                         ids=[i for op, i in zip(OPS, IDS) if op.has_kernel])
+def test_kernel_equals_formula_at_first_order(op):
+    """A kernel is a faster statement of the same derivative: on every sample it gives
+    what the formula gives (run on arrays, as the formula runs when there is no kernel)."""
+    for sample in _samples(op):
+        args, want = _tensors(op, sample)
+        if not want:
+            continue
+        y = _call(op, args, sample.kwargs)
+        node = y.grad_fn
+        g = np.random.default_rng(1).uniform(0.5, 1.5, y.shape)
+        params = node.kwargs or {}
+        saved = node.saved
+        n = len(op.inputs)
+        if isinstance(op.formulas, Joint):
+            kernel = node.joint(g, *saved, **params)
+            formula = op.formulas.fn(g, *saved[:n + 1], **params)
+            pairs = list(zip(kernel, formula))
+        else:
+            pairs = [(node.vjps[i](g, *saved, **params),
+                      op.formulas[i](g, *saved[:n + 1], **params))
+                     for i in range(n) if node.vjps[i] is not None]
+        for k, f in pairs:
+            if k is None and f is None:
+                continue
+            f = f.data if isinstance(f, pa.Tensor) else np.asarray(f)
+            np.testing.assert_allclose(np.broadcast_to(k, np.shape(f)), f, rtol=1e-12,
+                                       atol=1e-14, err_msg=f"{op.name} {sample}")
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_both_engines_agree_bitwise(op):
+    if op.formulas is None:
+        pytest.skip("not differentiable")
+    eng = pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0)
+    try:
+        for sample in _samples(op):
+            args, want = _tensors(op, sample)
+            if not want:
+                continue
+            leaves = [args[i] for i in want]
+            y = _call(op, args, sample.kwargs)
+            w = np.random.default_rng(2).uniform(0.5, 1.5, y.shape)
+            loss = (y * pa.tensor(w)).sum()
+            seq = pa.grad(loss, leaves, retain_graph=True)
+            par = eng.grad(loss, leaves)
+            for a, b in zip(seq, par):
+                assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), (op.name, sample)
+    finally:
+        eng.close()
+
+
+def _ops_table():
+    spec = importlib.util.spec_from_file_location("ops_table", ROOT / "tools" / "ops_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_op_table_in_the_docs_is_current():
+    tool = _ops_table()
+    assert tool.current() == tool.table(), (
+        "docs/ops.md's op table is stale: run `python tools/ops_table.py --write`")
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_op_has_a_line_in_the_docs_with_its_summary(op):
+    line = [r for r in _ops_table().current().splitlines() if r.startswith(f"| `{op.name}`")]
+    assert line, f"{op.name}: no line in docs/ops.md"
+    assert (op.fn.__doc__ or "").strip(), f"{op.name}: no docstring"
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_method_exists_where_pytorch_has_one(op):
+    torch = _torch()
+    if op.module == "torch" and hasattr(torch.Tensor, op.torch_name):
+        assert op.method is not None and hasattr(pa.Tensor, op.method), (
+            f"{op.name}: torch.Tensor.{op.torch_name} exists, declare method=True")
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_values_gradients_and_dtypes_equal_pytorchs(op):
+    torch = _torch()
+    module = {"torch": torch, "torch.nn.functional": torch.nn.functional,
+              "torch.linalg": torch.linalg, "torch.special": torch.special}[op.module]
+    tfn = getattr(module, op.torch_name)
+    for sample in _samples(op):
+        args, want = _tensors(op, sample)
+        targs = [torch.tensor(a.data, requires_grad=a.requires_grad)
+                 if isinstance(a, pa.Tensor) else a for a in args]
+        y = _call(op, args, sample.kwargs)
+        ty = tfn(*targs, **sample.kwargs)
+        np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=1e-10, atol=1e-12,
+                                   err_msg=f"{op.name} {sample}")
+        assert str(y.dtype) == str(ty.dtype).replace("torch.", ""), (op.name, sample)
+        if not want or op.formulas is None:
+            continue
+        w = np.random.default_rng(3).uniform(0.5, 1.5, y.shape)
+        gs = pa.grad(y, [args[i] for i in want], grad_outputs=w, allow_unused=True)
+        tgs = torch.autograd.grad(ty, [targs[i] for i in want],
+                                  grad_outputs=torch.tensor(w), allow_unused=True)
+        for a, b in zip(gs, tgs):
+            b = np.zeros_like(np.asarray(a)) if b is None else b.numpy()
+            np.testing.assert_allclose(np.asarray(a), b, rtol=1e-10, atol=1e-12,
+                                       err_msg=f"{op.name} {sample}")
