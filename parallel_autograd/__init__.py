@@ -14,9 +14,8 @@ from .ops.arith import (addcdiv, addcmul, atan2, clamp_max, clamp_min, float_pow
                          floor_divide, fmod, frac, hypot, lerp, nan_to_num, remainder, sgn,
                          signbit, true_divide)
 from .ops.cumulative import cummax, cummin, logcumsumexp
-from .ops.elementwise import (abs, add, clip, cos, div, exp, gelu, leaky_relu, log, maximum,
-                              minimum, mul, neg, pow, relu, sigmoid, silu, sin, sqrt, sub,
-                              tanh, where)
+from .ops.elementwise import (add, clip, div, gelu, leaky_relu, maximum, minimum, mul, pow,
+                              relu, sigmoid, silu, sub, where)
 from .ops.index import (chunk, diag_embed, diagonal, einsum, flip, gather, index_add,
                         index_select, masked_fill, masked_scatter, movedim, narrow, repeat,
                         roll, scatter, scatter_add, scatter_reduce, take_along_axis,
@@ -34,13 +33,12 @@ from .linalg import det, inverse, pinverse, slogdet
 from .ops.reduce import log_softmax, logsumexp, max, mean, min, softmax, sum, var
 from .ops.scan import (amax, amin, argmax, argmin, cumprod, cumsum, kthvalue, median, norm,
                        prod, sort, std, topk)
-from .ops.unary import (acos, acosh, asin, asinh, atan, atanh, ceil, celu, cosh, erf, erfc,
-                        exp2, expm1, floor, log10, log1p, log2, prelu, reciprocal, round,
-                        rsqrt, selu, sign, sinh, square, tan, trunc)
+from .ops.unary import celu, prelu, selu, square
 from .ops.shape import (broadcast_to, clone, concat, expand, flatten, getitem, pad, permute,
                         reshape, split, squeeze, stack, swapaxes, transpose, unsqueeze)
 from .ops.views import (masked_select, repeat_interleave, select, sum_to_size, tensor_split,
                         unflatten)
+from .primitive import exports as _exports
 from .primitive import primitive, record
 from .profiler import profile
 from .random import default_generator, manual_seed
@@ -53,6 +51,7 @@ clamp = clip
 cat = concat
 
 __version__ = "0.1.0"
+_BUILTINS = {"abs", "all", "any", "max", "min", "pow", "round", "sum"}
 
 # What `from parallel_autograd import *` brings in: the names below. Not the submodules
 # (use pa.nn, pa.optim), and not the ops named like Python builtins (abs, max, min, pow,
@@ -64,21 +63,21 @@ __all__ = [
     "scatter_add", "scatter_reduce", "take_along_axis", "take_along_dim", "tile", "tril", "triu",
     "unbind",
     "det", "inverse", "pinverse", "slogdet",
-    "acos", "acosh", "amax", "amin", "argmax", "argmin", "asin", "asinh", "atan", "atanh",
-    "ceil", "celu", "cosh", "cumprod", "cumsum", "erf", "erfc", "exp2", "expm1", "floor",
-    "kthvalue", "log10", "log1p", "log2", "median", "norm", "prelu", "prod", "reciprocal",
-    "rsqrt", "selu", "sign", "sinh", "sort", "square", "std", "tan", "topk", "trunc",
+    "amax", "amin", "argmax", "argmin", 
+    "celu", "cumprod", "cumsum", 
+    "kthvalue", "median", "norm", "prelu", "prod", 
+    "selu", "sort", "square", "std", "topk", 
     "add", "arange", "backward", "backward_parallel", "broadcast_to", "cat", "checkpoint",
-    "checkpoint_sequential", "clamp", "clip", "clone", "concat", "cos", "default_engine",
-    "default_generator", "detect_anomaly", "div", "enable_grad", "Engine", "exp", "expand",
+    "checkpoint_sequential", "clamp", "clip", "clone", "concat", "default_engine",
+    "default_generator", "detect_anomaly", "div", "enable_grad", "Engine", "expand",
     "flatten", "Function", "FunctionCtx", "gelu", "get_default_engine", "getitem", "grad",
     "grad_parallel", "gradcheck", "gradgradcheck", "is_anomaly_check_nan_enabled",
-    "is_anomaly_enabled", "is_grad_enabled", "leaky_relu", "load", "log", "log_softmax",
-    "logsumexp", "manual_seed", "matmul", "maximum", "mean", "minimum", "mul", "neg",
+    "is_anomaly_enabled", "is_grad_enabled", "leaky_relu", "load", "log_softmax",
+    "logsumexp", "manual_seed", "matmul", "maximum", "mean", "minimum", "mul", 
     "no_grad", "once_differentiable", "ones", "pad", "permute", "primitive", "profile",
     "randn", "record", "relu", "reshape", "save", "set_default_engine", "set_detect_anomaly",
-    "set_grad_enabled", "sigmoid", "silu", "sin", "softmax", "split", "sqrt", "squeeze",
-    "stack", "sub", "swapaxes", "tanh", "Tensor", "tensor", "transpose", "tune_allocator",
+    "set_grad_enabled", "sigmoid", "silu", "softmax", "split", "squeeze",
+    "stack", "sub", "swapaxes", "Tensor", "tensor", "transpose", "tune_allocator",
     "unsqueeze", "var", "where", "zeros",
     # PyTorch's functions behind the Tensor methods of ops/arith, products, logic, views,
     # cumulative and inplace_more (`any`/`all` are methods only: they would shadow builtins)
@@ -92,3 +91,9 @@ __all__ = [
     "dot", "kron", "matrix_power", "mm", "mv", "outer", "trace", "masked_select",
     "repeat_interleave", "select", "sum_to_size", "tensor_split", "unflatten",
 ]
+
+# The declared ops (`primitive.defop`) of PyTorch's `torch` namespace: the registry exports
+# them, and the star import takes those not named like Python builtins (abs, max, min, pow,
+# round, sum, all, any), which it would shadow silently.
+globals().update(_exports("torch"))
+__all__ = sorted(set(__all__) | {n for n in _exports("torch") if n not in _BUILTINS})

@@ -54,7 +54,8 @@ from .grad_mode import grad_mode
 from .node import Node, accumulator_for
 from .tensor import Tensor
 
-__all__ = ["OpDef", "Joint", "Saved", "REGISTRY", "defop", "composite", "record", "primitive"]
+__all__ = ["OpDef", "Joint", "Saved", "REGISTRY", "defop", "composite", "exports", "record",
+           "primitive"]
 
 
 def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None, cost=None,
@@ -164,7 +165,7 @@ class OpDef:
 
     __slots__ = ("name", "fn", "forward", "inputs", "params", "formulas", "kernels",
                  "has_kernel", "method", "module", "export", "composite", "cost", "threaded",
-                 "tensor_params", "family", "torch_name", "aliases", "__weakref__")
+                 "tensor_params", "family", "torch_name", "aliases", "modules", "__weakref__")
 
     def __repr__(self):
         return f"<op {self.module}.{self.name}>"
@@ -203,11 +204,18 @@ class OpDef:
 
 REGISTRY: list[OpDef] = []  # every declared op, in declaration order
 
+
+def exports(module: str) -> dict:
+    """{name: function} of the declared ops exported from PyTorch's namespace `module`
+    (aliases included), for the package's `__init__` files."""
+    return {n: op.fn for op in REGISTRY if op.export and module in op.modules
+            for n in (op.name, *op.aliases)}
+
 _MODULES = ("torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft")
 
 
 def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
-          module: str = "torch", export: bool = True, name: str | None = None,
+          module: str = "torch", also: tuple = (), export: bool = True, name: str | None = None,
           aliases: tuple = (), quiet: bool = False, cost=None, threaded: bool = False,
           torch_name: str | None = None):
     """Declare an op from its numpy forward (a decorator; see the module docstring).
@@ -219,7 +227,8 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
       None entries fall back to the formula), or a `Joint`.
     - inputs: the differentiable parameters (default: the first parameter).
     - method: True for a Tensor method of the same name, a string for another name.
-    - module: PyTorch's namespace of the function; export=False keeps it out of it.
+    - module: PyTorch's namespace of the function (`also`: others that have it too, e.g.
+      `torch.relu` besides `torch.nn.functional.relu`); export=False: in none.
     - name: the op's name (default: the function's); torch_name: PyTorch's, if another;
       aliases: other names of the same op (exported, and methods if `method`).
     - quiet: no numpy floating-point warnings from the forward and the first-order rules
@@ -227,29 +236,32 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
     - cost(ans, *arrays, **params), threaded: hints for the engine's cost model.
     """
     def declare(forward):
-        return _declare(forward, formula, kernel, inputs, method, module, export, name,
-                        aliases, quiet, cost, threaded, torch_name, composite=False)
+        return _declare(forward, formula, kernel, inputs, method, (module, *also), export,
+                        name, aliases, quiet, cost, threaded, torch_name, composite=False)
     return declare if fn is None else declare(fn)
 
 
-def composite(fn=None, *, method=False, module: str = "torch", export: bool = True,
-              name: str | None = None, aliases: tuple = (), torch_name: str | None = None):
+def composite(fn=None, *, method=False, module: str = "torch", also: tuple = (),
+              export: bool = True, name: str | None = None, aliases: tuple = (),
+              torch_name: str | None = None):
     """Declare an op built from other ops (no rule: they record their own nodes): the
     function is registered as it is, with its method and export."""
     def declare(f):
-        return _declare(f, None, None, None, method, module, export, name, aliases, False,
-                        None, False, torch_name, composite=True)
+        return _declare(f, None, None, None, method, (module, *also), export, name, aliases,
+                        False, None, False, torch_name, composite=True)
     return declare if fn is None else declare(fn)
 
 
-def _declare(forward, formula, kernel, inputs, method, module, export, name, aliases, quiet,
+def _declare(forward, formula, kernel, inputs, method, modules, export, name, aliases, quiet,
              cost, threaded, torch_name, composite):
-    if module not in _MODULES:
-        raise ValueError(f"defop: unknown module {module!r} (one of {_MODULES})")
+    for module in modules:
+        if module not in _MODULES:
+            raise ValueError(f"defop: unknown module {module!r} (one of {_MODULES})")
     spec = OpDef()
     spec.name = name or forward.__name__
     spec.forward = forward
-    spec.module, spec.export, spec.composite = module, export, composite
+    spec.module, spec.modules = modules[0], modules
+    spec.export, spec.composite = export, composite
     spec.method = (spec.name if method is True else method) or None
     spec.cost, spec.threaded = cost, threaded
     spec.torch_name = torch_name or spec.name
