@@ -381,14 +381,27 @@ def _generate(spec: OpDef, sig: inspect.Signature, fwd):
                                             params[params.index(p) + 1].kind
                                             is not p.POSITIONAL_ONLY):
             head.append("/")
-    unwrap = "".join(f"    if isinstance({n}, _Tensor):\n        {n} = {n}.data\n"
-                     for n in spec.tensor_params)
+    names = [p.name for p in params]
+    aliases = {a: n for a, n in _ARG_ALIASES.items() if n in names}
+    if aliases:  # numpy's names, as torch's functions accept them: axis= for dim= ...
+        head.append("**_aliases")
+    unwrap = "".join(
+        f"    if {a!r} in _aliases:\n"
+        f"        if {n} is not _defaults[{n!r}]:\n"
+        f"            raise TypeError(\"{spec.name}() got both {n!r} and its alias {a!r}\")\n"
+        f"        {n} = _aliases.pop({a!r})\n" for a, n in aliases.items())
+    if aliases:
+        unwrap += (f"    if _aliases:\n        raise TypeError(f\"{spec.name}() got an unexpected "
+                   f"keyword argument {{next(iter(_aliases))!r}}\")\n")
+    unwrap += "".join(f"    if isinstance({n}, _Tensor):\n        {n} = {n}.data\n"
+                      for n in spec.tensor_params)
     args = "".join(f"{n}, " for n in spec.inputs)
     kw = ", ".join(f"{n!r}: {n}" for n in spec.params)
     body = f"    return _op(({args}), {{{kw}}})\n" if spec.params else \
         f"    return _op(({args}), None)\n"
     src = f"def {spec.name}({', '.join(head)}):\n{unwrap}{body}"
-    namespace = {"_op": spec.__call__, "_Tensor": Tensor}
+    defaults = {p.name: p.default for p in params}
+    namespace = {"_op": spec.__call__, "_Tensor": Tensor, "_defaults": defaults}
     exec(compile(src, f"<defop {spec.name}>", "exec"), namespace)  # noqa: S102
     fn = namespace[spec.name]
     fn.__defaults__ = fwd.__defaults__
@@ -397,7 +410,13 @@ def _generate(spec: OpDef, sig: inspect.Signature, fwd):
     fn.__doc__ = fwd.__doc__
     fn.__module__ = fwd.__module__
     fn.__qualname__ = fwd.__qualname__
+    if aliases:
+        fn.__signature__ = sig  # PyTorch's parameters; the aliases are not shown
     return fn
+
+
+# numpy's argument names that torch's functions accept for theirs (torch.sum(x, axis=0))
+_ARG_ALIASES = {"axis": "dim", "keepdims": "keepdim"}
 
 
 # ---- the extension API ----------------------------------------------------------------------
