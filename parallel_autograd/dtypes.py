@@ -1,0 +1,249 @@
+"""dtypes with PyTorch's names and rules: the dtype objects (`pa.float32`, `pa.long`, ...),
+the default floating dtype (`set_default_dtype`, float32 unless changed) and type promotion
+(`promote_types`, `result_type`: PyTorch's categories, with dimensioned tensors over 0-d
+tensors over Python numbers).
+
+A `dtype` is a thin object around a numpy dtype: it compares equal to it (and to anything
+`np.dtype()` accepts: `np.float32`, `"float32"`), hashes like it, converts to it
+(`np.dtype(pa.float32)`, `np.zeros(3, pa.float32)`: numpy reads its `dtype` attribute), and
+has torch's attributes (`is_floating_point`, `is_complex`, `is_signed`, `itemsize`). Numpy's
+own dtype attributes (`kind`, `char`, `type`) are passed through.
+
+Promotion, as `torch.result_type`: each operand is a dimensioned tensor, a 0-d tensor, or a
+Python number (bool -> bool, int -> int64, float -> the default dtype, complex -> its complex
+twin). Within each of the three groups dtypes promote by `promote_types` (integer and float:
+the float; two floats or two integers: the wider, as numpy's table except that an integer
+with a float gives that float). Between groups the dimensioned tensors' dtype wins unless a
+lower group holds a higher category (bool < integer < float < complex), which then decides
+the category: a float 0-d tensor makes an integer tensor's result that float's dtype, a
+Python float the default dtype.
+
+The default dtype is per process (as PyTorch's), read by the factories and by integer-to-float
+ops. Thread safety: reads are plain attribute reads; `set_default_dtype` is not synchronised
+with ops running on other threads (as PyTorch's).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["dtype", "float16", "half", "float32", "float", "float64", "double", "bfloat16",
+           "complex64", "cfloat", "complex128", "cdouble", "uint8", "int8", "int16", "short",
+           "int32", "int", "int64", "long", "bool", "uint16", "uint32", "uint64",
+           "get_default_dtype", "set_default_dtype", "promote_types", "result_type",
+           "as_dtype", "to_numpy"]
+
+_builtin_bool, _builtin_int, _builtin_float = bool, int, float
+
+
+class dtype:
+    """A data type (PyTorch's `torch.dtype`), around a numpy dtype. See the module docstring."""
+
+    __slots__ = ("_np", "_name")
+
+    def __init__(self, np_dtype, name: str):
+        self._np = np.dtype(np_dtype)
+        self._name = name
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype (what numpy reads when given this object as a dtype)."""
+        return self._np
+
+    @property
+    def is_floating_point(self) -> _builtin_bool:
+        return self._np.kind == "f"
+
+    @property
+    def is_complex(self) -> _builtin_bool:
+        return self._np.kind == "c"
+
+    @property
+    def is_signed(self) -> _builtin_bool:
+        return self._np.kind in "ifc"
+
+    @property
+    def itemsize(self) -> _builtin_int:
+        return self._np.itemsize
+
+    def to_real(self) -> "dtype":
+        return _BY_NUMPY[np.dtype(self._np.char.lower().replace("g", "d"))] \
+            if self.is_complex else self
+
+    def __getattr__(self, name):  # numpy's: kind, char, type, str, name ...
+        return getattr(self._np, name)
+
+    def __eq__(self, other) -> _builtin_bool:
+        if isinstance(other, dtype):
+            return self._np == other._np
+        if other is None:
+            return False
+        try:
+            return self._np == np.dtype(other)
+        except TypeError:
+            return NotImplemented
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> _builtin_int:
+        return hash(self._np)
+
+    def __repr__(self) -> str:
+        return f"parallel_autograd.{self._name}"
+
+    def __reduce__(self):
+        return as_dtype, (self._np.str,)
+
+
+float16 = half = dtype(np.float16, "float16")
+float32 = float = dtype(np.float32, "float32")
+float64 = double = dtype(np.float64, "float64")
+complex64 = cfloat = dtype(np.complex64, "complex64")
+complex128 = cdouble = dtype(np.complex128, "complex128")
+uint8 = dtype(np.uint8, "uint8")
+uint16 = dtype(np.uint16, "uint16")
+uint32 = dtype(np.uint32, "uint32")
+uint64 = dtype(np.uint64, "uint64")
+int8 = dtype(np.int8, "int8")
+int16 = short = dtype(np.int16, "int16")
+int32 = int = dtype(np.int32, "int32")
+int64 = long = dtype(np.int64, "int64")
+bool = dtype(np.bool_, "bool")  # noqa: A001  (PyTorch's name)
+
+
+class _BFloat16Unavailable:
+    """numpy has no bfloat16: the name exists (code tests for it) but cannot be used."""
+
+    def __repr__(self):
+        return "parallel_autograd.bfloat16 (unsupported: numpy has no bfloat16)"
+
+    def __eq__(self, other):
+        return other is self
+
+    __hash__ = object.__hash__
+
+
+bfloat16 = _BFloat16Unavailable()
+
+_ALL = (float16, float32, float64, complex64, complex128, uint8, uint16, uint32, uint64, int8,
+        int16, int32, int64, bool)
+_BY_NUMPY = {d._np: d for d in _ALL}
+_DEFAULT = [float32]
+
+
+def as_dtype(d) -> dtype:
+    """`d` (a pa dtype, a numpy dtype or type, a dtype name, Python's float/int/bool) as a
+    pa dtype; TypeError for anything else (bfloat16: unsupported)."""
+    if isinstance(d, dtype):
+        return d
+    if d is bfloat16:
+        raise TypeError("bfloat16 is not supported (numpy has no bfloat16)")
+    if d is _builtin_float:
+        return _DEFAULT[0]
+    if d is _builtin_int:
+        return int64
+    if d is _builtin_bool:
+        return bool
+    try:
+        return _BY_NUMPY[np.dtype(d)]
+    except (TypeError, KeyError):
+        raise TypeError(f"not a supported dtype: {d!r}") from None
+
+
+def to_numpy(d) -> np.dtype:
+    """`d` as a numpy dtype (None stays None)."""
+    return None if d is None else as_dtype(d)._np
+
+
+def get_default_dtype() -> dtype:
+    """The default floating dtype: of factories given float values, and of integer inputs
+    to ops that give floats (float32 unless `set_default_dtype` changed it)."""
+    return _DEFAULT[0]
+
+
+def set_default_dtype(d) -> None:
+    """Set the default floating dtype (float16, float32 or float64), as PyTorch's."""
+    d = as_dtype(d)
+    if d._np.kind != "f":
+        raise TypeError(f"only floating-point types are supported as the default type, "
+                        f"got {d!r}")
+    _DEFAULT[0] = d
+
+
+# ---- promotion ---------------------------------------------------------------------------
+def _category(k: str) -> _builtin_int:
+    return {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}[k]
+
+
+def _promote(a: np.dtype, b: np.dtype) -> np.dtype:
+    if a == b:
+        return a
+    ka, kb = a.kind, b.kind
+    if ka == "b":
+        return b
+    if kb == "b":
+        return a
+    if (ka in "iu") != (kb in "iu"):  # an integer with a float or complex: that one
+        return b if ka in "iu" else a
+    return np.promote_types(a, b)
+
+
+def promote_types(type1, type2) -> dtype:
+    """PyTorch's `promote_types`: the smallest dtype both convert to without leaving their
+    category (an integer and a float give the float)."""
+    return _BY_NUMPY[_promote(to_numpy(type1), to_numpy(type2))]
+
+
+def _scalar_dtype(x) -> np.dtype:
+    if isinstance(x, _builtin_bool):
+        return np.dtype(np.bool_)
+    if isinstance(x, _builtin_int):
+        return np.dtype(np.int64)
+    if isinstance(x, complex):
+        return np.dtype(np.complex64 if _DEFAULT[0]._np == np.float32 else np.complex128)
+    return _DEFAULT[0]._np
+
+
+def _combine(higher, lower):
+    """torch's combine_categories: the higher group's dtype unless the lower group's
+    category is higher."""
+    if higher is None:
+        return lower
+    if lower is None:
+        return higher
+    kh, kl = higher.kind, lower.kind
+    if kh == "c":
+        return higher
+    if kl == "c":  # the complex twin of a float (numpy has no complex32: float16 -> 64)
+        return np.dtype(np.complex128 if higher == np.float64 else np.complex64) \
+            if kh == "f" else lower
+    if kh == "f":
+        return higher
+    if kh == "b" or kl == "f":
+        return _promote(higher, lower)
+    return higher
+
+
+def result_np(*operands) -> np.dtype:
+    """`result_type` as a numpy dtype, for arrays (0-d arrays count as 0-d tensors) and
+    Python numbers (numpy scalars count as Python numbers of their kind, as PyTorch treats
+    them)."""
+    dim = zero = wrapped = None
+    for x in operands:
+        d = x if isinstance(x, (np.ndarray, np.generic, _builtin_int, _builtin_float,
+                                complex)) else x.data  # a Tensor
+        if isinstance(d, np.ndarray):
+            if d.ndim:
+                dim = d.dtype if dim is None else _promote(dim, d.dtype)
+            else:
+                zero = d.dtype if zero is None else _promote(zero, d.dtype)
+        else:
+            s = _scalar_dtype(d.item() if isinstance(d, np.generic) else d)
+            wrapped = s if wrapped is None else _promote(wrapped, s)
+    return _combine(dim, _combine(zero, wrapped))
+
+
+def result_type(tensor1, tensor2) -> dtype:
+    """PyTorch's `result_type`: the dtype an arithmetic op on the two operands gives."""
+    return _BY_NUMPY[result_np(tensor1, tensor2)]
