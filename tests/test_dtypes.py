@@ -54,9 +54,10 @@ def test_promotion_equals_torchs_for_every_pair_of_operand_kinds():
                     continue
                 (ta, na), (tb, nb) = _operand(torch, a), _operand(torch, b)
                 want = str(torch.result_type(ta, tb)).replace("torch.", "")
+                want = "complex64" if want == "complex32" else want  # numpy has none
                 assert str(D.result_np(na, nb)) == want, (default, a, b)
                 if a[0] != "py" and b[0] != "py":
-                    assert str(D.promote_types(a[0], b[0])) == str(
+                    assert D.promote_types(a[0], b[0]).name == str(
                         torch.promote_types(ta.dtype, tb.dtype)).replace("torch.", "")
     finally:
         D.set_default_dtype(before_pa)
