@@ -1,5 +1,5 @@
 """parallel_autograd: reverse-mode autodiff on numpy with a parallel backward engine."""
-from . import allocator, autograd, distributed, intraop, memory, nn, optim  # noqa: F401
+from . import allocator, autograd, distributed, intraop, memory, nn, optim, utils  # noqa: F401
 from .allocator import tune_allocator
 from .checkpoint import checkpoint, checkpoint_sequential
 from .anomaly import (detect_anomaly, is_anomaly_check_nan_enabled, is_anomaly_enabled,
