@@ -36,7 +36,8 @@ from typing import Iterator
 import numpy as np
 
 __all__ = ["default_generator", "manual_seed", "initial_seed", "seed", "get_rng_state",
-           "set_rng_state", "resolve_generator", "current_generator", "generator_override"]
+           "set_rng_state", "resolve_generator", "current_generator", "generator_override",
+           "use_generator"]
 
 _INITIAL_SEED = [int(np.random.SeedSequence().generate_state(1, np.uint64)[0])]
 
@@ -112,6 +113,16 @@ def generator_override(generator: np.random.Generator) -> Iterator[np.random.Gen
         yield generator
     finally:
         _override.reset(token)
+
+
+def use_generator(generator: np.random.Generator) -> None:
+    """From now on in this context (a thread that calls it: for the rest of its life),
+    code given no generator draws from `generator`: a worker thread's own stream (the
+    DataLoader's workers). Other threads are not affected."""
+    if not isinstance(generator, np.random.Generator):
+        raise TypeError(f"use_generator: expected a numpy.random.Generator, "
+                        f"got {type(generator).__name__}")
+    _override.set(generator)
 
 
 def resolve_generator(generator: np.random.Generator | None) -> np.random.Generator:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections.abc
 import queue
 import threading
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures import TimeoutError as _FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -136,30 +136,59 @@ def get_worker_info() -> WorkerInfo | None:
 
 
 class _Workers:
-    """The worker threads of one loader (or one epoch): a ThreadPoolExecutor whose threads
-    each take a worker id, seed their own generator and run `worker_init_fn`."""
+    """The worker threads of one loader (or one epoch). Task k goes to worker k % n, as
+    PyTorch assigns batches to worker processes, so which worker loads which batch (and
+    so what it draws from its generator) does not depend on timing. Each thread takes its
+    worker id, seeds its own generator and runs `worker_init_fn` before its first task."""
 
     def __init__(self, loader: "DataLoader", base_seed: int):
         self.n = loader.num_workers
-        self._ids = queue.SimpleQueue()
-        for i in range(self.n):
-            self._ids.put(i)
+        self._queues = [queue.SimpleQueue() for _ in range(self.n)]
         self._loader, self._seed = loader, base_seed
-        self.pool = ThreadPoolExecutor(self.n, thread_name_prefix="pa-dataloader",
-                                       initializer=self._start)
+        self._threads = [threading.Thread(target=self._run, args=(wid,), daemon=True,
+                                          name=f"pa-dataloader-{wid}")
+                         for wid in range(self.n)]
+        for t in self._threads:
+            t.start()
 
-    def _start(self) -> None:
-        wid = self._ids.get()
+    def submit(self, k: int, fn, *args) -> Future:
+        """Run `fn(*args)` on worker `k % n`; its Future."""
+        f = Future()
+        self._queues[k % self.n].put((f, fn, args))
+        return f
+
+    def _run(self, wid: int) -> None:
         seed = (self._seed + wid) % 2**64
         _worker.info = WorkerInfo(wid, self.n, seed, self._loader.dataset)
-        # this thread's draws come from its own generator (random.generator_override is a
-        # ContextVar: set in this thread's context, it lasts as long as the thread)
-        _random._override.set(np.random.default_rng(seed))
-        if self._loader.worker_init_fn is not None:
-            self._loader.worker_init_fn(wid)
+        # this thread's draws come from its own generator (for the rest of its life)
+        _random.use_generator(np.random.default_rng(seed))
+        failed = None
+        try:
+            if self._loader.worker_init_fn is not None:
+                self._loader.worker_init_fn(wid)
+        except BaseException as e:  # noqa: BLE001  (every task of this worker re-raises it)
+            failed = e
+        q = self._queues[wid]
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            f, fn, args = item
+            if not f.set_running_or_notify_cancel():
+                continue
+            if failed is not None:
+                f.set_exception(failed)
+                continue
+            try:
+                f.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001  (re-raised on the caller's thread)
+                f.set_exception(e)
 
     def shutdown(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        for q in self._queues:
+            q.put(None)
+        for t in self._threads:
+            t.join()
 
 
 class DataLoader:
@@ -316,8 +345,8 @@ class DataLoader:
         ahead = max(1, self.prefetch_factor * self.num_workers)
         pending: collections.deque = collections.deque()
         try:
-            for key in keys:
-                pending.append(workers.pool.submit(self._fetch, key))
+            for k, key in enumerate(keys):
+                pending.append(workers.submit(k, self._fetch, key))
                 if len(pending) >= ahead:
                     yield self._next(pending)
             while pending:
@@ -359,7 +388,7 @@ class DataLoader:
             except BaseException as e:  # noqa: BLE001  (re-raised on the caller's thread)
                 ch.put(("error", e))
 
-        futures = [workers.pool.submit(produce, ch) for ch in channels]
+        futures = [workers.submit(i, produce, ch) for i, ch in enumerate(channels)]
         live = list(range(n))
         try:
             while live:
@@ -383,4 +412,4 @@ class DataLoader:
     def __del__(self):
         workers = getattr(self, "_workers", None)
         if workers is not None:
-            workers.pool.shutdown(wait=False, cancel_futures=True)
+            workers.shutdown()
