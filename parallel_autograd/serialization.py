@@ -83,14 +83,11 @@ def load(f, *, max_bytes: int | None = None) -> object:
             raise ValueError(f"load: max_bytes must be >= 0, got {max_bytes}")
     path = isinstance(f, (str, os.PathLike))
     name = os.fspath(f) if path else getattr(f, "name", "the file")
-    fh = open(f, "rb") if path else f
-    try:
-        return _load(fh, max_bytes)
-    except _Bad as e:
-        raise ValueError(f"load: {name} {e}") from e.__cause__
-    finally:
-        if path:
-            fh.close()
+    with open(f, "rb") if path else contextlib.nullcontext(f) as fh:
+        try:
+            return _load(fh, max_bytes)
+        except _Bad as e:
+            raise ValueError(f"load: {name} {e}") from e.__cause__
 
 
 def _load(fh, max_bytes: int | None):
@@ -149,13 +146,12 @@ def _members(z: zipfile.ZipFile) -> dict:
 def _read_manifest(z, members: dict, limit: int, how: str):
     info = members[_MANIFEST + ".npy"]
     _check_total(info.file_size, limit, how)
-    with _member(info, "the manifest"):
-        with z.open(info) as fh:
-            shape, dtype, start = _header(fh)
-            if dtype != np.uint8 or len(shape) != 1 or start + shape[0] != info.file_size:
-                raise _Bad(f"is damaged: its manifest is a {dtype} array of shape {shape} "
-                           f"in {info.file_size} bytes, not the bytes of a JSON text")
-            raw = fh.read(shape[0] + 1)
+    with _member(info, "the manifest"), z.open(info) as fh:
+        shape, dtype, start = _header(fh)
+        if dtype != np.uint8 or len(shape) != 1 or start + shape[0] != info.file_size:
+            raise _Bad(f"is damaged: its manifest is a {dtype} array of shape {shape} "
+                       f"in {info.file_size} bytes, not the bytes of a JSON text")
+        raw = fh.read(shape[0] + 1)
     if len(raw) != shape[0]:
         raise _Bad("is damaged: its manifest is shorter or longer than its header says")
     return _parse_manifest(raw)
@@ -320,9 +316,8 @@ def _plan(z, members: dict, refs: dict, limit: int, how: str) -> dict:
     plans = {}
     for key, (kind, where, rg) in refs.items():
         info = infos[key]
-        with _member(info, f"the array of {_path(where)}"):
-            with z.open(info) as fh:
-                shape, dtype, start = _header(fh)
+        with _member(info, f"the array of {_path(where)}"), z.open(info) as fh:
+            shape, dtype, start = _header(fh)
         count = math.prod(shape)
         if dtype.itemsize == 0:  # no data, but the elements still cost something
             total += count
@@ -356,12 +351,10 @@ def _check_array(info, where, kind: str, rg: bool, shape, dtype, start: int) -> 
 
 def _read_array(z, plan) -> np.ndarray:
     info, where, shape, dtype = plan
-    with _member(info, f"the array of {_path(where)}"):
-        with z.open(info) as fh:
-            arr = np.lib.format.read_array(fh, allow_pickle=False,
-                                           max_header_size=_MAX_HEADER)
-            if fh.read(1):  # also makes zipfile check the CRC if not yet done
-                raise ValueError("it has bytes after the array data")
+    with _member(info, f"the array of {_path(where)}"), z.open(info) as fh:
+        arr = np.lib.format.read_array(fh, allow_pickle=False, max_header_size=_MAX_HEADER)
+        if fh.read(1):  # also makes zipfile check the CRC if not yet done
+            raise ValueError("it has bytes after the array data")
     if arr.shape != shape or arr.dtype.itemsize != dtype.itemsize:
         raise _Bad(f"is damaged: member {info.filename} changed while being read")
     return arr

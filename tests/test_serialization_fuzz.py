@@ -19,8 +19,8 @@ import pytest
 import parallel_autograd as pa
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 # Peak allocation allowed per byte the load may read (the file, or max_bytes): array
 # data takes at most 1x, the manifest's JSON objects ~30x its length (measured <= 31x
@@ -190,7 +190,7 @@ def _mutate_member(data: bytes, rng) -> bytes:
     with zipfile.ZipFile(io.BytesIO(data)) as z:
         infos = z.infolist()
         members = [(i.filename, bytearray(z.read(i)), i.compress_type) for i in infos]
-    name, body, method = members[rng.integers(len(members))]
+    name, body, _ = members[rng.integers(len(members))]
     if len(body) == 0:
         return data
     head = min(len(body), 128 if rng.integers(3) else len(body))
