@@ -21,7 +21,6 @@ import contextlib
 import json
 import math
 import os
-import re
 import zipfile
 
 import numpy as np
@@ -35,7 +34,6 @@ MAX_DEPTH = 100  # containers inside containers; state dicts nest a handful deep
 # JSON levels deeper; the tree sits at level 2 of the manifest object.
 _MAX_JSON_DEPTH = 3 * MAX_DEPTH + 4
 _MAX_HEADER = 10000  # bytes of .npy header, numpy's own default for np.load
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _CONTAINERS = ("dict", "list", "tuple")
 _ARRAYS = ("tensor", "array", "scalar")
 _METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)  # np.savez, np.savez_compressed
@@ -179,11 +177,28 @@ def _parse_manifest(raw: bytes):
 
 
 def _json_depth(raw: bytes) -> int:
-    """How deep the JSON text nests, counted without parsing (json.loads recurses)."""
-    bare = np.frombuffer(_JSON_STRING.sub(b"", raw), dtype=np.uint8)
-    step = (bare == ord("[")).astype(np.int8) + (bare == ord("{"))
-    step -= (bare == ord("]")).astype(np.int8) + (bare == ord("}"))
-    return int(np.cumsum(step, dtype=np.int32).max(initial=0))
+    """How deep the JSON text nests, counted without parsing it (json.loads recurses)
+    in linear time and ~10 bytes per byte of text: brackets count outside strings, a
+    string runs between quotes not escaped by an odd run of backslashes. (A regex over
+    the strings was quadratic on '"\\"\\...': 20 s for 32 KB.)"""
+    b = np.frombuffer(raw, dtype=np.uint8)
+    index = np.int32 if b.size < 2**31 else np.int64
+    last = np.arange(b.size, dtype=index)  # the last byte at or before i that is no backslash
+    last[b == ord("\\")] = -1
+    np.maximum.accumulate(last, out=last)
+    quotes = np.flatnonzero(b == ord('"'))
+    before = np.where(quotes > 0, last[np.maximum(quotes - 1, 0)], -1)
+    quotes = quotes[(quotes - 1 - before) % 2 == 0]  # the backslashes before it: even
+    del last, before
+    toggle = np.zeros(b.size, np.uint8)
+    toggle[quotes] = 1
+    inside = (np.cumsum(toggle, dtype=np.uint8) & 1).astype(bool)  # (wraps at 256: even)
+    step = (b == ord("[")).astype(np.int8)
+    step += b == ord("{")
+    step -= b == ord("]")
+    step -= b == ord("}")
+    step[inside] = 0
+    return int(np.cumsum(step, dtype=index).max(initial=0))
 
 
 def _header(fh) -> tuple:
