@@ -110,12 +110,13 @@ def _load(fh, max_bytes: int | None):
 def _stream_size(fh) -> int:
     try:
         pos = fh.tell()
-        end = fh.seek(0, os.SEEK_END)
+        fh.seek(0, os.SEEK_END)
+        end = fh.tell()
         fh.seek(pos)
-    except (AttributeError, OSError, ValueError) as e:
+        return int(end - pos)
+    except (AttributeError, OSError, ValueError, TypeError) as e:
         raise _Bad(f"cannot be read: load needs a path or a seekable binary file "
                    f"({_why(e)})") from e
-    return end - pos
 
 
 def _why(e: BaseException) -> str:

@@ -369,3 +369,24 @@ def test_the_nesting_count_is_linear_in_the_manifest_length():
     got, peak = _load_measured(data)
     assert isinstance(got, ValueError) and "its manifest is not JSON" in str(got), got
     assert peak < 40 * len(data)
+
+
+def test_a_file_object_that_cannot_seek_gives_a_value_error():
+    class Pipe(io.RawIOBase):  # readable, not seekable (a pipe, a socket)
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            return 0
+
+    with pytest.raises(ValueError, match="load needs a path or a seekable binary file"):
+        pa.load(Pipe())
+
+    class OldStyle(io.BytesIO):  # seek returns None, as some file wrappers' do
+        def seek(self, *args):
+            super().seek(*args)
+
+    buf = OldStyle()
+    pa.save({"x": np.ones(2)}, buf)
+    buf.seek(0)
+    assert pa.load(buf)["x"].tolist() == [1.0, 1.0]
