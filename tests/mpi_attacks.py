@@ -25,7 +25,7 @@ Scenarios:
   job must end.
 - `forever`: trains until killed (the driver sends SIGINT to mpiexec).
 - `unused-on-some-ranks`, `no-sync-unused`, `two-ddp-modules`, `view-failure-world-one`,
-  `view-unused-keeps-grad`, `work-threads`: reproducers of bugs found and fixed since
+  `view-unused-keeps-grad`, `work-threads`, `mismatches`: reproducers of bugs found and fixed since
   (regression tests);
 - `xfail-sys-exit`: a known limit (a strict xfail in the driver).
 
@@ -874,6 +874,66 @@ def scenario_view_failure_world_one() -> None:
     assert not changed, f".grad changed by a failed backward: {changed}"
 
 
+MISMATCHES = {  # kind -> what the error must say about the last rank
+    "param-shape": "parameter '2.weight' has shape (3, 4) where rank 0's has (2, 4)",
+    "frozen": "parameter '0.weight' is frozen (requires_grad=False) where rank 0's is "
+              "trainable",
+    "buffer-shape": "buffer 'bn.running_mean' has shape (5,) where rank 0's has (4,)",
+    "buffer-dtype": "buffer 'bn.running_var' has dtype float32 where rank 0's has float64",
+    "buffer-missing": "has 0 buffers where rank 0 has 3 (the first that differs: none here, "
+                      "'bn.running_mean' on rank 0)",
+    "bucket-cap": "bucket_cap_mb=1e-05 where rank 0's is 25.0",
+    "find-unused": "find_unused_parameters=True where rank 0's is False",
+    "broadcast-buffers": "broadcast_buffers=False where rank 0's is True",
+    "bucket-layout": "has 6 gradient buckets where rank 0 has 1",
+}
+
+
+def scenario_mismatches() -> None:
+    """For each kind of MISMATCHES, the last rank builds its model or its DDP differently
+    in that one respect. Expected: DDP() raises RuntimeError on every rank naming the last
+    rank and what differs (prints "MISMATCH kind rank: message"), before any broadcast or
+    bucket all-reduce could hang or mix up buffers, and the ranks still talk afterwards.
+    Was: other buffers, bucket sizes or options went undetected (the job hung until DDP's
+    timeout, or a rank got silently wrong averages); frozen parameters and shapes gave a
+    generic 'wrap other parameters' error naming neither."""
+    from parallel_autograd.nn.parallel import distributed as ddp_module
+    odd = dist.rank() == dist.world_size() - 1
+    assign = ddp_module._assign_buckets
+    for kind in MISMATCHES:
+        differ = odd and kind
+        pa.manual_seed(0)
+        model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(),
+                              nn.Linear(4, 3 if differ == "param-shape" else 2))
+        model.bn = nn.BatchNorm1d(5 if differ == "buffer-shape" else 4,
+                                  track_running_stats=differ != "buffer-missing")
+        if differ == "buffer-shape":  # the same parameters: only the buffers differ
+            model.bn.weight, model.bn.bias = nn.Parameter(pa.ones(4)), nn.Parameter(pa.zeros(4))
+        if differ == "buffer-dtype":
+            model.bn.running_var = pa.tensor(np.ones(4, np.float32))
+        if differ == "frozen":
+            model[0].weight.requires_grad = False
+        kw = {"bucket-cap": {"bucket_cap_mb": 1e-5},
+              "find-unused": {"find_unused_parameters": True},
+              "broadcast-buffers": {"broadcast_buffers": False}}.get(differ, {})
+        if differ == "bucket-layout":  # the same arguments, another layout (a code change)
+            ddp_module._assign_buckets = lambda params, cap: assign(params, 1e-5)
+        try:
+            DDP(model, timeout=10.0, **kw)
+        except RuntimeError as e:
+            say(f"MISMATCH {kind} {dist.rank()}: {e}")
+        else:
+            raise AssertionError(f"DDP accepted a model or settings that differ ({kind})")
+        finally:
+            ddp_module._assign_buckets = assign
+        dist.barrier(async_op=True).wait(timeout=10)  # nothing left half-done between ranks
+    pa.manual_seed(0)  # and an agreeing model still trains
+    model = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
+    ddp = DDP(model, timeout=10.0)
+    pa.backward(ddp(pa.tensor(np.full((4, 3), dist.rank() + 1.0))).sum())
+    assert model[0].weight.grad is not None
+
+
 SCENARIOS = {
     "grads": scenario_grads,
     "protocol": scenario_protocol,
@@ -888,6 +948,7 @@ SCENARIOS = {
     "view-unused-keeps-grad": scenario_view_unused_keeps_grad,
     "stall-before-forward": scenario_stall_before_forward,
     "work-threads": scenario_work_polled_by_two_threads,
+    "mismatches": scenario_mismatches,
 }
 
 

@@ -2,10 +2,11 @@
 bucket's gradient all-reduce started during the backward, as soon as its gradients are final.
 
 How (PyTorch's DDP, on this package's engines):
-- At construction, rank 0's parameters and buffers are broadcast to every rank, and the
-  parameters are split into buckets: in reverse registration order (the order backward
-  tends to finish them), by dtype, the first bucket at most 1 MiB and the others
-  `bucket_cap_mb`, each with one flat contiguous buffer.
+- At construction, the parameters are split into buckets: in reverse registration order
+  (the order backward tends to finish them), by dtype, the first bucket at most 1 MiB and
+  the others `bucket_cap_mb`, each with one flat contiguous buffer. Every rank checks that
+  it agrees with rank 0 (parameters, buffers, communication options, bucket layout; all
+  raise alike, naming the difference), then rank 0's parameters and buffers are broadcast.
 - Each parameter has a grad-ready hook (`Tensor.register_grad_ready_hook`): the engine calls
   it, on whichever thread finished that gradient, as soon as the gradient of the call is
   final. The hook writes it (plus what `.grad` already held: gradient accumulation) divided
@@ -47,7 +48,7 @@ megabytes). One backward at a time may reach the module's parameters.
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import json
 import threading
 import time
 import traceback
@@ -64,6 +65,7 @@ from ..module import Module
 
 _FIRST_BUCKET_BYTES = 1 << 20  # PyTorch's dist._DEFAULT_FIRST_BUCKET_BYTES
 _TRACK = "MPI communication"
+_VERDICT_BYTES = 512  # what each rank says differs from rank 0 (utf-8, truncated)
 
 
 class _Bucket:
@@ -153,9 +155,9 @@ class DistributedDataParallel(Module):
                 named.append((name, p))
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
-        self._check_same_model()
-        self._sync_state(module)
         self._buckets, self._where = _assign_buckets(self._params, bucket_cap_mb)
+        self._check_ranks_agree(bucket_cap_mb)
+        self._sync_state(module)
         self._outs: list = [None] * len(self._params)  # what .grad becomes, per parameter
         # parameters some backward reached since the last synchronisation (no_sync steps
         # included): what find_unused_parameters tells the other ranks
@@ -389,22 +391,48 @@ class DistributedDataParallel(Module):
             for p in params:
                 bump(p)
 
-    def _check_same_model(self) -> None:
-        """Every rank wraps the same parameters (names, shapes, dtypes), as PyTorch checks;
-        each rank sees every rank's digest, so all raise alike."""
+    def _check_ranks_agree(self, bucket_cap_mb: float) -> None:
+        """Every rank wraps the same model (parameters' names, shapes, dtypes and
+        requires_grad, buffers' names, shapes and dtypes) with the same communication
+        settings and bucket layout: else the broadcasts and bucket all-reduces would
+        mismatch (a hang until `timeout`, or silently mixed-up gradients). Rank 0's
+        description is broadcast, each rank compares its own, and every rank sees every
+        rank's verdict, so all raise the same error naming the ranks and what differs."""
         if self.group.size == 1:
             return
-        h = hashlib.sha256(repr([(n, p.shape, str(p.dtype)) for n, p in
-                                 zip(self._names, self._params)]).encode())
-        mine = np.frombuffer(h.digest(), np.uint8).copy()
-        every = [np.empty_like(mine) for _ in range(self.group.size)]
-        self._wait_all([_comm.all_gather(every, mine, self.group, async_op=True)],
+        mine = _describe(self.module, self._buckets, self._names, {
+            "bucket_cap_mb": float(bucket_cap_mb),
+            "find_unused_parameters": bool(self.find_unused_parameters),
+            "broadcast_buffers": bool(self.broadcast_buffers)})
+        ref = self._broadcast_json(mine)
+        verdict = (_difference(mine, ref) if self.group.rank != 0 else "").encode()
+        mine_v = np.zeros(_VERDICT_BYTES, np.uint8)
+        mine_v[:min(len(verdict), _VERDICT_BYTES)] = np.frombuffer(verdict[:_VERDICT_BYTES],
+                                                                   np.uint8)
+        every = [np.empty_like(mine_v) for _ in range(self.group.size)]
+        self._wait_all([_comm.all_gather(every, mine_v, self.group, async_op=True)],
                        "the comparison of the ranks' models")
-        odd = [r for r, d in enumerate(every) if not np.array_equal(d, every[0])]
+        odd = [(r, v.tobytes().rstrip(b"\0").decode(errors="replace"))
+               for r, v in enumerate(every) if v.any()]
         if odd:
+            lines = "; ".join(f"rank {r}: {why}" for r, why in odd[:4])
+            more = f"; and {len(odd) - 4} more rank(s)" if len(odd) > 4 else ""
             raise RuntimeError(
-                f"DistributedDataParallel: rank(s) {odd} wrap other parameters than rank 0 "
-                "(names, shapes or dtypes differ): every rank must build the same model")
+                "DistributedDataParallel: the ranks' models or DDP arguments differ from rank "
+                f"0's ({lines}{more}): every rank must build the same model and pass the "
+                "same bucket_cap_mb, find_unused_parameters and broadcast_buffers")
+
+    def _broadcast_json(self, obj):
+        """Rank 0's `obj` on every rank (its JSON text: length, then bytes)."""
+        blob = json.dumps(obj).encode()
+        n = np.array([len(blob)], np.int64)
+        self._wait_all([_comm.broadcast(n, 0, self.group, async_op=True)],
+                       "the comparison of the ranks' models")
+        buf = (np.frombuffer(blob, np.uint8).copy() if self.group.rank == 0
+               else np.empty(int(n[0]), np.uint8))
+        self._wait_all([_comm.broadcast(buf, 0, self.group, async_op=True)],
+                       "the comparison of the ranks' models")
+        return json.loads(buf.tobytes())
 
     def _wait_all(self, works: list, what: str) -> None:
         """Wait for DDP's own collectives, at most `timeout` seconds: past it, in a world of
@@ -447,3 +475,51 @@ def _assign_buckets(params: list, cap_mb: float):
     for dt in list(open_):
         close(dt)
     return buckets, where
+
+
+def _describe(module: Module, buckets: list, names: list, options: dict) -> dict:
+    """What must agree across ranks, as JSON-able lists."""
+    return {
+        "parameter": [[n, list(p.shape), str(p.dtype), bool(p.requires_grad)]
+                      for n, p in module.named_parameters()],
+        "buffer": [[n, list(b.shape), str(b.dtype)] for n, b in module.named_buffers()],
+        "option": [[k, v] for k, v in options.items()],
+        "gradient bucket": [[str(i), [names[j] for j, _ in b.params]]
+                            for i, b in enumerate(buckets)],
+    }
+
+
+_FIELDS = {"parameter": ("shape", "dtype", "requires_grad"), "buffer": ("shape", "dtype"),
+           "option": ("value",), "gradient bucket": ("parameters",)}
+
+
+def _difference(mine: dict, ref: dict) -> str:
+    """The first way `mine` differs from rank 0's `ref` ("" if none), in words."""
+    for kind, fields in _FIELDS.items():
+        a, b = mine[kind], ref[kind]
+        names_a, names_b = [e[0] for e in a], [e[0] for e in b]
+        if names_a != names_b and kind == "gradient bucket":
+            return f"has {len(a)} gradient buckets where rank 0 has {len(b)}"
+        if names_a != names_b:
+            i = next((i for i, (x, y) in enumerate(zip(names_a, names_b)) if x != y),
+                     min(len(a), len(b)))
+            here = repr(names_a[i]) if i < len(a) else "none"
+            there = repr(names_b[i]) if i < len(b) else "none"
+            return (f"has {len(a)} {kind}s where rank 0 has {len(b)} (the first that "
+                    f"differs: {here} here, {there} on rank 0)")
+        for x, y in zip(a, b):
+            for field, u, v in zip(fields, x[1:], y[1:]):
+                if u != v:
+                    return _mismatch(kind, x[0], field, u, v)
+    return ""
+
+
+def _mismatch(kind: str, name: str, field: str, here, there) -> str:
+    if field == "requires_grad":
+        return (f"parameter {name!r} is {'trainable' if here else 'frozen'} (requires_grad="
+                f"{here}) where rank 0's is {'trainable' if there else 'frozen'}")
+    if kind == "option":
+        return f"{name}={here!r} where rank 0's is {there!r}"
+    if field == "shape":
+        here, there = tuple(here), tuple(there)
+    return f"{kind} {name!r} has {field} {here} where rank 0's has {there}"
