@@ -19,7 +19,9 @@ Thread safety: numpy serialises draws from one Generator with a lock, so drawing
 several threads is safe, but which thread gets which numbers depends on scheduling;
 for reproducible multi-threaded work give each thread its own Generator. A forked
 child process inherits the parent's generator state (as with PyTorch): reseed it in
-the child if the streams must differ.
+the child if the streams must differ. A Generator of your own that other threads draw
+from when the process forks may have its lock held in the child: use a copy there
+(`copy.deepcopy(g)`: a new lock, the same state).
 
 `pa.checkpoint` replays the draws of its segment when it recomputes it in backward,
 exactly, whatever other threads draw meanwhile: while a checkpointed segment's forward
@@ -38,11 +40,17 @@ the library's functions) are not seen. Cost: about 0.5 KB kept per draw (PCG64's
 dict), ~12 us more per recorded draw and ~20 us per replayed one; dropout draws once
 per 32,768 elements (0.5 ms of drawing), so a segment keeps ~0.07% of the activations
 it does not keep (measured for Linear + gelu + dropout blocks, docs/design.md).
+
+Fork: in a child made by `os.fork()`, `default_generator` gets a fresh lock (another
+thread may have held the old one, mid-draw, when the parent forked), in place, at the
+same stream position (`_after_fork_in_child`).
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy
+import os
 import threading
 from typing import Any, Iterator
 
@@ -314,3 +322,17 @@ def _check_seed(seed) -> int:
         raise ValueError(f"manual_seed: seed must be non-negative, got {seed}")
     return seed
 
+
+def _after_fork_in_child() -> None:
+    """Another thread may have held the default generator's lock (mid-draw) when the
+    parent forked: it would stay held forever here, and the child's first draw would
+    hang. numpy offers no way to replace a bit generator's lock, so the Generator gets a
+    new bit generator (a copy: a new lock, the same state) in place, by running its
+    `__init__` again: references to `default_generator` stay valid and the stream goes
+    on where it was."""
+    fresh = copy.deepcopy(default_generator.bit_generator)  # reads the state lock-free
+    np.random.Generator.__init__(default_generator, fresh)
+
+
+if hasattr(os, "register_at_fork"):  # looked up at fork time (the stress tests patch it)
+    os.register_at_fork(after_in_child=lambda: _after_fork_in_child())
