@@ -20,8 +20,7 @@ several threads is safe, but which thread gets which numbers depends on scheduli
 for reproducible multi-threaded work give each thread its own Generator. A forked
 child process inherits the parent's generator state (as with PyTorch): reseed it in
 the child if the streams must differ. A Generator of your own that other threads draw
-from when the process forks may have its lock held in the child: use a copy there
-(`copy.deepcopy(g)`: a new lock, the same state).
+from when the process forks may have its lock held in the child: make a new one there.
 
 `pa.checkpoint` replays the draws of its segment when it recomputes it in backward,
 exactly, whatever other threads draw meanwhile: while a checkpointed segment's forward
@@ -41,15 +40,14 @@ dict), ~12 us more per recorded draw and ~20 us per replayed one; dropout draws 
 per 32,768 elements (0.5 ms of drawing), so a segment keeps ~0.07% of the activations
 it does not keep (measured for Linear + gelu + dropout blocks, docs/design.md).
 
-Fork: in a child made by `os.fork()`, `default_generator` gets a fresh lock (another
-thread may have held the old one, mid-draw, when the parent forked), in place, at the
-same stream position (`_after_fork_in_child`).
+Fork: in a child made by `os.fork()`, `default_generator`'s lock is reset (another
+thread may have held it, mid-draw, when the parent forked), in place: the same object,
+at the same stream position (`_after_fork_in_child`).
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import copy
 import os
 import threading
 from typing import Any, Iterator
@@ -326,12 +324,12 @@ def _check_seed(seed) -> int:
 def _after_fork_in_child() -> None:
     """Another thread may have held the default generator's lock (mid-draw) when the
     parent forked: it would stay held forever here, and the child's first draw would
-    hang. numpy offers no way to replace a bit generator's lock, so the Generator gets a
-    new bit generator (a copy: a new lock, the same state) in place, by running its
-    `__init__` again: references to `default_generator` stay valid and the stream goes
-    on where it was."""
-    fresh = copy.deepcopy(default_generator.bit_generator)  # reads the state lock-free
-    np.random.Generator.__init__(default_generator, fresh)
+    hang. numpy's Generator and its bit generator share that one lock object, so it is
+    reset in place, with the interpreter's own fork-child reset (`_at_fork_reinit`, what
+    `threading` and `logging` use for their locks): the generator stays the same object
+    (references to `default_generator` stay valid) and the stream goes on where it was.
+    Not by copying the bit generator: reading its state takes the lock in newer numpy."""
+    default_generator.bit_generator.lock._at_fork_reinit()
 
 
 if hasattr(os, "register_at_fork"):  # looked up at fork time (the stress tests patch it)
