@@ -3,7 +3,7 @@
 
 The forward runs `function` and keeps none of its intermediate values: the graph gets
 one node, `checkpoint`, whose only saved values are the arrays of the Tensor arguments
-(and a copy of the random generator's state). Its rule runs `function` again with grad
+(and the states its random draws started from). Its rule runs `function` again with grad
 mode on, then differentiates that recomputed graph with a nested `grad` (on the rule's
 thread: any engine, any worker), so a segment's activations live only while its own
 backward runs. A model whose every layer is checkpointed holds one activation per layer
@@ -25,10 +25,15 @@ in the outer pass, on the complete gradient. An edge to a tensor the checkpoint 
 no edge for (`use_reentrant=True` with a captured parameter, or a function whose rerun
 builds a different graph) is an error naming it, never a gradient silently dropped.
 
-Random draws (dropout) replay: the generator the function draws from is copied at
-forward time, and the recomputation draws from that copy through a context-local
-override (`random.generator_override`), so it sees the forward's masks, and the default
-generator and other threads are untouched.
+Random draws (dropout, `pa.randn`, `nn.init`, `bernoulli`...) replay exactly: the
+forward notes, for each draw it makes, the state of the generator just before it, taken
+atomically with the draw under the generator's lock (`random.record_draws`); the
+recomputation replays those draws in order from the noted states (`random.replay_draws`).
+Other threads drawing from the same generator meanwhile change nothing, the recomputation
+may run on any thread, and every generator is left as the forward left it. The cost is
+~0.5 KB per draw kept with the node (dropout draws once per 32,768 elements: 0.2% of the
+float64 activation it masks, ~0.07% of what a Linear + gelu + dropout segment does not
+keep), ~12 us per draw in the forward and ~20 us in the recomputation.
 """
 from __future__ import annotations
 
@@ -68,9 +73,14 @@ def checkpoint(function: Callable[..., Tensor], *args: Any, use_reentrant: bool 
             graph. True: the forward runs under `no_grad` and gradients flow only to
             the Tensor positional arguments; a captured tensor that requires grad makes
             backward raise RuntimeError naming it (pass it as an argument).
-        preserve_rng_state: replay the forward's draws from the current generator
-            (`random.current_generator()`: dropout's default) in the recomputation, from a
-            copy of its state, leaving the generator itself as the forward left it.
+        preserve_rng_state: True (default): the recomputation replays exactly the
+            random draws the forward made through the library (dropout, `pa.randn`,
+            `nn.init`, `bernoulli`, from the default generator or a given one), even if
+            other threads drew from the same generator meanwhile, and advances no
+            generator. The node keeps ~0.5 KB per draw (PCG64's state; dropout draws
+            once per 32,768 elements). False: nothing is kept; the recomputation draws
+            anew (other numbers than the forward's, as in PyTorch), advancing the
+            generators again.
 
     Returns the output (bitwise the one `function` gives). With grad mode off this is
     just `function(*args, **kwargs)`. Works with both engines, `create_graph=True`
@@ -78,24 +88,29 @@ def checkpoint(function: Callable[..., Tensor], *args: Any, use_reentrant: bool 
     Raises TypeError if `function` is not callable or does not return a Tensor.
 
     Thread safety: like any op; the recomputation runs on the thread that runs the
-    node's rule (an engine worker), in that thread's context.
+    node's rule (an engine worker), in that thread's context. The random draws replayed
+    are the segment's own, whatever other threads drew meanwhile (PyTorch replays the
+    shared generator's state, and so another thread's draws can shift its masks).
     """
     if not callable(function):
         raise TypeError(f"checkpoint: function must be callable, got {type(function).__name__}")
     if not is_grad_enabled():
         return function(*args, **kwargs)
-    rng = _rng_state() if preserve_rng_state else None
+    draws = [] if preserve_rng_state else None
+    noting = (_random.record_draws(draws) if preserve_rng_state
+              else contextlib.nullcontext())
     cost, threaded = None, False
     if use_reentrant:
-        with no_grad():
+        with no_grad(), noting:
             out = _output(function(*args, **kwargs))
         inputs = list(args)
     else:
         start = next_seq()
-        out = _output(function(*args, **kwargs))
+        with noting:
+            out = _output(function(*args, **kwargs))
         inputs, cost, threaded = _edges(out, args, start)
     arr, out = out.data, None  # drops the forward's graph (use_reentrant=False)
-    saved = _Saved(function, args, kwargs, rng, use_reentrant)
+    saved = _Saved(function, args, kwargs, draws, use_reentrant)
     res = record("checkpoint", arr, inputs, saved=(saved,), joint=_rule, cost=cost,
                  threaded=threaded)
     if res.grad_fn is not None:
@@ -149,32 +164,18 @@ class _Run:
 class _Saved:
     """A checkpoint node's one saved value: what the recomputation needs."""
 
-    __slots__ = ("function", "values", "is_tensor", "kwargs", "rng", "reentrant", "node",
+    __slots__ = ("function", "values", "is_tensor", "kwargs", "draws", "reentrant", "node",
                  "edges")
 
-    def __init__(self, function, args, kwargs, rng, reentrant):
+    def __init__(self, function, args, kwargs, draws, reentrant):
         self.function = function
         self.is_tensor = tuple(isinstance(a, Tensor) for a in args)
         self.values = tuple(a.data if t else a for a, t in zip(args, self.is_tensor))
         self.kwargs = kwargs
-        self.rng = rng              # (bit generator type, state) at forward, or None
+        self.draws = draws          # the forward's random draws (`record_draws`), or None
         self.reentrant = reentrant
         self.node = None            # weakref to the checkpoint node
         self.edges = None           # its next nodes as recorded (see `_rerun`)
-
-
-def _rng_state() -> tuple:
-    """The current generator's bit generator type and state (a copy)."""
-    bits = _random.current_generator().bit_generator
-    return type(bits), bits.state
-
-
-def _generator_from(rng: tuple) -> np.random.Generator:
-    """A new Generator in the state `_rng_state` returned."""
-    kind, state = rng
-    bits = kind(0)
-    bits.state = state
-    return np.random.Generator(bits)
 
 
 def _output(out) -> Tensor:
@@ -299,9 +300,7 @@ def _rerun(g, saved: _Saved, node, graph: bool) -> tuple:
     call = [proxies[i] if proxies[i] is not None
             else Tensor._wrap(v) if saved.is_tensor[i] else v
             for i, v in enumerate(saved.values)]
-    replay = (contextlib.nullcontext() if saved.rng is None
-              else _random.generator_override(_generator_from(saved.rng)))
-    with replay, enable_grad():
+    with _random.replay_draws(saved.draws), enable_grad():
         start = next_seq()
         out = saved.function(*call, **saved.kwargs)
     call = None

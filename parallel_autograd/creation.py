@@ -23,11 +23,12 @@ def randn(*shape, dtype=np.float64, requires_grad: bool = False, rng=None,
 
     Drawn from `rng` (a numpy Generator) if given, else from a fresh generator seeded
     with `seed`, else from the current generator (`parallel_autograd.random`: the default
-    one, reseeded by `pa.manual_seed`; inside a checkpoint's recomputation, the copy that
-    replays the forward's draws).
+    one, reseeded by `pa.manual_seed`). A checkpoint's recomputation replays the draw.
     """
-    if rng is None:
-        rng = np.random.default_rng(seed) if seed is not None else _random.current_generator()
+    if rng is None and seed is not None:
+        rng = np.random.default_rng(seed)
+    elif rng is None or isinstance(rng, np.random.Generator):
+        rng = _random.resolve_generator(rng)  # seen by a checkpoint's record/replay
     return Tensor(rng.standard_normal(_shape(shape)).astype(dtype, copy=False),
                   requires_grad=requires_grad)
 

@@ -5,9 +5,10 @@ each guards a bug adversarial testing found (issue: reliability holes).
                inside the write-back, at a random leaf, or by a timer aimed at the
                last part of the call; with create_graph now and then) -> every leaf
                updated, or none.
-- fork_busy:   `os.fork()` while another thread records ops or runs a parallel
-               backward, or (in a fresh interpreter) runs the process's first parallel
-               call -> the child can record, run both engines and exit in time.
+- fork_busy:   `os.fork()` while another thread records ops, runs a parallel backward
+               or draws random numbers (`pa.randn`, layer init, dropout), or (in a fresh
+               interpreter) runs the process's first parallel call -> the child can
+               record, draw, init a layer, run dropout and both engines, and exit in time.
 - cross_close: two engines whose workers each `close()` the other mid-call -> both
                calls finish, gradients exact, no deadlock.
 - memory:      branches with large arrays sending one shared input their
@@ -173,15 +174,30 @@ sys.exit(99)
 
 
 def _child_work() -> int:
-    """In the forked child: record ops, run both engines; 0 if the results agree."""
+    """In the forked child: draw, init a layer, record ops (dropout too), run both
+    engines; 0 if the results agree."""
+    pa.randn(8)
+    lin = pa.nn.Linear(8, 8)  # both draw from the default generator
     x = pa.tensor(np.arange(1.0, 9.0), requires_grad=True)
-    loss = (pa.tanh(x * 0.5) * x).sum() + (x * x).sum()
-    pa.backward(loss)
+
+    def loss():
+        pa.manual_seed(5)  # the same dropout mask for both engines
+        h = pa.nn.functional.dropout(pa.tanh(lin(x) * 0.5), 0.5)
+        return (h * x).sum() + (x * x).sum()
+
+    pa.backward(loss())
     want = x.grad.copy()
     x.grad = None
-    loss = (pa.tanh(x * 0.5) * x).sum() + (x * x).sum()
-    pa.backward_parallel(loss, num_workers=2)
+    pa.backward_parallel(loss(), num_workers=2)
     return 0 if np.array_equal(want, x.grad) else 3
+
+
+def _draw_things(a) -> None:
+    """What a thread drawing random numbers does (issue 25: the child hung on its first
+    draw when the parent forked during one of these)."""
+    pa.randn(64)
+    pa.nn.Linear(8, 8)
+    pa.nn.functional.dropout(a, 0.5)
 
 
 def run_fork_busy(fr):
@@ -190,7 +206,8 @@ def run_fork_busy(fr):
     deadline = max(10.0, fr.h.deadline_for(fr.build_pair()[0].case))
     stop = threading.Event()
     errors = []
-    busy = str(fr.rng.choice(["recording", "backward", "first call"], p=[0.4, 0.4, 0.2]))
+    busy = str(fr.rng.choice(["recording", "backward", "first call", "drawing"],
+                             p=[0.3, 0.3, 0.15, 0.25]))
     if busy == "first call":
         return _fork_in_first_call(fr)
 
@@ -201,6 +218,8 @@ def run_fork_busy(fr):
                 if busy == "backward":
                     case = fr.build_pair()[1].case
                     fr.engine.backward(case.root, case.seed_grad)
+                elif busy == "drawing":
+                    _draw_things(x)
                 else:
                     y = x
                     for _ in range(200):

@@ -318,6 +318,178 @@ def test_generator_override_is_context_local():
             pass
 
 
+def _draw_elsewhere(n=64):
+    """Another thread draws from the default generator, now (between this thread's draws)."""
+    t = threading.Thread(target=lambda: pa.randn(n))
+    t.start()
+    t.join()
+
+
+def _interleaved_segment(h):
+    """Draws of its own (dropout, randn), with another thread's draws in between."""
+    y = F.dropout(pa.sigmoid(h), 0.5)
+    _draw_elsewhere()
+    y = y + pa.randn(*y.shape) * 0.5
+    _draw_elsewhere()
+    return F.dropout(y, 0.3) * h
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_other_threads_drawing_between_the_segments_draws_change_no_mask(engine,
+                                                                         use_reentrant):
+    # Before: the recomputation replayed the generator from the state it had when the
+    # forward began, so the other thread's draws shifted every later mask: wrong grads.
+    for eng in (None, engine):
+        results = []
+        for ckpt in (False, True):
+            pa.manual_seed(21)
+            x = pa.tensor(np.random.default_rng(2).standard_normal((6, 5)), requires_grad=True)
+            y = (pa.checkpoint(_interleaved_segment, x, use_reentrant=use_reentrant) if ckpt
+                 else _interleaved_segment(x))
+            _backward((y * y).sum(), eng)
+            results.append((y.data, x.grad))
+        assert_bitwise(*[[r[0]] for r in results], "output")
+        assert_bitwise(*[[r[1]] for r in results])
+
+
+def test_nested_segments_replay_their_own_draws_on_engine_workers(engine):
+    # the recomputation of both segments runs on the engine's workers, the inner one
+    # inside the outer one's, with other threads drawing throughout
+    def inner(h):
+        _draw_elsewhere()
+        return F.dropout(pa.tanh(h), 0.4) + pa.randn(*h.shape)
+
+    def outer(h, ckpt):
+        h = F.dropout(h * 2.0, 0.5)
+        _draw_elsewhere()
+        h = pa.checkpoint(inner, h) if ckpt else inner(h)
+        _draw_elsewhere()
+        return F.dropout(h, 0.5) * h
+
+    for eng in (None, engine):
+        results = []
+        for ckpt in (False, True):
+            pa.manual_seed(5)
+            x = pa.tensor(np.random.default_rng(3).standard_normal((4, 6)), requires_grad=True)
+            y = pa.checkpoint(outer, x, ckpt) if ckpt else outer(x, False)
+            _backward(y.sum(), eng)
+            results.append(x.grad)
+        assert_bitwise([results[0]], [results[1]])
+
+
+@pytest.mark.timeout(120)
+def test_checkpointed_dropout_keeps_its_mask_while_a_thread_draws_nonstop(engine):
+    # The issue's loop: a thread draws pa.randn(64) forever. Before: 54 of 200 calls
+    # (3 of 200 on a loaded machine) gave a gradient from another mask.
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            pa.randn(64)
+
+    t = threading.Thread(target=spin, daemon=True)
+    t.start()
+    bad = []
+    try:
+        for i in range(200):
+            x = pa.tensor(np.random.default_rng(i).standard_normal(256) + 5.0,
+                          requires_grad=True)
+            y = pa.checkpoint(lambda a: F.dropout(a * 1.0, p=0.5, training=True), x)
+            _backward(y.sum(), engine if i % 2 else None)
+            if not np.array_equal(x.grad, (y.data != 0) * 2.0):
+                bad.append(i)
+    finally:
+        stop.set()
+        t.join()
+    assert bad == []
+
+
+def test_draws_from_a_given_generator_are_replayed_and_advance_it_once(engine):
+    # Before: only the current generator was replayed; a Dropout(generator=g), randn(rng=g)
+    # or bernoulli(generator=g) drew anew from g in the recomputation: other masks.
+    def run(ckpt, eng):
+        g = np.random.default_rng(8)
+        drop = pa.nn.Dropout(0.5, generator=g)
+
+        def seg(h):
+            noise = pa.randn(*h.shape, rng=g) + pa.bernoulli(pa.tensor(np.full(h.shape, 0.5)), generator=g)
+            return drop(pa.tanh(h) * noise)
+
+        x = pa.tensor(np.random.default_rng(4).standard_normal((5, 7)), requires_grad=True)
+        y = pa.checkpoint(seg, x) if ckpt else seg(x)
+        _backward((y * y).sum(), eng)
+        return [y.data, x.grad], g.bit_generator.state
+
+    want, state = run(False, None)
+    for eng in (None, engine):
+        got, got_state = run(True, eng)
+        assert_bitwise(want, got)
+        assert got_state == state
+
+
+def test_a_segment_built_inside_a_checkpoint_keeps_a_plain_generator():
+    g = np.random.default_rng(1)
+
+    def seg(h):
+        drop = pa.nn.Dropout(0.5, generator=g)
+        made.append(drop)
+        return drop(h)
+
+    made = []
+    y = pa.checkpoint(seg, pa.ones(4, requires_grad=True))
+    pa.backward(y.sum())
+    assert all(d.generator is g for d in made)
+    view = []
+    pa.checkpoint(lambda h: view.append(pa_random.resolve_generator(None)) or h * 1.0,
+                  pa.ones(2, requires_grad=True))
+    assert isinstance(view[0], pa_random.SegmentDraws)
+    state = pa_random.get_rng_state()
+    view[0].random(3)  # kept past its segment: an ordinary draw
+    assert pa_random.get_rng_state() != state
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda h, n: h * pa.randn(*h.shape) if n > 1 else h * 1.0, "draws more"),
+    (lambda h, n: h * pa.randn(*h.shape) if n == 1 else h * 1.0, "drew random numbers 0"),
+    (lambda h, n: F.dropout(h, 0.5) if n == 1 else h * pa.randn(*h.shape), "standard_normal"),
+])
+def test_a_recomputation_that_draws_differently_is_an_error(engine, change, match):
+    for eng in (None, engine):
+        calls = []
+
+        def seg(h):
+            calls.append(1)
+            return change(h, len(calls))
+
+        x = pa.tensor(np.ones((3, 4)), requires_grad=True)
+        y = pa.checkpoint(seg, x)
+        with pytest.raises(RuntimeError, match=match):
+            _backward(y.sum(), eng)
+        assert x.grad is None
+
+
+def test_replay_without_a_reentrant_generator_lock(monkeypatch):
+    # numpy < 2 guards a bit generator with a plain Lock: the draw is made on a private
+    # copy under the lock instead; the same numbers and the same final state
+    want, state = _run(False, p=0.5)
+    monkeypatch.setattr(pa_random, "_RLOCK", type(None))
+    got, got_state = _run(True, p=0.5)
+    assert_bitwise(want, got)
+    assert got_state == state
+
+
+def test_a_segment_keeps_one_small_record_per_draw():
+    # dropout draws in blocks of 32,768: a 1M-element mask is 32 draws, each noted as
+    # the bit generator's state (about 0.6 KB), not as the 8 MB of numbers drawn
+    x = pa.tensor(np.ones(1 << 20), requires_grad=True)
+    y = pa.checkpoint(lambda a: F.dropout(a * 1.0, 0.5), x)
+    draws = y.grad_fn.saved[0].draws
+    assert len(draws) == 32
+    assert all(name == "random" and isinstance(state, dict) for name, _, state in draws)
+    assert pa.checkpoint(lambda a: F.dropout(a * 1.0, 0.5), x,
+                         preserve_rng_state=False).grad_fn.saved[0].draws is None
+
+
 # ---- create_graph -----------------------------------------------------------------------
 
 def test_gradgradcheck_through_checkpoint():

@@ -278,6 +278,165 @@ def test_fork_while_another_thread_commits_gradients():
     assert results == [0] * 10, results
 
 
+def _fork_until_failure(times, child, timeout=10.0):
+    """Fork up to `times` times, stopping at the first child that fails or hangs (a hang
+    costs `timeout` seconds once, not once per fork); the exit codes seen."""
+    codes = []
+    for _ in range(times):
+        codes.append(_fork_and_check_in(child, timeout))
+        if codes[-1] != 0:
+            break
+    return codes
+
+
+def _fork_and_check_in(child, timeout):
+    code = fork_call(child, timeout=timeout)
+    return "hung" if code is None else code
+
+
+def _random_work_in_child():
+    """Draw, initialise a layer, run dropout and both engines' backward, step: 0 if ok."""
+    pa.randn(3)
+    lin = pa.nn.Linear(6, 4)
+    pa.nn.init.normal_(lin.weight)
+    x = pa.randn(5, 6, requires_grad=True)
+    pa.backward(pa.nn.functional.dropout(lin(x), 0.5).sum())
+    y = pa.checkpoint(lambda a: pa.nn.functional.dropout(lin(a), 0.5), x)
+    pa.backward_parallel(y.sum(), num_workers=2)
+    pa.optim.SGD(lin.parameters(), lr=0.1).step()
+    return 0 if x.grad is not None and np.isfinite(x.grad).all() else 3
+
+
+def _busy(stop, work):
+    def loop():
+        while not stop.is_set():
+            work()
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    return t
+
+
+@needs_fork
+@pytest.mark.timeout(120)
+def test_fork_while_another_thread_draws_random_numbers():
+    # Before: the default generator's lock (numpy's) was inherited held: the child hung
+    # on its first draw in 9 of 10 forks.
+    stop = threading.Event()
+    t = _busy(stop, lambda: pa.randn(64))
+    try:
+        codes = _fork_until_failure(12, _random_work_in_child)
+    finally:
+        stop.set()
+        t.join()
+    assert codes == [0] * 12, codes
+
+
+@needs_fork
+@pytest.mark.timeout(180)
+def test_fork_while_threads_draw_record_and_step_an_optimizer():
+    stop = threading.Event()
+    params = [pa.tensor(np.ones(1 << 17), requires_grad=True) for _ in range(4)]
+    for p in params:
+        p.grad = np.full(1 << 17, 1e-9)
+    opt = pa.optim.Adam(params, lr=1e-6)  # 512k elements: the threaded step
+    a = pa.tensor(np.ones(16), requires_grad=True)
+    drop = pa.nn.Dropout(0.5)
+    threads = [_busy(stop, lambda: pa.nn.Linear(16, 16)),
+               _busy(stop, lambda: drop(a * 2.0).sum()),
+               _busy(stop, lambda: pa.checkpoint(drop, a)),
+               _busy(stop, opt.step)]
+    try:
+        codes = _fork_until_failure(12, _random_work_in_child)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert codes == [0] * 12, codes
+
+
+@needs_fork
+def test_a_fork_child_keeps_the_default_generator_object_and_its_stream():
+    pa.manual_seed(3)
+    pa.randn(5)
+    g = pa.default_generator
+    want = np.random.default_rng(3)
+    want.standard_normal(5)
+    want = want.standard_normal(4)
+
+    def child():
+        ok = (pa.default_generator is g and pa.random.default_generator is g
+              and np.array_equal(pa.randn(4).data, want))
+        pa.manual_seed(1)
+        ok = ok and np.array_equal(pa.randn(2).data, np.random.default_rng(1).standard_normal(2))
+        return 0 if ok else 3
+
+    assert _fork_and_check(child) == 0
+
+
+def _package_locks():
+    """(module, name, kind) of every lock, tuple of locks and Generator the package keeps
+    at module level, and each object `locks.track`s (kind "tracked")."""
+    import importlib
+    import pkgutil
+
+    from parallel_autograd import locks
+    kinds = (type(threading.Lock()), type(threading.RLock()))
+    found = []
+    for info in pkgutil.walk_packages(pa.__path__, "parallel_autograd."):
+        mod = importlib.import_module(info.name)
+        for name, v in vars(mod).items():
+            if isinstance(v, kinds):
+                found.append((mod, name, "lock"))
+            elif isinstance(v, tuple) and v and all(isinstance(x, kinds) for x in v):
+                found.append((mod, name, "locks"))
+            elif isinstance(v, np.random.Generator):
+                found.append((mod, name, "generator"))
+    return found, list(locks._tracked)
+
+
+def _held(v, kind):
+    if kind == "generator":
+        return [v.bit_generator.lock]
+    return list(v) if kind == "locks" else [v]
+
+
+@needs_fork
+@pytest.mark.timeout(60)
+def test_every_lock_and_generator_of_the_package_is_renewed_in_a_fork_child():
+    # Held by another thread at the fork: each must be usable in the child. blas's lock
+    # is taken by its own before-fork handler, so it is never held across a fork.
+    found, tracked = _package_locks()
+    found = [(m, n, k) for m, n, k in found if not (m is blas and n == "_lock")]
+    assert {n for _, n, _ in found} >= {"default_generator", "seq", "_init_lock"}
+    held = [lock for m, n, k in found for lock in _held(getattr(m, n), k)]
+    held += [obj._lock for obj in tracked]
+    ready, release = threading.Event(), threading.Event()
+
+    def hold():
+        for lock in held:
+            lock.acquire()
+        ready.set()
+        release.wait()
+        for lock in held:
+            lock.release()
+
+    def child():
+        stuck = [n for m, n, k in found for lock in _held(getattr(m, n), k)
+                 if not lock.acquire(timeout=1)]
+        stuck += [type(obj).__name__ for obj in tracked if not obj._lock.acquire(timeout=1)]
+        pa.default_generator.random()  # a hang here: the child is killed
+        return 0 if not stuck else 3
+
+    t = threading.Thread(target=hold, daemon=True)
+    t.start()
+    ready.wait()
+    try:
+        assert _fork_and_check_in(child, 20.0) == 0
+    finally:
+        release.set()
+        t.join()
+
+
 def test_engine_imports_what_it_needs_at_import_time():
     # Before: threadpoolctl was imported inside the first parallel call, so a fork
     # during it could leave the child's import lock held.

@@ -834,3 +834,71 @@ def test_regression_zero_d_leaf_replayed_by_the_harness():
     rep = run(quick(replay=22, families=("broadcast",), faults=(), threads=1,
                     tracemalloc=False))
     assert rep.ok, rep.summary()
+
+
+# ---- random draws shared between threads (issue 25) -----------------------------------------
+RNG_UNITS = dict(families=("random",), threads=1, workers=(2,), variants=("queue",),
+                 tracemalloc=False, multi_root=0, create_graph=())
+
+
+def _replay_from_the_segments_start(monkeypatch):
+    """Broken as before issue 25: the segment keeps the current generator's state at
+    its start and the recomputation draws from a copy of it, as if no other thread could
+    draw from the generator during the forward."""
+    import contextlib
+
+    from parallel_autograd import random as pa_random
+
+    @contextlib.contextmanager
+    def record(draws):
+        bits = pa_random.current_generator().bit_generator
+        draws.append((type(bits), bits.state))
+        yield draws
+
+    def replay(draws):
+        if not draws:
+            return contextlib.nullcontext()
+        kind, state = draws[0]
+        g = np.random.Generator(kind(0))
+        g.bit_generator.state = state
+        return pa_random.generator_override(g)
+
+    monkeypatch.setattr(pa_random, "record_draws", record)
+    monkeypatch.setattr(pa_random, "replay_draws", replay)
+
+
+def _note_the_state_outside_the_lock(monkeypatch):
+    """Broken: the state is read, then the draw is made, without the generator's lock
+    held across both: another thread's draw in between goes unnoticed."""
+    from parallel_autograd import random as pa_random
+
+    def noted(g, name, args, kwargs):
+        state = g.bit_generator.state
+        time.sleep(0.001)
+        return getattr(g, name)(*args, **kwargs), (name, type(g.bit_generator), state)
+
+    monkeypatch.setattr(pa_random, "_noted_draw", noted)
+
+
+@pytest.mark.parametrize("broken", [_replay_from_the_segments_start,
+                                    _note_the_state_outside_the_lock])
+def test_detects_checkpoint_replays_shifted_by_another_threads_draws(monkeypatch, broken):
+    broken(monkeypatch)
+    rep = run(quick(iterations=3, faults=("checkpoint_rng",), **RNG_UNITS))
+    found = [f for f in rep.failures if f.kind == "mismatch" and "checkpoint_rng" in f.message]
+    assert found, rep.summary()
+    assert "another thread drawing" in found[0].message  # only the busy check sees it
+    assert "--faults checkpoint_rng" in found[0].replay
+
+
+def test_detects_a_fork_child_hanging_on_the_default_generators_lock(monkeypatch):
+    from parallel_autograd import random as pa_random
+    monkeypatch.setattr(pa_random, "_after_fork_in_child", lambda: None)  # lock not renewed
+    for seed in range(40):  # the first unit whose busy thread is drawing
+        rep = run(quick(replay=seed, faults=("fork_busy",), deadline=2.0, **RNG_UNITS))
+        if rep.counters.get("fork_busy: while drawing"):
+            break
+    else:
+        pytest.fail("no fork_busy unit drew random numbers in 40 seeds")
+    hangs = [f for f in rep.failures if f.kind == "hang"]
+    assert hangs and "thread was drawing" in hangs[0].message, rep.summary()

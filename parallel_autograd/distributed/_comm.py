@@ -385,3 +385,14 @@ def _abort_uncaught(tp, value, tb, where: str) -> None:
         return
     text = "".join(traceback.format_exception(tp, value, tb))
     abort(f"uncaught exception in {where}:\n{text.rstrip()}")
+
+
+def _after_fork_in_child() -> None:
+    # Another thread may have been in init()/finalize() at the fork: its lock would stay
+    # held forever here. (MPI itself does not survive a fork: docs/distributed.md.)
+    global _init_lock
+    _init_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -25,7 +25,7 @@ from ..ops.elementwise import gelu, leaky_relu, relu, sigmoid, silu, tanh
 from ..ops.unary import (celu, elu, glu, hardsigmoid, hardswish, hardtanh, logsigmoid, mish,
                          prelu, selu, softplus, softsign)
 from ..primitive import record
-from ..random import current_generator
+from ..random import SegmentDraws, resolve_generator
 from ..tensor import Tensor
 
 __all__ = [
@@ -391,7 +391,7 @@ def _keep_mask(shape, p: float, rng) -> np.ndarray:
     # the draws into one cached block buffer (a Generator fills `out` with the draws
     # `random(size)` returns)
     buf = _empty(min(flat.size, 32768), np.float64) \
-        if isinstance(rng, np.random.Generator) else None
+        if isinstance(rng, (np.random.Generator, SegmentDraws)) else None
     for a in range(0, flat.size, 32768):
         b = min(flat.size, a + 32768)
         u = rng.random(b - a) if buf is None else rng.random(out=buf[:b - a])
@@ -399,10 +399,13 @@ def _keep_mask(shape, p: float, rng) -> np.ndarray:
     return keep
 
 
-def _generator(seed) -> np.random.Generator:
-    """A fresh generator from `seed`, or else the current one (the default generator
-    that `pa.manual_seed` reseeds, or a `pa.checkpoint` recomputation's replay)."""
-    return current_generator() if seed is None else np.random.default_rng(seed)
+def _generator(seed, rng=None):
+    """What a mask is drawn from: `rng`, else a fresh generator from `seed`, else the
+    current one (the default generator that `pa.manual_seed` reseeds); a Generator seen
+    through `resolve_generator`, so a `pa.checkpoint` segment records and replays it."""
+    if rng is not None:
+        return resolve_generator(rng) if isinstance(rng, np.random.Generator) else rng
+    return resolve_generator(None) if seed is None else np.random.default_rng(seed)
 
 
 def dropout(input, p: float = 0.5, training: bool = True, seed=None, rng=None):
@@ -422,7 +425,7 @@ def dropout(input, p: float = 0.5, training: bool = True, seed=None, rng=None):
     if p == 1.0:
         keep, scale = _zeros(x.shape, dtype=bool), dtype.type(0.0)
     else:
-        rng = rng if rng is not None else _generator(seed)
+        rng = _generator(seed, rng)
         keep, scale = _keep_mask(x.shape, p, rng), dtype.type(1.0 / (1.0 - p))
     if x.dtype == dtype:                 # the loop `dtype=` would pick: numpy's result
         out = P.multiply(x, keep)
@@ -636,8 +639,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     p = _attention_weights(p, None if attn_mask is None else _raw(attn_mask))
     keep, dscale, pd = None, None, p
     if dropout_p > 0:
-        keep = _keep_mask(p.shape, dropout_p, rng if rng is not None
-                          else _generator(seed)) if dropout_p < 1 \
+        keep = _keep_mask(p.shape, dropout_p, _generator(seed, rng)) if dropout_p < 1 \
             else _zeros(p.shape, dtype=bool)
         dscale = p.dtype.type(0.0 if dropout_p >= 1 else 1.0 / (1.0 - dropout_p))
         pd = P.multiply(p, keep)

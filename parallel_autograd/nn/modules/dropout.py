@@ -29,7 +29,7 @@ class Dropout(Module):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
         self.p, self.inplace = p, inplace
-        self.generator = None if generator is None else _random.resolve_generator(generator)
+        self.generator = _random.check_generator(generator)
 
     def forward(self, input):
         """`input` with dropout applied when `self.training`, else `input` itself."""
