@@ -99,6 +99,8 @@ def quiet(fn):
 def dim(d, ndim: int, op: str) -> int:
     """A dimension argument normalised to [0, ndim) (a 0-d tensor has the one dimension
     0 / -1, as in PyTorch); IndexError naming the op and the valid range otherwise."""
+    if type(d) is int and -(ndim or 1) <= d < (ndim or 1):  # the common case, first
+        return d % (ndim or 1)
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
         raise TypeError(f"{op}: dim must be an int, got {d!r}")
     n = max(ndim, 1)
@@ -123,7 +125,11 @@ def reduction_dims(ds, ndim: int, op: str):
     empty tuple or list, which PyTorch reads as every dimension too), else a tuple
     normalised by `dims` (IndexError out of range, RuntimeError when repeated). A 0-d
     tensor's one dimension (0 or -1) is all of it: None."""
-    if ds is None or isinstance(ds, (tuple, list)) and not ds:
+    if ds is None:
+        return None
+    if type(ds) is int and -(ndim or 1) <= ds < (ndim or 1):  # the common case, first
+        return (ds % ndim,) if ndim else None
+    if isinstance(ds, (tuple, list)) and not ds:
         return None
     if isinstance(ds, bool) or not isinstance(ds, (int, np.integer, tuple, list)):
         raise TypeError(f"{op}: dim must be an int or a tuple of ints, got {ds!r}")
@@ -134,6 +140,8 @@ def reduction_dims(ds, ndim: int, op: str):
 def kept_shape(shape: tuple, ds) -> tuple:
     """The shape of a reduction over `ds` (None: all) with keepdim: 1 along each reduced
     dimension. A reduced result reshaped to it broadcasts against the input."""
+    if ds is None:
+        return (1,) * len(shape)
     return tuple(1 if ds is None or i in ds else n for i, n in enumerate(shape))
 
 
