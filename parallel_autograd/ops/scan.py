@@ -537,3 +537,8 @@ _argsort = stable_argsort
 def _norm_op(x, p, axis=None, keepdims=False) -> Tensor:
     """linalg.vector_norm's call into torch.norm's op (`reduce.norm`)."""
     return R.norm(x, p, axis, keepdims)
+
+
+# the reductions that moved to ops/reduce.py, under their old module (scan.amax, scan.norm
+# in branches written before the move: linalg's norms, nn's normalize)
+amax, amin, argmax, argmin, norm, std = R.amax, R.amin, R.argmax, R.argmin, R.norm, R.std
