@@ -13,7 +13,6 @@ from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .ops.arith import (addcdiv, addcmul, atan2, clamp_max, clamp_min, float_power,
                          floor_divide, fmod, frac, hypot, lerp, nan_to_num, remainder, sgn,
                          signbit, true_divide)
-from .ops.cumulative import cummax, cummin, logcumsumexp
 from .ops.elementwise import (add, clip, div, gelu, leaky_relu, maximum, minimum, mul, pow,
                               relu, sigmoid, silu, sub, where)
 from .ops.index import (chunk, diag_embed, diagonal, einsum, flip, gather, index_add,
@@ -30,9 +29,7 @@ from .ops.products import (addmm, addmv, baddbmm, bmm, cross, diag, dot, kron, m
                            mm, mv, outer, trace)
 from . import linalg  # noqa: F401, I001  (pa.linalg: torch.linalg's ops)
 from .linalg import det, inverse, pinverse, slogdet
-from .ops.reduce import log_softmax, logsumexp, max, mean, min, softmax, sum, var
-from .ops.scan import (amax, amin, argmax, argmin, cumprod, cumsum, kthvalue, median, norm,
-                       prod, sort, std, topk)
+from .ops import reduce as _reduce, scan as _scan  # noqa: F401  (their ops: exported below)
 from .ops.unary import celu, prelu, selu, square
 from .ops.shape import (broadcast_to, clone, concat, expand, flatten, getitem, pad, permute,
                         reshape, split, squeeze, stack, swapaxes, transpose, unsqueeze)
@@ -63,27 +60,24 @@ __all__ = [
     "scatter_add", "scatter_reduce", "take_along_axis", "take_along_dim", "tile", "tril", "triu",
     "unbind",
     "det", "inverse", "pinverse", "slogdet",
-    "amax", "amin", "argmax", "argmin", 
-    "celu", "cumprod", "cumsum", 
-    "kthvalue", "median", "norm", "prelu", "prod", 
-    "selu", "sort", "square", "std", "topk", 
+    "celu", "prelu", "selu", "square",
     "add", "arange", "backward", "backward_parallel", "broadcast_to", "cat", "checkpoint",
     "checkpoint_sequential", "clamp", "clip", "clone", "concat", "default_engine",
     "default_generator", "detect_anomaly", "div", "enable_grad", "Engine", "expand",
     "flatten", "Function", "FunctionCtx", "gelu", "get_default_engine", "getitem", "grad",
     "grad_parallel", "gradcheck", "gradgradcheck", "is_anomaly_check_nan_enabled",
-    "is_anomaly_enabled", "is_grad_enabled", "leaky_relu", "load", "log_softmax",
-    "logsumexp", "manual_seed", "matmul", "maximum", "mean", "minimum", "mul", 
+    "is_anomaly_enabled", "is_grad_enabled", "leaky_relu", "load", "manual_seed", "matmul",
+    "maximum", "minimum", "mul",
     "no_grad", "once_differentiable", "ones", "pad", "permute", "primitive", "profile",
     "randn", "record", "relu", "reshape", "save", "set_default_engine", "set_detect_anomaly",
-    "set_grad_enabled", "sigmoid", "silu", "softmax", "split", "squeeze",
+    "set_grad_enabled", "sigmoid", "silu", "split", "squeeze",
     "stack", "sub", "swapaxes", "Tensor", "tensor", "transpose", "tune_allocator",
-    "unsqueeze", "var", "where", "zeros",
-    # PyTorch's functions behind the Tensor methods of ops/arith, products, logic, views,
-    # cumulative and inplace_more (`any`/`all` are methods only: they would shadow builtins)
+    "unsqueeze", "where", "zeros",
+    # PyTorch's functions behind the Tensor methods of ops/arith, products, logic, views
+    # and inplace_more (`any`/`all` are methods only: they would shadow builtins)
     "addcdiv", "addcmul", "atan2", "clamp_max", "clamp_min", "float_power", "floor_divide",
     "fmod", "frac", "hypot", "lerp", "nan_to_num", "remainder", "sgn", "signbit",
-    "true_divide", "cummax", "cummin", "logcumsumexp", "bernoulli", "allclose", "argsort",
+    "true_divide", "bernoulli", "allclose", "argsort",
     "bincount", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "count_nonzero",
     "eq", "equal", "ge", "gt", "isclose", "isfinite", "isinf", "isnan", "isneginf",
     "isposinf", "le", "logical_and", "logical_not", "logical_or", "logical_xor", "lt",

@@ -1089,14 +1089,14 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim: bool = False, *, dtype=None
     if ord in ("nuc", 2, -2):
         rest = [d for d in range(a.ndim) if d not in dims]
         s = svdvals(S.permute(A, rest + [r, c]))
-        out = R.sum(s, -1) if ord == "nuc" else R.max(s, -1) if ord == 2 else R.min(s, -1)
+        out = R.sum(s, -1) if ord == "nuc" else R.amax(s, -1) if ord == 2 else R.amin(s, -1)
         if keepdim:
             out = S.reshape(out, tuple(1 if d in dims else n for d, n in enumerate(a.shape)))
         return out
     # 1 / -1: reduce each column's sum over the rows; inf / -inf: each row's over the columns
     inner, outer = (r, c) if abs(ord) == 1 else (c, r)
     sums = R.sum(E.abs(A), inner, keepdims=True)
-    out = R.max(sums, outer, keepdims=True) if ord > 0 else R.min(sums, outer, keepdims=True)
+    out = R.amax(sums, outer, keepdim=True) if ord > 0 else R.amin(sums, outer, keepdim=True)
     return out if keepdim else S.squeeze(out, dims)
 
 

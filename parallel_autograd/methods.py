@@ -12,7 +12,6 @@ from .engine.engine import tensor_backward as _backward
 from .inplace import METHODS as _INPLACE
 from .ops import arith as _ar
 from .ops import convert as _cv
-from .ops import cumulative as _cu
 from .ops import elementwise as _ew
 from .ops import graph as _graph  # noqa: F401  (the rules' differentiable forms)
 from .ops import index as _ix
@@ -21,8 +20,8 @@ from . import linalg as _lin
 from .ops import linalg as _la
 from .ops import logic as _lg
 from .ops import products as _pr
-from .ops import reduce as _rd
-from .ops import scan as _sc
+from .ops import reduce as _rd  # noqa: F401  (declares the reductions: their methods)
+from .ops import scan as _sc  # noqa: F401  (declares the scans: their methods)
 from .ops import unary as _un
 from .ops import shape as _sh
 from .ops import views as _vw
@@ -74,22 +73,19 @@ _OPERATORS = {
 
 _METHODS = {
     _ew: ("sigmoid", "relu", "maximum", "minimum", "clip", "leaky_relu", "gelu", "silu", "pow"),
-    _rd: ("sum", "mean", "max", "min", "var", "softmax", "log_softmax", "logsumexp"),
     _sh: ("reshape", "transpose", "permute", "expand", "broadcast_to", "squeeze",
           "unsqueeze", "flatten", "split", "swapaxes", "clone"),
     _ix: ("repeat", "tile", "flip", "roll", "tril", "triu", "diagonal", "diag_embed", "gather",
           "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add", "masked_fill",
           "masked_scatter", "take_along_dim", "narrow", "movedim", "unbind", "chunk"),
     _un: ("square", "prelu"),
-    _sc: ("prod", "std", "norm", "cumsum", "cumprod", "amax", "amin", "argmax", "argmin",
-          "sort", "topk", "kthvalue", "median"),
     _lin: ("det", "slogdet", "inverse", "pinverse"),
 }
 
 # PyTorch's other Tensor methods, each module's `METHODS` table (name -> function):
 # conversions and introspection, arithmetic, products, comparisons and logic, shape
-# methods, running extrema, in-place math/shape/random methods
-_TABLES = (_cv, _ar, _pr, _lg, _vw, _cu, _ipm)
+# methods, in-place math/shape/random methods
+_TABLES = (_cv, _ar, _pr, _lg, _vw, _ipm)
 
 
 def attach() -> None:

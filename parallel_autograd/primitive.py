@@ -44,6 +44,7 @@ generated functions are as thread safe as their forwards (pure functions of thei
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import keyword
 
@@ -245,7 +246,8 @@ def composite(fn=None, *, method=False, module: str = "torch", also: tuple = (),
               export: bool = True, name: str | None = None, aliases: tuple = (),
               torch_name: str | None = None):
     """Declare an op built from other ops (no rule: they record their own nodes): the
-    function is registered as it is, with its method and export."""
+    function is registered as it is, with its method and export (and, as `defop`'s,
+    numpy's `axis=`/`keepdims=` accepted for its `dim`/`keepdim` parameters)."""
     def declare(f):
         return _declare(f, None, None, None, method, (module, *also), export, name, aliases,
                         False, None, False, torch_name, composite=True)
@@ -273,7 +275,7 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
         spec.inputs, spec.params, spec.tensor_params = (), (), ()
         spec.formulas = spec.kernels = None
         spec.has_kernel = False
-        spec.fn = forward
+        spec.fn = _aliased(forward, sig)
     else:
         spec.inputs = tuple(inputs) if inputs is not None else tuple(names[:1])
         unknown = [n for n in spec.inputs if n not in names]
@@ -370,19 +372,20 @@ def _generate(spec: OpDef, sig: inspect.Signature, fwd):
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             raise TypeError(f"defop {spec.name}: *args/**kwargs are not supported (declare "
                             f"a composite that calls the op)")
+    names = [p.name for p in params]
+    aliases = {a: n for a, n in _ARG_ALIASES.items() if n in names}
+    required = _required_aliased(params, set(aliases.values()))
     head = []
     kinds_seen = set()
     for p in params:
         if p.kind is p.KEYWORD_ONLY and p.KEYWORD_ONLY not in kinds_seen:
             head.append("*")
         kinds_seen.add(p.kind)
-        head.append(p.name)
+        head.append(p.name)  # defaults: `__defaults__` below
         if p.kind is p.POSITIONAL_ONLY and (params.index(p) == len(params) - 1 or
                                             params[params.index(p) + 1].kind
                                             is not p.POSITIONAL_ONLY):
             head.append("/")
-    names = [p.name for p in params]
-    aliases = {a: n for a, n in _ARG_ALIASES.items() if n in names}
     if aliases:  # numpy's names, as torch's functions accept them: axis= for dim= ...
         head.append("**_aliases")
     unwrap = "".join(
@@ -393,6 +396,8 @@ def _generate(spec: OpDef, sig: inspect.Signature, fwd):
     if aliases:
         unwrap += (f"    if _aliases:\n        raise TypeError(f\"{spec.name}() got an unexpected "
                    f"keyword argument {{next(iter(_aliases))!r}}\")\n")
+    unwrap += "".join(f"    if {n} is _required:\n        raise TypeError(\"{spec.name}() missing "
+                      f"1 required positional argument: '{n}'\")\n" for n in required)
     unwrap += "".join(f"    if isinstance({n}, _Tensor):\n        {n} = {n}.data\n"
                       for n in spec.tensor_params)
     args = "".join(f"{n}, " for n in spec.inputs)
@@ -400,11 +405,12 @@ def _generate(spec: OpDef, sig: inspect.Signature, fwd):
     body = f"    return _op(({args}), {{{kw}}})\n" if spec.params else \
         f"    return _op(({args}), None)\n"
     src = f"def {spec.name}({', '.join(head)}):\n{unwrap}{body}"
-    defaults = {p.name: p.default for p in params}
-    namespace = {"_op": spec.__call__, "_Tensor": Tensor, "_defaults": defaults}
+    defaults = {p.name: _REQUIRED if p.name in required else p.default for p in params}
+    namespace = {"_op": spec.__call__, "_Tensor": Tensor, "_defaults": defaults,
+                 "_required": _REQUIRED}
     exec(compile(src, f"<defop {spec.name}>", "exec"), namespace)  # noqa: S102
     fn = namespace[spec.name]
-    fn.__defaults__ = fwd.__defaults__
+    fn.__defaults__ = (_REQUIRED,) * len(required) + (fwd.__defaults__ or ()) or None
     fn.__kwdefaults__ = fwd.__kwdefaults__
     fn.__annotations__ = dict(fwd.__annotations__)
     fn.__doc__ = fwd.__doc__
@@ -417,6 +423,41 @@ def _generate(spec: OpDef, sig: inspect.Signature, fwd):
 
 # numpy's argument names that torch's functions accept for theirs (torch.sum(x, axis=0))
 _ARG_ALIASES = {"axis": "dim", "keepdims": "keepdim"}
+_REQUIRED = object()  # the default of a required parameter that may come by its alias
+
+
+def _required_aliased(params: list, targets: set) -> tuple:
+    """The required positional parameters that have an alias (`logsumexp(x, axis=1)`) and
+    may take a placeholder default: those followed only by parameters with defaults (or
+    other such ones). The generated function checks they were given."""
+    out = []
+    for p in reversed([p for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                        p.POSITIONAL_OR_KEYWORD)]):
+        if p.default is not p.empty:
+            continue
+        if p.name not in targets:
+            break
+        out.append(p.name)
+    return tuple(out)
+
+
+def _aliased(fn, sig: inspect.Signature):
+    """A composite that takes numpy's names for its `dim`/`keepdim` parameters too, as a
+    declared op does (`x.max(axis=1)`); `fn` itself when it has neither."""
+    aliases = {a: n for a, n in _ARG_ALIASES.items() if n in sig.parameters}
+    if not aliases:
+        return fn
+
+    @functools.wraps(fn)
+    def composite_op(*args, **kwargs):
+        for a, n in aliases.items():
+            if a in kwargs:
+                if n in kwargs:
+                    raise TypeError(f"{fn.__name__}() got both {n!r} and its alias {a!r}")
+                kwargs[n] = kwargs.pop(a)
+        return fn(*args, **kwargs)
+    composite_op.__signature__ = sig  # PyTorch's parameters; the aliases are not shown
+    return composite_op
 
 
 # ---- the extension API ----------------------------------------------------------------------

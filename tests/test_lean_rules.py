@@ -94,9 +94,10 @@ WHERE_MASK = data("n", 99) > 0
 REDUCE = {
     "sum": (lambda x: pa.sum(x, axis=1), lambda g, x: [np.broadcast_to(g[:, None], x.shape)]),
     "mean": (lambda x: pa.mean(x), lambda g, x: [np.broadcast_to(g / x.size, x.shape)]),
-    "max": (lambda x: pa.max(x, axis=1), None),
-    "min": (lambda x: pa.min(x, axis=0, keepdims=True), None),
-    "var": (lambda x: pa.var(x, axis=1, ddof=1),
+    "max": (lambda x: pa.amax(x, axis=1), None),
+    "min": (lambda x: pa.amin(x, axis=0, keepdims=True), None),
+    "max_all": (lambda x: pa.max(x), None),
+    "var": (lambda x: pa.var(x, axis=1),
             lambda g, x: [g[:, None] * (x - x.mean(1, keepdims=True)) * 2 / (x.shape[1] - 1)]),
     "logsumexp": (lambda x: pa.logsumexp(x, axis=0),
                   lambda g, x: [g * np.exp(x - np.log(np.exp(x).sum(0)))]),
@@ -111,9 +112,9 @@ def _softmax_ref(x, axis):
 
 
 def _reduce_ref(name, g, x):
-    if name in ("max", "min"):
-        axis = 1 if name == "max" else 0
-        a = getattr(x, name)(axis=axis, keepdims=True)
+    if name in ("max", "min", "max_all"):
+        axis = {"max": 1, "min": 0, "max_all": None}[name]
+        a = getattr(x, name[:3])(axis=axis, keepdims=True)
         m = x == a
         gg = g[:, None] if name == "max" else g
         return [gg * m / m.sum(axis=axis, keepdims=True)]
@@ -160,7 +161,7 @@ def test_binary_rules_allocate_only_their_results(name):
 @pytest.mark.parametrize("name", sorted(REDUCE))
 def test_reduce_rules_allocate_only_their_results(name):
     op, _ = REDUCE[name]
-    x = data("ties" if name in ("max", "min") else "n", 3)
+    x = data("ties" if name in ("max", "min", "max_all") else "n", 3)
     check(op, [x], lambda g, x: _reduce_ref(name, g, x))
 
 

@@ -1,4 +1,4 @@
-"""PyTorch's Tensor methods (ops/convert, arith, products, logic, views, cumulative,
+"""PyTorch's Tensor methods (ops/convert, arith, products, logic, views, scan,
 inplace_more): every differentiable one by gradcheck and gradgradcheck (no torch needed)
 and against PyTorch (values and gradients, float64, 1e-12); the others' values, dtypes and
 types against PyTorch; in-place and random methods; bad input naming the method.
@@ -548,9 +548,9 @@ ERRORS = {
                     r"sum_to_size: size \[3, 3\] is not expandable"),
     "expand_as": (lambda: _f(2, 3).expand_as(_f(3, 2)), ValueError, "expand_as: "),
     "view_as": (lambda: _f(2, 3).view_as(_f(4)), ValueError, "view_as: "),
-    "cummax_dim": (lambda: _f(2).cummax(1), IndexError, "cummax: axis 1 is out of bounds"),
-    "logcumsumexp_int": (lambda: _i(2).logcumsumexp(0), TypeError,
-                         "logcumsumexp: expected a floating point"),
+    "cummax_dim": (lambda: _f(2).cummax(1), IndexError, "cummax: Dimension out of range"),
+    "logcumsumexp_int": (lambda: _i(2).logcumsumexp(0), NotImplementedError,
+                         "logcumsumexp: not implemented for int64"),
     "exp__int": (lambda: _i(2).exp_(), TypeError, "exp_: "),
     "sigmoid__int": (lambda: _i(2).sigmoid_(), TypeError, "sigmoid_: result type float"),
     "unsqueeze__dim": (lambda: _f(2).unsqueeze_(3), IndexError, "unsqueeze_: dimension out"),

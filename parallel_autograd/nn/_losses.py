@@ -719,7 +719,7 @@ def _pairwise_distance(a, b, p: float, eps: float):
     if p == 1:
         return R.sum(d, axis=-1)
     if p == math.inf:
-        return R.max(d, axis=-1)
+        return R.amax(d, dim=-1)
     return E.pow(R.sum(E.pow(d, p), axis=-1), 1.0 / p)
 
 

@@ -21,6 +21,7 @@ from ..engine.cost import gemm_cost
 from ..memory import empty as _empty
 from ..memory import pooled as P
 from ..ops import reduce as _rd
+from ..ops.reduce import log_softmax, softmax  # torch.nn.functional's too
 from ..ops.elementwise import gelu, leaky_relu, relu, sigmoid, silu, tanh
 from ..ops.unary import (celu, elu, glu, hardsigmoid, hardswish, hardtanh, logsigmoid, mish,
                          prelu, selu, softplus, softsign)
@@ -83,15 +84,6 @@ def _pair(v, what: str) -> tuple:
     if len(v) != 2:
         raise ValueError(f"{what} must be an int or a pair of ints, got {v}")
     return v
-
-
-# ---- activations: PyTorch's `dim` keyword --------------------------------------------
-def softmax(input, dim: int = -1):
-    return _rd.softmax(input, axis=dim)
-
-
-def log_softmax(input, dim: int = -1):
-    return _rd.log_softmax(input, axis=dim)
 
 
 # ---- linear ----------------------------------------------------------------------------

@@ -18,7 +18,8 @@ from ..memory import pooled as P
 from ..tensor import Tensor
 
 __all__ = ["P", "empty", "raw", "array", "const", "buf", "fused", "as_float", "weak",
-           "quiet", "dim", "dims", "BLOCK"]
+           "quiet", "dim", "dims", "reduction_dims", "kept_shape", "as_dtype",
+           "accumulate_dtype", "BLOCK"]
 
 
 def raw(x):
@@ -98,6 +99,8 @@ def quiet(fn):
 def dim(d, ndim: int, op: str) -> int:
     """A dimension argument normalised to [0, ndim) (a 0-d tensor has the one dimension
     0 / -1, as in PyTorch); IndexError naming the op and the valid range otherwise."""
+    if type(d) is int and -(ndim or 1) <= d < (ndim or 1):  # the common case, first
+        return d % (ndim or 1)
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
         raise TypeError(f"{op}: dim must be an int, got {d!r}")
     n = max(ndim, 1)
@@ -112,5 +115,50 @@ def dims(ds, ndim: int, op: str) -> tuple:
     seq = (ds,) if isinstance(ds, (int, np.integer)) else tuple(ds)
     out = tuple(dim(d, ndim, op) for d in seq)
     if len(set(out)) != len(out):
-        raise RuntimeError(f"{op}: dim {seq} appears multiple times in the list of dims")
+        twice = next(d for i, d in enumerate(out) if d in out[:i])
+        raise RuntimeError(f"{op}: dim {twice} appears multiple times in the list of dims")
     return out
+
+
+def reduction_dims(ds, ndim: int, op: str):
+    """The dimensions a reduction runs over, PyTorch's way: None for all (`dim=None`, or an
+    empty tuple or list, which PyTorch reads as every dimension too), else a tuple
+    normalised by `dims` (IndexError out of range, RuntimeError when repeated). A 0-d
+    tensor's one dimension (0 or -1) is all of it: None."""
+    if ds is None:
+        return None
+    if type(ds) is int and -(ndim or 1) <= ds < (ndim or 1):  # the common case, first
+        return (ds % ndim,) if ndim else None
+    if isinstance(ds, (tuple, list)) and not ds:
+        return None
+    if isinstance(ds, bool) or not isinstance(ds, (int, np.integer, tuple, list)):
+        raise TypeError(f"{op}: dim must be an int or a tuple of ints, got {ds!r}")
+    out = dims(ds, ndim, op)
+    return None if ndim == 0 else out
+
+
+def kept_shape(shape: tuple, ds) -> tuple:
+    """The shape of a reduction over `ds` (None: all) with keepdim: 1 along each reduced
+    dimension. A reduced result reshaped to it broadcasts against the input."""
+    if ds is None:
+        return (1,) * len(shape)
+    return tuple(1 if ds is None or i in ds else n for i, n in enumerate(shape))
+
+
+def as_dtype(d, op: str) -> np.dtype:
+    """A dtype argument as a numpy dtype: anything `np.dtype` takes, or a torch.dtype (by
+    its name, so ported code passing `torch.float32` works); TypeError naming the op."""
+    if type(d).__module__ == "torch":        # torch.float32 -> "float32"
+        d = str(d).rsplit(".", 1)[-1]
+    try:
+        return np.dtype(d)
+    except TypeError:
+        raise TypeError(f"{op}: {d!r} is not a dtype") from None
+
+
+def accumulate_dtype(x: np.ndarray, dtype, op: str):
+    """The dtype a sum, product or running sum is computed in: `dtype` if given, int64 for
+    integers and booleans (PyTorch's), else None (the input's)."""
+    if dtype is not None:
+        return as_dtype(dtype, op)
+    return np.dtype(np.int64) if x.dtype.kind in "biu" else None

@@ -28,7 +28,6 @@ from . import elementwise as E
 from .forms import cast, connect, depends_on, graph_fit
 from .forms import piecewise as _piecewise
 from . import linalg as L
-from . import reduce as R
 from . import shape as S
 from . import special
 
@@ -130,44 +129,6 @@ def _gelu_erf(g, node):
 
 
 E._gelu_erf_vjp.graph_node = _gelu_erf
-
-
-# ---- reductions ------------------------------------------------------------------------
-def _kept(g, x_shape, axis, keepdims):
-    """A reduced gradient reshaped to broadcast against the input (`R._restore`)."""
-    return S.reshape(_t(g), R._restore(_arr(g), x_shape, axis, keepdims).shape)
-
-
-def _expand(g, x, axis, keepdims):
-    return S.broadcast_to(_kept(g, np.shape(_arr(x)), axis, keepdims), np.shape(_arr(x)))
-
-
-def _count(x, ans) -> float:
-    return _arr(x).size / max(ans.size, 1)
-
-
-_set(R._sum, lambda g, ans, x, axis, keepdims: _expand(g, x, axis, keepdims))
-_set(R._mean, lambda g, ans, x, axis, keepdims: _expand(g, x, axis, keepdims) / _count(x, ans))
-
-
-def _extremum(rule):
-    def form(g, ans, x, axis, keepdims):
-        factor = rule(np.ones(ans.shape, ans.dtype), ans.data, _arr(x), axis, keepdims)
-        return _expand(g, x, axis, keepdims) * np.asarray(factor)
-    return form
-
-
-_set(R._max, _extremum(R._max.vjps[0]))
-_set(R._min, _extremum(R._min.vjps[0]))
-_set(R._var, lambda g, ans, x, axis, keepdims, ddof:
-     _kept(g, x.shape, axis, keepdims) * (x - R.mean(x, axis=axis, keepdims=True))
-     * (2.0 / (_count(x, ans) - ddof)))
-_set(R._lse, lambda g, ans, x, axis, keepdims:
-     _kept(g, x.shape, axis, keepdims) * E.exp(x - _kept(ans, x.shape, axis, keepdims)))
-_set(R._softmax_op, lambda g, ans, x, axis:
-     ans * (g - R.sum(g * ans, axis=axis, keepdims=True)))
-_set(R._log_softmax_op, lambda g, ans, x, axis:
-     g - E.exp(ans) * R.sum(g, axis=axis, keepdims=True))
 
 
 # ---- shapes and indexing -----------------------------------------------------------------
