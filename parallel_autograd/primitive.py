@@ -47,6 +47,7 @@ from __future__ import annotations
 import functools
 import inspect
 import keyword
+import os
 
 import numpy as np
 
@@ -408,7 +409,9 @@ def _generate(spec: OpDef, sig: inspect.Signature, fwd):
     defaults = {p.name: _REQUIRED if p.name in required else p.default for p in params}
     namespace = {"_op": spec.__call__, "_Tensor": Tensor, "_defaults": defaults,
                  "_required": _REQUIRED}
-    exec(compile(src, f"<defop {spec.name}>", "exec"), namespace)  # noqa: S102
+    # named inside the package, so tracebacks and anomaly detection count it as library code
+    where = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"<defop {spec.name}>")
+    exec(compile(src, where, "exec"), namespace)  # noqa: S102
     fn = namespace[spec.name]
     fn.__defaults__ = (_REQUIRED,) * len(required) + (fwd.__defaults__ or ()) or None
     fn.__kwdefaults__ = fwd.__kwdefaults__
