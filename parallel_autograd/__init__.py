@@ -10,12 +10,8 @@ from .engine.engine import (Engine, backward_parallel, default_engine, get_defau
                             grad_parallel, set_default_engine)
 from .function import Function, FunctionCtx, once_differentiable
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from .ops.arith import (addcdiv, addcmul, atan2, clamp_max, clamp_min, float_power,
-                         floor_divide, fmod, frac, hypot, lerp, nan_to_num, remainder, sgn,
-                         signbit, true_divide)
 from .ops.cumulative import cummax, cummin, logcumsumexp
-from .ops.elementwise import (add, clip, div, gelu, leaky_relu, maximum, minimum, mul, pow,
-                              relu, sigmoid, silu, sub, where)
+from .ops.elementwise import gelu, leaky_relu, relu, sigmoid, silu
 from .ops.index import (chunk, diag_embed, diagonal, einsum, flip, gather, index_add,
                         index_select, masked_fill, masked_scatter, movedim, narrow, repeat,
                         roll, scatter, scatter_add, scatter_reduce, take_along_axis,
@@ -33,7 +29,7 @@ from .linalg import det, inverse, pinverse, slogdet
 from .ops.reduce import log_softmax, logsumexp, max, mean, min, softmax, sum, var
 from .ops.scan import (amax, amin, argmax, argmin, cumprod, cumsum, kthvalue, median, norm,
                        prod, sort, std, topk)
-from .ops.unary import celu, prelu, selu, square
+from .ops.unary import celu, prelu, selu
 from .ops.shape import (broadcast_to, clone, concat, expand, flatten, getitem, pad, permute,
                         reshape, split, squeeze, stack, swapaxes, transpose, unsqueeze)
 from .ops.views import (masked_select, repeat_interleave, select, sum_to_size, tensor_split,
@@ -47,7 +43,6 @@ from .tensor import Tensor, tensor
 from .testing import gradcheck, gradgradcheck
 from . import methods as _methods  # noqa: F401, I001  (last: attaches Tensor's operators)
 
-clamp = clip
 cat = concat
 
 __version__ = "0.1.0"
@@ -66,24 +61,22 @@ __all__ = [
     "amax", "amin", "argmax", "argmin", 
     "celu", "cumprod", "cumsum", 
     "kthvalue", "median", "norm", "prelu", "prod", 
-    "selu", "sort", "square", "std", "topk", 
-    "add", "arange", "backward", "backward_parallel", "broadcast_to", "cat", "checkpoint",
-    "checkpoint_sequential", "clamp", "clip", "clone", "concat", "default_engine",
-    "default_generator", "detect_anomaly", "div", "enable_grad", "Engine", "expand",
+    "selu", "sort", "std", "topk", 
+    "arange", "backward", "backward_parallel", "broadcast_to", "cat", "checkpoint",
+    "checkpoint_sequential", "clone", "concat", "default_engine",
+    "default_generator", "detect_anomaly", "enable_grad", "Engine", "expand",
     "flatten", "Function", "FunctionCtx", "gelu", "get_default_engine", "getitem", "grad",
     "grad_parallel", "gradcheck", "gradgradcheck", "is_anomaly_check_nan_enabled",
     "is_anomaly_enabled", "is_grad_enabled", "leaky_relu", "load", "log_softmax",
-    "logsumexp", "manual_seed", "matmul", "maximum", "mean", "minimum", "mul", 
+    "logsumexp", "manual_seed", "matmul", "mean",
     "no_grad", "once_differentiable", "ones", "pad", "permute", "primitive", "profile",
     "randn", "record", "relu", "reshape", "save", "set_default_engine", "set_detect_anomaly",
     "set_grad_enabled", "sigmoid", "silu", "softmax", "split", "squeeze",
-    "stack", "sub", "swapaxes", "Tensor", "tensor", "transpose", "tune_allocator",
-    "unsqueeze", "var", "where", "zeros",
-    # PyTorch's functions behind the Tensor methods of ops/arith, products, logic, views,
+    "stack", "swapaxes", "Tensor", "tensor", "transpose", "tune_allocator",
+    "unsqueeze", "var", "zeros",
+    # PyTorch's functions behind the Tensor methods of ops/products, logic, views,
     # cumulative and inplace_more (`any`/`all` are methods only: they would shadow builtins)
-    "addcdiv", "addcmul", "atan2", "clamp_max", "clamp_min", "float_power", "floor_divide",
-    "fmod", "frac", "hypot", "lerp", "nan_to_num", "remainder", "sgn", "signbit",
-    "true_divide", "cummax", "cummin", "logcumsumexp", "bernoulli", "allclose", "argsort",
+    "cummax", "cummin", "logcumsumexp", "bernoulli", "allclose", "argsort",
     "bincount", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "count_nonzero",
     "eq", "equal", "ge", "gt", "isclose", "isfinite", "isinf", "isnan", "isneginf",
     "isposinf", "le", "logical_and", "logical_not", "logical_or", "logical_xor", "lt",

@@ -10,7 +10,6 @@ import numpy as np
 
 from .engine.engine import tensor_backward as _backward
 from .inplace import METHODS as _INPLACE
-from .ops import arith as _ar
 from .ops import convert as _cv
 from .ops import cumulative as _cu
 from .ops import elementwise as _ew
@@ -20,6 +19,7 @@ from .ops import inplace_more as _ipm
 from . import linalg as _lin
 from .ops import linalg as _la
 from .ops import logic as _lg
+from .ops import pointwise as _pw
 from .ops import products as _pr
 from .ops import reduce as _rd
 from .ops import scan as _sc
@@ -36,6 +36,11 @@ def backward(self: Tensor, grad=None, retain_graph: bool | None = None,
     parallel engine unless changed; results are bitwise the same either way). See
     `parallel_autograd.backward` for the arguments."""
     _backward(self, grad, retain_graph=retain_graph, create_graph=create_graph)
+
+
+def _where_method(self: Tensor, condition, other) -> Tensor:
+    """`x.where(condition, y)`: PyTorch's method, `where(condition, x, y)`."""
+    return _pw.where(condition, self, other)
 
 
 def _raw(x):
@@ -56,12 +61,16 @@ _OPERATORS = {
     "__rmul__": lambda a, b: _ew.mul(b, a),
     "__truediv__": lambda a, b: _ew.div(a, b),
     "__rtruediv__": lambda a, b: _ew.div(b, a),
+    "__floordiv__": lambda a, b: _pw.floor_divide(a, b),
+    "__rfloordiv__": lambda a, b: _pw.floor_divide(b, a),
+    "__mod__": lambda a, b: _pw.remainder(a, b),
+    "__rmod__": lambda a, b: _pw.remainder(b, a),
     "__pow__": lambda a, b: _ew.pow(a, b),
     "__rpow__": lambda a, b: _ew.pow(b, a),
     "__matmul__": lambda a, b: _la.matmul(a, b),
     "__rmatmul__": lambda a, b: _la.matmul(b, a),
     "__neg__": lambda a: _ew.neg(a),
-    "__pos__": lambda a: a,
+    "__pos__": lambda a: _pw.positive(a),
     "__abs__": lambda a: _ew.abs(a),
     "__getitem__": lambda a, idx: _sh.getitem(a, idx),
     "__lt__": _comparison(np.less),
@@ -73,14 +82,14 @@ _OPERATORS = {
 }
 
 _METHODS = {
-    _ew: ("sigmoid", "relu", "maximum", "minimum", "clip", "leaky_relu", "gelu", "silu", "pow"),
+    _ew: ("sigmoid", "relu", "leaky_relu", "gelu", "silu"),
     _rd: ("sum", "mean", "max", "min", "var", "softmax", "log_softmax", "logsumexp"),
     _sh: ("reshape", "transpose", "permute", "expand", "broadcast_to", "squeeze",
           "unsqueeze", "flatten", "split", "swapaxes", "clone"),
     _ix: ("repeat", "tile", "flip", "roll", "tril", "triu", "diagonal", "diag_embed", "gather",
           "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add", "masked_fill",
           "masked_scatter", "take_along_dim", "narrow", "movedim", "unbind", "chunk"),
-    _un: ("square", "prelu"),
+    _un: ("prelu",),
     _sc: ("prod", "std", "norm", "cumsum", "cumprod", "amax", "amin", "argmax", "argmin",
           "sort", "topk", "kthvalue", "median"),
     _lin: ("det", "slogdet", "inverse", "pinverse"),
@@ -89,7 +98,7 @@ _METHODS = {
 # PyTorch's other Tensor methods, each module's `METHODS` table (name -> function):
 # conversions and introspection, arithmetic, products, comparisons and logic, shape
 # methods, running extrema, in-place math/shape/random methods
-_TABLES = (_cv, _ar, _pr, _lg, _vw, _cu, _ipm)
+_TABLES = (_cv, _pr, _lg, _vw, _cu, _ipm)
 
 
 def attach() -> None:
@@ -106,7 +115,7 @@ def attach() -> None:
     for module in _TABLES:
         for name, fn in module.METHODS.items():
             setattr(Tensor, name, fn)
-    Tensor.clamp = _ew.clip
+    Tensor.where = _where_method
     Tensor.view = _sh.reshape
     Tensor.matmul = _la.matmul
     Tensor.T = property(lambda a: _sh.transpose(a))

@@ -11,167 +11,22 @@ import math
 import numpy as np
 
 from ..grad_mode import is_grad_enabled as _grad_enabled
-from .. import memory as _memory
 from ..memory import empty as _empty
 from ..memory import pooled as P
 from ..primitive import primitive, record
 from ..tensor import Tensor
 from . import special
+from ._common import BLOCK, as_float, buf, fused, weak
 from .pointwise import abs, cos, exp, log, neg, sin, sqrt, tanh  # noqa: F401  MIGRATION
+from .pointwise import (add, clamp, div, maximum, minimum, mul, pow, sub,  # noqa: F401  MIGRATION
+                        where)
+
+clip = clamp  # MIGRATION: the old name, until the other families import ops/pointwise
 
 
-def _weak(a):
-    return a.item() if isinstance(a, np.generic) else a
-
-
-def _binary(ufunc):
-    """The forward of a binary op: numpy scalars weak, the output cached when large."""
-    return _memory.ufunc(ufunc, weak=True)
-
-
-# Rules and forwards allocate only the array they return: each writes its temporaries
-# into that array in place (`out=`), never into `g` or a saved array. Ufuncs give numpy
-# scalars for 0-d results, which cannot be written into: `_buf` makes them arrays.
-# "passes" counts the sweeps over full-size arrays a rule makes.
-def _buf(a):
-    return a if type(a) is np.ndarray else np.asarray(a)
-
-
-_BLOCK = 32768  # elements per chunk in `_fused`: 256 KiB of float64, cache resident
-
-
-def _fused(kernel, like, operands, scratch=(), dtype=None):
-    """`kernel(out, *operands, *scratch)` evaluated chunk by chunk; returns `out`, a new
-    array shaped like `like` (of `dtype`, default `like`'s), the only full-size allocation.
-
-    For rules that need a second temporary: chunks of `_BLOCK` elements (numpy's
-    buffered iterator; broadcast operands are buffered per chunk) get chunk-sized
-    `scratch` arrays of the given dtypes. Operands that are not ndarrays (Python
-    scalars, weakly typed) are passed through unchanged. Small arrays: one call.
-    """
-    out = _empty(np.shape(like), like.dtype if dtype is None else dtype)
-    if out.size <= _BLOCK:
-        kernel(out, *operands, *(_empty(out.shape, d) for d in scratch))
-        return out
-    where = [i for i, a in enumerate(operands) if type(a) is np.ndarray]
-    it = np.nditer([out] + [operands[i] for i in where],
-                   flags=["external_loop", "buffered", "zerosize_ok"],
-                   op_flags=[["writeonly"]] + [["readonly"]] * len(where), buffersize=_BLOCK)
-    bufs = [_empty(_BLOCK, d) for d in scratch]
-    args = list(operands)
-    with it:
-        for chunk in it:
-            for i, c in zip(where, chunk[1:]):
-                args[i] = c
-            n = chunk[0].size
-            kernel(chunk[0], *args, *(b[:n] for b in bufs))
-    return out
-
-
-# ---- arithmetic ------------------------------------------------------------------
-def _div_y(g, ans, x, y):
-    # -g * ans / y: 3 passes, one buffer
-    t = _buf(P.multiply(g, ans))
-    t /= y
-    return np.negative(t, out=t)
-
-
-# add's rules hand g on (no pass); sub/neg (-g), mul (g y, g x), div (g / y): one ufunc,
-# 1 pass, the result its only allocation. Forwards: one ufunc each.
-add = primitive("add", _binary(np.add),
-                lambda g, ans, x, y: g,
-                lambda g, ans, x, y: g)
-sub = primitive("sub", _binary(np.subtract),
-                lambda g, ans, x, y: g,
-                lambda g, ans, x, y: P.negative(g))
-mul = primitive("mul", _binary(np.multiply),
-                lambda g, ans, x, y: P.multiply(g, y),
-                lambda g, ans, x, y: P.multiply(g, x))
-div = primitive("div", _binary(np.true_divide),
-                lambda g, ans, x, y: P.divide(g, y),
-                _div_y)
-
-
-def _pow(x, y):
-    x, y = _weak(x), _weak(y)
-    if type(y) is int and y == 3 and isinstance(x, np.ndarray) and x.dtype.kind == "f":
-        t = _buf(P.multiply(x, x))  # x*x*x as PyTorch (libm's pow: ~50 ns an element)
-        t *= x
-        return t
-    return P.power(x, y)
-
-
-def _pow_base(g, ans, x, y):
-    """y * x**(y-1) * g; scalar exponents special-cased (at most 3 passes, one buffer)."""
-    y = _weak(y)
-    if type(y) not in (int, float):
-        return _pow_base_array(g, ans, x, y)
-    if y == 0:                      # d/dx x**0 is 0 even at x == 0
-        return P.multiply(g, 0.0)
-    if y == 1:
-        return P.multiply(g, 1.0)
-    if y == 2:                      # 2 passes
-        t = _buf(P.multiply(x, 2))
-        t *= g
-        return t
-    if y == 3:                      # 3 passes
-        t = _buf(P.multiply(x, x))
-        t *= 3
-        t *= g
-        return t
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if y == 0.5:                # 0.5 / sqrt(x), from ans: 2 passes
-            t = _buf(P.divide(0.5, ans))
-        elif y == -1:               # -1 / x**2 = -ans*ans: 3 passes
-            t = _buf(P.multiply(ans, ans))
-            np.negative(t, out=t)
-        else:                       # one power: 3 passes
-            t = _buf(P.power(x, y - 1))
-            t *= y
-    t *= g
-    return t
-
-
-def _pow_base_kernel(o, g, x, y, zero):
-    np.subtract(y, 1, out=o)
-    np.power(x, o, out=o)
-    o *= y
-    np.equal(y, 0, out=zero)
-    np.putmask(o, zero, 0)          # 0 where y == 0 (y * x**(y-1) is 0 * inf at x == 0)
-    o *= g
-
-
-def _pow_base_array(g, ans, x, y):
-    # a tensor exponent: 6 passes per chunk, a chunk-sized mask
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return _fused(_pow_base_kernel, ans, (g, x, y), (np.bool_,),
-                      np.result_type(g, ans))
-
-
-def _pow_exponent_kernel(o, g, x, y, ans, zero, nonneg):
-    np.log(x, out=o)
-    o *= ans
-    np.equal(x, 0, out=zero)
-    np.greater_equal(y, 0, out=nonneg)
-    zero &= nonneg
-    np.putmask(o, zero, 0)          # PyTorch: 0 where x == 0 and y >= 0 (0**y is flat)
-    o *= g
-
-
-def _pow_exponent(g, ans, x, y):
-    # ans * log(x) * g: 7 passes per chunk, two chunk-sized masks
-    x = np.asarray(_weak(x)) if not isinstance(x, np.ndarray) else x
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return _fused(_pow_exponent_kernel, ans, (g, x, y, ans), (np.bool_, np.bool_),
-                      np.result_type(g, ans))
-
-
-pow = primitive("pow", _pow, _pow_base, _pow_exponent)
-
-
-def _float(x):
-    x = np.asarray(x)
-    return x if x.dtype.kind in "fc" else x.astype(np.float64)
+# MIGRATION: the shared helpers' old names here (ops/_common.py has them), for the families
+# that still import them from this module
+_weak, _buf, _fused, _float, _BLOCK = weak, buf, fused, as_float, BLOCK
 
 
 def _sigmoid(x):
@@ -344,82 +199,10 @@ def _silu_vjp(g, ans, x):
 
 silu = primitive("silu", _silu, _silu_vjp)
 
-# ---- selection -------------------------------------------------------------------
-def _clip_vjp(g, ans, x, lo, hi):
-    # 1 where lo <= x <= hi, else 0: exactly where clip(x) == x (NaN: 0). 2 passes.
-    if lo is not None and hi is not None and np.any(P.greater(lo, hi)):
-        return g * np.zeros_like(ans)   # an empty interval: clip gives hi everywhere
-    t = np.equal(ans, x, out=_empty(np.shape(ans), np.result_type(g, ans)))
-    t *= g
-    return t
-
-
-_clip = primitive("clip", lambda x, lo, hi: np.clip(x, lo, hi), _clip_vjp)
-
-
-def clip(x, min=None, max=None) -> Tensor:
-    """Clamp to [min, max] (either may be None), PyTorch's clamp: x's gradient is 1 where
-    min <= x <= max, else 0; a bound that is a tensor requiring grad gets the gradient
-    where it is selected (x < min, x > max), as PyTorch (ops/arith's clamp_min/max)."""
-    if min is None and max is None:
-        raise ValueError("clip: at least one of min and max must be given")
-    if any(isinstance(b, Tensor) and b.requires_grad for b in (min, max)):
-        from .arith import clamp_max, clamp_min  # late: arith builds on this module
-        y = x if min is None else clamp_min(x, min)
-        return y if max is None else clamp_max(y, max)
-    return _clip(x, lo=_weak(_raw(min)), hi=_weak(_raw(max)))
-
-
-def _tie_kernel(o, g, a, b, half, loser):
-    loser(a, b, out=o)              # 1 where a loses (bool written as float)
-    np.subtract(1, o, out=o)        # 1 where a wins, ties, or a NaN is involved
-    np.equal(a, b, out=half)
-    half *= 0.5
-    o -= half                       # 1, 0.5 on a tie, 0 where a loses
-    o *= g
-
-
-def _tie_split(g, ans, a, b, loser):
-    """PyTorch's maximum/minimum rule: g where `a` wins, g/2 on a tie, 0 where it loses;
-    with a NaN on either side both get g (no comparison says they lose). 6 passes per
-    chunk, one chunk-sized scratch array."""
-    dtype = np.result_type(g, ans)
-    return _fused(lambda o, g, a, b, h: _tie_kernel(o, g, a, b, h, loser), ans,
-                  (g, _weak(a), _weak(b)), (dtype,), dtype)
-
-
-# Ties send the gradient half to each side, like PyTorch's maximum/minimum.
-maximum = primitive("maximum", _binary(np.maximum),
-                    lambda g, ans, x, y: _tie_split(g, ans, x, y, np.less),
-                    lambda g, ans, x, y: _tie_split(g, ans, y, x, np.less))
-minimum = primitive("minimum", _binary(np.minimum),
-                    lambda g, ans, x, y: _tie_split(g, ans, x, y, np.greater),
-                    lambda g, ans, x, y: _tie_split(g, ans, y, x, np.greater))
-_where = primitive("where", lambda c, x, y: np.where(c, _weak(x), _weak(y)),
-                   None,
-                   lambda g, ans, c, x, y: np.where(c, g, 0),
-                   lambda g, ans, c, x, y: np.where(c, 0, g))
-
-
-def where(condition, x, y) -> Tensor:
-    """`x` where `condition` else `y`, all three broadcast; the condition gets no gradient."""
-    return _where(np.asarray(_raw(condition), dtype=bool), x, y)
-
-
-def _raw(a):
-    return a.data if isinstance(a, Tensor) else a
-
-
 _DOCS = {
-    add: "`x + y` (numpy broadcasting; the gradient is summed back to each shape).",
-    sub: "`x - y` (numpy broadcasting).",
-    mul: "`x * y` (numpy broadcasting).",
-    div: "`x / y` (true division, numpy broadcasting).",
     sigmoid: "`1 / (1 + exp(-x))`.",
     silu: "`x * sigmoid(x)` (SiLU, swish).",
     relu: "`max(x, 0)`; the gradient at 0 is 0, as in PyTorch.",
-    maximum: "Elementwise maximum; on a tie each side gets half the gradient (PyTorch).",
-    minimum: "Elementwise minimum; on a tie each side gets half the gradient (PyTorch).",
 }
 for _op, _doc in _DOCS.items():
     _op.__doc__ = _doc

@@ -52,50 +52,16 @@ def _set(op, *forms) -> None:
 
 
 
-# ---- elementwise ---------------------------------------------------------------------
-_set(E.add, lambda g, ans, x, y: g, lambda g, ans, x, y: g)
-_set(E.sub, lambda g, ans, x, y: g, lambda g, ans, x, y: -g)
-_set(E.mul, lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x)
-_set(E.div, lambda g, ans, x, y: g / y, lambda g, ans, x, y: -(g * ans) / y)
+# ---- activations (MIGRATION: until ops/activations declares them) ----------------------
 _set(E.sigmoid, lambda g, ans, x: g * (ans * (1 - ans)))
 _set(E.silu, lambda g, ans, x: g * _silu_slope(x))
-for _op in (E.relu, E._leaky_relu, E._clip, E.maximum, E.minimum):
+for _op in (E.relu, E._leaky_relu):
     _set(_op, *[_piecewise(rule) for rule in _op.vjps])
-_set(E._where, None, lambda g, ans, c, x, y: E.where(c, g, 0.0),
-     lambda g, ans, c, x, y: E.where(c, 0.0, g))
 
 
 def _silu_slope(x):
     s = E.sigmoid(x)
     return s * (1 + x * (1 - s))
-
-
-def _pow_base(g, ans, x, y):
-    """y x^(y-1) g; 0 where y == 0 (0 * inf at x == 0 otherwise)."""
-    if isinstance(y, Tensor) or np.ndim(y):
-        zero = _arr(y) == 0
-        slope = E.where(zero, 0.0, y * E.pow(x, y - 1))
-        return g * slope
-    y = E._weak(y)
-    if y == 0:
-        return g * 0.0
-    if y == 1:
-        return g * 1.0
-    if y == 2:
-        return g * (x * 2)
-    return g * (E.pow(x, y - 1) * y)
-
-
-def _pow_exponent(g, ans, x, y):
-    """g x^y log(x); 0 where x == 0 and y >= 0 (PyTorch's choice: 0**y is flat there)."""
-    xs = _arr(x)
-    flat = (xs == 0) & (_arr(y) >= 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        value = g * (ans * E.log(x))
-    return E.where(flat, 0.0, value) if np.any(flat) else value
-
-
-_set(E.pow, _pow_base, _pow_exponent)
 
 
 def _gelu_tanh_slope(x):

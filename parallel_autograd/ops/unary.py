@@ -73,12 +73,9 @@ def _op(name: str, forward, rule, twin, doc: str, quiet: bool = False):
 
 from .pointwise import (acos, acosh, asin, asinh, atan, atanh, ceil, cosh, erf, erfc,  # noqa: E402,F401,I001  MIGRATION
                         exp2, expm1, floor, log1p, log2, log10, reciprocal, round, rsqrt,
-                        sign, sinh, tan, trunc)
+                        sign, sinh, square, tan, trunc)
 
 
-def square(input) -> Tensor:
-    """x * x: `pow(x, 2)` (PyTorch's definition; the node is pow's)."""
-    return E.pow(input, 2)
 
 
 # ---- activations -------------------------------------------------------------------------
