@@ -11,7 +11,7 @@ from .engine.engine import (Engine, backward_parallel, default_engine, get_defau
 from .function import Function, FunctionCtx, once_differentiable
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .ops.cumulative import cummax, cummin, logcumsumexp
-from .ops.elementwise import gelu, leaky_relu, relu, sigmoid, silu
+from .ops import activations as _activations  # noqa: F401  (declares them: exported below)
 from .ops.index import (chunk, diag_embed, diagonal, einsum, flip, gather, index_add,
                         index_select, masked_fill, masked_scatter, movedim, narrow, repeat,
                         roll, scatter, scatter_add, scatter_reduce, take_along_axis,
@@ -29,7 +29,6 @@ from .linalg import det, inverse, pinverse, slogdet
 from .ops.reduce import log_softmax, logsumexp, max, mean, min, softmax, sum, var
 from .ops.scan import (amax, amin, argmax, argmin, cumprod, cumsum, kthvalue, median, norm,
                        prod, sort, std, topk)
-from .ops.unary import celu, prelu, selu
 from .ops.shape import (broadcast_to, clone, concat, expand, flatten, getitem, pad, permute,
                         reshape, split, squeeze, stack, swapaxes, transpose, unsqueeze)
 from .ops.views import (masked_select, repeat_interleave, select, sum_to_size, tensor_split,
@@ -59,19 +58,19 @@ __all__ = [
     "unbind",
     "det", "inverse", "pinverse", "slogdet",
     "amax", "amin", "argmax", "argmin", 
-    "celu", "cumprod", "cumsum", 
-    "kthvalue", "median", "norm", "prelu", "prod", 
-    "selu", "sort", "std", "topk", 
+    "cumprod", "cumsum", 
+    "kthvalue", "median", "norm", "prod", 
+    "sort", "std", "topk", 
     "arange", "backward", "backward_parallel", "broadcast_to", "cat", "checkpoint",
     "checkpoint_sequential", "clone", "concat", "default_engine",
     "default_generator", "detect_anomaly", "enable_grad", "Engine", "expand",
-    "flatten", "Function", "FunctionCtx", "gelu", "get_default_engine", "getitem", "grad",
+    "flatten", "Function", "FunctionCtx", "get_default_engine", "getitem", "grad",
     "grad_parallel", "gradcheck", "gradgradcheck", "is_anomaly_check_nan_enabled",
-    "is_anomaly_enabled", "is_grad_enabled", "leaky_relu", "load", "log_softmax",
+    "is_anomaly_enabled", "is_grad_enabled", "load", "log_softmax",
     "logsumexp", "manual_seed", "matmul", "mean",
     "no_grad", "once_differentiable", "ones", "pad", "permute", "primitive", "profile",
-    "randn", "record", "relu", "reshape", "save", "set_default_engine", "set_detect_anomaly",
-    "set_grad_enabled", "sigmoid", "silu", "softmax", "split", "squeeze",
+    "randn", "record", "reshape", "save", "set_default_engine", "set_detect_anomaly",
+    "set_grad_enabled", "softmax", "split", "squeeze",
     "stack", "swapaxes", "Tensor", "tensor", "transpose", "tune_allocator",
     "unsqueeze", "var", "zeros",
     # PyTorch's functions behind the Tensor methods of ops/products, logic, views,

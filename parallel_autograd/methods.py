@@ -23,7 +23,6 @@ from .ops import pointwise as _pw
 from .ops import products as _pr
 from .ops import reduce as _rd
 from .ops import scan as _sc
-from .ops import unary as _un
 from .ops import shape as _sh
 from .ops import views as _vw
 from .primitive import REGISTRY
@@ -82,14 +81,12 @@ _OPERATORS = {
 }
 
 _METHODS = {
-    _ew: ("sigmoid", "relu", "leaky_relu", "gelu", "silu"),
     _rd: ("sum", "mean", "max", "min", "var", "softmax", "log_softmax", "logsumexp"),
     _sh: ("reshape", "transpose", "permute", "expand", "broadcast_to", "squeeze",
           "unsqueeze", "flatten", "split", "swapaxes", "clone"),
     _ix: ("repeat", "tile", "flip", "roll", "tril", "triu", "diagonal", "diag_embed", "gather",
           "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add", "masked_fill",
           "masked_scatter", "take_along_dim", "narrow", "movedim", "unbind", "chunk"),
-    _un: ("prelu",),
     _sc: ("prod", "std", "norm", "cumsum", "cumprod", "amax", "amin", "argmax", "argmin",
           "sort", "topk", "kthvalue", "median"),
     _lin: ("det", "slogdet", "inverse", "pinverse"),

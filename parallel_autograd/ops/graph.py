@@ -32,7 +32,7 @@ from . import reduce as R
 from . import shape as S
 from . import special
 
-__all__ = ["graph_fit", "cast", "ndtr", "depends_on", "connect"]
+__all__ = ["graph_fit", "cast", "depends_on", "connect"]
 
 
 def _arr(x):
@@ -50,52 +50,6 @@ def _set(op, *forms) -> None:
         if rule is not None and form is not None:
             rule.graph = form
 
-
-
-# ---- activations (MIGRATION: until ops/activations declares them) ----------------------
-_set(E.sigmoid, lambda g, ans, x: g * (ans * (1 - ans)))
-_set(E.silu, lambda g, ans, x: g * _silu_slope(x))
-for _op in (E.relu, E._leaky_relu):
-    _set(_op, *[_piecewise(rule) for rule in _op.vjps])
-
-
-def _silu_slope(x):
-    s = E.sigmoid(x)
-    return s * (1 + x * (1 - s))
-
-
-def _gelu_tanh_slope(x):
-    # d/dx 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
-    u = (x + x * x * x * E._KAPPA) * E._SQRT_2_OVER_PI
-    t = E.tanh(u)
-    du = (x * x * (3 * E._KAPPA) + 1) * E._SQRT_2_OVER_PI
-    return (t + 1) * 0.5 + x * (1 - t * t) * du * 0.5
-
-
-_set(E._gelu_tanh_op, lambda g, ans, x, approximate: g * _gelu_tanh_slope(x))
-
-
-def _phi(x):
-    """The standard normal density, with ops."""
-    return E.exp(x * x * -0.5) * E._INV_SQRT_2PI
-
-
-ndtr = primitive("ndtr", lambda x: special.ndtr(np.asarray(x, dtype=np.float64)
-                                                if np.asarray(x).dtype.kind != "f"
-                                                else x),
-                 lambda g, ans, x: g * np.exp(x * x * -0.5) * E._INV_SQRT_2PI)
-ndtr.vjps[0].graph = lambda g, ans, x: g * _phi(x)
-ndtr.__doc__ = "The standard normal CDF, differentiable (its derivative is the density)."
-
-
-def _gelu_erf(g, node):
-    # gelu saves (cdf, x): d/dx x ndtr(x) = ndtr(x) + x phi(x)
-    from .forms import graph_input
-    x = graph_input(node, 0, node.saved[1])
-    return g * (ndtr(x) + x * _phi(x))
-
-
-E._gelu_erf_vjp.graph_node = _gelu_erf
 
 
 # ---- reductions ------------------------------------------------------------------------
