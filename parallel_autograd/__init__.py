@@ -18,10 +18,7 @@ from .ops.index import (chunk, diag_embed, diagonal, einsum, flip, gather, index
                         take_along_dim, tile, tril, triu, unbind)
 from .ops.inplace_more import bernoulli
 from .ops.linalg import matmul
-from .ops.logic import (allclose, argsort, bincount, bitwise_and, bitwise_not, bitwise_or,
-                        bitwise_xor, count_nonzero, eq, equal, ge, gt, isclose, isfinite, isinf,
-                        isnan, isneginf, isposinf, le, logical_and, logical_not, logical_or,
-                        logical_xor, lt, msort, ne, nonzero, unique)
+from .ops import logic as _logic  # noqa: F401  (declares them: exported below)
 from .ops.products import (addmm, addmv, baddbmm, bmm, cross, diag, dot, kron, matrix_power,
                            mm, mv, outer, trace)
 from . import linalg  # noqa: F401, I001  (pa.linalg: torch.linalg's ops)
@@ -73,13 +70,9 @@ __all__ = [
     "set_grad_enabled", "softmax", "split", "squeeze",
     "stack", "swapaxes", "Tensor", "tensor", "transpose", "tune_allocator",
     "unsqueeze", "var", "zeros",
-    # PyTorch's functions behind the Tensor methods of ops/products, logic, views,
-    # cumulative and inplace_more (`any`/`all` are methods only: they would shadow builtins)
-    "cummax", "cummin", "logcumsumexp", "bernoulli", "allclose", "argsort",
-    "bincount", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "count_nonzero",
-    "eq", "equal", "ge", "gt", "isclose", "isfinite", "isinf", "isnan", "isneginf",
-    "isposinf", "le", "logical_and", "logical_not", "logical_or", "logical_xor", "lt",
-    "msort", "ne", "nonzero", "unique", "addmm", "addmv", "baddbmm", "bmm", "cross", "diag",
+    # PyTorch's functions behind the Tensor methods of ops/products, views, cumulative and
+    # inplace_more
+    "cummax", "cummin", "logcumsumexp", "bernoulli", "addmm", "addmv", "baddbmm", "bmm", "cross", "diag",
     "dot", "kron", "matrix_power", "mm", "mv", "outer", "trace", "masked_select",
     "repeat_interleave", "select", "sum_to_size", "tensor_split", "unflatten",
 ]
