@@ -140,7 +140,6 @@ SAMPLES.update({
     "float_power": lambda rng: [Sample(rng.uniform(0.5, 2, (3, 4)), rng.uniform(-2, 2, (4,))),
                                 Sample(rng.uniform(0.5, 2, (3, 4)), 2)],
     "square": uniform(-2, 2),
-    "positive": uniform(-2, 2),
     "atan2": binary(-2, 2, 0.5, 2, scalar=None),     # PyTorch's take two tensors
     "hypot": binary(0.5, 2, -2, -0.5, scalar=None),
     "logaddexp": binary(-3, 3, scalar=None),
