@@ -68,6 +68,7 @@ BAD = {
     "invert_float": lambda L: ~L.tensor([1.0]),
     "shift_float": lambda L: L.tensor(_i(1, 2)) << L.tensor([1.0, 2.0]),
     "bincount_float": lambda L: L.bincount(L.tensor([1.0])),
+    "bincount_bool": lambda L: L.bincount(L.tensor([True, False])),
     "bincount_2d": lambda L: L.bincount(L.tensor(np.ones((2, 2), np.int64))),
     "bincount_negative": lambda L: L.bincount(L.tensor(_i(1, -1))),
     "bincount_minlength": lambda L: L.bincount(L.tensor(_i(1)), minlength=-1),

@@ -68,6 +68,12 @@ BAD = {
     "clamp_no_bound": lambda L: L.clamp(L.tensor([1.0])),
     "pow_int_negative": lambda L: L.pow(L.tensor(_i(1, 2)), -1),
     "positive_bool": lambda L: L.positive(L.tensor([True])),
+    "neg_bool": lambda L: -L.tensor([True]),
+    "fmod_bools": lambda L: L.fmod(L.tensor([True]), L.tensor([True])),
+    "remainder_bools": lambda L: L.tensor([True]) % L.tensor([True]),
+    "floor_divide_bools": lambda L: L.floor_divide(L.tensor([True]), L.tensor([True])),
+    "div_floor_bools": lambda L: L.div(L.tensor([True]), L.tensor([True]),
+                                       rounding_mode="floor"),
 }
 
 
@@ -98,3 +104,32 @@ def test_positive_and_where_method_match_torch():
     got, want, _, _ = _both(lambda L, a: (+a, L.positive(a), a.where(a > 0, 0.5)), x)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a.data, b.numpy())
+
+
+def test_integer_powers_with_negative_exponents_in_a_tensor_match_torch():
+    # PyTorch computes them (1, +-1 or 0); numpy raised ValueError
+    base, exponent = np.array([2, 1, -1, -1, 0, 3, -2]), np.array([-1, -5, -3, -2, -1, 2, 3])
+    got, want, _, _ = _both(lambda L, a, b: L.pow(a, b), base, exponent)
+    np.testing.assert_array_equal(got.data, want.numpy())
+    got, want, _, _ = _both(lambda L, b: L.pow(2, b), exponent)
+    np.testing.assert_array_equal(got.data, want.numpy())
+
+
+def test_sign_of_bools_is_themselves():
+    got, want, _, _ = _both(lambda L, a: (L.sign(a), L.sgn(a)), np.array([True, False]))
+    for a, b in zip(got, want):
+        assert a.dtype == np.bool_ and b.dtype == torch.bool
+        np.testing.assert_array_equal(a.data, b.numpy())
+
+
+def test_alpha_and_rounding_mode_work_on_the_functions():
+    # issue 27: pa.add/pa.sub were the operators' ops without alpha, pa.div without
+    # rounding_mode (only the methods took them)
+    x, y = np.array([7.0, -7.0, 2.5]), np.array([2.0, 2.0, -1.5])
+    calls = [lambda L, a, b: L.add(a, b, alpha=2.5), lambda L, a, b: L.sub(a, b, alpha=-2),
+             lambda L, a, b: L.div(a, b, rounding_mode="floor"),
+             lambda L, a, b: L.div(a, b, rounding_mode="trunc"),
+             lambda L, a, b: L.subtract(a, b, alpha=3), lambda L, a, b: L.divide(a, b)]
+    for call in calls:
+        got, want, _, _ = _both(call, x, y)
+        np.testing.assert_array_equal(got.data, want.numpy())

@@ -337,7 +337,7 @@ def bincount(input: Tensor, weights: Tensor | None = None, minlength: int = 0) -
     at least `minlength` bins. Bad input raises PyTorch's RuntimeError (NotImplementedError
     for a float input)."""
     x = np.asarray(input)
-    if x.dtype.kind not in "biu":
+    if x.dtype.kind not in "iu":
         raise NotImplementedError(f"bincount: not implemented for dtype {x.dtype} (an "
                                   f"integer tensor is required)")
     if x.ndim != 1 or (x.size and x.min() < 0):

@@ -67,7 +67,10 @@ def abs(input: Tensor) -> Tensor:  # noqa: A001  (PyTorch's name)
 
 @defop(formula=lambda g, ans, input: -g, method=True, aliases=("negative",))
 def neg(input: Tensor) -> Tensor:
-    """-x."""
+    """-x (a bool tensor is refused: RuntimeError, as PyTorch)."""
+    if type(input) is np.ndarray and input.dtype.kind == "b":
+        raise RuntimeError("neg: Negation, the `-` operator, on a bool tensor is not "
+                           "supported; use `~` or logical_not() to invert it")
     return P.negative(input)
 
 
@@ -385,6 +388,8 @@ def sign(input: Tensor) -> Tensor:
     """-1, 0 or 1 by the sign of x (0 for NaN, as PyTorch); the gradient is 0. `sgn` is
     the same op for real tensors (PyTorch's sgn differs only for complex ones)."""
     x = np.asarray(input)
+    if x.dtype.kind == "b":
+        return x.copy()             # PyTorch's sign of bools: themselves
     return fused(_sign_kernel, x, (x,), (np.bool_,))  # 3 passes a chunk, a chunk-sized mask
 
 
@@ -440,7 +445,10 @@ def _floating(x, op: str) -> None:
 
 
 def _no_int_zero(x, y, op: str) -> None:
-    """PyTorch's RuntimeError for an integer division by zero (floats give inf/NaN)."""
+    """PyTorch's refusals of an integer division: NotImplementedError for two bool
+    operands, RuntimeError for a division by zero (floats give inf/NaN)."""
+    if _kind(x) == _kind(y) == "b":
+        raise NotImplementedError(f"{op}: not implemented for bool tensors")
     if _integral(x, y) and np.any(np.asarray(y) == 0):
         raise RuntimeError(f"{op}: ZeroDivisionError (integer division by zero)")
 
@@ -477,6 +485,10 @@ def _alpha_formula(g, ans, input, other, alpha):
     return g if _is_one(alpha) else g * weak(raw(alpha))
 
 
+def _minus_alpha_formula(g, ans, input, other, alpha):
+    return -_alpha_formula(g, ans, input, other, alpha)
+
+
 def _pass(g, ans, *inputs, **params):
     return g
 
@@ -490,8 +502,8 @@ def add(input: Tensor, other: Tensor, *, alpha=1) -> Tensor:
     return _ADD(input, _times_alpha(input, other, alpha, "add"))
 
 
-@defop(inputs=("input", "other"), formula=(_pass, lambda g, *a, **p: -_alpha_formula(g, *a, **p)),
-       method=True, aliases=("subtract",))
+@defop(inputs=("input", "other"), formula=(_pass, _minus_alpha_formula), method=True,
+       aliases=("subtract",))
 def sub(input: Tensor, other: Tensor, *, alpha=1) -> Tensor:
     """`input - alpha * other`, broadcast (two bool tensors: RuntimeError, as PyTorch)."""
     if _kind(input) == "b" and _kind(other) == "b":
@@ -701,9 +713,21 @@ def pow(input: Tensor, exponent: Tensor) -> Tensor:  # noqa: A001  (PyTorch's na
         t = buf(P.multiply(x, x))   # x*x*x as PyTorch (libm's pow: ~50 ns an element)
         t *= x
         return t
-    if type(y) is int and y < 0 and _integral(x):
-        raise RuntimeError("pow: Integers to negative integer powers are not allowed")
+    if _integral(x, y) and np.any(np.less(y, 0)):
+        if np.ndim(y) == 0 and not isinstance(y, np.ndarray):
+            raise RuntimeError("pow: Integers to negative integer powers are not allowed")
+        return _int_pow(np.asarray(x), np.asarray(y))
     return _POW(x, y)
+
+
+def _int_pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Integer powers with negative exponents in a tensor, as PyTorch computes them
+    elementwise: 1 ** -n = 1, (-1) ** -n = +-1, any other base 0 (numpy raises)."""
+    negative = y < 0
+    power = np.power(x, np.where(negative, 0, y))
+    flips = np.where(np.remainder(y, 2) == 0, 1, -1)
+    small = np.where(x == 1, 1, np.where(x == -1, flips, 0))
+    return np.where(negative, small, power).astype(power.dtype, copy=False)
 
 
 def _float64(x):
