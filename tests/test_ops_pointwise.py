@@ -133,3 +133,21 @@ def test_alpha_and_rounding_mode_work_on_the_functions():
     for call in calls:
         got, want, _, _ = _both(call, x, y)
         np.testing.assert_array_equal(got.data, want.numpy())
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("name", ["abs", "atan2", "clamp_min", "clamp_max"])
+def test_gradients_at_nan_inf_and_the_origin_match_torch(name):
+    # abs: g sign(x) is 0 at NaN (was NaN); atan2: 0 at the origin and where x^2 + y^2
+    # underflows (was NaN); clamp_min/max: no gradient to the bound where x or it is NaN
+    x = np.array([NAN, 0.0, 1e-200, 0.0, INF, 1.0, 1.0, -2.0, 0.5])
+    y = np.array([1.0, 0.0, 1e-200, -0.0, 1.0, INF, NAN, 3.0, 0.5])
+    fn = {"abs": lambda L, a, b: L.abs(a) * b}.get(name, lambda L, a, b: getattr(L, name)(a, b))
+    got, want, xs, ts = _both(fn, x, y, grad=(0, 1))
+    np.testing.assert_array_equal(got.data, want.detach().numpy())
+    w = np.arange(1.0, 10.0)
+    for a, b in zip(pa.grad(got, xs, grad_outputs=w),
+                    torch.autograd.grad(want, ts, torch.tensor(w))):
+        np.testing.assert_array_equal(a, b.numpy())

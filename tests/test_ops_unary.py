@@ -375,3 +375,13 @@ def test_parallel_engine_is_bitwise_the_sequential_one():
     assert_bitwise(want2, got2)
     for a, b in zip(want, got):
         assert np.array_equal(a, b) and a.tobytes() == b.tobytes()
+
+
+def test_relu_gradient_at_nan_is_torchs():
+    # PyTorch's threshold_backward passes g where not x <= 0: NaN included (it was 0)
+    x = np.array([np.nan, -1.0, 0.0, 2.0, np.inf, -np.inf])
+    for op, top in ((pa.relu, torch.relu), (F.relu, TF.relu)):
+        p, t = pa.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        (gp,) = pa.grad(op(p), [p], grad_outputs=np.arange(1.0, 7.0))
+        (gt,) = torch.autograd.grad(top(t), [t], torch.arange(1.0, 7.0, dtype=torch.float64))
+        np.testing.assert_array_equal(gp, gt.numpy())

@@ -62,7 +62,9 @@ def _number(op: str, value, what: str) -> float:
 
 # ---- relu, leaky_relu ----------------------------------------------------------------------------
 def _relu_kernel(g, ans, input, inplace=False):
-    t = np.greater(input, 0, out=empty(np.shape(input), np.result_type(g, input)))  # 2 passes
+    # g where not x <= 0 (PyTorch's threshold_backward: NaN passes g): 3 passes
+    t = np.less_equal(input, 0, out=empty(np.shape(input), np.result_type(g, input)))
+    np.subtract(1, t, out=t)
     t *= g
     return t
 
@@ -70,8 +72,9 @@ def _relu_kernel(g, ans, input, inplace=False):
 @defop(formula=piecewise(_relu_kernel), kernel=_relu_kernel, module=_F, also=("torch",),
        method=True)
 def relu(input: Tensor, inplace: bool = False) -> Tensor:
-    """`max(x, 0)`; the gradient at 0 is 0, as PyTorch's. Integers stay integers; a bool
-    tensor is refused (RuntimeError, as PyTorch). `inplace`: see the module docstring."""
+    """`max(x, 0)`; the gradient is 0 where x <= 0 (at 0 too), g elsewhere (NaN included),
+    as PyTorch's. Integers stay integers; a bool tensor is refused (RuntimeError, as
+    PyTorch). `inplace`: see the module docstring."""
     if np.asarray(input).dtype.kind == "b":
         raise RuntimeError("relu: Boolean inputs not supported for relu")
     return P.maximum(input, 0)

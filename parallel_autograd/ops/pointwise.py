@@ -53,15 +53,19 @@ _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 # ---- sign and magnitude ---------------------------------------------------------------------
+def _abs_chunk(o, g, x, negative):
+    _sign_kernel(o, x, negative)    # sign(x), 0 for NaN (PyTorch's sgn)
+    o *= g
+
+
 def _abs_kernel(g, ans, input):
-    t = P.sign(input)               # 2 passes (in-place *= also works on 0-d scalars)
-    t *= g
-    return t
+    # g sign(x): 4 passes a chunk, a chunk-sized mask
+    return fused(_abs_chunk, input, (g, input), (np.bool_,), np.result_type(g, input))
 
 
 @defop(formula=piecewise(_abs_kernel), kernel=_abs_kernel, method=True, aliases=("absolute",))
 def abs(input: Tensor) -> Tensor:  # noqa: A001  (PyTorch's name)
-    """|x|; the gradient is sign(x) (0 at 0, as PyTorch)."""
+    """|x|; the gradient is g sign(x): 0 at 0 and at NaN, as PyTorch's."""
     return P.abs(input)
 
 
@@ -763,12 +767,21 @@ def positive(input) -> Tensor:
 
 
 # ---- two-input math ---------------------------------------------------------------------------
+def _atan2_recip(input, other):
+    """1 / (input^2 + other^2), 0 where that is 0 (the origin, or underflow): PyTorch's
+    gradient of atan2 there is 0."""
+    d = input * input + other * other
+    zero = raw(d) == 0
+    return where(zero, 0.0, 1 / where(zero, 1.0, d)) if np.any(zero) else 1 / d
+
+
 @defop(inputs=("input", "other"),
-       formula=(lambda g, ans, input, other: g * other * (1 / (input * input + other * other)),
-                lambda g, ans, input, other: g * -input * (1 / (input * input + other * other))),
-       method=True, aliases=("arctan2",))
+       formula=(lambda g, ans, input, other: g * other * _atan2_recip(input, other),
+                lambda g, ans, input, other: g * -input * _atan2_recip(input, other)),
+       method=True, aliases=("arctan2",), quiet=True)
 def atan2(input: Tensor, other: Tensor) -> Tensor:
-    """The angle of the point (other, input): arctan(input / other) in the right quadrant."""
+    """The angle of the point (other, input): arctan(input / other) in the right quadrant;
+    the gradient at the origin is 0, as PyTorch's."""
     return np.arctan2(weak(input), weak(other))
 
 
@@ -979,21 +992,23 @@ def clamp(input: Tensor, min: Tensor | None = None, max: Tensor | None = None) -
     return np.clip(input, weak(min), weak(max))
 
 
-def _clamp_one(keep):
-    """(formula of x, formula of the bound, kernel of x) of clamp_min/clamp_max: g to x
-    where `keep(x, bound)`, to the bound elsewhere."""
+def _clamp_one(keep, select):
+    """(formulas, kernels) of clamp_min/clamp_max: g to x where `keep(x, bound)`, to the
+    bound where `select(x, bound)`."""
     def x_kernel(g, ans, input, bound):
         t = keep(input, bound, out=empty(np.shape(ans), bool))
         return np.multiply(g, t)
 
     def bound_kernel(g, ans, input, bound):
-        return np.multiply(g, ~keep(input, bound))
+        return np.multiply(g, select(input, bound))
 
     return (piecewise(x_kernel), piecewise(bound_kernel)), (x_kernel, None)
 
 
-_CLAMP_MIN_FORMULAS, _CLAMP_MIN_KERNELS = _clamp_one(np.greater_equal)
-_CLAMP_MAX_FORMULAS, _CLAMP_MAX_KERNELS = _clamp_one(np.less_equal)
+# x's gradient where x >= min (x <= max), the bound's where x < min (x > max): neither gets
+# it where x or the bound is NaN, as PyTorch's masks
+_CLAMP_MIN_FORMULAS, _CLAMP_MIN_KERNELS = _clamp_one(np.greater_equal, np.less)
+_CLAMP_MAX_FORMULAS, _CLAMP_MAX_KERNELS = _clamp_one(np.less_equal, np.greater)
 
 
 @defop(inputs=("input", "min"), formula=_CLAMP_MIN_FORMULAS, kernel=_CLAMP_MIN_KERNELS,
