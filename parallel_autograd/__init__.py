@@ -10,27 +10,19 @@ from .engine.engine import (Engine, backward_parallel, default_engine, get_defau
                             grad_parallel, set_default_engine)
 from .function import Function, FunctionCtx, once_differentiable
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from .ops.arith import (addcdiv, addcmul, atan2, clamp_max, clamp_min, float_power,
-                         floor_divide, fmod, frac, hypot, lerp, nan_to_num, remainder, sgn,
-                         signbit, true_divide)
-from .ops.elementwise import (add, clip, div, gelu, leaky_relu, maximum, minimum, mul, pow,
-                              relu, sigmoid, silu, sub, where)
+from .ops import activations as _activations  # noqa: F401  (declares them: exported below)
 from .ops.index import (chunk, diag_embed, diagonal, einsum, flip, gather, index_add,
                         index_select, masked_fill, masked_scatter, movedim, narrow, repeat,
                         roll, scatter, scatter_add, scatter_reduce, take_along_axis,
                         take_along_dim, tile, tril, triu, unbind)
 from .ops.inplace_more import bernoulli
 from .ops.linalg import matmul
-from .ops.logic import (allclose, argsort, bincount, bitwise_and, bitwise_not, bitwise_or,
-                        bitwise_xor, count_nonzero, eq, equal, ge, gt, isclose, isfinite, isinf,
-                        isnan, isneginf, isposinf, le, logical_and, logical_not, logical_or,
-                        logical_xor, lt, msort, ne, nonzero, unique)
+from .ops import logic as _logic  # noqa: F401  (declares them: exported below)
 from .ops.products import (addmm, addmv, baddbmm, bmm, cross, diag, dot, kron, matrix_power,
                            mm, mv, outer, trace)
 from . import linalg  # noqa: F401, I001  (pa.linalg: torch.linalg's ops)
 from .linalg import det, inverse, pinverse, slogdet
 from .ops import reduce as _reduce, scan as _scan  # noqa: F401  (their ops: exported below)
-from .ops.unary import celu, prelu, selu, square
 from .ops.shape import (broadcast_to, clone, concat, expand, flatten, getitem, pad, permute,
                         reshape, split, squeeze, stack, swapaxes, transpose, unsqueeze)
 from .ops.views import (masked_select, repeat_interleave, select, sum_to_size, tensor_split,
@@ -44,7 +36,6 @@ from .tensor import Tensor, tensor
 from .testing import gradcheck, gradgradcheck
 from . import methods as _methods  # noqa: F401, I001  (last: attaches Tensor's operators)
 
-clamp = clip
 cat = concat
 
 __version__ = "0.1.0"
@@ -60,28 +51,19 @@ __all__ = [
     "scatter_add", "scatter_reduce", "take_along_axis", "take_along_dim", "tile", "tril", "triu",
     "unbind",
     "det", "inverse", "pinverse", "slogdet",
-    "celu", "prelu", "selu", "square",
-    "add", "arange", "backward", "backward_parallel", "broadcast_to", "cat", "checkpoint",
-    "checkpoint_sequential", "clamp", "clip", "clone", "concat", "default_engine",
-    "default_generator", "detect_anomaly", "div", "enable_grad", "Engine", "expand",
-    "flatten", "Function", "FunctionCtx", "gelu", "get_default_engine", "getitem", "grad",
+    "arange", "backward", "backward_parallel", "broadcast_to", "cat", "checkpoint",
+    "checkpoint_sequential", "clone", "concat", "default_engine",
+    "default_generator", "detect_anomaly", "enable_grad", "Engine", "expand",
+    "flatten", "Function", "FunctionCtx", "get_default_engine", "getitem", "grad",
     "grad_parallel", "gradcheck", "gradgradcheck", "is_anomaly_check_nan_enabled",
-    "is_anomaly_enabled", "is_grad_enabled", "leaky_relu", "load", "manual_seed", "matmul",
-    "maximum", "minimum", "mul",
+    "is_anomaly_enabled", "is_grad_enabled", "load", "manual_seed", "matmul",
     "no_grad", "once_differentiable", "ones", "pad", "permute", "primitive", "profile",
-    "randn", "record", "relu", "reshape", "save", "set_default_engine", "set_detect_anomaly",
-    "set_grad_enabled", "sigmoid", "silu", "split", "squeeze",
-    "stack", "sub", "swapaxes", "Tensor", "tensor", "transpose", "tune_allocator",
-    "unsqueeze", "where", "zeros",
-    # PyTorch's functions behind the Tensor methods of ops/arith, products, logic, views
-    # and inplace_more (`any`/`all` are methods only: they would shadow builtins)
-    "addcdiv", "addcmul", "atan2", "clamp_max", "clamp_min", "float_power", "floor_divide",
-    "fmod", "frac", "hypot", "lerp", "nan_to_num", "remainder", "sgn", "signbit",
-    "true_divide", "bernoulli", "allclose", "argsort",
-    "bincount", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "count_nonzero",
-    "eq", "equal", "ge", "gt", "isclose", "isfinite", "isinf", "isnan", "isneginf",
-    "isposinf", "le", "logical_and", "logical_not", "logical_or", "logical_xor", "lt",
-    "msort", "ne", "nonzero", "unique", "addmm", "addmv", "baddbmm", "bmm", "cross", "diag",
+    "randn", "record", "reshape", "save", "set_default_engine", "set_detect_anomaly",
+    "set_grad_enabled", "split", "squeeze",
+    "stack", "swapaxes", "Tensor", "tensor", "transpose", "tune_allocator",
+    "unsqueeze", "zeros",
+    # PyTorch's functions behind the Tensor methods of ops/products, views and inplace_more
+    "bernoulli", "addmm", "addmv", "baddbmm", "bmm", "cross", "diag",
     "dot", "kron", "matrix_power", "mm", "mv", "outer", "trace", "masked_select",
     "repeat_interleave", "select", "sum_to_size", "tensor_split", "unflatten",
 ]

@@ -6,23 +6,19 @@ runs in a circle. Each operator is a thin forward to its op.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .engine.engine import tensor_backward as _backward
 from .inplace import METHODS as _INPLACE
-from .ops import arith as _ar
 from .ops import convert as _cv
-from .ops import elementwise as _ew
 from .ops import graph as _graph  # noqa: F401  (the rules' differentiable forms)
 from .ops import index as _ix
 from .ops import inplace_more as _ipm
 from . import linalg as _lin
 from .ops import linalg as _la
 from .ops import logic as _lg
+from .ops import pointwise as _pw
 from .ops import products as _pr
 from .ops import reduce as _rd  # noqa: F401  (declares the reductions: their methods)
 from .ops import scan as _sc  # noqa: F401  (declares the scans: their methods)
-from .ops import unary as _un
 from .ops import shape as _sh
 from .ops import views as _vw
 from .primitive import REGISTRY
@@ -37,55 +33,73 @@ def backward(self: Tensor, grad=None, retain_graph: bool | None = None,
     _backward(self, grad, retain_graph=retain_graph, create_graph=create_graph)
 
 
-def _raw(x):
-    return x.data if isinstance(x, Tensor) else x
+def _where_method(self: Tensor, condition, other) -> Tensor:
+    """`x.where(condition, y)`: PyTorch's method, `where(condition, x, y)`."""
+    return _pw.where(condition, self, other)
 
 
-def _comparison(ufunc):
-    # Comparisons give plain boolean tensors (no gradient), like PyTorch.
-    return lambda a, b: Tensor._wrap(ufunc(a.data, _raw(b)))
+def _invert(self: Tensor) -> Tensor:
+    """`~x`: bitwise_not; PyTorch's TypeError for a float tensor (the operator checks)."""
+    if self.data.dtype.kind not in "biu":
+        raise TypeError(f"bitwise_not: ~ (operator.invert) is only implemented on integer and "
+                        f"Boolean-type tensors, got {self.data.dtype}")
+    return _lg.bitwise_not(self)
 
 
 _OPERATORS = {
-    "__add__": lambda a, b: _ew.add(a, b),
-    "__radd__": lambda a, b: _ew.add(b, a),
-    "__sub__": lambda a, b: _ew.sub(a, b),
-    "__rsub__": lambda a, b: _ew.sub(b, a),
-    "__mul__": lambda a, b: _ew.mul(a, b),
-    "__rmul__": lambda a, b: _ew.mul(b, a),
-    "__truediv__": lambda a, b: _ew.div(a, b),
-    "__rtruediv__": lambda a, b: _ew.div(b, a),
-    "__pow__": lambda a, b: _ew.pow(a, b),
-    "__rpow__": lambda a, b: _ew.pow(b, a),
+    "__add__": lambda a, b: _pw.add(a, b),
+    "__radd__": lambda a, b: _pw.add(b, a),
+    "__sub__": lambda a, b: _pw.sub(a, b),
+    "__rsub__": lambda a, b: _pw.sub(b, a),
+    "__mul__": lambda a, b: _pw.mul(a, b),
+    "__rmul__": lambda a, b: _pw.mul(b, a),
+    "__truediv__": lambda a, b: _pw.div(a, b),
+    "__rtruediv__": lambda a, b: _pw.div(b, a),
+    "__floordiv__": lambda a, b: _pw.floor_divide(a, b),
+    "__rfloordiv__": lambda a, b: _pw.floor_divide(b, a),
+    "__mod__": lambda a, b: _pw.remainder(a, b),
+    "__rmod__": lambda a, b: _pw.remainder(b, a),
+    "__pow__": lambda a, b: _pw.pow(a, b),
+    "__rpow__": lambda a, b: _pw.pow(b, a),
     "__matmul__": lambda a, b: _la.matmul(a, b),
     "__rmatmul__": lambda a, b: _la.matmul(b, a),
-    "__neg__": lambda a: _ew.neg(a),
-    "__pos__": lambda a: a,
-    "__abs__": lambda a: _ew.abs(a),
+    "__neg__": lambda a: _pw.neg(a),
+    "__pos__": lambda a: _pw.positive(a),
+    "__abs__": lambda a: _pw.abs(a),
     "__getitem__": lambda a, idx: _sh.getitem(a, idx),
-    "__lt__": _comparison(np.less),
-    "__le__": _comparison(np.less_equal),
-    "__gt__": _comparison(np.greater),
-    "__ge__": _comparison(np.greater_equal),
-    "__eq__": _comparison(np.equal),
-    "__ne__": _comparison(np.not_equal),
+    # comparisons and bitwise operators: no gradient (bool or integer tensors), as PyTorch
+    "__lt__": lambda a, b: _lg.lt(a, b),
+    "__le__": lambda a, b: _lg.le(a, b),
+    "__gt__": lambda a, b: _lg.gt(a, b),
+    "__ge__": lambda a, b: _lg.ge(a, b),
+    "__eq__": lambda a, b: _lg.eq(a, b),
+    "__ne__": lambda a, b: _lg.ne(a, b),
+    "__and__": lambda a, b: _lg.bitwise_and(a, b),
+    "__rand__": lambda a, b: _lg.bitwise_and(b, a),
+    "__or__": lambda a, b: _lg.bitwise_or(a, b),
+    "__ror__": lambda a, b: _lg.bitwise_or(b, a),
+    "__xor__": lambda a, b: _lg.bitwise_xor(a, b),
+    "__rxor__": lambda a, b: _lg.bitwise_xor(b, a),
+    "__invert__": lambda a: _invert(a),
+    "__lshift__": lambda a, b: _lg.bitwise_left_shift(a, b),
+    "__rlshift__": lambda a, b: _lg.bitwise_left_shift(b, a),
+    "__rshift__": lambda a, b: _lg.bitwise_right_shift(a, b),
+    "__rrshift__": lambda a, b: _lg.bitwise_right_shift(b, a),
 }
 
 _METHODS = {
-    _ew: ("sigmoid", "relu", "maximum", "minimum", "clip", "leaky_relu", "gelu", "silu", "pow"),
     _sh: ("reshape", "transpose", "permute", "expand", "broadcast_to", "squeeze",
           "unsqueeze", "flatten", "split", "swapaxes", "clone"),
     _ix: ("repeat", "tile", "flip", "roll", "tril", "triu", "diagonal", "diag_embed", "gather",
           "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add", "masked_fill",
           "masked_scatter", "take_along_dim", "narrow", "movedim", "unbind", "chunk"),
-    _un: ("square", "prelu"),
     _lin: ("det", "slogdet", "inverse", "pinverse"),
 }
 
 # PyTorch's other Tensor methods, each module's `METHODS` table (name -> function):
-# conversions and introspection, arithmetic, products, comparisons and logic, shape
+# conversions and introspection, products, shape
 # methods, in-place math/shape/random methods
-_TABLES = (_cv, _ar, _pr, _lg, _vw, _ipm)
+_TABLES = (_cv, _pr, _vw, _ipm)
 
 
 def attach() -> None:
@@ -102,7 +116,7 @@ def attach() -> None:
     for module in _TABLES:
         for name, fn in module.METHODS.items():
             setattr(Tensor, name, fn)
-    Tensor.clamp = _ew.clip
+    Tensor.where = _where_method
     Tensor.view = _sh.reshape
     Tensor.matmul = _la.matmul
     Tensor.T = property(lambda a: _sh.transpose(a))

@@ -282,8 +282,8 @@ OPS = {
     "celu": (lambda x: F.celu(x, alpha=1.5), lambda x: TF.celu(x, alpha=1.5), [(3, 4)]),
     "hardtanh": (lambda x: F.hardtanh(x, -0.8, 0.6), lambda x: TF.hardtanh(x, -0.8, 0.6),
                  [(3, 4)]),
-    # torch's own hardsigmoid kernel multiplies the gradient by 1/6 rounded to float32
-    "hardsigmoid": (F.hardsigmoid, lambda x: TF.relu6(x + 3) / 6, [(3, 4)]),
+    # torch's own kernel (its gradient factor is 1/6 rounded to float32: pa's too)
+    "hardsigmoid": (F.hardsigmoid, TF.hardsigmoid, [(3, 4)]),
     "hardswish": (lambda x: F.hardswish(x * 4), lambda x: TF.hardswish(x * 4), [(3, 4)]),
     "logsigmoid": (F.logsigmoid, TF.logsigmoid, [(3, 4)]),
     "prelu": (F.prelu, TF.prelu, [(2, 3, 4), (3,)]),

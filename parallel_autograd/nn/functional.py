@@ -22,9 +22,8 @@ from ..memory import empty as _empty
 from ..memory import pooled as P
 from ..ops import reduce as _rd
 from ..ops.reduce import log_softmax, softmax  # torch.nn.functional's too
-from ..ops.elementwise import gelu, leaky_relu, relu, sigmoid, silu, tanh
-from ..ops.unary import (celu, elu, glu, hardsigmoid, hardswish, hardtanh, logsigmoid, mish,
-                         prelu, selu, softplus, softsign)
+from ..ops import activations as _activations  # noqa: F401  (declares F's activations)
+from ..primitive import exports as _exports
 from ..primitive import record
 from ..random import SegmentDraws, resolve_generator
 from ..tensor import Tensor
@@ -36,16 +35,19 @@ __all__ = [
     "adaptive_avg_pool2d", "interpolate", "upsample", "pixel_shuffle", "pixel_unshuffle",
     "layer_norm", "rms_norm", "embedding",
     "dropout", "nll_loss", "cross_entropy", "mse_loss", "scaled_dot_product_attention",
-    "relu", "leaky_relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax",
+    "softmax", "log_softmax",
     "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
     "binary_cross_entropy_with_logits", "kl_div", "cosine_embedding_loss",
     "margin_ranking_loss", "triplet_margin_loss", "batch_norm", "instance_norm",
     "group_norm", "local_response_norm",
-    "softplus", "softsign", "mish", "elu", "selu", "celu", "hardtanh", "hardsigmoid",
-    "hardswish", "logsigmoid", "prelu", "glu", "pad", "max_unpool1d", "max_unpool2d",
+    "pad", "max_unpool1d", "max_unpool2d",
     "max_pool3d", "avg_pool3d", "adaptive_max_pool3d", "adaptive_avg_pool3d",
     "lp_pool1d", "lp_pool2d", "lp_pool3d",
 ]
+
+# The declared ops of PyTorch's `torch.nn.functional` (`defop(module=...)`): the activations
+globals().update(_exports("torch.nn.functional"))
+__all__.extend(sorted(set(_exports("torch.nn.functional")) - set(__all__)))
 
 
 def _raw(x):

@@ -24,14 +24,11 @@ import numpy as np
 
 from ..primitive import primitive
 from ..tensor import Tensor
-from . import elementwise as E
 from .forms import cast, connect, depends_on, graph_fit
-from .forms import piecewise as _piecewise
 from . import linalg as L
 from . import shape as S
-from . import special
 
-__all__ = ["graph_fit", "cast", "ndtr", "depends_on", "connect"]
+__all__ = ["graph_fit", "cast", "depends_on", "connect"]
 
 
 def _arr(x):
@@ -51,84 +48,6 @@ def _set(op, *forms) -> None:
 
 
 
-# ---- elementwise ---------------------------------------------------------------------
-_set(E.add, lambda g, ans, x, y: g, lambda g, ans, x, y: g)
-_set(E.sub, lambda g, ans, x, y: g, lambda g, ans, x, y: -g)
-_set(E.mul, lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x)
-_set(E.div, lambda g, ans, x, y: g / y, lambda g, ans, x, y: -(g * ans) / y)
-_set(E.sigmoid, lambda g, ans, x: g * (ans * (1 - ans)))
-_set(E.silu, lambda g, ans, x: g * _silu_slope(x))
-for _op in (E.relu, E._leaky_relu, E._clip, E.maximum, E.minimum):
-    _set(_op, *[_piecewise(rule) for rule in _op.vjps])
-_set(E._where, None, lambda g, ans, c, x, y: E.where(c, g, 0.0),
-     lambda g, ans, c, x, y: E.where(c, 0.0, g))
-
-
-def _silu_slope(x):
-    s = E.sigmoid(x)
-    return s * (1 + x * (1 - s))
-
-
-def _pow_base(g, ans, x, y):
-    """y x^(y-1) g; 0 where y == 0 (0 * inf at x == 0 otherwise)."""
-    if isinstance(y, Tensor) or np.ndim(y):
-        zero = _arr(y) == 0
-        slope = E.where(zero, 0.0, y * E.pow(x, y - 1))
-        return g * slope
-    y = E._weak(y)
-    if y == 0:
-        return g * 0.0
-    if y == 1:
-        return g * 1.0
-    if y == 2:
-        return g * (x * 2)
-    return g * (E.pow(x, y - 1) * y)
-
-
-def _pow_exponent(g, ans, x, y):
-    """g x^y log(x); 0 where x == 0 and y >= 0 (PyTorch's choice: 0**y is flat there)."""
-    xs = _arr(x)
-    flat = (xs == 0) & (_arr(y) >= 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        value = g * (ans * E.log(x))
-    return E.where(flat, 0.0, value) if np.any(flat) else value
-
-
-_set(E.pow, _pow_base, _pow_exponent)
-
-
-def _gelu_tanh_slope(x):
-    # d/dx 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
-    u = (x + x * x * x * E._KAPPA) * E._SQRT_2_OVER_PI
-    t = E.tanh(u)
-    du = (x * x * (3 * E._KAPPA) + 1) * E._SQRT_2_OVER_PI
-    return (t + 1) * 0.5 + x * (1 - t * t) * du * 0.5
-
-
-_set(E._gelu_tanh_op, lambda g, ans, x, approximate: g * _gelu_tanh_slope(x))
-
-
-def _phi(x):
-    """The standard normal density, with ops."""
-    return E.exp(x * x * -0.5) * E._INV_SQRT_2PI
-
-
-ndtr = primitive("ndtr", lambda x: special.ndtr(np.asarray(x, dtype=np.float64)
-                                                if np.asarray(x).dtype.kind != "f"
-                                                else x),
-                 lambda g, ans, x: g * np.exp(x * x * -0.5) * E._INV_SQRT_2PI)
-ndtr.vjps[0].graph = lambda g, ans, x: g * _phi(x)
-ndtr.__doc__ = "The standard normal CDF, differentiable (its derivative is the density)."
-
-
-def _gelu_erf(g, node):
-    # gelu saves (cdf, x): d/dx x ndtr(x) = ndtr(x) + x phi(x)
-    from .forms import graph_input
-    x = graph_input(node, 0, node.saved[1])
-    return g * (ndtr(x) + x * _phi(x))
-
-
-E._gelu_erf_vjp.graph_node = _gelu_erf
 
 
 # ---- shapes and indexing -----------------------------------------------------------------

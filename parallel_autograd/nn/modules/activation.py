@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ops import elementwise as _ew
+from ...ops import activations as _act
+from ...ops import pointwise as _pw
 from ...ops import reduce as _rd
-from ...ops import unary as _un
 from ..module import Module
 from ..parameter import Parameter
 from ._utils import float_dtype, positive_int
@@ -33,7 +33,7 @@ class ReLU(Module):
 
     def forward(self, input):
         """relu(input)."""
-        return _ew.relu(input)
+        return _act.relu(input)
 
     def extra_repr(self) -> str:
         """`inplace=True` when set."""
@@ -52,7 +52,7 @@ class GELU(Module):
 
     def forward(self, input):
         """gelu(input, approximate)."""
-        return _ew.gelu(input, approximate=self.approximate)
+        return _act.gelu(input, approximate=self.approximate)
 
     def extra_repr(self) -> str:
         """`approximate='…'`."""
@@ -68,7 +68,7 @@ class SiLU(Module):
 
     def forward(self, input):
         """silu(input)."""
-        return _ew.silu(input)
+        return _act.silu(input)
 
     def extra_repr(self) -> str:
         """`inplace=True` when set."""
@@ -80,7 +80,7 @@ class Tanh(Module):
 
     def forward(self, input):
         """tanh(input)."""
-        return _ew.tanh(input)
+        return _pw.tanh(input)
 
 
 class Sigmoid(Module):
@@ -88,7 +88,7 @@ class Sigmoid(Module):
 
     def forward(self, input):
         """sigmoid(input)."""
-        return _ew.sigmoid(input)
+        return _act.sigmoid(input)
 
 
 class LeakyReLU(Module):
@@ -100,7 +100,7 @@ class LeakyReLU(Module):
 
     def forward(self, input):
         """leaky_relu(input, negative_slope)."""
-        return _ew.leaky_relu(input, self.negative_slope)
+        return _act.leaky_relu(input, self.negative_slope)
 
     def extra_repr(self) -> str:
         """`negative_slope=…` (and `inplace=True` when set)."""
@@ -153,7 +153,7 @@ class Softplus(Module):
 
     def forward(self, input):
         """softplus(input, beta, threshold)."""
-        return _un.softplus(input, self.beta, self.threshold)
+        return _act.softplus(input, self.beta, self.threshold)
 
     def extra_repr(self) -> str:
         """`beta=…, threshold=…`."""
@@ -165,7 +165,7 @@ class Softsign(Module):
 
     def forward(self, input):
         """softsign(input)."""
-        return _un.softsign(input)
+        return _act.softsign(input)
 
 
 class Mish(Module):
@@ -177,7 +177,7 @@ class Mish(Module):
 
     def forward(self, input):
         """mish(input)."""
-        return _un.mish(input)
+        return _act.mish(input)
 
     def extra_repr(self) -> str:
         """`inplace=True` when set."""
@@ -193,7 +193,7 @@ class ELU(Module):
 
     def forward(self, input):
         """elu(input, alpha)."""
-        return _un.elu(input, self.alpha)
+        return _act.elu(input, self.alpha)
 
     def extra_repr(self) -> str:
         """`alpha=…` (and `inplace=True` when set)."""
@@ -209,7 +209,7 @@ class SELU(Module):
 
     def forward(self, input):
         """selu(input)."""
-        return _un.selu(input)
+        return _act.selu(input)
 
     def extra_repr(self) -> str:
         """`inplace=True` when set."""
@@ -225,7 +225,7 @@ class CELU(Module):
 
     def forward(self, input):
         """celu(input, alpha)."""
-        return _un.celu(input, self.alpha)
+        return _act.celu(input, self.alpha)
 
     def extra_repr(self) -> str:
         """`alpha=…` (and `inplace=True` when set)."""
@@ -245,7 +245,7 @@ class Hardtanh(Module):
 
     def forward(self, input):
         """hardtanh(input, min_val, max_val)."""
-        return _un.hardtanh(input, self.min_val, self.max_val)
+        return _act.hardtanh(input, self.min_val, self.max_val)
 
     def extra_repr(self) -> str:
         """`min_val=…, max_val=…` (and `inplace=True` when set)."""
@@ -262,7 +262,7 @@ class Hardsigmoid(Module):
 
     def forward(self, input):
         """hardsigmoid(input)."""
-        return _un.hardsigmoid(input)
+        return _act.hardsigmoid(input)
 
     def extra_repr(self) -> str:
         """`inplace=True` when set."""
@@ -278,7 +278,7 @@ class Hardswish(Module):
 
     def forward(self, input):
         """hardswish(input)."""
-        return _un.hardswish(input)
+        return _act.hardswish(input)
 
     def extra_repr(self) -> str:
         """`inplace=True` when set."""
@@ -290,7 +290,7 @@ class LogSigmoid(Module):
 
     def forward(self, input):
         """logsigmoid(input)."""
-        return _un.logsigmoid(input)
+        return _act.logsigmoid(input)
 
 
 class PReLU(Module):
@@ -311,7 +311,7 @@ class PReLU(Module):
 
     def forward(self, input):
         """prelu(input, weight)."""
-        return _un.prelu(input, self.weight)
+        return _act.prelu(input, self.weight)
 
     def extra_repr(self) -> str:
         """`num_parameters=…`."""
@@ -327,7 +327,7 @@ class GLU(Module):
 
     def forward(self, input):
         """glu(input, dim)."""
-        return _un.glu(input, self.dim)
+        return _act.glu(input, self.dim)
 
     def extra_repr(self) -> str:
         """`dim=…`."""
