@@ -21,15 +21,11 @@ from .ops.index import (chunk, diag_embed, diagonal, einsum, flip, gather, index
                         roll, scatter, scatter_add, scatter_reduce, take_along_axis,
                         take_along_dim, tile, tril, triu, unbind)
 from .ops.inplace_more import bernoulli
-from .ops.linalg import matmul
 from .ops.logic import (allclose, argsort, bincount, bitwise_and, bitwise_not, bitwise_or,
                         bitwise_xor, count_nonzero, eq, equal, ge, gt, isclose, isfinite, isinf,
                         isnan, isneginf, isposinf, le, logical_and, logical_not, logical_or,
                         logical_xor, lt, msort, ne, nonzero, unique)
-from .ops.products import (addmm, addmv, baddbmm, bmm, cross, diag, dot, kron, matrix_power,
-                           mm, mv, outer, trace)
 from . import linalg  # noqa: F401, I001  (pa.linalg: torch.linalg's ops)
-from .linalg import det, inverse, pinverse, slogdet
 from .ops.reduce import log_softmax, logsumexp, max, mean, min, softmax, sum, var
 from .ops.scan import (amax, amin, argmax, argmin, cumprod, cumsum, kthvalue, median, norm,
                        prod, sort, std, topk)
@@ -62,7 +58,6 @@ __all__ = [
     "masked_fill", "masked_scatter", "movedim", "narrow", "repeat", "roll", "scatter",
     "scatter_add", "scatter_reduce", "take_along_axis", "take_along_dim", "tile", "tril", "triu",
     "unbind",
-    "det", "inverse", "pinverse", "slogdet",
     "amax", "amin", "argmax", "argmin", 
     "celu", "cumprod", "cumsum", 
     "kthvalue", "median", "norm", "prelu", "prod", 
@@ -73,13 +68,13 @@ __all__ = [
     "flatten", "Function", "FunctionCtx", "gelu", "get_default_engine", "getitem", "grad",
     "grad_parallel", "gradcheck", "gradgradcheck", "is_anomaly_check_nan_enabled",
     "is_anomaly_enabled", "is_grad_enabled", "leaky_relu", "load", "log_softmax",
-    "logsumexp", "manual_seed", "matmul", "maximum", "mean", "minimum", "mul", 
+    "logsumexp", "manual_seed", "maximum", "mean", "minimum", "mul", 
     "no_grad", "once_differentiable", "ones", "pad", "permute", "primitive", "profile",
     "randn", "record", "relu", "reshape", "save", "set_default_engine", "set_detect_anomaly",
     "set_grad_enabled", "sigmoid", "silu", "softmax", "split", "squeeze",
     "stack", "sub", "swapaxes", "Tensor", "tensor", "transpose", "tune_allocator",
     "unsqueeze", "var", "where", "zeros",
-    # PyTorch's functions behind the Tensor methods of ops/arith, products, logic, views,
+    # PyTorch's functions behind the Tensor methods of ops/arith, logic, views,
     # cumulative and inplace_more (`any`/`all` are methods only: they would shadow builtins)
     "addcdiv", "addcmul", "atan2", "clamp_max", "clamp_min", "float_power", "floor_divide",
     "fmod", "frac", "hypot", "lerp", "nan_to_num", "remainder", "sgn", "signbit",
@@ -87,8 +82,7 @@ __all__ = [
     "bincount", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "count_nonzero",
     "eq", "equal", "ge", "gt", "isclose", "isfinite", "isinf", "isnan", "isneginf",
     "isposinf", "le", "logical_and", "logical_not", "logical_or", "logical_xor", "lt",
-    "msort", "ne", "nonzero", "unique", "addmm", "addmv", "baddbmm", "bmm", "cross", "diag",
-    "dot", "kron", "matrix_power", "mm", "mv", "outer", "trace", "masked_select",
+    "msort", "ne", "nonzero", "unique", "masked_select",
     "repeat_interleave", "select", "sum_to_size", "tensor_split", "unflatten",
 ]
 

@@ -17,10 +17,8 @@ from .ops import elementwise as _ew
 from .ops import graph as _graph  # noqa: F401  (the rules' differentiable forms)
 from .ops import index as _ix
 from .ops import inplace_more as _ipm
-from . import linalg as _lin
 from .ops import linalg as _la
 from .ops import logic as _lg
-from .ops import products as _pr
 from .ops import reduce as _rd
 from .ops import scan as _sc
 from .ops import unary as _un
@@ -83,13 +81,12 @@ _METHODS = {
     _un: ("square", "prelu"),
     _sc: ("prod", "std", "norm", "cumsum", "cumprod", "amax", "amin", "argmax", "argmin",
           "sort", "topk", "kthvalue", "median"),
-    _lin: ("det", "slogdet", "inverse", "pinverse"),
 }
 
 # PyTorch's other Tensor methods, each module's `METHODS` table (name -> function):
-# conversions and introspection, arithmetic, products, comparisons and logic, shape
+# conversions and introspection, arithmetic, comparisons and logic, shape
 # methods, running extrema, in-place math/shape/random methods
-_TABLES = (_cv, _ar, _pr, _lg, _vw, _cu, _ipm)
+_TABLES = (_cv, _ar, _lg, _vw, _cu, _ipm)
 
 
 def attach() -> None:
@@ -108,7 +105,6 @@ def attach() -> None:
             setattr(Tensor, name, fn)
     Tensor.clamp = _ew.clip
     Tensor.view = _sh.reshape
-    Tensor.matmul = _la.matmul
     Tensor.T = property(lambda a: _sh.transpose(a))
     Tensor.mT = property(lambda a: _sh.swapaxes(a, -1, -2))
     Tensor.backward = backward
