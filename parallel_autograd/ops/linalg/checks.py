@@ -59,7 +59,7 @@ def square(name: str, a: np.ndarray) -> None:
 
 def same_dtype(name: str, what: str, *arrays) -> None:
     """PyTorch's products refuse operands of different dtypes (no promotion)."""
-    dtypes = [np.result_type(a) for a in arrays]
+    dtypes = [a.dtype if type(a) is np.ndarray else np.result_type(a) for a in arrays]
     if any(d != dtypes[0] for d in dtypes):
         raise RuntimeError(f"{name}: expected {what} to have the same dtype, but got: "
                            f"{' != '.join(str(d) for d in dtypes)}")
@@ -114,5 +114,6 @@ def batch_shape(name: str, a_shape: tuple, b_shape: tuple) -> tuple:
 def cost(ans, A, *_, **__) -> float:
     """The backward work of a decomposition's rule: LAPACK and GEMMs, about n^3 per matrix
     (`costs.gemm_cost`, n the larger side)."""
-    shape = np.shape(A)
-    return gemm_cost(max(np.size(ans), 1), max(max(shape[-2:], default=1), 1))
+    shape = A.shape if type(A) is np.ndarray else np.shape(A)
+    side = max(shape[-2:]) if len(shape) > 1 else 1
+    return gemm_cost(ans.size, max(side, 1))
