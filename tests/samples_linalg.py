@@ -189,5 +189,6 @@ SAMPLES = {
                        Sample(rng.standard_normal((2, 3, 3))),
                        Sample(rng.standard_normal((3, 5))),
                        Sample(rng.standard_normal((2, 4)), mode="complete")],
-    "lstsq": lstsq, "matrix_norm": matrix_norm, "norm": norm,
+    "lstsq": lstsq, "matrix_norm": matrix_norm,
+    "torch.linalg.norm": norm,       # (torch.norm is another op: the reductions')
 }
