@@ -20,13 +20,42 @@ def _sym(args):
     return [(a + a.mT) * 0.5, *args[1:]]
 
 
+def _orthonormal(rng, *shape):
+    """Random matrices with orthonormal columns (m >= k)."""
+    q, r = np.linalg.qr(rng.standard_normal(shape))
+    return q * np.sign(np.diagonal(r, axis1=-2, axis2=-1))[..., None, :]
+
+
+def _spectrum(rng, *shape, low=1.0, step=0.5, signs=False):
+    """U diag(s) V^T of `shape` with singular values low, low + step, ... (distinct and
+    away from 0: invertible or of full rank, condition number fixed), U and V random; with
+    `signs`, a random sign per value (a symmetric matrix's eigenvalues: `_symmetric`)."""
+    m, n = shape[-2:]
+    k = min(m, n)
+    s = low + step * rng.permutation(k)
+    u = _orthonormal(rng, *shape[:-2], m, k)
+    v = _orthonormal(rng, *shape[:-2], n, k)
+    return (u * s) @ np.swapaxes(v, -1, -2)
+
+
 def _wellcond(rng, *shape):
-    return rng.standard_normal(shape) + 3 * np.eye(shape[-1])
+    """Invertible, condition number <= 2: singular values in [1, 2]."""
+    n = shape[-1]
+    return _spectrum(rng, *shape, low=1.0, step=1.0 / max(n - 1, 1))
+
+
+def _symmetric(rng, *shape):
+    """Symmetric, eigenvalues distinct (spaced 0.7, both signs)."""
+    q = _orthonormal(rng, *shape)
+    w = 0.7 * rng.permutation(shape[-1]) - 1.0
+    return (q * w) @ np.swapaxes(q, -1, -2)
 
 
 def _spd(rng, *shape):
-    a = rng.standard_normal(shape)
-    return a @ np.swapaxes(a, -1, -2) + shape[-1] * np.eye(shape[-1])
+    """Symmetric positive-definite, eigenvalues in [1, 3]."""
+    q = _orthonormal(rng, *shape)
+    w = 1.0 + 2.0 * rng.permutation(shape[-1]) / max(shape[-1] - 1, 1)
+    return (q * w) @ np.swapaxes(q, -1, -2)
 
 
 def matmul(rng):
@@ -65,10 +94,10 @@ def cholesky(rng):
 
 
 def pinv(rng):
-    n = rng.standard_normal
-    return [Sample(n((4, 3))), Sample(n((2, 3, 4))), Sample(n((3, 3)), rtol=1e-6),
-            Sample(n((4, 3)), atol=1e-9), Sample(_spd(rng, 3, 3) - 4 * np.eye(3), prep=_sym,
-                                                 hermitian=True)]
+    n = lambda *s: _spectrum(rng, *s)  # noqa: E731  (full rank, distinct singular values)
+    return [Sample(n(4, 3)), Sample(n(2, 3, 4)), Sample(n(3, 3), rtol=1e-6),
+            Sample(n(4, 3), atol=1e-9), Sample(_symmetric(rng, 3, 3), prep=_sym,
+                                               hermitian=True)]
 
 
 def vector_norm(rng):
@@ -120,9 +149,8 @@ def _squared_vectors(r):
 
 
 def eigh(rng):
-    n = rng.standard_normal
-    return [Sample(n((3, 3)), prep=_sym, post=_squared_vectors),
-            Sample(n((2, 4, 4)), prep=_sym, post=_squared_vectors, UPLO="U")]
+    return [Sample(_symmetric(rng, 3, 3), prep=_sym, post=_squared_vectors),
+            Sample(_symmetric(rng, 2, 4, 4), prep=_sym, post=_squared_vectors, UPLO="U")]
 
 
 def _thin_squared(k):
@@ -133,34 +161,34 @@ def _thin_squared(k):
 
 
 def svd(rng):
-    n = rng.standard_normal
-    return [Sample(n((4, 3)), full_matrices=False, post=_thin_squared(3)),
-            Sample(n((2, 3, 5)), full_matrices=False, post=_thin_squared(3)),
-            Sample(n((5, 3)), post=_thin_squared(3)), Sample(n((3, 4)), post=_thin_squared(3))]
+    n = lambda *s: _spectrum(rng, *s)  # noqa: E731
+    return [Sample(n(4, 3), full_matrices=False, post=_thin_squared(3)),
+            Sample(n(2, 3, 5), full_matrices=False, post=_thin_squared(3)),
+            Sample(n(5, 3), post=_thin_squared(3)), Sample(n(3, 4), post=_thin_squared(3))]
 
 
 def lstsq(rng):
-    n = rng.standard_normal
-    return [Sample(n((5, 3)), n((5, 2))), Sample(n((2, 5, 3)), n((2, 5)), driver="gelsd"),
-            Sample(n((1, 5, 3)), n((2, 5, 2)), driver="gelss"),
-            Sample(n((3, 5)), n((3, 2)), driver="gelsd"),
+    a, n = (lambda *s: _spectrum(rng, *s)), rng.standard_normal
+    return [Sample(a(5, 3), n((5, 2))), Sample(a(2, 5, 3), n((2, 5)), driver="gelsd"),
+            Sample(a(1, 5, 3), n((2, 5, 2)), driver="gelss"),
+            Sample(a(3, 5), n((3, 2)), driver="gelsd"),
             Sample(_wellcond(rng, 3, 3), n((3, 2)), driver="gels")]
 
 
 def matrix_norm(rng):
-    n = rng.standard_normal
-    return ([Sample(n((2, 3, 4)), ord=o) for o in ("fro", "nuc", 2, -2, 1, -1, np.inf, -np.inf)]
-            + [Sample(n((2, 3, 4)), ord=2, dim=(2, 0)),
-               Sample(n((3, 4)), ord=np.inf, keepdim=True),
-               Sample(n((2, 3, 4)), ord="nuc", dim=(0, 1), keepdim=True)])
+    n = lambda *s: _spectrum(rng, *s)  # noqa: E731  (distinct singular values, no zeros)
+    return ([Sample(n(2, 3, 4), ord=o) for o in ("fro", "nuc", 2, -2, 1, -1, np.inf, -np.inf)]
+            + [Sample(np.moveaxis(n(4, 3, 2), -1, 0), ord=2, dim=(2, 0)),
+               Sample(n(3, 4), ord=np.inf, keepdim=True),
+               Sample(np.moveaxis(n(4, 2, 3), 0, -1), ord="nuc", dim=(0, 1), keepdim=True)])
 
 
 def norm(rng):
-    n = rng.standard_normal
+    n, m = rng.standard_normal, (lambda *s: _spectrum(rng, *s))
     return [Sample(n((3, 4))), Sample(n((3, 4)), ord=2, dim=1), Sample(n(5), ord=3),
-            Sample(n((3, 4)), ord="nuc", dim=(0, 1)), Sample(n((3, 4)), keepdim=True),
-            Sample(n((3, 4)), ord=-2), Sample(n((3, 4)), ord=1), Sample(n((3, 4)), ord=0.5,
-                                                                         dim=(1,))]
+            Sample(m(3, 4), ord="nuc", dim=(0, 1)), Sample(n((3, 4)), keepdim=True),
+            Sample(m(3, 4), ord=-2), Sample(m(3, 4), ord=1),
+            Sample(m(3, 4), ord=0.5, dim=(1,))]
 
 
 SAMPLES = {
@@ -179,16 +207,15 @@ SAMPLES = {
     "torch.linalg.cross": lambda rng: [
         Sample(rng.standard_normal((2, 3)), rng.standard_normal((1, 3))),
         Sample(rng.standard_normal((3, 2)), rng.standard_normal((3, 2)), dim=0)],
-    "inverse": inv, "pinverse": lambda rng: [Sample(rng.standard_normal((4, 3))),
-                                             Sample(rng.standard_normal((3, 4)), rcond=1e-3)],
-    "slogdet": lambda rng: [Sample(rng.standard_normal((3, 3))),
-                            Sample(rng.standard_normal((2, 4, 4)))],
+    "inverse": inv, "pinverse": lambda rng: [Sample(_spectrum(rng, 4, 3)),
+                                             Sample(_spectrum(rng, 3, 4), rcond=1e-3)],
+    "slogdet": lambda rng: [Sample(_wellcond(rng, 3, 3) * [[1], [-1], [1]]),
+                            Sample(_wellcond(rng, 2, 4, 4))],
     "matrix_power": matrix_power, "eigh": eigh, "svd": svd,
-    "svdvals": _shapes(((3, 4),), ((2, 4, 3),)),
-    "qr": lambda rng: [Sample(rng.standard_normal((4, 3))),
-                       Sample(rng.standard_normal((2, 3, 3))),
-                       Sample(rng.standard_normal((3, 5))),
-                       Sample(rng.standard_normal((2, 4)), mode="complete")],
+    "svdvals": lambda rng: [Sample(_spectrum(rng, 3, 4)), Sample(_spectrum(rng, 2, 4, 3))],
+    "qr": lambda rng: [Sample(_spectrum(rng, 4, 3)), Sample(_spectrum(rng, 2, 3, 3)),
+                       Sample(_spectrum(rng, 3, 5)),
+                       Sample(_spectrum(rng, 2, 4), mode="complete")],
     "lstsq": lstsq, "matrix_norm": matrix_norm,
     "torch.linalg.norm": norm,       # (torch.norm is another op: the reductions')
 }
