@@ -16,12 +16,8 @@ from .ops.index import (chunk, diag_embed, diagonal, einsum, flip, gather, index
                         roll, scatter, scatter_add, scatter_reduce, take_along_axis,
                         take_along_dim, tile, tril, triu, unbind)
 from .ops.inplace_more import bernoulli
-from .ops.linalg import matmul
 from .ops import logic as _logic  # noqa: F401  (declares them: exported below)
-from .ops.products import (addmm, addmv, baddbmm, bmm, cross, diag, dot, kron, matrix_power,
-                           mm, mv, outer, trace)
 from . import linalg  # noqa: F401, I001  (pa.linalg: torch.linalg's ops)
-from .linalg import det, inverse, pinverse, slogdet
 from .ops import reduce as _reduce, scan as _scan  # noqa: F401  (their ops: exported below)
 from .ops.shape import (broadcast_to, clone, concat, expand, flatten, getitem, pad, permute,
                         reshape, split, squeeze, stack, swapaxes, transpose, unsqueeze)
@@ -50,21 +46,19 @@ __all__ = [
     "masked_fill", "masked_scatter", "movedim", "narrow", "repeat", "roll", "scatter",
     "scatter_add", "scatter_reduce", "take_along_axis", "take_along_dim", "tile", "tril", "triu",
     "unbind",
-    "det", "inverse", "pinverse", "slogdet",
     "arange", "backward", "backward_parallel", "broadcast_to", "cat", "checkpoint",
     "checkpoint_sequential", "clone", "concat", "default_engine",
     "default_generator", "detect_anomaly", "enable_grad", "Engine", "expand",
     "flatten", "Function", "FunctionCtx", "get_default_engine", "getitem", "grad",
     "grad_parallel", "gradcheck", "gradgradcheck", "is_anomaly_check_nan_enabled",
-    "is_anomaly_enabled", "is_grad_enabled", "load", "manual_seed", "matmul",
+    "is_anomaly_enabled", "is_grad_enabled", "load", "manual_seed",
     "no_grad", "once_differentiable", "ones", "pad", "permute", "primitive", "profile",
     "randn", "record", "reshape", "save", "set_default_engine", "set_detect_anomaly",
     "set_grad_enabled", "split", "squeeze",
     "stack", "swapaxes", "Tensor", "tensor", "transpose", "tune_allocator",
     "unsqueeze", "zeros",
-    # PyTorch's functions behind the Tensor methods of ops/products, views and inplace_more
-    "bernoulli", "addmm", "addmv", "baddbmm", "bmm", "cross", "diag",
-    "dot", "kron", "matrix_power", "mm", "mv", "outer", "trace", "masked_select",
+    # PyTorch's functions behind the Tensor methods of ops/views and inplace_more
+    "bernoulli", "masked_select",
     "repeat_interleave", "select", "sum_to_size", "tensor_split", "unflatten",
 ]
 

@@ -12,11 +12,9 @@ from .ops import convert as _cv
 from .ops import graph as _graph  # noqa: F401  (the rules' differentiable forms)
 from .ops import index as _ix
 from .ops import inplace_more as _ipm
-from . import linalg as _lin
 from .ops import linalg as _la
 from .ops import logic as _lg
 from .ops import pointwise as _pw
-from .ops import products as _pr
 from .ops import reduce as _rd  # noqa: F401  (declares the reductions: their methods)
 from .ops import scan as _sc  # noqa: F401  (declares the scans: their methods)
 from .ops import shape as _sh
@@ -93,13 +91,11 @@ _METHODS = {
     _ix: ("repeat", "tile", "flip", "roll", "tril", "triu", "diagonal", "diag_embed", "gather",
           "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add", "masked_fill",
           "masked_scatter", "take_along_dim", "narrow", "movedim", "unbind", "chunk"),
-    _lin: ("det", "slogdet", "inverse", "pinverse"),
 }
 
 # PyTorch's other Tensor methods, each module's `METHODS` table (name -> function):
-# conversions and introspection, products, shape
-# methods, in-place math/shape/random methods
-_TABLES = (_cv, _pr, _vw, _ipm)
+# conversions and introspection, shape methods, in-place math/shape/random methods
+_TABLES = (_cv, _vw, _ipm)
 
 
 def attach() -> None:
@@ -118,7 +114,6 @@ def attach() -> None:
             setattr(Tensor, name, fn)
     Tensor.where = _where_method
     Tensor.view = _sh.reshape
-    Tensor.matmul = _la.matmul
     Tensor.T = property(lambda a: _sh.transpose(a))
     Tensor.mT = property(lambda a: _sh.swapaxes(a, -1, -2))
     Tensor.backward = backward

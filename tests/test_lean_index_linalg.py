@@ -1,8 +1,8 @@
 """Allocation of the index ops (ops/index.py), index_put (ops/setitem.py) and pa.linalg.
 
 Each op's forward and each of its rules, called as the engine calls them
-(`vjp(g, *node.saved, **node.kwargs)` or `joint(g, *node.saved)`), on inputs of a few MB,
-allocates at most what it returns plus the bound stated per case (tests/conftest.py's
+(`vjp(g, *node.saved, **node.kwargs)` or `joint(g, *node.saved, **node.kwargs)`), on inputs
+of a few MB, allocates at most what it returns plus the bound stated per case (tests/conftest.py's
 `temporary_bytes`: the peak of traced bytes beyond the result). SLACK (128 KiB) covers
 Python objects, numpy's fancy-indexing buffers (about 70 KB) and small index arrays.
 The bounds, and why each is legitimate:
@@ -155,7 +155,7 @@ def _rules(out):
         g = np.random.default_rng(j).uniform(0.5, 1.5, o.shape)
         kw = node.kwargs or {}
         if getattr(node, "joint", None) is not None:
-            yield f"output {j} joint", lambda n=node, g=g: n.joint(g, *n.saved)
+            yield f"output {j} joint", lambda n=node, g=g, kw=kw: n.joint(g, *n.saved, **kw)
             continue
         for i, v in enumerate(node.vjps):
             if v is not None:
@@ -193,7 +193,7 @@ def test_the_lean_rules_keep_their_values():
     k = q.T @ g
     want = q @ (((k - k.T) * 0.5) / e) @ q.T
     Q = L.eigh(_t(SPD)).eigenvectors
-    got = Q.grad_fn.vjps[0](g, *Q.grad_fn.saved)
+    got = Q.grad_fn.vjps[0](g, *Q.grad_fn.saved, **Q.grad_fn.kwargs)
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
     lo = np.linalg.cholesky(SPD)
     m = lo.T @ g

@@ -308,18 +308,23 @@ def test_norm_dtype_argument_and_zero_norm_gradient():
 
 
 # ---- errors --------------------------------------------------------------------------------
-def test_bad_input_raises_clear_errors_before_recording():
+def test_bad_input_raises_pytorchs_exception_types_before_recording():
+    # PyTorch's types: RuntimeError for shapes, dtypes and arguments, IndexError for a dim
+    # out of range, TypeError for an argument of the wrong type, LinAlgError (a
+    # RuntimeError) for a singular or not positive-definite matrix (before: ValueError,
+    # TypeError, numpy's LinAlgError, a ValueError)
     x = _t(np.ones((2, 3)))
-    with pytest.raises(ValueError, match=r"linalg.inv: A must be batches of square matrices, "
-                                         r"but they are 2 by 3 matrices"):
+    with pytest.raises(RuntimeError, match=r"linalg.inv: A must be batches of square "
+                                           r"matrices, but they are 2 by 3 matrices"):
         LA.inv(x)
-    with pytest.raises(ValueError, match="linalg.det: A must be batches of square"):
+    with pytest.raises(RuntimeError, match="linalg.det: A must be batches of square"):
         LA.det(x)
-    with pytest.raises(ValueError, match="linalg.cholesky: A must have at least 2 dim"):
+    with pytest.raises(RuntimeError, match="linalg.cholesky: The input tensor A must have "
+                                           "at least 2 dim"):
         LA.cholesky(_t(np.ones(3)))
-    with pytest.raises(TypeError, match="linalg.inv: expected a float32 or float64"):
+    with pytest.raises(RuntimeError, match="linalg.inv: Expected a floating point"):
         LA.inv(np.eye(2, dtype=np.int64))
-    with pytest.raises(TypeError, match="same dtype"):
+    with pytest.raises(RuntimeError, match="same dtype"):
         LA.solve(np.eye(2), np.ones(2, np.float32))
     singular = _t(np.array([[[1.0, 0.0], [0.0, 1.0]], [[1.0, 2.0], [2.0, 4.0]]]))
     with pytest.raises(LA.LinAlgError, match=r"linalg.inv: the input matrix is singular.*"
@@ -327,29 +332,86 @@ def test_bad_input_raises_clear_errors_before_recording():
         LA.inv(singular)
     with pytest.raises(LA.LinAlgError, match="linalg.solve: .*singular"):
         LA.solve(singular, np.ones(2))
-    with pytest.raises(np.linalg.LinAlgError, match="linalg.cholesky: .*not positive-definite"):
+    with pytest.raises(RuntimeError, match="linalg.cholesky: .*not positive-definite"):
         LA.cholesky(-np.eye(2))
-    with pytest.raises(ValueError, match=r"incompatible shapes of A and B .* \(3x3 and 2x1\)"):
+    with pytest.raises(RuntimeError, match=r"incompatible shapes of A and B .* \(3x3 and 2x1\)"):
         LA.solve(np.eye(3), np.ones(2))
-    with pytest.raises(ValueError, match="batch dimensions of A .* do not broadcast"):
+    with pytest.raises(RuntimeError, match="batch dimensions of A .* do not broadcast"):
         LA.solve(np.ones((2, 3, 3)), np.ones((4, 3, 1)))
-    with pytest.raises(ValueError, match="linalg.lstsq: A and B must have the same number"):
+    with pytest.raises(RuntimeError, match="linalg.lstsq: A and B must have the same number"):
         LA.lstsq(np.ones((4, 3)), np.ones((3, 2)))
-    with pytest.raises(ValueError, match="driver"):
+    with pytest.raises(RuntimeError, match="driver"):
         LA.lstsq(np.ones((4, 3)), np.ones((4, 2)), driver="gelsx")
-    with pytest.raises(ValueError, match="qr: mode"):
+    with pytest.raises(RuntimeError, match="unrecognized mode 'full'"):
         LA.qr(x, mode="full")
-    with pytest.raises(ValueError, match="UPLO"):
+    with pytest.raises(RuntimeError, match="UPLO"):
         LA.eigh(np.eye(2), UPLO="X")
-    with pytest.raises(ValueError, match="matrix_norm: ord"):
+    with pytest.raises(RuntimeError, match="matrix_norm: Order 3 not supported"):
         LA.matrix_norm(x, 3)
-    with pytest.raises(TypeError, match="vector_norm: ord must be a number"):
+    with pytest.raises(RuntimeError, match="matrix_norm: dim must be a 2-tuple"):
+        LA.matrix_norm(x, dim=(0,))
+    with pytest.raises(RuntimeError, match="appears multiple times"):
+        LA.matrix_norm(x, dim=(0, 0))
+    with pytest.raises(TypeError, match="vector_norm: argument 'ord' must be a number"):
         LA.vector_norm(x, "fro")
-    with pytest.raises(IndexError, match="dimension 2 is out of range"):
+    with pytest.raises(IndexError, match="Dimension out of range"):
         LA.vector_norm(x, dim=2)
-    with pytest.raises(ValueError, match="norm: if dim is not given but ord is"):
+    with pytest.raises(RuntimeError, match="vector_norm: Expected a floating point"):
+        LA.vector_norm(np.ones(3, np.int64))
+    with pytest.raises(RuntimeError, match="without narrowing"):
+        LA.vector_norm(x, dtype=np.float32)
+    with pytest.raises(RuntimeError, match="norm: if dim is not given but ord is"):
         LA.norm(np.ones((2, 2, 2)), 2)
+    with pytest.raises(RuntimeError, match="driver="):
+        LA.svd(x, driver="gesvd")
+    assert issubclass(LA.LinAlgError, RuntimeError)
     assert x.grad is None and singular.grad is None
+
+
+def test_solve_left_false_takes_b_as_torch_does():
+    # a batch of vectors is a batch of columns, left or right (torch): XA = B then needs
+    # B's columns to number n, so torch refuses it; it was solved as rows before
+    a = _wellcond(2, 3, 3)
+    for b in (np.ones(3), np.ones((2, 3))):
+        with pytest.raises(RuntimeError, match=r"XA = B \(3x3 and 3x1\)"):
+            LA.solve(a, b, left=False)
+    torch = pytest.importorskip("torch")
+    for b in (np.ones(3), np.ones((2, 3))):
+        with pytest.raises(RuntimeError, match=r"XA = B \(3x3 and 3x1\)"):
+            torch.linalg.solve(torch.tensor(a), torch.tensor(b), left=False)
+    b = _rand(4, 3, seed=2)            # a matrix: X (4 x 3) A = B
+    np.testing.assert_allclose(LA.solve(a[0], b, left=False).data,
+                               torch.linalg.solve(torch.tensor(a[0]), torch.tensor(b),
+                                                  left=False).numpy(), rtol=1e-12)
+
+
+def test_exception_types_are_pytorchs():
+    torch = pytest.importorskip("torch")
+    calls = [
+        lambda L, t: L.linalg.inv(t(np.ones((2, 3)))),
+        lambda L, t: L.linalg.inv(t(np.eye(2, dtype=np.int64))),
+        lambda L, t: L.linalg.inv(t(np.array([[1.0, 2.0], [2.0, 4.0]]))),
+        lambda L, t: L.linalg.solve(t(np.eye(3)), t(np.ones(2))),
+        lambda L, t: L.linalg.solve(t(np.eye(2)), t(np.ones(2, np.float32))),
+        lambda L, t: L.linalg.cholesky(t(-np.eye(2))),
+        lambda L, t: L.linalg.qr(t(np.ones((2, 3))), mode="full"),
+        lambda L, t: L.linalg.eigh(t(np.eye(2)), UPLO="X"),
+        lambda L, t: L.linalg.lstsq(t(np.ones((4, 3))), t(np.ones((3, 2)))),
+        lambda L, t: L.linalg.matrix_norm(t(np.ones((2, 3))), 3),
+        lambda L, t: L.linalg.vector_norm(t(np.ones((2, 3))), "fro"),
+        lambda L, t: L.linalg.vector_norm(t(np.ones((2, 3))), dim=2),
+        lambda L, t: L.linalg.vector_norm(t(np.ones((2, 3), np.int64))),
+        lambda L, t: L.linalg.norm(t(np.ones((2, 2, 2))), 2),
+        lambda L, t: L.linalg.matrix_power(t(np.ones((2, 3))), 2),
+    ]
+    for call in calls:
+        with pytest.raises(Exception) as theirs:
+            call(torch, torch.tensor)
+        with pytest.raises(Exception) as ours:
+            call(pa, pa.tensor)
+        kind = type(theirs.value)
+        want = RuntimeError if issubclass(kind, RuntimeError) else kind
+        assert isinstance(ours.value, want), (ours.value, theirs.value)
 
 
 def test_undefined_gradients_raise_in_backward():
@@ -411,7 +473,7 @@ def test_inf_norms_of_empty_tensors_as_torch():
         pa.backward(y.sum())
         assert x.grad.shape == (0, 3)
         for bad in (dict(dim=0), {}):
-            with pytest.raises(ValueError, match="of an empty tensor is not defined"):
+            with pytest.raises(RuntimeError, match="of an empty tensor is not defined"):
                 LA.vector_norm(x, p, **bad)
     torch = pytest.importorskip("torch")
     assert tuple(torch.linalg.vector_norm(torch.zeros(0, 3), np.inf, dim=1).shape) == (0,)

@@ -76,12 +76,80 @@ def test_matmul_float32(shapes):
 @pytest.mark.parametrize("shapes", [((2, 3), (4, 5)), ((3,), (4,)), ((2, 2, 3), (3, 3, 4)),
                                     ((), (3,))])
 def test_matmul_mismatch_raises_where_numpy_does_with_both_shapes(shapes):
-    # numpy raises for the same shapes; our message names both shapes once (numpy's
-    # gufunc text, "matmul: matmul: ... core dimension 0", named neither):
-    # tests/test_bad_input.py checks what it says about each case.
+    # numpy raises for the same shapes; we raise PyTorch's type (RuntimeError) with a
+    # message naming both shapes once (numpy's gufunc text, "matmul: matmul: ... core
+    # dimension 0", named neither): tests/test_bad_input.py checks what it says.
     a, b = np.ones(shapes[0]), np.ones(shapes[1])
     with pytest.raises(ValueError):
         np.matmul(a, b)
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(RuntimeError) as info:
         pa.matmul(leaf(a), leaf(b))
     assert str(info.value).startswith(f"matmul: shapes {shapes[0]} and {shapes[1]} cannot")
+
+
+# ---- PyTorch's products: dtypes, signatures, gradients of ignored inputs -----------------
+def test_matmul_refuses_mixed_dtypes_as_pytorch():
+    # numpy promoted float32 @ float64 to float64 silently; PyTorch raises (RuntimeError)
+    a32 = pa.tensor(rand((2, 3)).astype(np.float32), requires_grad=True)
+    b64 = pa.tensor(rand((3, 2)))
+    for call in (lambda: a32 @ b64, lambda: pa.matmul(b64.T, a32.T), lambda: pa.mm(a32, b64),
+                 lambda: pa.bmm(a32[None], b64[None]), lambda: pa.mv(a32, b64[:, 0]),
+                 lambda: pa.addmm(b64[:, :2] @ b64[:2], a32, a32.T.float())):
+        with pytest.raises(RuntimeError, match="same dtype"):
+            call()
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError):
+        torch.tensor(rand((2, 3)), dtype=torch.float32) @ torch.tensor(rand((3, 2)))
+
+
+def test_addmm_with_beta_zero_gives_input_a_zero_gradient():
+    # PyTorch: input is ignored (its NaNs do not propagate) but its gradient is 0, not None
+    c = pa.tensor(np.full((2, 4), np.nan), requires_grad=True)
+    a, b = leaf(rand((2, 3))), leaf(rand((3, 4)))
+    y = pa.addmm(c, a, b, beta=0)
+    assert not np.isnan(y.data).any()
+    y.sum().backward()
+    assert c.grad is not None and np.array_equal(c.grad, np.zeros((2, 4)))
+
+
+def _torch_parameters(doc: str) -> list:
+    """[(name, keyword_only)] from the first line of a torch docstring, `out` left out."""
+    line = doc.strip().split("\n")[0]
+    start = line.index("(") + 1
+    depth, end = 1, start
+    while depth:
+        depth += {"(": 1, ")": -1}.get(line[end], 0)
+        end += 1
+    parts, depth, word = [], 0, ""
+    for ch in line[start:end - 1] + ",":
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and not depth:
+            parts.append(word.strip())
+            word = ""
+        else:
+            word += ch
+    out, kw = [], False
+    for part in parts:
+        if part == "*":
+            kw = True
+        elif part and not part.startswith("out"):
+            out.append((part.split("=")[0].strip(), kw))
+    return out
+
+
+def test_signatures_are_pytorchs():
+    torch = pytest.importorskip("torch")
+    import inspect
+
+    from parallel_autograd.primitive import REGISTRY
+    checked = 0
+    for op in REGISTRY:
+        if not op.export or op.family != "linalg":
+            continue
+        module = torch.linalg if op.module == "torch.linalg" else torch
+        want = _torch_parameters(getattr(module, op.torch_name).__doc__)
+        got = [(p.name, p.kind is p.KEYWORD_ONLY)
+               for p in inspect.signature(op.fn).parameters.values()]
+        assert got == want, (op.module, op.name)
+        checked += 1
+    assert checked >= 34

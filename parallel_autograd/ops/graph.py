@@ -25,7 +25,6 @@ import numpy as np
 from ..primitive import primitive
 from ..tensor import Tensor
 from .forms import cast, connect, depends_on, graph_fit
-from . import linalg as L
 from . import shape as S
 
 __all__ = ["graph_fit", "cast", "depends_on", "connect"]
@@ -79,32 +78,3 @@ _set(S._getitem, lambda g, ans, x, index: scatter(g, index=index, shape=_shape_o
 _set(S._pad, lambda g, ans, x, pad_width, mode, value:
      S.getitem(g, tuple(slice(lo, lo + n) for (lo, _), n in zip(pad_width, _shape_of(x)))))
 
-
-# ---- matrix products -------------------------------------------------------------------
-def _swap(x):
-    return S.swapaxes(_t(x), -1, -2)
-
-
-def _matmul_a(g, ans, a, b):
-    nb = np.ndim(_arr(b))
-    if np.ndim(_arr(a)) == 1:
-        if nb == 1:
-            return g * b
-        return S.squeeze(L.matmul(S.unsqueeze(g, -2), _swap(b)), -2)
-    if nb == 1:
-        return S.unsqueeze(g, -1) * b
-    return L.matmul(g, _swap(b))
-
-
-def _matmul_b(g, ans, a, b):
-    na = np.ndim(_arr(a))
-    if np.ndim(_arr(b)) == 1:
-        if na == 1:
-            return g * a
-        return S.squeeze(L.matmul(_swap(a), S.unsqueeze(g, -1)), -1)
-    if na == 1:
-        return S.unsqueeze(_t(a), -1) * S.unsqueeze(g, -2)
-    return L.matmul(_swap(a), g)
-
-
-_set(L.matmul, _matmul_a, _matmul_b)
