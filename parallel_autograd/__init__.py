@@ -15,10 +15,7 @@ from .ops.arith import (addcdiv, addcmul, atan2, clamp_max, clamp_min, float_pow
                          signbit, true_divide)
 from .ops.elementwise import (add, clip, div, gelu, leaky_relu, maximum, minimum, mul, pow,
                               relu, sigmoid, silu, sub, where)
-from .ops.index import (chunk, diag_embed, diagonal, einsum, flip, gather, index_add,
-                        index_select, masked_fill, masked_scatter, movedim, narrow, repeat,
-                        roll, scatter, scatter_add, scatter_reduce, take_along_axis,
-                        take_along_dim, tile, tril, triu, unbind)
+from .ops.index import einsum, take_along_axis
 from .ops.inplace_more import bernoulli
 from .ops.linalg import matmul
 from .ops.logic import (allclose, argsort, bincount, bitwise_and, bitwise_not, bitwise_or,
@@ -31,10 +28,8 @@ from . import linalg  # noqa: F401, I001  (pa.linalg: torch.linalg's ops)
 from .linalg import det, inverse, pinverse, slogdet
 from .ops import reduce as _reduce, scan as _scan  # noqa: F401  (their ops: exported below)
 from .ops.unary import celu, prelu, selu, square
-from .ops.shape import (broadcast_to, clone, concat, expand, flatten, getitem, pad, permute,
-                        reshape, split, squeeze, stack, swapaxes, transpose, unsqueeze)
-from .ops.views import (masked_select, repeat_interleave, select, sum_to_size, tensor_split,
-                        unflatten)
+# numpy's and the package's own names beside PyTorch's (the registry exports those)
+from .ops.shape import getitem, pad, repeat, sum_to_size
 from .primitive import exports as _exports
 from .primitive import primitive, record
 from .profiler import profile
@@ -45,7 +40,6 @@ from .testing import gradcheck, gradgradcheck
 from . import methods as _methods  # noqa: F401, I001  (last: attaches Tensor's operators)
 
 clamp = clip
-cat = concat
 
 __version__ = "0.1.0"
 _BUILTINS = {"abs", "all", "any", "max", "min", "pow", "round", "sum"}
@@ -55,24 +49,21 @@ _BUILTINS = {"abs", "all", "any", "max", "min", "pow", "round", "sum"}
 # round, sum), which a star import would shadow silently: call them as pa.max(...) or as
 # tensor methods (t.max()).
 __all__ = [
-    "chunk", "diag_embed", "diagonal", "einsum", "flip", "gather", "index_add", "index_select",
-    "masked_fill", "masked_scatter", "movedim", "narrow", "repeat", "roll", "scatter",
-    "scatter_add", "scatter_reduce", "take_along_axis", "take_along_dim", "tile", "tril", "triu",
-    "unbind",
+    "einsum", "getitem", "pad", "repeat", "sum_to_size", "take_along_axis",
     "det", "inverse", "pinverse", "slogdet",
     "celu", "prelu", "selu", "square",
-    "add", "arange", "backward", "backward_parallel", "broadcast_to", "cat", "checkpoint",
-    "checkpoint_sequential", "clamp", "clip", "clone", "concat", "default_engine",
-    "default_generator", "detect_anomaly", "div", "enable_grad", "Engine", "expand",
-    "flatten", "Function", "FunctionCtx", "gelu", "get_default_engine", "getitem", "grad",
+    "add", "arange", "backward", "backward_parallel", "checkpoint",
+    "checkpoint_sequential", "clamp", "clip", "default_engine",
+    "default_generator", "detect_anomaly", "div", "enable_grad", "Engine",
+    "Function", "FunctionCtx", "gelu", "get_default_engine", "grad",
     "grad_parallel", "gradcheck", "gradgradcheck", "is_anomaly_check_nan_enabled",
     "is_anomaly_enabled", "is_grad_enabled", "leaky_relu", "load", "manual_seed", "matmul",
     "maximum", "minimum", "mul",
-    "no_grad", "once_differentiable", "ones", "pad", "permute", "primitive", "profile",
-    "randn", "record", "relu", "reshape", "save", "set_default_engine", "set_detect_anomaly",
-    "set_grad_enabled", "sigmoid", "silu", "split", "squeeze",
-    "stack", "sub", "swapaxes", "Tensor", "tensor", "transpose", "tune_allocator",
-    "unsqueeze", "where", "zeros",
+    "no_grad", "once_differentiable", "ones", "primitive", "profile",
+    "randn", "record", "relu", "save", "set_default_engine", "set_detect_anomaly",
+    "set_grad_enabled", "sigmoid", "silu",
+    "sub", "Tensor", "tensor", "tune_allocator",
+    "where", "zeros",
     # PyTorch's functions behind the Tensor methods of ops/arith, products, logic, views
     # and inplace_more (`any`/`all` are methods only: they would shadow builtins)
     "addcdiv", "addcmul", "atan2", "clamp_max", "clamp_min", "float_power", "floor_divide",
@@ -82,8 +73,7 @@ __all__ = [
     "eq", "equal", "ge", "gt", "isclose", "isfinite", "isinf", "isnan", "isneginf",
     "isposinf", "le", "logical_and", "logical_not", "logical_or", "logical_xor", "lt",
     "msort", "ne", "nonzero", "unique", "addmm", "addmv", "baddbmm", "bmm", "cross", "diag",
-    "dot", "kron", "matrix_power", "mm", "mv", "outer", "trace", "masked_select",
-    "repeat_interleave", "select", "sum_to_size", "tensor_split", "unflatten",
+    "dot", "kron", "matrix_power", "mm", "mv", "outer", "trace",
 ]
 
 # The declared ops (`primitive.defop`) of PyTorch's `torch` namespace: the registry exports

@@ -14,7 +14,6 @@ from .ops import arith as _ar
 from .ops import convert as _cv
 from .ops import elementwise as _ew
 from .ops import graph as _graph  # noqa: F401  (the rules' differentiable forms)
-from .ops import index as _ix
 from .ops import inplace_more as _ipm
 from . import linalg as _lin
 from .ops import linalg as _la
@@ -24,7 +23,6 @@ from .ops import reduce as _rd  # noqa: F401  (declares the reductions: their me
 from .ops import scan as _sc  # noqa: F401  (declares the scans: their methods)
 from .ops import unary as _un
 from .ops import shape as _sh
-from .ops import views as _vw
 from .primitive import REGISTRY
 from .tensor import Tensor
 
@@ -62,7 +60,6 @@ _OPERATORS = {
     "__neg__": lambda a: _ew.neg(a),
     "__pos__": lambda a: a,
     "__abs__": lambda a: _ew.abs(a),
-    "__getitem__": lambda a, idx: _sh.getitem(a, idx),
     "__lt__": _comparison(np.less),
     "__le__": _comparison(np.less_equal),
     "__gt__": _comparison(np.greater),
@@ -73,19 +70,14 @@ _OPERATORS = {
 
 _METHODS = {
     _ew: ("sigmoid", "relu", "maximum", "minimum", "clip", "leaky_relu", "gelu", "silu", "pow"),
-    _sh: ("reshape", "transpose", "permute", "expand", "broadcast_to", "squeeze",
-          "unsqueeze", "flatten", "split", "swapaxes", "clone"),
-    _ix: ("repeat", "tile", "flip", "roll", "tril", "triu", "diagonal", "diag_embed", "gather",
-          "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add", "masked_fill",
-          "masked_scatter", "take_along_dim", "narrow", "movedim", "unbind", "chunk"),
     _un: ("square", "prelu"),
     _lin: ("det", "slogdet", "inverse", "pinverse"),
 }
 
 # PyTorch's other Tensor methods, each module's `METHODS` table (name -> function):
-# conversions and introspection, arithmetic, products, comparisons and logic, shape
-# methods, in-place math/shape/random methods
-_TABLES = (_cv, _ar, _pr, _lg, _vw, _ipm)
+# conversions and introspection, arithmetic, products, comparisons and logic, in-place
+# math/shape/random methods
+_TABLES = (_cv, _ar, _pr, _lg, _ipm)
 
 
 def attach() -> None:
@@ -103,10 +95,9 @@ def attach() -> None:
         for name, fn in module.METHODS.items():
             setattr(Tensor, name, fn)
     Tensor.clamp = _ew.clip
-    Tensor.view = _sh.reshape
     Tensor.matmul = _la.matmul
-    Tensor.T = property(lambda a: _sh.transpose(a))
-    Tensor.mT = property(lambda a: _sh.swapaxes(a, -1, -2))
+    Tensor.T = property(lambda a: _sh.permute(a, tuple(range(a.data.ndim))[::-1]))
+    Tensor.mT = property(_sh.mT)
     Tensor.backward = backward
 
 
