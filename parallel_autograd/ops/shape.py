@@ -19,6 +19,7 @@ Thread safety: pure functions of their arguments, like the other ops.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -58,10 +59,10 @@ def reshaped(a, shape):
         return np.reshape(a, shape)
     except ValueError:                # a copy is needed (or the shape is wrong)
         pass
-    shape = _numpy_shape(shape, a.size)
-    if shape is None:
+    known = _numpy_shape(shape, a.size)
+    if known is None:
         return np.reshape(a, shape)   # numpy's own error
-    out = empty(shape, a.dtype)
+    out = empty(known, a.dtype)
     np.copyto(out.reshape(a.shape), a)   # out is C-contiguous: reshape is a view
     return out
 
@@ -721,8 +722,28 @@ def roll(input: Tensor, shifts, dims=None) -> Tensor:
     x = np.asarray(input)
     s, ds = _roll_args(x.shape, shifts, dims)
     out = empty(x.shape, x.dtype)
-    np.copyto(out, np.roll(x, s, ds))
+    if ds is None:                          # the flattened tensor (out is C-contiguous)
+        _rolled(out.reshape(-1), np.ravel(x), {0: s})
+    else:
+        total: dict = {}
+        for k, d in zip(s, ds):
+            total[d] = total.get(d, 0) + k
+        _rolled(out, x, total)
     return out
+
+
+def _rolled(out: np.ndarray, x: np.ndarray, shifts: dict) -> None:
+    """`np.roll(x, shifts)` written into `out` (one pass, no temporary): a block copy per
+    combination of the two pieces of each shifted dimension."""
+    pieces = [[(slice(None), slice(None))]] * x.ndim
+    for d, k in shifts.items():
+        n = x.shape[d]
+        k = k % n if n else 0
+        if k:
+            pieces[d] = [(slice(k, None), slice(None, n - k)),
+                         (slice(None, k), slice(n - k, None))]
+    for combo in itertools.product(*pieces):
+        out[tuple(c[0] for c in combo)] = x[tuple(c[1] for c in combo)]
 
 
 def _triangle(x: np.ndarray, op: str) -> np.ndarray:
