@@ -11,18 +11,13 @@ from .engine.engine import (Engine, backward_parallel, default_engine, get_defau
 from .function import Function, FunctionCtx, once_differentiable
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .ops import activations as _activations  # noqa: F401  (declares them: exported below)
-from .ops.index import (chunk, diag_embed, diagonal, einsum, flip, gather, index_add,
-                        index_select, masked_fill, masked_scatter, movedim, narrow, repeat,
-                        roll, scatter, scatter_add, scatter_reduce, take_along_axis,
-                        take_along_dim, tile, tril, triu, unbind)
+from .ops.index import einsum, take_along_axis
 from .ops.inplace_more import bernoulli
 from .ops import logic as _logic  # noqa: F401  (declares them: exported below)
 from . import linalg  # noqa: F401, I001  (pa.linalg: torch.linalg's ops)
 from .ops import reduce as _reduce, scan as _scan  # noqa: F401  (their ops: exported below)
-from .ops.shape import (broadcast_to, clone, concat, expand, flatten, getitem, pad, permute,
-                        reshape, split, squeeze, stack, swapaxes, transpose, unsqueeze)
-from .ops.views import (masked_select, repeat_interleave, select, sum_to_size, tensor_split,
-                        unflatten)
+# numpy's and the package's own names beside PyTorch's (the registry exports those)
+from .ops.shape import getitem, pad, repeat, sum_to_size
 from .primitive import exports as _exports
 from .primitive import primitive, record
 from .profiler import profile
@@ -32,8 +27,6 @@ from .tensor import Tensor, tensor
 from .testing import gradcheck, gradgradcheck
 from . import methods as _methods  # noqa: F401, I001  (last: attaches Tensor's operators)
 
-cat = concat
-
 __version__ = "0.1.0"
 _BUILTINS = {"abs", "all", "any", "max", "min", "pow", "round", "sum"}
 
@@ -42,24 +35,18 @@ _BUILTINS = {"abs", "all", "any", "max", "min", "pow", "round", "sum"}
 # round, sum), which a star import would shadow silently: call them as pa.max(...) or as
 # tensor methods (t.max()).
 __all__ = [
-    "chunk", "diag_embed", "diagonal", "einsum", "flip", "gather", "index_add", "index_select",
-    "masked_fill", "masked_scatter", "movedim", "narrow", "repeat", "roll", "scatter",
-    "scatter_add", "scatter_reduce", "take_along_axis", "take_along_dim", "tile", "tril", "triu",
-    "unbind",
-    "arange", "backward", "backward_parallel", "broadcast_to", "cat", "checkpoint",
-    "checkpoint_sequential", "clone", "concat", "default_engine",
-    "default_generator", "detect_anomaly", "enable_grad", "Engine", "expand",
-    "flatten", "Function", "FunctionCtx", "get_default_engine", "getitem", "grad",
+    "einsum", "getitem", "pad", "repeat", "sum_to_size", "take_along_axis",
+    "arange", "backward", "backward_parallel", "checkpoint",
+    "checkpoint_sequential", "default_engine",
+    "default_generator", "detect_anomaly", "enable_grad", "Engine",
+    "Function", "FunctionCtx", "get_default_engine", "grad",
     "grad_parallel", "gradcheck", "gradgradcheck", "is_anomaly_check_nan_enabled",
     "is_anomaly_enabled", "is_grad_enabled", "load", "manual_seed",
-    "no_grad", "once_differentiable", "ones", "pad", "permute", "primitive", "profile",
-    "randn", "record", "reshape", "save", "set_default_engine", "set_detect_anomaly",
-    "set_grad_enabled", "split", "squeeze",
-    "stack", "swapaxes", "Tensor", "tensor", "transpose", "tune_allocator",
-    "unsqueeze", "zeros",
-    # PyTorch's functions behind the Tensor methods of ops/views and inplace_more
-    "bernoulli", "masked_select",
-    "repeat_interleave", "select", "sum_to_size", "tensor_split", "unflatten",
+    "no_grad", "once_differentiable", "ones", "primitive", "profile",
+    "randn", "record", "save", "set_default_engine", "set_detect_anomaly",
+    "set_grad_enabled", "Tensor", "tensor", "tune_allocator", "zeros",
+    # PyTorch's function behind the Tensor method of ops/inplace_more
+    "bernoulli",
 ]
 
 # The declared ops (`primitive.defop`) of PyTorch's `torch` namespace: the registry exports

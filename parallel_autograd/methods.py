@@ -10,7 +10,6 @@ from .engine.engine import tensor_backward as _backward
 from .inplace import METHODS as _INPLACE
 from .ops import convert as _cv
 from .ops import graph as _graph  # noqa: F401  (the rules' differentiable forms)
-from .ops import index as _ix
 from .ops import inplace_more as _ipm
 from .ops import linalg as _la
 from .ops import logic as _lg
@@ -18,7 +17,6 @@ from .ops import pointwise as _pw
 from .ops import reduce as _rd  # noqa: F401  (declares the reductions: their methods)
 from .ops import scan as _sc  # noqa: F401  (declares the scans: their methods)
 from .ops import shape as _sh
-from .ops import views as _vw
 from .primitive import REGISTRY
 from .tensor import Tensor
 
@@ -64,7 +62,6 @@ _OPERATORS = {
     "__neg__": lambda a: _pw.neg(a),
     "__pos__": lambda a: _pw.positive(a),
     "__abs__": lambda a: _pw.abs(a),
-    "__getitem__": lambda a, idx: _sh.getitem(a, idx),
     # comparisons and bitwise operators: no gradient (bool or integer tensors), as PyTorch
     "__lt__": lambda a, b: _lg.lt(a, b),
     "__le__": lambda a, b: _lg.le(a, b),
@@ -85,17 +82,10 @@ _OPERATORS = {
     "__rrshift__": lambda a, b: _lg.bitwise_right_shift(b, a),
 }
 
-_METHODS = {
-    _sh: ("reshape", "transpose", "permute", "expand", "broadcast_to", "squeeze",
-          "unsqueeze", "flatten", "split", "swapaxes", "clone"),
-    _ix: ("repeat", "tile", "flip", "roll", "tril", "triu", "diagonal", "diag_embed", "gather",
-          "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add", "masked_fill",
-          "masked_scatter", "take_along_dim", "narrow", "movedim", "unbind", "chunk"),
-}
-
 # PyTorch's other Tensor methods, each module's `METHODS` table (name -> function):
-# conversions and introspection, shape methods, in-place math/shape/random methods
-_TABLES = (_cv, _vw, _ipm)
+# conversions and introspection, in-place math/shape/random methods (the declared ops'
+# methods come from the registry)
+_TABLES = (_cv, _ipm)
 
 
 def attach() -> None:
@@ -106,16 +96,12 @@ def attach() -> None:
         if op.method is not None:
             for name in (op.method, *op.aliases):
                 setattr(Tensor, name, op.fn)
-    for module, names in _METHODS.items():
-        for name in names:
-            setattr(Tensor, name, getattr(module, name))
     for module in _TABLES:
         for name, fn in module.METHODS.items():
             setattr(Tensor, name, fn)
     Tensor.where = _where_method
-    Tensor.view = _sh.reshape
-    Tensor.T = property(lambda a: _sh.transpose(a))
-    Tensor.mT = property(lambda a: _sh.swapaxes(a, -1, -2))
+    Tensor.T = property(lambda a: _sh.permute(a, tuple(range(a.data.ndim))[::-1]))
+    Tensor.mT = property(_sh.mT)
     Tensor.backward = backward
 
 

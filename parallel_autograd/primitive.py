@@ -29,7 +29,12 @@ Composite ops (built from other ops) are declared with `composite`: no rule at a
 their ops record their own nodes; they get the method, export and registry entry.
 
 Calling conventions. `inputs` names the differentiable parameters (default: the first);
-the forward receives every parameter as passed (Tensors unwrapped to arrays), and returns
+`inputs=("*tensors",)` makes the one parameter `tensors` a sequence of them (cat, stack:
+the forward gets a list of arrays, the Node one input per element, the formula a `Joint`
+called as `formula(g, ans, *tensors, **params)`). `sizes="shape"` lets the parameter
+`shape` take its ints spread as further positional arguments too (`x.reshape(2, 3)` beside
+`reshape(x, (2, 3))`, as PyTorch's methods take them). The forward receives every
+parameter as passed (Tensors unwrapped to arrays), and returns
 the output array, or `Saved(out, *extras)` to keep more values for the kernels. A Node
 saves `(ans, *inputs, *extras)`; rules are called as `rule(g, ans, *inputs, **params)`
 (kernels also get the extras after the inputs), `params` being every other parameter,
@@ -122,6 +127,8 @@ def _shared_counter(out: np.ndarray, inputs) -> list:
     """The version counter of the input whose memory `out` views (reshape, indexing,
     transpose...: writing into one writes into the other), else a fresh one."""
     root = out.base
+    if type(root) is not np.ndarray and root is not None:  # as_strided's wrapper (unfold)
+        root = getattr(root, "base", root)
     for x in inputs:
         if isinstance(x, Tensor):
             d = x.data
@@ -167,7 +174,8 @@ class OpDef:
 
     __slots__ = ("name", "fn", "forward", "inputs", "params", "formulas", "kernels",
                  "has_kernel", "method", "module", "export", "composite", "cost", "threaded",
-                 "tensor_params", "family", "torch_name", "aliases", "modules", "__weakref__")
+                 "tensor_params", "family", "torch_name", "aliases", "modules", "variadic",
+                 "shapes_only", "by_name", "__weakref__")
 
     def __repr__(self):
         return f"<op {self.module}.{self.name}>"
@@ -181,7 +189,12 @@ class OpDef:
         arrays = [a.data if isinstance(a, Tensor) else a for a in args]
         forward = self.forward
         try:
-            ans = forward(*arrays, **params) if params else forward(*arrays)
+            if self.variadic:  # one parameter holding every input (cat, stack)
+                ans = forward(arrays, **params) if params else forward(arrays)
+            elif self.by_name:  # inputs after other parameters (scatter_add's src)
+                ans = forward(**dict(zip(self.inputs, arrays)), **params)
+            else:
+                ans = forward(*arrays, **params) if params else forward(*arrays)
         except ValueError as e:
             raise ValueError(f"{self.name}: {e}") from e
         if type(ans) is Saved:
@@ -193,15 +206,37 @@ class OpDef:
             ans = np.asarray(ans)
         if saved is None:
             saved = (ans, *arrays)
+        if self.shapes_only:  # the rules read shapes and dtypes only: keep no array
+            saved = _stand_ins(saved, len(arrays) + 1)
         kernels = self.kernels
-        if kernels is None:  # not differentiable: a Tensor without history
-            return record(self.name, ans, (), None, (), None)
+        if kernels is None:  # not differentiable: a Tensor without history (sharing the
+            return record(self.name, ans, args, None, (), None)  # counter of one it views)
         cost = self.cost
         joint = type(kernels) is not tuple
         return record(self.name, ans, args, None if joint else kernels, saved, params or None,
                       kernels.fn if joint else None,
                       None if cost is None else cost(ans, *arrays, **(params or {})),
                       self.threaded, self)
+
+
+def _stand_ins(saved: tuple, n: int) -> tuple:
+    """`saved` with its first `n` arrays (ans and the inputs) replaced by stand-ins of
+    their shapes and dtypes: read-only arrays of one element (stride 0), shared."""
+    return tuple(_stand_in(a) if i < n and type(a) is np.ndarray else a
+                 for i, a in enumerate(saved))
+
+
+_STAND_INS: dict = {}
+
+
+def _stand_in(a: np.ndarray) -> np.ndarray:
+    key = (a.shape, a.dtype)
+    s = _STAND_INS.get(key)
+    if s is None:
+        if len(_STAND_INS) >= 4096:  # a bound on shapes seen (thread safe: dict operations)
+            _STAND_INS.clear()
+        s = _STAND_INS[key] = np.broadcast_to(np.zeros((), a.dtype), a.shape)
+    return s
 
 
 REGISTRY: list[OpDef] = []  # every declared op, in declaration order
@@ -219,7 +254,8 @@ _MODULES = ("torch", "torch.nn.functional", "torch.linalg", "torch.special", "to
 def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
           module: str = "torch", also: tuple = (), export: bool = True, name: str | None = None,
           aliases: tuple = (), quiet: bool = False, cost=None, threaded: bool = False,
-          torch_name: str | None = None):
+          torch_name: str | None = None, sizes: str | None = None,
+          shapes_only: bool = False):
     """Declare an op from its numpy forward (a decorator; see the module docstring).
 
     - formula: the derivative, for each name in `inputs` (a function, a tuple of them in
@@ -227,19 +263,25 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
       None: the op is not differentiable (its result has no history).
     - kernel: an optional first-order numpy rule per input (same shapes as `formula`;
       None entries fall back to the formula), or a `Joint`.
-    - inputs: the differentiable parameters (default: the first parameter).
+    - inputs: the differentiable parameters (default: the first parameter); `("*name",)`:
+      the parameter `name` is a sequence of inputs (the formula then a `Joint`).
+    - sizes: a parameter (the last positional one) that also takes its ints spread as
+      further positional arguments: `reshape(x, 2, 3)`, `x.permute(1, 0)`.
     - method: True for a Tensor method of the same name, a string for another name.
     - module: PyTorch's namespace of the function (`also`: others that have it too, e.g.
       `torch.relu` besides `torch.nn.functional.relu`); export=False: in none.
     - name: the op's name (default: the function's); torch_name: PyTorch's, if another;
       aliases: other names of the same op (exported, and methods if `method`).
+    - shapes_only: the rules read only the shapes and dtypes of ans and the inputs (not
+      their values): the node keeps stand-ins, not the arrays (no memory held).
     - quiet: no numpy floating-point warnings from the forward and the first-order rules
       (outside an op's domain the result is inf or NaN, as in PyTorch, which does not warn).
     - cost(ans, *arrays, **params), threaded: hints for the engine's cost model.
     """
     def declare(forward):
         return _declare(forward, formula, kernel, inputs, method, (module, *also), export,
-                        name, aliases, quiet, cost, threaded, torch_name, composite=False)
+                        name, aliases, quiet, cost, threaded, torch_name, composite=False,
+                        sizes=sizes, shapes_only=shapes_only)
     return declare if fn is None else declare(fn)
 
 
@@ -256,7 +298,7 @@ def composite(fn=None, *, method=False, module: str = "torch", also: tuple = (),
 
 
 def _declare(forward, formula, kernel, inputs, method, modules, export, name, aliases, quiet,
-             cost, threaded, torch_name, composite):
+             cost, threaded, torch_name, composite, sizes=None, shapes_only=False):
     for module in modules:
         if module not in _MODULES:
             raise ValueError(f"defop: unknown module {module!r} (one of {_MODULES})")
@@ -273,8 +315,14 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
     spec.family = forward.__module__.split(".ops.", 1)[-1].split(".")[0]
     sig = inspect.signature(forward)
     names = list(sig.parameters)
+    spec.shapes_only = shapes_only
+    spec.variadic = inputs is not None and len(inputs) == 1 and inputs[0].startswith("*")
+    if spec.variadic:
+        inputs = (inputs[0][1:],)
+        if not isinstance(formula, Joint):
+            raise TypeError(f"defop {spec.name}: a sequence of inputs takes a Joint formula")
     if composite:
-        spec.inputs, spec.params, spec.tensor_params = (), (), ()
+        spec.inputs, spec.params, spec.tensor_params, spec.by_name = (), (), (), False
         spec.formulas = spec.kernels = None
         spec.has_kernel = False
         spec.fn = _aliased(forward, sig)
@@ -284,13 +332,14 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
         if unknown:
             raise TypeError(f"defop {spec.name}: inputs {unknown} are not parameters")
         spec.params = tuple(n for n in names if n not in spec.inputs)
+        spec.by_name = list(spec.inputs) != names[:len(spec.inputs)]
         spec.tensor_params = tuple(n for n in spec.params
                                    if "Tensor" in str(sig.parameters[n].annotation))
         spec.formulas, spec.kernels, spec.has_kernel = _rules(spec, formula, kernel)
         if quiet:
             spec.forward = _quiet(forward)
             spec.kernels = _quiet_rules(spec.kernels)
-        spec.fn = _generate(spec, sig, forward)
+        spec.fn = _generate(spec, sig, forward, sizes)
     REGISTRY.append(spec)
     spec.fn.op = spec
     return spec.fn
@@ -307,8 +356,8 @@ def _rules(spec: OpDef, formula, kernel):
     if isinstance(formula, Joint):
         if kernel is not None and not isinstance(kernel, Joint):
             raise TypeError(f"defop {spec.name}: a Joint formula takes a Joint kernel")
-        if kernel is None:
-            run = _on_arrays(formula.fn, n, joint=True)
+        if kernel is None:  # (a sequence of inputs: every saved array is one)
+            run = _on_arrays(formula.fn, None if spec.variadic else n, joint=True)
         else:
             run = kernel.fn
         return formula, Joint(run), kernel is not None
@@ -351,7 +400,7 @@ def _on_arrays(formula, n: int, joint: bool = False):
     functions, not Tensor methods, so they run on either. The saved extras (`Saved`) are
     the kernels'; a formula sees `(g, ans, *inputs)`."""
     def rule(g, *saved, **params):
-        r = formula(g, *saved[:n + 1], **params)
+        r = formula(g, *(saved if n is None else saved[:n + 1]), **params)
         if joint:
             return tuple(None if x is None else _array(x) for x in r)
         return _array(r)
@@ -363,7 +412,7 @@ def _array(x):
     return x.data if isinstance(x, Tensor) else np.asarray(x)
 
 
-def _generate(spec: OpDef, sig: inspect.Signature, fwd):
+def _generate(spec: OpDef, sig: inspect.Signature, fwd, sizes: str | None = None):
     """The public function: `spec`'s signature, a body that calls `spec`. Generated as
     source (as `dataclasses` does) so the call costs no argument binding and
     `inspect.signature` shows the real parameters."""
@@ -375,15 +424,22 @@ def _generate(spec: OpDef, sig: inspect.Signature, fwd):
             raise TypeError(f"defop {spec.name}: *args/**kwargs are not supported (declare "
                             f"a composite that calls the op)")
     names = [p.name for p in params]
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                       p.POSITIONAL_OR_KEYWORD)]
+    if sizes is not None and (not positional or positional[-1] != sizes):
+        raise TypeError(f"defop {spec.name}: sizes={sizes!r} must name the last positional "
+                        f"parameter")
     aliases = {a: n for a, n in _ARG_ALIASES.items() if n in names}
     required = _required_aliased(params, set(aliases.values()))
     head = []
     kinds_seen = set()
     for p in params:
-        if p.kind is p.KEYWORD_ONLY and p.KEYWORD_ONLY not in kinds_seen:
+        if p.kind is p.KEYWORD_ONLY and p.KEYWORD_ONLY not in kinds_seen and sizes is None:
             head.append("*")
         kinds_seen.add(p.kind)
         head.append(p.name)  # defaults: `__defaults__` below
+        if p.name == sizes:
+            head.append("*_sizes")
         if p.kind is p.POSITIONAL_ONLY and (params.index(p) == len(params) - 1 or
                                             params[params.index(p) + 1].kind
                                             is not p.POSITIONAL_ONLY):
@@ -398,18 +454,21 @@ def _generate(spec: OpDef, sig: inspect.Signature, fwd):
     if aliases:
         unwrap += (f"    if _aliases:\n        raise TypeError(f\"{spec.name}() got an unexpected "
                    f"keyword argument {{next(iter(_aliases))!r}}\")\n")
+    if sizes is not None:  # reshape(x, 2, 3): the ints spread
+        unwrap += f"    if _sizes:\n        {sizes} = ({sizes}, *_sizes)\n"
     unwrap += "".join(f"    if {n} is _required:\n        raise TypeError(\"{spec.name}() missing "
                       f"1 required positional argument: '{n}'\")\n" for n in required)
     unwrap += "".join(f"    if isinstance({n}, _Tensor):\n        {n} = {n}.data\n"
                       for n in spec.tensor_params)
-    args = "".join(f"{n}, " for n in spec.inputs)
+    args = f"*_sequence({spec.inputs[0]!r}, {spec.inputs[0]}), " if spec.variadic else \
+        "".join(f"{n}, " for n in spec.inputs)
     kw = ", ".join(f"{n!r}: {n}" for n in spec.params)
     body = f"    return _op(({args}), {{{kw}}})\n" if spec.params else \
         f"    return _op(({args}), None)\n"
     src = f"def {spec.name}({', '.join(head)}):\n{unwrap}{body}"
     defaults = {p.name: _REQUIRED if p.name in required else p.default for p in params}
     namespace = {"_op": spec.__call__, "_Tensor": Tensor, "_defaults": defaults,
-                 "_required": _REQUIRED}
+                 "_required": _REQUIRED, "_sequence": _sequence}
     # named inside the package, so tracebacks and anomaly detection count it as library code
     where = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"<defop {spec.name}>")
     exec(compile(src, where, "exec"), namespace)  # noqa: S102
@@ -420,9 +479,17 @@ def _generate(spec: OpDef, sig: inspect.Signature, fwd):
     fn.__doc__ = fwd.__doc__
     fn.__module__ = fwd.__module__
     fn.__qualname__ = fwd.__qualname__
-    if aliases:
+    if aliases or sizes is not None:
         fn.__signature__ = sig  # PyTorch's parameters; the aliases are not shown
     return fn
+
+
+def _sequence(name: str, value) -> tuple:
+    """A sequence-of-tensors parameter (cat's `tensors`) as a tuple; TypeError otherwise."""
+    if isinstance(value, (Tensor, np.ndarray, str)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"argument {name!r} must be a sequence of Tensors, not "
+                        f"{type(value).__name__}")
+    return tuple(value)
 
 
 # numpy's argument names that torch's functions accept for theirs (torch.sum(x, axis=0))

@@ -220,7 +220,7 @@ def _shape_mix(ctx, x, shape):
     if k == 2:
         return pa.reshape(pa.tanh(pa.reshape(x, (-1,))), shape)
     if k == 3 and len(shape) == 2:
-        return pa.transpose(pa.sigmoid(pa.transpose(x)))
+        return pa.transpose(pa.sigmoid(pa.transpose(x, 0, 1)), 0, 1)  # (PyTorch's dims)
     if k == 4:
         return pa.stack([x, pa.tanh(x)], axis=0).sum(axis=0) * 0.5
     # normalise along the last axis (reduce + broadcast)

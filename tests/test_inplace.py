@@ -190,13 +190,13 @@ def test_bad_index_writes_change_nothing():
     t = pa.tensor(np.arange(6.0).reshape(2, 3))
     keep = t.data.copy()
     v = t._vc[0]
-    for call, err in [
-            (lambda: t.scatter_(1, np.array([[3]]), 1.0), IndexError),
-            (lambda: t.scatter_(1, np.array([[0.0]]), 1.0), TypeError),
-            (lambda: t.scatter_add_(0, np.array([[0, 1, 0]]), np.ones((1, 2))), ValueError),
+    for call, err in [  # (the index checks of ops/index.py raise PyTorch's types)
+            (lambda: t.scatter_(1, np.array([[3]]), 1.0), RuntimeError),
+            (lambda: t.scatter_(1, np.array([[0.0]]), 1.0), RuntimeError),
+            (lambda: t.scatter_add_(0, np.array([[0, 1, 0]]), np.ones((1, 2))), RuntimeError),
             (lambda: t.index_add_(1, [0, 1], np.ones((2, 3))), ValueError),
             (lambda: t.index_fill_(2, [0], 1.0), IndexError),
-            (lambda: t.masked_fill_(np.array([1, 0, 1]), 1.0), TypeError),
+            (lambda: t.masked_fill_(np.array([1, 0, 1]), 1.0), RuntimeError),
             (lambda: t.masked_fill_(np.ones((3, 2, 3), bool), 1.0), ValueError),
             (lambda: t.scatter_(0, np.array([[0]])), TypeError)]:
         with pytest.raises(err):

@@ -5,6 +5,7 @@ repeated indices, bad input (named, nothing recorded), the parallel engine bit f
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -241,7 +242,7 @@ def test_masked_fill_value_gets_no_gradient_unless_a_tensor_that_requires_it():
 
 def test_float32_stays_float32():
     x = pa.tensor(r(3, 4), dtype=np.float32, requires_grad=True)
-    s = pa.tensor(r(3, 4), dtype=np.float64, requires_grad=True)
+    s = pa.tensor(r(3, 4), dtype=np.float32, requires_grad=True)  # (src: input's dtype)
     outs = [x.repeat(2, 1), x.flip(0), x.roll(1), x.tril(), x.diagonal(), x.diag_embed(),
             x.gather(1, IDX_G), x.scatter(1, IDX_S[:, :2] % 4, s), x.scatter_add(1, IDX_G, s),
             x.index_select(0, [0]), x.masked_fill(MASK, 1), x.masked_scatter(MASK, s),
@@ -249,7 +250,7 @@ def test_float32_stays_float32():
     for out in outs:
         assert out.dtype == np.float32
         gx, gs = pa.grad(out.sum(), [x, s], allow_unused=True)
-        assert gx.dtype == np.float32 and (gs is None or gs.dtype == np.float64)
+        assert gx.dtype == np.float32 and (gs is None or gs.dtype == np.float32)
 
 
 def test_einsum_forms_and_numpy_agreement():
@@ -304,34 +305,51 @@ def test_chunk_unbind_and_views():
 
 
 @pytest.mark.parametrize("call, kind, words", [
-    (lambda x: pa.gather(x, 1, np.array([[0.0, 1.0]])), TypeError, "gather: index must be an int"),
-    (lambda x: pa.gather(x, 1, np.array([[0, 4]])), IndexError, "gather: index 4 is out of"),
-    (lambda x: pa.gather(x, 1, np.array([[0, -1]])), IndexError, "gather: index -1 is out"),
-    (lambda x: pa.gather(x, 2, np.array([[0]])), IndexError, "gather: dimension out of range"),
-    (lambda x: pa.gather(x, 1, np.array([0])), ValueError, "gather: index must have as many"),
-    (lambda x: pa.gather(x, 1, np.zeros((4, 1), int)), ValueError, "exceeds input's size"),
-    (lambda x: pa.scatter(x, 1, np.zeros((1, 3), int), pa.ones(1, 2)), ValueError,
-     "exceeds src's size"),
-    (lambda x: pa.scatter(x, 1, np.zeros((1, 1), int)), TypeError, "scatter: src or value"),
-    (lambda x: pa.scatter_add(x, 0, np.array([[3]]), pa.ones(1, 1)), IndexError,
+    (lambda x: pa.gather(x, 1, np.array([[0.0, 1.0]])), RuntimeError,
+     "gather(): Expected dtype int32/int64 for index"),
+    (lambda x: pa.gather(x, 1, np.array([[0, 4]])), RuntimeError, "gather: index 4 is out of"),
+    (lambda x: pa.gather(x, 1, np.array([[0, -1]])), RuntimeError, "gather: index -1 is out"),
+    (lambda x: pa.gather(x, 2, np.array([[0]])), IndexError, "gather: Dimension out of range"),
+    (lambda x: pa.gather(x, 1, np.array([0])), RuntimeError,
+     "gather(): Index tensor must have the same number of dimensions"),
+    (lambda x: pa.gather(x, 1, np.zeros((4, 1), int)), RuntimeError,
+     "gather(): Expected index [4, 1] to be no larger than self [3, 4]"),
+    (lambda x: pa.scatter(x, 1, np.zeros((1, 3), int), pa.ones(1, 2)), RuntimeError,
+     "to be no larger size than src [1, 2]"),
+    (lambda x: pa.scatter(x, 1, np.zeros((1, 1), int)), TypeError, "scatter(): src or value"),
+    (lambda x: pa.scatter(x, 1, np.zeros((1, 1), int), 1.0, reduce="max"), RuntimeError,
+     "scatter(): reduce argument must be either add or multiply"),
+    (lambda x: pa.scatter(pa.ones(3, 4).float(), 1, np.zeros((1, 1), int), pa.ones(1, 1)),
+     RuntimeError,
+     "scatter(): Expected self.dtype to be equal to src.dtype"),
+    (lambda x: pa.scatter_add(x, 0, np.array([[3]]), pa.ones(1, 1)), RuntimeError,
      "scatter_add: index 3"),
-    (lambda x: pa.index_select(x, 0, np.array([[0]])), ValueError, "index_select: index must"),
-    (lambda x: pa.index_select(x, 0, [5]), IndexError, "index_select: index 5"),
-    (lambda x: pa.index_add(x, 0, [0], pa.ones(2, 4)), ValueError, "index_add: source must"),
-    (lambda x: pa.masked_fill(x, np.ones((3, 4)), 1.0), TypeError, "masked_fill: mask must"),
-    (lambda x: pa.masked_fill(x, np.ones((2, 4), bool), 1.0), ValueError, "does not broadcast"),
-    (lambda x: pa.masked_fill(x, MASK, pa.ones(2)), ValueError, "0-dimensional value"),
-    (lambda x: pa.masked_scatter(x, MASK | True, pa.ones(3)), ValueError,
-     "masked_scatter: source has 3"),
-    (lambda x: pa.take_along_dim(x, np.array([0]), 1), ValueError, "same number of dim"),
-    (lambda x: pa.repeat(x, 2), ValueError, "repeat: the number of repeat dims"),
-    (lambda x: pa.repeat(x, 2, -1), ValueError, "repeat: repeats must be non-negative"),
-    (lambda x: pa.flip(x, (0, 0)), ValueError, "flip: dims"),
-    (lambda x: pa.roll(x, (1, 2), 0), ValueError, "roll: shifts"),
-    (lambda x: pa.tril(x.data[0]), ValueError, "tril: input must have at least 2"),
-    (lambda x: pa.diagonal(x, 0, 1, -1), ValueError, "diagonal: dim1 and dim2"),
-    (lambda x: pa.diag_embed(pa.tensor(1.0, requires_grad=True)), ValueError,
-     "diag_embed: input must"),
+    (lambda x: pa.scatter_add(x, 0, np.array([[0]]), pa.ones(1, 1).float()), RuntimeError,
+     "scatter_add(): Expected self.dtype to be equal to src.dtype"),
+    (lambda x: pa.scatter_reduce(x, 0, np.array([[0]]), pa.ones(1, 1), "max"), RuntimeError,
+     "scatter_reduce(): reduce argument must be one of"),
+    (lambda x: pa.index_select(x, 0, np.array([[0]])), IndexError,
+     "index_select(): Index is supposed to be a vector"),
+    (lambda x: pa.index_select(x, 0, [5]), IndexError, "index_select(): index 5 out of range"),
+    (lambda x: pa.index_add(x, 0, [0], pa.ones(2, 4)), RuntimeError, "index_add_(): source must"),
+    (lambda x: pa.index_add(x, 0, [0], pa.ones(1, 4).float()), RuntimeError,
+     "index_add_(): self (float64) and source (float32) must have the same scalar type"),
+    (lambda x: pa.masked_fill(x, np.ones((3, 4)), 1.0), RuntimeError,
+     "masked_fill: only supports boolean masks"),
+    (lambda x: pa.masked_fill(x, np.ones((2, 4), bool), 1.0), RuntimeError,
+     "masked_fill: the size of mask [2, 4] must match"),
+    (lambda x: pa.masked_fill(x, MASK, pa.ones(2)), RuntimeError,
+     "masked_fill: only supports a 0-dimensional value tensor"),
+    (lambda x: pa.masked_scatter(x, MASK | True, pa.ones(3)), RuntimeError,
+     "masked_scatter: Number of elements of source (3) < number of ones in mask (12)"),
+    (lambda x: pa.masked_scatter(x, MASK, pa.ones(12).float()), RuntimeError,
+     "masked_scatter: expected self and source to have same dtypes"),
+    (lambda x: pa.take_along_dim(x, np.array([0]), 1), RuntimeError,
+     "take_along_dim(): input and indices should have the same number of dimensions"),
+    (lambda x: pa.diagonal(x, 0, 1, -1), RuntimeError,
+     "diagonal: diagonal dimensions cannot be identical 1, -1"),
+    (lambda x: pa.diag_embed(pa.tensor(1.0, requires_grad=True)), IndexError,
+     "diag_embed(): Dimension out of range"),
     (lambda x: pa.einsum("ij,jk", x), ValueError, "einsum: the equation 'ij,jk' has 2"),
     (lambda x: pa.einsum("i#", x), ValueError, "einsum: invalid subscript '#'"),
     (lambda x: pa.einsum("ijk", x), ValueError, "einsum: operand 0 has 2 dimensions"),
@@ -339,9 +357,13 @@ def test_chunk_unbind_and_views():
      "einsum:"),
     (lambda x: pa.einsum("ij->ik", x), ValueError, "output subscript 'k'"),
     (lambda x: pa.einsum(x, [0, 60]), ValueError, "einsum: subscripts"),
-    (lambda x: pa.narrow(x, 1, 3, 2), ValueError, "narrow: start (3) + length (2)"),
-    (lambda x: pa.movedim(x, (0, 1), 0), ValueError, "movedim: source (2)"),
-    (lambda x: pa.chunk(x, 0), ValueError, "chunk: chunks must be a positive"),
+    (lambda x: x[np.array([0.5])], IndexError,
+     "tensors used as indices must be long, int, byte or bool tensors"),
+    (lambda x: x[1, 2, 3], IndexError, "too many indices for tensor of dimension 2"),
+    (lambda x: x[..., 1, ...], IndexError, "an index can only have a single ellipsis"),
+    (lambda x: x[5], IndexError, "getitem: index 5 is out of bounds"),
+    (lambda x: x[:, [4]], IndexError, "getitem: index 4 is out of bounds"),
+    (lambda x: x["a"], IndexError, "only integers, slices"),
 ])
 def test_bad_input_names_the_op_and_records_nothing(call, kind, words):
     x = pa.tensor(r(3, 4), requires_grad=True)
@@ -390,7 +412,7 @@ def test_parallel_engine_is_bitwise_equal_to_the_sequential_one():
 def test_scatter_reduce_ties_and_reduce_argument_match_torch():
     """amax/amin ties share the gradient as PyTorch splits it (its count includes input's
     element whenever it equals the result, even without include_self); scatter's
-    reduce="add"; 'prod' and 'multiply' are refused by name."""
+    reduce="add"; a reduce PyTorch does not know is refused by name."""
     rng = np.random.default_rng(5)
     for reduce in ("amax", "amin"):
         for include_self in (True, False):
@@ -411,11 +433,124 @@ def test_scatter_reduce_ties_and_reduce_argument_match_torch():
     src = np.arange(8.0).reshape(2, 4)
     want = torch.zeros(3, 4).double().scatter_add(0, torch.tensor(idx), torch.tensor(src))
     assert np.array_equal(pa.scatter(pa.tensor(x), 0, idx, src, reduce="add").data, want)
-    with pytest.raises(NotImplementedError, match="prod"):
-        pa.scatter_reduce(pa.tensor(x), 0, idx, src, "prod")
-    with pytest.raises(NotImplementedError, match="multiply"):
-        pa.scatter(pa.tensor(x), 0, idx, src, reduce="multiply")
-    with pytest.raises(ValueError, match="reduce must be one of"):
-        pa.scatter_reduce(pa.tensor(x), 0, idx, src, "max")
-    with pytest.raises(IndexError, match="out of bounds"):
+    with pytest.raises(RuntimeError, match="reduce argument must be one of"):
+        pa.scatter_reduce(pa.tensor(x), 0, idx, src, "maximum")
+    with pytest.raises(RuntimeError, match="out of bounds"):
         pa.scatter_reduce(pa.tensor(x), 0, idx + 3, src, "sum")
+
+
+# ---- scatter_reduce "prod", scatter(reduce="multiply"), dtypes (issue 27) -------------------------
+def _both(fn, *arrays):
+    """fn on pa and on torch: results and the leaves (float arrays require grad)."""
+    xs = [pa.tensor(a, requires_grad=a.dtype.kind == "f") for a in arrays]
+    ts = [torch.tensor(a, requires_grad=a.dtype.kind == "f") for a in arrays]
+    return (xs, fn(pa, *xs)), (ts, fn(torch, *ts))
+
+
+def _same_values_and_grads(fn, *arrays):
+    (xs, y), (ts, ty) = _both(fn, *arrays)
+    np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=1e-13, atol=1e-14)
+    w = RNG.uniform(0.5, 1.5, y.shape)
+    leaves = [x for x in xs if x.requires_grad]
+    tleaves = [t for t in ts if t.requires_grad]
+    for g, tg in zip(pa.grad(y, leaves, grad_outputs=w, allow_unused=True),
+                     torch.autograd.grad(ty, tleaves, torch.tensor(w), allow_unused=True)):
+        assert (g is None) == (tg is None)
+        if g is not None:
+            np.testing.assert_allclose(g, tg.numpy(), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("case", ["plain", "zero_in_input", "one_zero_per_element",
+                                  "two_zeros_one_element"])
+def test_scatter_reduce_prod_values_and_gradients_match_pytorch(case, include_self):
+    """'prod' was refused (NotImplementedError); now PyTorch's value and its gradient, whose
+    zeros get the product of the others (ans / value would divide by 0)."""
+    x, src = r(3, 4), r(2, 4)
+    idx = np.array([[0, 1, 2, 0], [0, 2, 2, 3]])
+    if case == "zero_in_input":
+        x[0, 0] = x[2, 2] = 0.0
+    elif case == "one_zero_per_element":
+        src[0, 1] = src[1, 3] = 0.0
+    elif case == "two_zeros_one_element":
+        src[1, 1] = src[1, 2] = 0.0                  # both to element (1, 2)
+        x[0, 3] = 0.0
+    _same_values_and_grads(lambda L, a, b: L.scatter_reduce(
+        a, 1, _idx(L, idx), b, "prod", include_self=include_self), x, src)
+
+
+def test_scatter_reduce_prod_second_derivative_and_pytorchs_refusal():
+    x, src = r(3, 4), r(2, 4)
+    idx = np.array([[0, 1, 2, 0], [0, 2, 2, 3]])
+    src[0, 1] = 0.0
+    xs = [pa.tensor(x, requires_grad=True), pa.tensor(src, requires_grad=True)]
+    assert pa.gradgradcheck(lambda a, b: pa.scatter_reduce(a, 1, idx, b, "prod"), xs)
+    src[1, 1] = src[1, 2] = 0.0                      # two zeros meet: PyTorch refuses twice
+    xs = [pa.tensor(x, requires_grad=True), pa.tensor(src, requires_grad=True)]
+    y = pa.scatter_reduce(xs[0], 1, idx, xs[1], "prod")
+    (gs,) = pa.grad(y.sum(), [xs[1]], create_graph=True)
+    with pytest.raises(RuntimeError, match="Double backward is unsupported for src when >1 "
+                                           "zeros"):
+        pa.grad(gs.sum(), [xs[1]])
+
+
+@pytest.mark.parametrize("reduce", ["add", "multiply"])
+@pytest.mark.parametrize("value", [None, 1.5])
+def test_scatter_with_reduce_matches_pytorchs_values(reduce, value):
+    """reduce="multiply" was refused; PyTorch has no gradient for either reduce (ours:
+    scatter_reduce's with the input included)."""
+    x, src, idx = r(3, 4), r(2, 4), np.array([[0, 1, 2, 0], [0, 2, 2, 3]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")             # (PyTorch deprecates reduce= with src)
+        want = torch.scatter(torch.tensor(x), 1, torch.tensor(idx),
+                             torch.tensor(src) if value is None else value, reduce=reduce)
+    got = pa.scatter(pa.tensor(x), 1, idx, src if value is None else value, reduce=reduce)
+    np.testing.assert_allclose(got.data, want.numpy(), rtol=1e-14)
+    name = {"add": "sum", "multiply": "prod"}[reduce]
+    xs = [pa.tensor(x, requires_grad=True), pa.tensor(src, requires_grad=True)]
+    if value is None:
+        a = pa.grad(pa.scatter(xs[0], 1, idx, xs[1], reduce=reduce).sum(), xs)
+        b = pa.grad(pa.scatter_reduce(xs[0], 1, idx, xs[1], name).sum(), xs)
+        for g, h in zip(a, b):
+            assert_bitwise(g, h)
+
+
+@pytest.mark.parametrize("op", ["scatter", "scatter_add", "scatter_reduce", "index_add",
+                                "masked_scatter", "scatter_multiply"])
+def test_a_src_of_another_dtype_raises_as_pytorch(op):
+    """scatter of float32 into float16 was cast silently; PyTorch raises RuntimeError (and so
+    for the other ops that write a src/source into input)."""
+    x16 = np.zeros((3, 4), np.float16)
+    s32 = np.ones((3, 4), np.float32)
+    idx = np.zeros((3, 4), np.int64)
+    calls = {
+        "scatter": lambda L, x, s: L.scatter(x, 1, _idx(L, idx), s),
+        "scatter_add": lambda L, x, s: L.scatter_add(x, 1, _idx(L, idx), s),
+        "scatter_reduce": lambda L, x, s: L.scatter_reduce(x, 1, _idx(L, idx), s, "sum"),
+        "index_add": lambda L, x, s: L.index_add(x, 0, _idx(L, [0, 1, 2]), s),
+        "masked_scatter": lambda L, x, s: L.masked_scatter(x, B(L, MASK), s),
+        "scatter_multiply": lambda L, x, s: L.scatter(x, 1, _idx(L, idx), s, reduce="multiply"),
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(RuntimeError):
+            calls[op](torch, torch.tensor(x16), torch.tensor(s32))
+    with pytest.raises(RuntimeError, match="dtype|scalar type|dtypes"):
+        calls[op](pa, pa.tensor(x16), pa.tensor(s32))
+
+
+def test_zero_dim_inputs_of_the_index_ops_match_pytorch():
+    """PyTorch takes a 0-d input (as 1-D) in gather, scatter, scatter_add, scatter_reduce,
+    index_select and index_add; they refused it ("input must have at least 1 dimension")."""
+    calls = {
+        "gather": lambda L, x, s: L.gather(x, 0, _idx(L, [0, 0])),
+        "scatter": lambda L, x, s: L.scatter(x, 0, _idx(L, 0), s),
+        "scatter_add": lambda L, x, s: L.scatter_add(x, 0, _idx(L, 0), s),
+        "scatter_reduce": lambda L, x, s: L.scatter_reduce(x, 0, _idx(L, 0), s, "prod"),
+        "index_select": lambda L, x, s: L.index_select(x, 0, _idx(L, [0])),
+        "index_add": lambda L, x, s: L.index_add(x, 0, _idx(L, [0]), s),
+        "take_along_dim": lambda L, x, s: L.take_along_dim(x, _idx(L, [0, 0])),
+        "masked_fill": lambda L, x, s: L.masked_fill(x, B(L, np.array(True)), s),
+    }
+    for name, call in calls.items():
+        _same_values_and_grads(call, np.array(1.5), np.array(-2.0))

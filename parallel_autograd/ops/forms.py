@@ -56,7 +56,7 @@ def graph_grads(node, g: Tensor, mask=None) -> list:
 def run_formulas(node, op, g, mask=None) -> list:
     """`op`'s formulas for `node` (unfitted: at the output's shape or the input's)."""
     formulas = op.formulas
-    saved = graph_saved(node, len(op.inputs))
+    saved = graph_saved(node, len(node.next_nodes))  # (cat: one per tensor)
     params = node.kwargs or {}
     if isinstance(formulas, Joint):
         grads = formulas.fn(g, *saved, **params)

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..primitive import primitive
 from ..tensor import Tensor
 from .forms import cast, connect, depends_on, graph_fit
-from . import shape as S
+from .index import index_accumulate
 
 __all__ = ["graph_fit", "cast", "depends_on", "connect"]
 
@@ -49,32 +48,6 @@ def _set(op, *forms) -> None:
 
 
 
-# ---- shapes and indexing -----------------------------------------------------------------
-def _shape_of(x) -> tuple:
-    return np.shape(_arr(x))
-
-
-_set(S._reshape, lambda g, ans, x, shape: S.reshape(g, _shape_of(x)))
-_set(S._transpose, lambda g, ans, x, axes:
-     S._transpose(g, axes=None if axes is None else tuple(int(i) for i in np.argsort(axes))))
-_set(S._broadcast, lambda g, ans, x, shape: g)  # graph_fit sums it back
-_set(S._squeeze, lambda g, ans, x, axis: S.reshape(g, _shape_of(x)))
-_set(S._unsqueeze, lambda g, ans, x, axis: S.reshape(g, _shape_of(x)))
-
-
-class _Shape:
-    """Stands for an array of a given shape and dtype where a rule reads only those."""
-
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype = shape, dtype
-
-
-scatter = primitive("scatter",
-                    lambda g, index, shape: S._getitem_vjp(g, None, _Shape(shape, None), index),
-                    lambda gg, ans, g, index, shape: np.asarray(gg[index]))
-scatter.vjps[0].graph = lambda gg, ans, g, index, shape: S.getitem(gg, index)
-scatter.__doc__ = "`zeros(shape)` with `g` added at `index` (getitem's adjoint)."
-_set(S._getitem, lambda g, ans, x, index: scatter(g, index=index, shape=_shape_of(x)))
-_set(S._pad, lambda g, ans, x, pad_width, mode, value:
-     S.getitem(g, tuple(slice(lo, lo + n) for (lo, _), n in zip(pad_width, _shape_of(x)))))
+# ---- shapes and indexing: declared with their formulas (ops/shape.py, ops/index.py) ---------
+scatter = index_accumulate  # MIGRATION: nn/_pool.py's name for getitem's adjoint
 

@@ -1,440 +1,494 @@
-"""PyTorch's shape and index ops: `repeat tile flip roll tril triu diagonal diag_embed
-gather scatter scatter_add index_select index_add masked_fill masked_scatter
-take_along_dim (take_along_axis) einsum narrow movedim unbind chunk`.
+"""Indexing, one declaration per op (`primitive.defop`): `x[index]` (`getitem`, PyTorch's
+rules) and its adjoint `index_accumulate`; by an index tensor `gather scatter scatter_add
+scatter_reduce index_select index_add take_along_dim`; by a mask `masked_fill
+masked_scatter masked_select`; the diagonal ops `diagonal diag_embed` (and their adjoint
+`diagonal_backward`). (einsum, linalg's, stays here until its family moves it.)
 
-Names, arguments (`dim`, `index`, `src`, `source`, `value`, ...) and semantics are
-PyTorch's: indices are integer arrays or Tensors, must lie in [0, size) (negative ones are
-refused, as PyTorch refuses them), and bad input raises before anything is recorded, naming
-the op. Each op has a fast rule on ndarrays and a differentiable twin (`rule.graph`), so
-`create_graph=True` works through it to any order. The linear ops come in adjoint pairs
-whose rules are each other: gather / scatter_add (and index_select / index_add, diagonal /
-diag_embed), so every order of derivative runs the same numpy kernels; einsum's gradients
-are einsums (with identity and ones constants for repeated and summed-away subscripts).
+Semantics are PyTorch's:
 
-`scatter` does not accumulate: where `index` names an element twice PyTorch leaves the
-result undefined; here the last write in index order (C order over `index`) wins, and
-only the `src` positions that won get a gradient.
+- `x[index]` takes ints, slices (numpy's negative steps too), None, Ellipsis, Python
+  bools, integer and boolean tensors, arrays and lists, as PyTorch does. Ints are basic
+  indices (they select, as slices do, and a result made of them alone is a view sharing
+  the input's memory and version counter, 0-d results included); the index tensors are
+  then placed as PyTorch's `index` places them: where the first of them stands when they
+  are adjacent (ints removed), else first. numpy, which counts an int among the advanced
+  indices, puts `x[1, :, d]`'s dimensions first; PyTorch keeps them in place. A list of
+  sequences (`x[[0, [1, 2]]]`) is a tuple, with PyTorch's deprecation warning. The gradient
+  accumulates repeated indices (`index_accumulate`, whose gradient is getitem again).
+- The index ops take integer index tensors with values in [0, size) (negative ones are
+  refused, as PyTorch refuses them); `src`/`source` must have the input's dtype
+  (RuntimeError, as PyTorch's "Expected self.dtype to be equal to src.dtype").
+- `scatter` does not accumulate: where `index` names an element twice PyTorch leaves the
+  result undefined; here the last write in index order (C order over `index`) wins, and
+  only the `src` positions that won get a gradient. `scatter(..., reduce="add" |
+  "multiply")` is `scatter_reduce`'s "sum" / "prod" with the input included (PyTorch has no
+  derivative for it; here it has scatter_reduce's).
+- `scatter_reduce` ("sum", "prod", "mean", "amax", "amin", `include_self`) has PyTorch's
+  gradients (`scatter_reduce_backward`): ties of amax/amin share g evenly, prod's zeros get
+  the product of the others; as in PyTorch, differentiating prod's gradient twice where two
+  zeros of src meet at one element raises.
+
+The linear ops come in adjoint pairs whose formulas are each other (gather / scatter_add,
+index_select / index_add, getitem / index_accumulate, diagonal / diagonal_backward), so
+every order of derivative runs the same numpy kernels. Bad input raises before anything
+is recorded, naming the op, with PyTorch's exception types (IndexError for a dimension
+out of range, RuntimeError for sizes, dtypes and out-of-bounds index values).
 
 Thread safety: pure functions of their arguments, like the other ops.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
-from ..memory import empty as _empty
-from ..primitive import primitive, record
+from ..primitive import Joint, Saved, composite, defop, record
 from ..tensor import Tensor
-from . import elementwise as E
-from . import reduce as R
-from . import shape as S
-from .graph import cast
-from .setitem import index_put
+from ._common import dim as one_dim
+from ._common import empty, raw
+from .forms import expand_to, sum_to
 
-__all__ = ["chunk", "diag_embed", "diagonal", "einsum", "flip", "gather", "index_add",
-           "index_select", "masked_fill", "masked_scatter", "movedim", "narrow", "repeat",
-           "roll", "scatter", "scatter_add", "take_along_axis", "take_along_dim", "tile",
-           "tril", "triu", "unbind"]
+__all__ = ["getitem", "index_accumulate", "IndexPlan", "index_plan", "numpy_index", "gather",
+           "scatter", "scatter_add", "scatter_reduce", "scatter_src", "scatter_value",
+           "index_select", "index_add", "masked_fill", "masked_scatter", "masked_select",
+           "take_along_dim", "take_along_axis", "diagonal", "diag_embed", "diagonal_backward",
+           "einsum", "indices", "mask", "grid", "lead", "check_index", "vector_index",
+           "along", "sizes", "old_dim", "old_dims"]
 
 
-# ---- helpers ------------------------------------------------------------------------------
+# ---- helpers (public: the in-place ops of inplace.py share them) -------------------------------
 def _data(x) -> np.ndarray:
     return x.data if isinstance(x, Tensor) else np.asarray(x)
 
 
-def _dim(dim, ndim: int, op: str) -> int:
-    """`dim` in [-ndim, ndim) as a non-negative int (PyTorch's IndexError otherwise)."""
-    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
-        raise TypeError(f"{op}: dim must be an int, got {type(dim).__name__}")
-    lo, hi = -max(ndim, 1), max(ndim, 1) - 1
-    if not lo <= dim <= hi:
-        raise IndexError(f"{op}: dimension out of range (expected to be in range of "
-                         f"[{lo}, {hi}], but got {dim})")
-    return int(dim) % max(ndim, 1)
+def _shape(x) -> tuple:
+    return np.shape(raw(x))
 
 
-def _dims(dims, ndim: int, op: str) -> tuple:
-    """A tuple of distinct non-negative dims from an int or a sequence."""
-    if isinstance(dims, (list, tuple)):
-        out = tuple(_dim(d, ndim, op) for d in dims)
-    else:
-        out = (_dim(dims, ndim, op),)
-    if len(set(out)) != len(out):
-        raise ValueError(f"{op}: dims {tuple(dims)} name a dimension twice")
-    return out
-
-
-def _sizes(args: tuple, op: str) -> tuple:
-    """`f(x, 2, 3)` or `f(x, (2, 3))`: the ints as a tuple."""
-    if len(args) == 1 and isinstance(args[0], (list, tuple)):
-        args = tuple(args[0])
-    for a in args:
-        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
-            raise TypeError(f"{op}: expected ints, got {type(a).__name__}")
-    return tuple(int(a) for a in args)
-
-
-def _indices(index, op: str, name: str = "index") -> np.ndarray:
-    """An integer ndarray (from a Tensor, array or list)."""
+def indices(index, op: str, name: str = "index") -> np.ndarray:
+    """An integer ndarray (from a Tensor, array or list); RuntimeError for another dtype."""
     a = index.data if isinstance(index, Tensor) else np.asarray(index)
     if a.dtype.kind not in "iu":
-        if a.size == 0 and a.dtype.kind == "f":  # np.asarray([]) is float64
-            return a.astype(np.intp)
-        raise TypeError(f"{op}: {name} must be an integer tensor, got dtype {a.dtype}")
+        if a.size == 0 and a.dtype.kind == "f" and not isinstance(index, Tensor):
+            return a.astype(np.int64)  # np.asarray([]) is float64
+        raise RuntimeError(f"{op}(): Expected dtype int32/int64 for {name}, got {a.dtype}")
     return a
 
 
-def _in_range(index: np.ndarray, n: int, op: str, dim: int) -> None:
+def _in_range(index: np.ndarray, n: int, op: str, d: int) -> None:
     if index.size and (index.min() < 0 or index.max() >= n):
         bad = index.min() if index.min() < 0 else index.max()
-        raise IndexError(f"{op}: index {bad} is out of bounds for dimension {dim} with "
-                         f"size {n}")
+        raise RuntimeError(f"{op}: index {bad} is out of bounds for dimension {d} with size "
+                           f"{n}")
 
 
-def _mask(mask, op: str) -> np.ndarray:
-    m = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
-    if m.dtype != np.bool_:
-        raise TypeError(f"{op}: mask must be a boolean tensor, got dtype {m.dtype}")
-    return m
+def mask(m, op: str) -> np.ndarray:
+    """A boolean mask as an ndarray; RuntimeError for another dtype (PyTorch's)."""
+    a = m.data if isinstance(m, Tensor) else np.asarray(m)
+    if a.dtype != np.bool_:
+        raise RuntimeError(f"{op}: only supports boolean masks, but got mask with dtype "
+                           f"{a.dtype}")
+    return a
 
 
-def _copy(a: np.ndarray, shape=None) -> np.ndarray:
-    """A new (cached) array holding `a` (broadcast to `shape`): 1 pass."""
-    out = _empty(a.shape if shape is None else shape, a.dtype)
-    np.copyto(out, a)
-    return out
+# (the ops whose parameters are named `mask` and `indices` call them by these names)
+mask_of, indices_of = mask, indices
 
 
 def _zeros(shape, dtype) -> np.ndarray:
-    out = _empty(shape, dtype)
+    out = empty(shape, dtype)
     out.fill(0)
     return out
 
 
-def _grid(index: np.ndarray, dim: int) -> tuple:
+def _copy(a: np.ndarray, shape=None) -> np.ndarray:
+    """A new (cached) array holding `a` (broadcast to `shape`): 1 pass."""
+    out = empty(a.shape if shape is None else shape, a.dtype)
+    np.copyto(out, a)
+    return out
+
+
+def grid(index: np.ndarray, d: int) -> tuple:
     """The fancy index that pairs each element of `index` with its own coordinates in
-    the other dimensions: `x[_grid(index, dim)]` is PyTorch's gather."""
+    the other dimensions: `x[grid(index, d)]` is PyTorch's gather along `d`."""
     nd = index.ndim
-    return tuple(index if d == dim else np.arange(n).reshape((n,) + (1,) * (nd - d - 1))
-                 for d, n in enumerate(index.shape))
+    return tuple(index if k == d else np.arange(n).reshape((n,) + (1,) * (nd - k - 1))
+                 for k, n in enumerate(index.shape))
 
 
-def _lead(shape) -> tuple:
+def lead(shape) -> tuple:
     """The slices selecting the leading block of `shape` (index's part of src)."""
     return tuple(slice(0, n) for n in shape)
 
 
+def along(d: int, index: np.ndarray) -> tuple:
+    """The index selecting `index`'s positions along dimension `d`."""
+    return (slice(None),) * d + (index,)
+
+
+def check_index(x: np.ndarray, d: int, index: np.ndarray, op: str, src=None) -> None:
+    """PyTorch's rules for gather/scatter: as many dims as `x`; no larger than `x` outside
+    `d` (nor than `src` anywhere); values in [0, x.shape[d]). RuntimeError otherwise."""
+    if index.ndim != max(x.ndim, 1) and not (index.ndim == 0 and x.ndim == 0):
+        raise RuntimeError(f"{op}(): Index tensor must have the same number of dimensions "
+                           f"as input tensor ({index.ndim} vs {x.ndim})")
+    xs = x.shape or (1,)
+    for k, (i, n) in enumerate(zip(index.shape, xs)):
+        if k != d and i > n:
+            raise RuntimeError(f"{op}(): Expected index {list(index.shape)} to be no larger "
+                               f"than self {list(x.shape)} apart from dimension {d}")
+    if src is not None:
+        if src.ndim != x.ndim:
+            raise RuntimeError(f"{op}(): src must have as many dimensions as input "
+                               f"({src.ndim} vs {x.ndim})")
+        for i, n in zip(index.shape, src.shape):
+            if i > n:
+                raise RuntimeError(f"{op}(): Expected index {list(index.shape)} to be no "
+                                   f"larger size than src {list(src.shape)}")
+    _in_range(index, xs[d], op, d)
+
+
+def vector_index(index, n: int, op: str, d: int) -> np.ndarray:
+    """index_select's and index_add's index: 0- or 1-D integers in [0, n)."""
+    idx = indices(index, op)
+    if idx.ndim > 1:
+        raise IndexError(f"{op}(): Index is supposed to be a vector, got {idx.ndim} dims")
+    idx = idx.reshape(-1)
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise IndexError(f"{op}(): index {idx.max() if idx.max() >= n else idx.min()} out of "
+                         f"range for dimension {d} of size {n}")
+    return idx
+
+
+def sizes(args: tuple, op: str) -> tuple:
+    """`f(x, 2, 3)` or `f(x, (2, 3))`: the ints as a tuple (TypeError otherwise)."""
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):
+        args = tuple(args[0])
+    out = []
+    for a in args:
+        if isinstance(a, Tensor) and a.data.ndim == 0 and a.data.dtype.kind in "iu":
+            a = int(a.data)
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
+            raise TypeError(f"{op}: expected ints, got {type(a).__name__}")
+        out.append(int(a))
+    return tuple(out)
+
+
+def _same_dtype(op: str, x: np.ndarray, s: np.ndarray, what: str = "src") -> None:
+    if s.dtype != x.dtype:
+        raise RuntimeError(f"{op}(): Expected self.dtype to be equal to {what}.dtype (self "
+                           f"{x.dtype}, {what} {s.dtype})")
+
+
+def old_dim(d, ndim: int, op: str) -> int:
+    """The index family's former dimension check, kept for the modules that import it
+    under its old name `_dim` (a dimension in [-ndim, ndim), IndexError otherwise)."""
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+        raise TypeError(f"{op}: dim must be an int, got {type(d).__name__}")
+    lo, hi = -max(ndim, 1), max(ndim, 1) - 1
+    if not lo <= d <= hi:
+        raise IndexError(f"{op}: dimension out of range (expected to be in range of "
+                         f"[{lo}, {hi}], but got {d})")
+    return int(d) % max(ndim, 1)
+
+
+def old_dims(ds, ndim: int, op: str) -> tuple:
+    """`old_dim` of an int or a sequence; a dimension named twice is a ValueError."""
+    out = tuple(old_dim(d, ndim, op) for d in ds) if isinstance(ds, (list, tuple)) \
+        else (old_dim(ds, ndim, op),)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{op}: dims {tuple(ds) if isinstance(ds, (list, tuple)) else ds} "
+                         f"name a dimension twice")
+    return out
+
+
+# MIGRATION: the old private names, for the modules that still import them (inplace.py,
+# inplace_more.py, convert.py, logic.py, products.py); they go when those move to the
+# public names above
+_dim, _dims, _sizes, _indices, _mask = old_dim, old_dims, sizes, indices, mask
+_grid, _lead, _along, _check_index, _vector_index = grid, lead, along, check_index, vector_index
+
+
+# ---- x[index]: PyTorch's indexing as two numpy steps -------------------------------------------
+class IndexPlan:
+    """An index as two numpy steps that give PyTorch's result: `x[first]`, a basic index
+    (ints, slices, None, Ellipsis: a view), then, if not None, `[then]`, the advanced
+    index (integer and boolean arrays, full slices between them) on that view. With the
+    ints gone, numpy places the advanced dimensions where PyTorch does (at the first
+    of them when adjacent, else first). `repeats`: `then` holds an integer array, so
+    it may name an element twice (the adjoint must accumulate). Immutable."""
+
+    __slots__ = ("first", "then", "repeats")
+
+    def __init__(self, first: tuple, then, repeats: bool):
+        self.first, self.then, self.repeats = first, then, repeats
+
+    def __repr__(self):
+        return f"IndexPlan({self.first!r}, {self.then!r})"
+
+    def take(self, x: np.ndarray) -> np.ndarray:
+        """`x` indexed: a view of `x` for a basic index, else a new array."""
+        v = x[self.first]
+        return v if self.then is None else v[self.then]
+
+    def put(self, out: np.ndarray, g) -> None:
+        """`g` added into the zeros `out` at the indexed places (repeats accumulate)."""
+        v = out[self.first]
+        if self.then is None:
+            v[...] = g
+        elif self.repeats:
+            np.add.at(v, self.then, g)
+        else:          # masks and bools select each element once: a plain write
+            v[self.then] = g
+
+
+_BASIC = (int, slice, type(None), type(Ellipsis))
+_WARNED = "Using a non-tuple sequence for multidimensional indexing is deprecated"
+
+
+def index_plan(index, ndim: int) -> IndexPlan:
+    """The plan of `x[index]` for a tensor of `ndim` dimensions, PyTorch's way (see the
+    module's docstring); IndexError for an index PyTorch refuses."""
+    if type(index) is IndexPlan:
+        return index
+    if type(index) in _BASIC:               # the common cases first: x[1], x[1:3], x[None]
+        return IndexPlan((index,) if index is Ellipsis else (index, Ellipsis), None, False)
+    if type(index) is tuple and all(type(p) in _BASIC for p in index):
+        return IndexPlan(index if Ellipsis in index else index + (Ellipsis,), None, False)
+    return _plan(tuple(_part(p) for p in _as_tuple(index)), ndim)
+
+
+def numpy_index(index) -> IndexPlan:
+    """The plan of numpy's `x[index]` (numpy's placement of the advanced dimensions), for
+    the writes (setitem) that still take numpy's indices."""
+    parts = index if isinstance(index, tuple) else (index,)
+    if all(type(p) in _BASIC for p in parts):
+        return IndexPlan(parts if Ellipsis in parts else parts + (Ellipsis,), None, False)
+    return IndexPlan((Ellipsis,), index, True)
+
+
+def _as_tuple(index) -> tuple:
+    """PyTorch's reading of a non-tuple index: a list holding a sequence, a tensor, a
+    slice, None or Ellipsis is a tuple of indices (deprecated: its warning); anything
+    else is one index."""
+    if isinstance(index, tuple):
+        return index
+    if isinstance(index, list) and len(index) < 32 and any(
+            isinstance(p, (Tensor, np.ndarray, list, tuple, slice, range)) or p is None
+            or p is Ellipsis for p in index):
+        warnings.warn(f"{_WARNED}; use x[tuple(seq)] instead of x[seq]. In PyTorch this "
+                      f"will be interpreted as a tensor index, x[torch.tensor(seq)].",
+                      UserWarning, stacklevel=5)
+        return tuple(index)
+    return (index,)
+
+
+def _part(p):
+    """One part of an index: int, slice, None, Ellipsis, a Python bool, or an integer or
+    boolean ndarray of at least one dimension."""
+    if type(p) in _BASIC or type(p) is bool:
+        return p
+    tensor = isinstance(p, Tensor)
+    if tensor or isinstance(p, np.ndarray):
+        a = p.data if tensor else p
+    elif isinstance(p, np.bool_):
+        return bool(p)
+    elif isinstance(p, np.integer):
+        return int(p)
+    elif isinstance(p, (list, tuple, range)):
+        a = _sequence_array(p)
+    else:
+        raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and long or "
+                         f"byte Variables are valid indices (got {type(p).__name__})")
+    if a.dtype == np.uint8 and tensor:
+        warnings.warn("indexing with dtype uint8 is now deprecated, please use a dtype bool "
+                      "instead.", UserWarning, stacklevel=6)
+        a = a.astype(bool)
+    if a.dtype.kind not in "biu":
+        raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+    if a.ndim == 0:                         # a 0-d index is a number: x[t] with t = 1
+        return bool(a) if a.dtype.kind == "b" else int(a)
+    return a
+
+
+def _sequence_array(p) -> np.ndarray:
+    """A list as an index array (its tensors unwrapped; `[]` as an empty integer one)."""
+    a = np.asarray([_sequence_array(e) if isinstance(e, (list, tuple)) else raw(e)
+                    for e in p])
+    return a.astype(np.int64) if a.size == 0 and a.dtype.kind == "f" else a
+
+
+def _consumed(p) -> int:
+    """The dimensions of the indexed tensor one part of an index takes."""
+    if type(p) in (int, slice):
+        return 1
+    if isinstance(p, np.ndarray):
+        return p.ndim if p.dtype == np.bool_ else 1
+    return 0                                # None, Ellipsis (counted apart), a Python bool
+
+
+def _too_many(ndim: int) -> str:
+    return ("invalid index of a 0-dim tensor. Use `tensor.item()` to convert a 0-dim tensor "
+            "to a number" if ndim == 0 else f"too many indices for tensor of dimension {ndim}")
+
+
+def _plan(parts: tuple, ndim: int) -> IndexPlan:
+    used = sum(_consumed(p) for p in parts)
+    ellipsis = sum(p is Ellipsis for p in parts)
+    if ellipsis > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if used > ndim:
+        raise IndexError(_too_many(ndim))
+    tail = () if ellipsis else (Ellipsis,)  # (so a 0-d result stays an array: a view)
+    if not any(type(p) is bool or isinstance(p, np.ndarray) for p in parts):
+        return IndexPlan(parts + tail, None, False)
+    first, then, repeats = [], [], False
+    for p in parts:
+        if type(p) is int:                  # a basic index, as in PyTorch: selected first
+            first.append(p)
+        elif type(p) is bool:               # a new dimension, indexed by [0] or []
+            first.append(None)
+            then.append(np.zeros(int(p), np.intp))
+        elif isinstance(p, np.ndarray):
+            first.extend([slice(None)] * _consumed(p))
+            then.append(p)
+            repeats = repeats or p.dtype != np.bool_
+        else:                               # a slice, None or Ellipsis: kept in both steps
+            first.append(p)
+            then.extend([slice(None)] * ((ndim - used) if p is Ellipsis else 1))
+    return IndexPlan(tuple(first) + tail, tuple(then), repeats)
+
+
+def _getitem_kernel(g, ans, input, plan, index):
+    out = _zeros(np.shape(input), g.dtype)  # zeros, then g written in (added where an
+    plan.put(out, g)                        # index repeats): 2 passes
+    return out
+
+
+def _getitem_formula(g, ans, input, index):
+    return index_accumulate(g, index, _shape(input))
+
+
+@defop(formula=_getitem_formula, kernel=_getitem_kernel, method="__getitem__", export=False,
+       shapes_only=True)
+def getitem(input: Tensor, index) -> Tensor:
+    """`input[index]`, PyTorch's indexing (see the module's docstring): basic indices give
+    a view; the gradient accumulates repeated indices."""
+    plan = index_plan(index, np.ndim(input))
+    try:
+        return Saved(plan.take(input), plan)
+    except IndexError as e:
+        raise IndexError(f"getitem: {_torch_words(str(e), np.ndim(input))}") from e
+
+
+def _torch_words(message: str, ndim: int) -> str:
+    """numpy's IndexError message in PyTorch's words."""
+    if message.startswith("too many indices"):
+        return _too_many(ndim)
+    return message.replace(" for axis ", " for dimension ")
+
+
+def _accumulate_kernel(g, ans, input, plan, index, shape):
+    return plan.take(g)                     # g at the places: a view, or 1 pass
+
+
+@defop(formula=lambda g, ans, input, index, shape: getitem(g, index),
+       kernel=_accumulate_kernel, export=False, shapes_only=True)
+def index_accumulate(input: Tensor, index, shape: tuple) -> Tensor:
+    """Zeros of `shape` with `input` added at `index` (`x[index]`'s adjoint: repeated
+    indices accumulate; PyTorch's `index_put(zeros, index, input, accumulate=True)`)."""
+    x = np.asarray(input)
+    plan = index_plan(index, len(shape))
+    out = _zeros(tuple(shape), x.dtype)     # zeros, then the input added in: 2 passes
+    try:
+        plan.put(out, x)
+    except IndexError as e:
+        raise IndexError(f"index_accumulate: {e}") from e
+    return Saved(out, plan)
+
+
+# ---- gather, scatter_add: each other's adjoint ----------------------------------------------------
+def _as1d(x: np.ndarray, idx: np.ndarray):
+    """A 0-d input (and its index) as 1-D, as PyTorch treats them in gather and scatter."""
+    return (x.reshape(1), idx.reshape(-1)) if x.ndim == 0 else (x, idx)
+
+
+def _gather_kernel(g, ans, input, dim, index, sparse_grad):
+    x, idx = _as1d(np.asarray(input), np.asarray(index))
+    out = _zeros(x.shape, g.dtype)          # zeros, then g added at the gathered places
+    np.add.at(out, grid(idx, dim % x.ndim), np.reshape(g, idx.shape))  # (repeats add): 2 passes
+    return out.reshape(np.shape(input))
+
+
+def _gather_formula(g, ans, input, dim, index, sparse_grad):
+    return scatter_add(np.zeros(_shape(input), raw(g).dtype), dim, index, g)
+
+
+@defop(formula=_gather_formula, kernel=_gather_kernel, method=True, shapes_only=True,
+       cost=lambda ans, input, *_, **__: ans.size + np.size(input))
+def gather(input: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False) -> Tensor:
+    """`out[i][j][k] = input[i][index[i][j][k]][k]` for dim=1: values picked along `dim` at
+    `index`, which has input's dimensions and is no larger outside `dim`. The gradient is a
+    scatter_add (repeated indices accumulate)."""
+    x, idx = np.asarray(input), indices(index, "gather")
+    d = one_dim(dim, x.ndim, "gather")
+    x1, idx1 = _as1d(x, idx)
+    check_index(x1, d, idx1, "gather")
+    return x1[grid(idx1, d)].reshape(idx.shape)
+
+
+def _scatter_add_src_kernel(g, ans, input, src, dim, index):
+    x, idx = _as1d(np.asarray(g), np.asarray(index))
+    part = x[grid(idx, dim % x.ndim)]       # g gathered (index's shape), in src's shape
+    return _placed(part.reshape(np.shape(index)), np.shape(src))  # 1 pass (2: larger src)
+
+
+def _scatter_add_src_formula(g, ans, input, src, dim, index):
+    return _pad_to(gather(g, dim, index), _shape(src))
+
+
+@defop(inputs=("input", "src"), formula=(lambda g, ans, input, src, dim, index: g,
+                                         _scatter_add_src_formula),
+       kernel=(None, _scatter_add_src_kernel), method=True, shapes_only=True)
+def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    """A copy of `input` with `src[i][j][k]` added at `[i][index[i][j][k]][k]` for dim=1
+    (repeated indices accumulate). `src` may be larger than `index`: its leading block of
+    index's shape is used. The gradient of `src` is a gather."""
+    x, s = np.asarray(input), np.asarray(src)
+    idx = indices(index, "scatter_add")
+    d = one_dim(dim, x.ndim, "scatter_add")
+    _same_dtype("scatter_add", x, s)
+    x1, idx1 = _as1d(x, idx)
+    s1 = s.reshape(-1) if x.ndim == 0 else s
+    check_index(x1, d, idx1, "scatter_add", s1)
+    out = _copy(x1)                         # a copy, then src's block added: 2 passes
+    np.add.at(out, grid(idx1, d), s1[lead(idx1.shape)])
+    return out.reshape(x.shape)
+
+
 def _placed(part: np.ndarray, shape: tuple) -> np.ndarray:
     """`part` in the leading block of zeros of `shape` (itself when the shapes match)."""
-    if part.shape == shape:
+    if part.shape == tuple(shape):
         return part
     out = _zeros(shape, part.dtype)
-    out[_lead(part.shape)] = part
+    out[lead(part.shape)] = part
     return out
 
 
 def _pad_to(t, shape: tuple):
-    """The differentiable `_placed`: zeros after `t` up to `shape`."""
-    have = np.shape(_data(t))
-    if have == shape:
-        return t
-    return S.pad(t, [(0, n - m) for n, m in zip(shape, have)])
+    """The differentiable `_placed`: `t` in the leading block of zeros of `shape`."""
+    have = _shape(t)
+    return t if have == tuple(shape) else index_accumulate(t, lead(have), tuple(shape))
 
 
-def _graph(op, *forms) -> None:
-    """Attach each differentiable form to the op's rule at the same position."""
-    for rule, form in zip(op.vjps, forms):
-        rule.graph = form
-
-
-# ---- repeat, tile -----------------------------------------------------------------------------
-def _interleaved(sizes: tuple, shape: tuple) -> tuple:
-    return tuple(v for s, n in zip(sizes, shape) for v in (s, n))
-
-
-def _repeat_forward(x, sizes):
-    shape = (1,) * (len(sizes) - x.ndim) + x.shape
-    out = _empty(tuple(s * n for s, n in zip(sizes, shape)), x.dtype)
-    # out seen as (s0, n0, s1, n1, ...) takes x broadcast over the s axes: 1 pass
-    np.copyto(out.reshape(_interleaved(sizes, shape)),
-              x.reshape(_interleaved((1,) * len(sizes), shape)))
-    return out
-
-
-def _repeat_vjp(g, ans, x, sizes):
-    # the copies summed: one reduction over the repeat axes (allocates the result only)
-    shape = (1,) * (len(sizes) - x.ndim) + x.shape
-    axes = tuple(range(0, 2 * len(sizes), 2))
-    return g.reshape(_interleaved(sizes, shape)).sum(axis=axes).reshape(x.shape)
-
-
-def _repeat_form(g, ans, x, sizes):
-    shape = np.shape(_data(x))
-    inter = _interleaved(sizes, (1,) * (len(sizes) - len(shape)) + shape)
-    return S.reshape(R.sum(S.reshape(g, inter), axis=tuple(range(0, len(inter), 2))), shape)
-
-
-_repeat = primitive("repeat", _repeat_forward, _repeat_vjp)
-_graph(_repeat, _repeat_form)
-
-
-def repeat(input, *sizes) -> Tensor:
-    """PyTorch's `Tensor.repeat`: the tensor tiled `sizes[i]` times along dimension i
-    (`repeat(x, 2, 3)` or `repeat(x, (2, 3))`; `len(sizes)` may exceed `x.ndim`, adding
-    leading dimensions). Not numpy's `repeat` (that is PyTorch's `repeat_interleave`)."""
-    sizes = _sizes(sizes, "repeat")
-    nd = np.ndim(_data(input))
-    if len(sizes) < nd:
-        raise ValueError(f"repeat: the number of repeat dims ({len(sizes)}) can not be "
-                         f"smaller than the number of dimensions of the tensor ({nd})")
-    if any(s < 0 for s in sizes):
-        raise ValueError(f"repeat: repeats must be non-negative, got {sizes}")
-    return _repeat(input, sizes=sizes)
-
-
-def tile(input, *dims) -> Tensor:
-    """PyTorch's `tile`: `repeat`, with `dims` padded with leading 1s when shorter than
-    the tensor's dimensions (`tile(x, (2,))` repeats the last dimension twice)."""
-    dims = _sizes(dims, "tile")
-    nd = np.ndim(_data(input))
-    if any(s < 0 for s in dims):
-        raise ValueError(f"tile: repeats must be non-negative, got {dims}")
-    return _repeat(input, sizes=(1,) * (nd - len(dims)) + dims)
-
-
-# ---- flip, roll, tril, triu ---------------------------------------------------------------
-_flip = primitive("flip", lambda x, dims: _copy(np.flip(x, dims)),  # a copy, as PyTorch: 1 pass
-                  lambda g, ans, x, dims: np.flip(g, dims))          # a view of g
-_graph(_flip, lambda g, ans, x, dims: _flip(g, dims=dims))
-
-
-def flip(input, *dims) -> Tensor:
-    """The elements in reverse order along `dims` (`flip(x, 0, 1)` or `flip(x, (0, 1))`);
-    a copy, as in PyTorch."""
-    if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
-        dims = tuple(dims[0])
-    return _flip(input, dims=_dims(dims, np.ndim(_data(input)), "flip"))
-
-
-def _negated(shifts):
-    return tuple(-s for s in shifts) if isinstance(shifts, tuple) else -shifts
-
-
-_roll = primitive("roll", lambda x, shifts, dims: np.roll(x, shifts, dims),
-                  lambda g, ans, x, shifts, dims: np.roll(g, _negated(shifts), dims))
-_graph(_roll, lambda g, ans, x, shifts, dims: _roll(g, shifts=_negated(shifts), dims=dims))
-
-
-def roll(input, shifts, dims=None) -> Tensor:
-    """The elements shifted by `shifts` along `dims` (wrapping around; a dimension named
-    twice is shifted by the sum); with `dims=None` the flattened tensor is rolled and the
-    shape restored."""
-    nd = np.ndim(_data(input))
-    if dims is None:
-        if isinstance(shifts, (list, tuple)):
-            if len(shifts) != 1:
-                raise ValueError("roll: with dims=None, shifts must be a single int")
-            shifts = shifts[0]
-        return _roll(input, shifts=int(shifts), dims=None)
-    # a dimension may be named twice: its shifts add (PyTorch's and numpy's roll)
-    dims = tuple(_dim(d, nd, "roll") for d in dims) if isinstance(dims, (list, tuple)) \
-        else (_dim(dims, nd, "roll"),)
-    shifts = _sizes((shifts,), "roll") if not isinstance(shifts, (list, tuple)) \
-        else _sizes(tuple(shifts), "roll")
-    if len(shifts) != len(dims):
-        raise ValueError(f"roll: shifts ({len(shifts)}) and dims ({len(dims)}) must "
-                         f"have the same length")
-    return _roll(input, shifts=shifts, dims=dims)
-
-
-_tril = primitive("tril", lambda x, diagonal: np.tril(x, diagonal),
-                  lambda g, ans, x, diagonal: np.tril(g, diagonal))
-_triu = primitive("triu", lambda x, diagonal: np.triu(x, diagonal),
-                  lambda g, ans, x, diagonal: np.triu(g, diagonal))
-_graph(_tril, lambda g, ans, x, diagonal: _tril(g, diagonal=diagonal))
-_graph(_triu, lambda g, ans, x, diagonal: _triu(g, diagonal=diagonal))
-
-
-def _triangle(op, name, input, diagonal):
-    if np.ndim(_data(input)) < 2:
-        raise ValueError(f"{name}: input must have at least 2 dimensions, got "
-                         f"{np.ndim(_data(input))}")
-    return op(input, diagonal=int(diagonal))
-
-
-def tril(input, diagonal: int = 0) -> Tensor:
-    """The lower triangle of the last two dimensions (elements with j - i <= `diagonal`);
-    the rest zeros."""
-    return _triangle(_tril, "tril", input, diagonal)
-
-
-def triu(input, diagonal: int = 0) -> Tensor:
-    """The upper triangle of the last two dimensions (elements with j - i >= `diagonal`);
-    the rest zeros."""
-    return _triangle(_triu, "triu", input, diagonal)
-
-
-# ---- diagonal, diag_embed: each other's adjoint ---------------------------------------------
-def _write_diagonal(out: np.ndarray, d: np.ndarray, offset, dim1, dim2) -> np.ndarray:
-    """`d`'s last dimension written on the `offset` diagonal of `out`'s (dim1, dim2)."""
-    m = np.moveaxis(out, (dim1, dim2), (-2, -1))  # a view: the other dims keep their order
-    i = np.arange(d.shape[-1])
-    m[..., i + max(-offset, 0), i + max(offset, 0)] = d
-    return out
-
-
-def _diagonal_vjp(g, ans, x, offset, dim1, dim2):
-    # zeros, then g on the diagonal: 2 passes (the second over the diagonal only)
-    return _write_diagonal(_zeros(x.shape, g.dtype), g, offset, dim1, dim2)
-
-
-def _embed_forward(d, shape, offset, dim1, dim2):
-    return _write_diagonal(_zeros(shape, d.dtype), d, offset, dim1, dim2)
-
-
-def _diagonal_forward(x, offset, dim1, dim2):
-    d = np.diagonal(x, offset, dim1, dim2)  # a view (numpy makes it read-only)
-    if x.flags.writeable:
-        try:
-            d.flags.writeable = True        # writable like PyTorch's, when x is
-        except ValueError:                  # (a numpy that refuses: read-only, then)
-            pass
-    return d
-
-
-_diagonal = primitive("diagonal", _diagonal_forward, _diagonal_vjp)
-_embed = primitive("diag_embed", _embed_forward,
-                   lambda g, ans, d, shape, offset, dim1, dim2: np.diagonal(g, offset, dim1,
-                                                                            dim2))
-_graph(_diagonal, lambda g, ans, x, offset, dim1, dim2: _embed(
-    g, shape=np.shape(_data(x)), offset=offset, dim1=dim1, dim2=dim2))
-_graph(_embed, lambda g, ans, d, shape, offset, dim1, dim2: _diagonal(
-    g, offset=offset, dim1=dim1, dim2=dim2))
-
-
-def _two_dims(dim1, dim2, nd, op):
-    d1, d2 = _dim(dim1, nd, op), _dim(dim2, nd, op)
-    if d1 == d2:
-        raise ValueError(f"{op}: dim1 and dim2 cannot be the same dimension ({dim1}, {dim2})")
-    return d1, d2
-
-
-def diagonal(input, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
-    """The `offset` diagonal of dimensions `dim1` and `dim2` (removed), as a last
-    dimension: `diagonal(m)` of a matrix is its main diagonal. A view, as in PyTorch."""
-    nd = np.ndim(_data(input))
-    if nd < 2:
-        raise ValueError(f"diagonal: input must have at least 2 dimensions, got {nd}")
-    d1, d2 = _two_dims(dim1, dim2, nd, "diagonal")
-    return _diagonal(input, offset=int(offset), dim1=d1, dim2=d2)
-
-
-def diag_embed(input, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
-    """The last dimension of `input` put on the `offset` diagonal of two new dimensions
-    `dim1`, `dim2` of size n + |offset| (zeros elsewhere): a batch of diagonal matrices."""
-    shape = np.shape(_data(input))
-    if not shape:
-        raise ValueError("diag_embed: input must have at least 1 dimension")
-    d1, d2 = _two_dims(dim1, dim2, len(shape) + 1, "diag_embed")
-    n = shape[-1] + abs(int(offset))
-    out = list(shape[:-1])
-    for d in sorted((d1, d2)):
-        out.insert(d, n)
-    return _embed(input, shape=tuple(out), offset=int(offset), dim1=d1, dim2=d2)
-
-
-# ---- gather, scatter_add: each other's adjoint; scatter ---------------------------------------
-def _gather_vjp(g, ans, x, dim, index):
-    # zeros, then g added at the gathered places (repeats accumulate): 2 passes
-    out = _zeros(x.shape, g.dtype)
-    np.add.at(out, _grid(index, dim), g)
-    return out
-
-
-def _scatter_add_forward(x, src, dim, index):
-    # a copy of x, then src's leading block added at index: 2 passes
-    out = _copy(x)
-    np.add.at(out, _grid(index, dim), src[_lead(index.shape)])
-    return out
-
-
-def _scatter_add_src_vjp(g, ans, x, src, dim, index):
-    # g gathered (index's shape), in src's shape: 1 pass (2 when src is larger)
-    return _placed(g[_grid(index, dim)], src.shape)
-
-
-_gather = primitive("gather", lambda x, dim, index: x[_grid(index, dim)], _gather_vjp,
-                    cost=lambda ans, x, *_: ans.size + x.size)
-_scatter_add = primitive("scatter_add", _scatter_add_forward,
-                         lambda g, ans, x, src, dim, index: g, _scatter_add_src_vjp)
-_graph(_gather, lambda g, ans, x, dim, index: _scatter_add(
-    np.zeros(np.shape(_data(x)), g.dtype), g, dim=dim, index=index))
-_graph(_scatter_add, lambda g, ans, x, src, dim, index: g,
-       lambda g, ans, x, src, dim, index: _pad_to(_gather(g, dim=dim, index=index),
-                                                  np.shape(_data(src))))
-
-
-def _check_index(x: np.ndarray, d: int, index: np.ndarray, op: str, src=None) -> None:
-    """PyTorch's rules: as many dims as `x`; no larger than `x` outside `d` (nor than
-    `src` anywhere); values in [0, x.shape[d])."""
-    if x.ndim == 0:
-        raise ValueError(f"{op}: input must have at least 1 dimension")
-    if index.ndim != x.ndim:
-        raise ValueError(f"{op}: index must have as many dimensions as input "
-                         f"({index.ndim} vs {x.ndim})")
-    for k, (i, n) in enumerate(zip(index.shape, x.shape)):
-        if k != d and i > n:
-            raise ValueError(f"{op}: index's size {i} in dimension {k} exceeds input's "
-                             f"size {n}")
-    if src is not None:
-        if src.ndim != x.ndim:
-            raise ValueError(f"{op}: src must have as many dimensions as input "
-                             f"({src.ndim} vs {x.ndim})")
-        for k, (i, n) in enumerate(zip(index.shape, src.shape)):
-            if i > n:
-                raise ValueError(f"{op}: index's size {i} in dimension {k} exceeds src's "
-                                 f"size {n}")
-    _in_range(index, x.shape[d], op, d)
-
-
-def _same_dtype(src, dtype):
-    """`src` in `dtype` (a recorded cast when it is a Tensor of another float dtype)."""
-    s = _data(src)
-    if s.dtype == dtype:
-        return src
-    if isinstance(src, Tensor):
-        return cast(src, dtype=dtype)
-    return s.astype(dtype)
-
-
-def gather(input, dim: int, index) -> Tensor:
-    """`out[i][j][k] = input[i][index[i][j][k]][k]` for dim=1 (PyTorch's gather): values
-    picked along `dim` at `index`, which has input's dimensions and is no larger outside
-    `dim`. The gradient is a scatter_add (repeated indices accumulate)."""
-    x = _data(input)
-    idx = _indices(index, "gather")
-    d = _dim(dim, x.ndim, "gather")
-    _check_index(x, d, idx, "gather")
-    return _gather(input, dim=d, index=idx)
-
-
-def scatter_add(input, dim: int, index, src) -> Tensor:
-    """A copy of `input` with `src[i][j][k]` added at `[i][index[i][j][k]][k]` for dim=1
-    (repeated indices accumulate). `src` may be larger than `index`: its leading block of
-    index's shape is used. The gradient of `src` is a gather."""
-    x, s = _data(input), _data(src)
-    idx = _indices(index, "scatter_add")
-    d = _dim(dim, x.ndim, "scatter_add")
-    _check_index(x, d, idx, "scatter_add", s)
-    return _scatter_add(input, _same_dtype(src, x.dtype), dim=d, index=idx)
-
-
-def _last_writes(shape: tuple, dim: int, index: np.ndarray):
-    """None when `index` (along `dim`, into `shape`) names each element once; else a
+# ---- scatter: src written, or a value --------------------------------------------------------------
+def _last_writes(shape: tuple, d: int, index: np.ndarray):
+    """None when `index` (along `d`, into `shape`) names each element once; else a
     boolean mask of index's shape: True at the last write to each element."""
     if index.size < 2:
         return None
-    grid = tuple(np.broadcast_to(a, index.shape) for a in _grid(index, dim))
-    flat = np.ravel_multi_index(grid, shape).reshape(-1)
+    where = tuple(np.broadcast_to(a, index.shape) for a in grid(index, d))
+    flat = np.ravel_multi_index(where, shape).reshape(-1)
     # the common case, no repeats, checked on one sorted copy (no unique's argsort): an
     # index-sized int array and a bool one beyond `flat`
     order = np.sort(flat)
@@ -447,277 +501,501 @@ def _last_writes(shape: tuple, dim: int, index: np.ndarray):
     return keep.reshape(index.shape)
 
 
-def _scatter_forward(x, src, dim, index, keep):
-    # a copy of x, then src's leading block written at index: 2 passes
-    out = _copy(x)
-    part = src[_lead(index.shape)]
+def _scatter_input_kernel(g, ans, input, *rest, dim, index, **_):
+    x, idx = _as1d(np.asarray(g), np.asarray(index))
+    out = _copy(x)                          # g with zeros where src (or value) was written:
+    out[grid(idx, dim % x.ndim)] = 0        # 2 passes
+    return out.reshape(np.shape(g))
+
+
+def _scatter_input_formula(g, ans, input, *rest, dim, index, **_):
+    return scatter_value(g, dim, index, 0)
+
+
+def _scatter_src_kernel(g, ans, input, src, keep, dim, index):
+    x, idx = _as1d(np.asarray(g), np.asarray(index))
+    part = x[grid(idx, dim % x.ndim)].reshape(np.shape(index))  # g at the written places
+    if keep is not None:                    # for the writes that won, in src's shape: 1-2
+        part *= keep                        # passes
+    return _placed(part, np.shape(src))
+
+
+def _scatter_src_formula(g, ans, input, src, dim, index):
+    part = gather(g, dim, index)
+    idx = np.asarray(raw(index))
+    shape = _shape(input)
+    keep = _last_writes(shape or (1,), dim % max(len(shape), 1),
+                        idx if shape else idx.reshape(-1))
+    return _pad_to(part if keep is None else part * keep.reshape(_shape(part)), _shape(src))
+
+
+@defop(inputs=("input", "src"), formula=(_scatter_input_formula, _scatter_src_formula),
+       kernel=(_scatter_input_kernel, _scatter_src_kernel), export=False, shapes_only=True)
+def scatter_src(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    """scatter with a tensor `src` (see `scatter`)."""
+    x, s = np.asarray(input), np.asarray(src)
+    idx = indices(index, "scatter")
+    d = one_dim(dim, x.ndim, "scatter")
+    _same_dtype("scatter", x, s)
+    x1, idx1 = _as1d(x, idx)
+    s1 = s.reshape(-1) if x.ndim == 0 else s
+    check_index(x1, d, idx1, "scatter", s1)
+    keep = _last_writes(x1.shape, d, idx1)
+    out = _copy(x1)                         # a copy of x, then src's block written: 2 passes
+    part = s1[lead(idx1.shape)]
     if keep is None:
-        out[_grid(index, dim)] = part
-    else:  # only the last write to each element
-        grid = tuple(np.broadcast_to(a, index.shape)[keep] for a in _grid(index, dim))
-        out[grid] = part[keep]
-    return out
+        out[grid(idx1, d)] = part
+    else:                                   # only the last write to each element
+        out[tuple(np.broadcast_to(a, idx1.shape)[keep] for a in grid(idx1, d))] = part[keep]
+    return Saved(out.reshape(x.shape), None if keep is None else keep.reshape(idx.shape))
 
 
-def _scatter_x_vjp(g, ans, x, *rest, dim, index, **_):
-    # g with zeros where src (or value) was written: 2 passes
-    out = _copy(g)
-    out[_grid(index, dim)] = 0
-    return out
+@defop(formula=_scatter_input_formula, kernel=_scatter_input_kernel, export=False,
+       shapes_only=True)
+def scatter_value(input: Tensor, dim: int, index: Tensor, value) -> Tensor:
+    """scatter with a number `value` (see `scatter`)."""
+    x = np.asarray(input)
+    idx = indices(index, "scatter")
+    d = one_dim(dim, x.ndim, "scatter")
+    if isinstance(value, (np.ndarray, Tensor)) and np.ndim(raw(value)):
+        raise TypeError("scatter(): value must be a number (src= for a tensor)")
+    x1, idx1 = _as1d(x, idx)
+    check_index(x1, d, idx1, "scatter")
+    out = _copy(x1)                         # a copy of x, then value at index: 2 passes
+    out[grid(idx1, d)] = raw(value)
+    return out.reshape(x.shape)
 
 
-def _scatter_src_vjp(g, ans, x, src, dim, index, keep):
-    # g at the written places for the writes that won, in src's shape: 1-2 passes
-    part = g[_grid(index, dim)]
-    if keep is not None:
-        part *= keep
-    return _placed(part, src.shape)
+_SCATTER_REDUCES = {"add": "sum", "multiply": "prod"}
 
 
-def _scatter_x_form(g, ans, x, *rest, dim, index, **_):
-    return index_put(g, _grid(index, dim), 0.0)
-
-
-def _scatter_src_form(g, ans, x, src, dim, index, keep):
-    part = _gather(g, dim=dim, index=index)
-    return _pad_to(part if keep is None else part * keep, np.shape(_data(src)))
-
-
-def _fill_at(x, dim, index, value):
-    # a copy of x, then value at index: 2 passes
-    out = _copy(x)
-    out[_grid(index, dim)] = value
-    return out
-
-
-_scatter = primitive("scatter", _scatter_forward, _scatter_x_vjp, _scatter_src_vjp)
-_scatter_value = primitive("scatter", _fill_at, _scatter_x_vjp)
-_graph(_scatter, _scatter_x_form, _scatter_src_form)
-_graph(_scatter_value, _scatter_x_form)
-
-
-def scatter(input, dim: int, index, src=None, value=None, *, reduce: str | None = None) -> Tensor:
-    """A copy of `input` with `src[i][j][k]` written at `[i][index[i][j][k]][k]` for dim=1
-    (or the number `value` at every `index` place: `scatter(x, dim, index, 2.0)` works
-    too). Where `index` names an element twice, PyTorch leaves the result undefined; here
-    the last write in index order wins, and only the `src` positions that won get a
-    gradient. `reduce="add"` adds instead of writing (repeats accumulate: `scatter_reduce`
-    with "sum"); "multiply" is not provided."""
-    if reduce is not None:
-        return _scatter_with_reduce(input, dim, index, src, value, reduce)
+@composite(method=True)
+def scatter(input: Tensor, dim: int, index: Tensor, src=None, value=None, *,
+            reduce: str | None = None) -> Tensor:
+    """A copy of `input` with `src[i][j][k]` written at `[i][index[i][j][k]][k]` for dim=1,
+    or the number `value` at every `index` place (`scatter(x, dim, index, 2.0)` works too,
+    as PyTorch's overload). Where `index` names an element twice, PyTorch leaves the result
+    undefined; here the last write in index order wins, and only the `src` positions that
+    won get a gradient. `reduce="add"` / `"multiply"` combine instead of writing
+    (`scatter_reduce`'s "sum" / "prod" with the input's own values)."""
     if src is not None and value is not None:
-        raise TypeError("scatter: give src or value, not both")
+        raise TypeError("scatter(): give src or value, not both")
     if src is not None and not isinstance(src, (Tensor, np.ndarray, list)):
         src, value = None, src  # scatter(x, dim, index, 2.0): PyTorch's value overload
     if src is None and value is None:
-        raise TypeError("scatter: src or value is required")
-    x = _data(input)
-    idx = _indices(index, "scatter")
-    d = _dim(dim, x.ndim, "scatter")
+        raise TypeError("scatter(): src or value is required")
+    if reduce is not None:
+        if reduce not in _SCATTER_REDUCES:
+            raise RuntimeError(f"scatter(): reduce argument must be either add or multiply, "
+                               f"got {reduce!r}")
+        if src is None:
+            src = np.full(np.shape(indices(index, "scatter")), value, _data(input).dtype)
+        return scatter_reduce(input, dim, index, src, _SCATTER_REDUCES[reduce])
     if src is None:
-        if isinstance(value, Tensor) or np.ndim(value):
-            raise TypeError("scatter: value must be a number (use src= for a tensor)")
-        _check_index(x, d, idx, "scatter")
-        return _scatter_value(input, dim=d, index=idx, value=value)
-    s = _data(src)
-    _check_index(x, d, idx, "scatter", s)
-    keep = _last_writes(x.shape, d, idx)
-    return _scatter(input, _same_dtype(src, x.dtype), dim=d, index=idx, keep=keep)
+        return scatter_value(input, dim, index, value)
+    return scatter_src(input, dim, index, src)
 
 
-# ---- index_select, index_add: each other's adjoint ---------------------------------------------
-def _along(dim: int, index: np.ndarray) -> tuple:
-    return (slice(None),) * dim + (index,)
+# ---- scatter_reduce --------------------------------------------------------------------------------
+_REDUCES = ("sum", "prod", "mean", "amax", "amin")
+_UFUNCS = {"sum": np.add, "mean": np.add, "prod": np.multiply, "amax": np.maximum,
+           "amin": np.minimum}
 
 
-def _index_select_forward(x, dim, index):
-    out = _empty(x.shape[:dim] + index.shape + x.shape[dim + 1:], x.dtype)
-    return np.take(x, index, axis=dim, out=out, mode="clip")  # checked: clip never clips
+def _identity(reduce: str, dtype) -> float:
+    """The value a reduction starts from where the input is left out (include_self=False)."""
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    big = np.inf if dtype.kind == "f" else np.iinfo(dtype).max
+    return -big if reduce == "amax" else big
 
 
-def _index_select_vjp(g, ans, x, dim, index):
-    # zeros, then g added at index along dim (repeats accumulate): 2 passes
-    out = _zeros(x.shape, g.dtype)
-    np.add.at(out, _along(dim, index), g)
-    return out
+def _reduce_parts(input, src, dim, index, op: str = "scatter_reduce"):
+    """(x as at least 1-D, src's block of index's shape, the dim, index's grid, touched:
+    the elements some index names), checked."""
+    x, s = np.asarray(input), np.asarray(src)
+    idx = indices(index, op)
+    d = one_dim(dim, x.ndim, op)
+    _same_dtype(op, x, s)
+    x1, idx1 = _as1d(x, idx)
+    s1 = s.reshape(-1) if x.ndim == 0 else s
+    check_index(x1, d, idx1, op, s1)
+    where = grid(idx1, d)
+    touched = np.zeros(x1.shape, bool)
+    touched[where] = True
+    return x1, s1[lead(idx1.shape)], where, touched
 
 
-def _index_add_forward(x, source, dim, index, alpha):
-    # a copy of x, then alpha * source added at index: 2 passes (3 with alpha)
-    out = _copy(x)
-    np.add.at(out, _along(dim, index), source if alpha == 1 else source * alpha)
-    return out
+def _count(x1: np.ndarray, where: tuple, include_self: bool) -> np.ndarray:
+    """How many values each element's mean averages (1 where none: the input stays)."""
+    n = np.zeros(x1.shape, x1.dtype if x1.dtype.kind == "f" else np.int64)
+    np.add.at(n, where, 1)
+    n += include_self
+    n[n == 0] = 1
+    return n
 
 
-def _index_add_source_vjp(g, ans, x, source, dim, index, alpha):
-    out = _index_select_forward(g, dim, index)  # 1 pass (2 with alpha)
+@defop(inputs=("input", "src"), formula=Joint(lambda g, ans, input, src, dim, index, reduce,
+                                              include_self: _scatter_reduce_grads(
+                                                  g, ans, input, src, dim, index, reduce,
+                                                  include_self)),
+       method=True)
+def scatter_reduce(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *,
+                   include_self: bool = True) -> Tensor:
+    """A copy of `input` where each element `index` names (along `dim`, as in scatter_add)
+    becomes the `reduce` of the `src` values sent to it, and of its own value when
+    `include_self`: "sum", "prod", "mean" (the count includes self when `include_self`),
+    "amax", "amin". Elements no index names keep input's value. Gradients are PyTorch's
+    (ties of amax/amin share g evenly; prod's zeros get the product of the others)."""
+    if reduce not in _REDUCES:
+        raise RuntimeError(f"scatter_reduce(): reduce argument must be one of {_REDUCES}, got "
+                           f"{reduce!r}")
+    x1, part, where, touched = _reduce_parts(input, src, dim, index)
+    out = _copy(x1)                         # a copy, the reduction at index: 2-3 passes
+    if not include_self:
+        out[touched] = _identity(reduce, out.dtype)
+    _UFUNCS[reduce].at(out, where, part)
+    if reduce == "mean":
+        n = _count(x1, where, include_self)
+        if out.dtype.kind == "f":
+            out /= n
+        else:                               # integers: PyTorch's floor division
+            np.floor_divide(out, n, out=out)
+    return out.reshape(np.shape(input))
+
+
+def _scatter_reduce_grads(g, ans, input, src, dim, index, reduce, include_self):
+    """PyTorch's `scatter_reduce_backward`, with ops (differentiable again): the gradients
+    of input and src."""
+    idx = np.asarray(raw(index))
+    x1, block, where, _ = _reduce_parts(raw(input), raw(src), dim, idx)
+    d = one_dim(dim, np.ndim(raw(input)), "scatter_reduce")
+    part = src if _shape(src) == idx.shape else getitem(src, lead(idx.shape))
+    if reduce == "sum":
+        gx, gs = g, gather(g, d, idx)
+    elif reduce == "mean":
+        n = _count(x1, where, include_self).reshape(_shape(input)).astype(raw(g).dtype)
+        gx = g / n
+        gs = gather(gx, d, idx)
+    elif reduce == "prod":
+        gx, gs = _prod_grads(g, ans, input, part, d, idx, include_self)
+    else:                                   # amax, amin: ties share g evenly
+        a, xv = np.asarray(raw(ans)), np.asarray(raw(input))
+        value = a.reshape(x1.shape)[where]
+        self_is = (xv == a).astype(a.dtype)
+        src_is = (block == value).astype(a.dtype)
+        ties = self_is.reshape(x1.shape).copy()
+        np.add.at(ties, where, src_is)
+        share = 1 / ties                    # (>= 1 wherever g flows)
+        gx = g * (self_is * share.reshape(xv.shape))
+        gs = gather(g, d, idx) * (src_is * share[where].reshape(idx.shape))
+    if not include_self:
+        gx = scatter_value(gx, d, idx, 0)
+    return gx, _pad_to(gs, _shape(src))
+
+
+_PROD_TWICE = ("scatter_reduce(): Double backward is unsupported for src when >1 zeros in "
+               "src are scattered to the same position. This may happen when src has zeros "
+               "at positions sent to one element of the result (as in PyTorch)")
+
+
+def _prod_grads(g, ans, input, part, d, idx, include_self):
+    """prod's gradients, as PyTorch's: the input's where it is 0 and src's where one zero
+    of src reaches an element are the product of the others (not ans / value)."""
+    xv, sv = np.asarray(raw(input)), np.asarray(raw(part))
+    masked_self = masked_fill(input, xv == 0, 1)
+    gx = g * scatter_reduce(masked_self, d, idx, part, "prod",
+                            include_self=include_self) / masked_self
+    zero = sv == 0
+    x1, idx1 = _as1d(xv, idx)
+    zeros = np.zeros(x1.shape, np.int64)
+    np.add.at(zeros, grid(idx1, d), zero.reshape(idx1.shape))
+    count = zeros[grid(idx1, d)].reshape(idx.shape)
+    single = zero & (count == 1)
+    masked_src = masked_fill(part, single, 1)
+    others = scatter_reduce(input, d, idx, masked_src, "prod", include_self=include_self)
+    gs = masked_fill(gather(g * others, d, idx), ~single, 0) + masked_fill(
+        gather(g * ans, d, idx) / masked_fill(part, zero, 1), single, 0)
+    return gx, delayed_error(gs, _PROD_TWICE) if (count > 1).any() else gs
+
+
+def _raise(g, ans, input, message):
+    raise RuntimeError(message)
+
+
+@defop(formula=_raise, export=False, shapes_only=True)
+def delayed_error(input: Tensor, message: str) -> Tensor:
+    """`input` itself, whose gradient raises RuntimeError(`message`): marks a value whose
+    derivative is not provided (PyTorch's DelayedError)."""
+    return input
+
+
+# ---- index_select, index_add: each other's adjoint ------------------------------------------------
+def _index_select_kernel(g, ans, input, dim, index):
+    x = np.asarray(input)
+    x1 = x.reshape(1) if x.ndim == 0 else x
+    out = _zeros(x1.shape, g.dtype)         # zeros, then g added at index along dim
+    idx = np.asarray(index).reshape(-1)     # (repeats accumulate): 2 passes
+    d = dim % x1.ndim
+    np.add.at(out, along(d, idx), np.reshape(g, x1.shape[:d] + idx.shape + x1.shape[d + 1:]))
+    return out.reshape(x.shape)
+
+
+def _index_select_formula(g, ans, input, dim, index):
+    return index_add(np.zeros(_shape(input), raw(g).dtype), dim, index, g)
+
+
+@defop(formula=_index_select_formula, kernel=_index_select_kernel, method=True, shapes_only=True,
+       cost=lambda ans, input, *_, **__: ans.size + np.size(input))
+def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
+    """The slices of `input` along `dim` at the positions in the 1-D `index` (repeats
+    allowed); the gradient is an index_add."""
+    x = np.asarray(input)
+    x1 = x.reshape(1) if x.ndim == 0 else x
+    d = one_dim(dim, x.ndim, "index_select")
+    idx = vector_index(index, x1.shape[d], "index_select", d)
+    if x.ndim == 0 and idx.size != 1:
+        raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got "
+                           f"{idx.size} value(s)")
+    out = empty(x1.shape[:d] + idx.shape + x1.shape[d + 1:], x.dtype)
+    np.take(x1, idx, axis=d, out=out, mode="clip")  # (checked: clip never clips)
+    return out.reshape(()) if x.ndim == 0 else out
+
+
+def _index_add_source_kernel(g, ans, input, source, dim, index, alpha):
+    out = index_select.op.forward(g, dim, index)  # 1 pass (2 with alpha)
     if alpha != 1:
         out *= alpha
-    return out
+    return out.reshape(np.shape(source))
 
 
-_index_select = primitive("index_select", _index_select_forward, _index_select_vjp,
-                          cost=lambda ans, x, *_: ans.size + x.size)
-_index_add = primitive("index_add", _index_add_forward,
-                       lambda g, ans, x, source, dim, index, alpha: g, _index_add_source_vjp)
-_graph(_index_select, lambda g, ans, x, dim, index: _index_add(
-    np.zeros(np.shape(_data(x)), g.dtype), g, dim=dim, index=index, alpha=1))
-
-
-def _index_add_source_form(g, ans, x, source, dim, index, alpha):
-    picked = _index_select(g, dim=dim, index=index)
+def _index_add_source_formula(g, ans, input, source, dim, index, alpha):
+    picked = index_select(g, dim, index)
     return picked if alpha == 1 else picked * alpha
 
 
-_graph(_index_add, lambda g, ans, x, source, dim, index, alpha: g, _index_add_source_form)
-
-
-def _vector_index(index, n: int, op: str, d: int) -> np.ndarray:
-    idx = _indices(index, op)
-    if idx.ndim > 1:
-        raise ValueError(f"{op}: index must be 0- or 1-dimensional, got {idx.ndim} dims")
-    idx = idx.reshape(-1)
-    _in_range(idx, n, op, d)
-    return idx
-
-
-def index_select(input, dim: int, index) -> Tensor:
-    """The slices of `input` along `dim` at the positions in the 1-d `index` (repeats
-    allowed); the gradient is an index_add."""
-    x = _data(input)
-    if x.ndim == 0:
-        raise ValueError("index_select: input must have at least 1 dimension")
-    d = _dim(dim, x.ndim, "index_select")
-    return _index_select(input, dim=d, index=_vector_index(index, x.shape[d],
-                                                           "index_select", d))
-
-
-def index_add(input, dim: int, index, source, *, alpha: float = 1) -> Tensor:
+@defop(inputs=("input", "source"), formula=(lambda g, ans, input, source, dim, index, alpha: g,
+                                            _index_add_source_formula),
+       kernel=(None, _index_add_source_kernel), method=True, shapes_only=True)
+def index_add(input: Tensor, dim: int, index: Tensor, source: Tensor, *,
+              alpha: float = 1) -> Tensor:
     """A copy of `input` with `alpha * source[..., i, ...]` added at position `index[i]`
     along `dim` (repeats accumulate). `source` has input's shape with `len(index)` in
     `dim`; its gradient is an index_select."""
-    x, s = _data(input), _data(source)
-    if x.ndim == 0:
-        raise ValueError("index_add: input must have at least 1 dimension")
-    d = _dim(dim, x.ndim, "index_add")
-    idx = _vector_index(index, x.shape[d], "index_add", d)
-    want = x.shape[:d] + idx.shape + x.shape[d + 1:]
-    if s.shape != want:
-        raise ValueError(f"index_add: source must have shape {want} (input's, with "
-                         f"len(index) in dim {d}), got {s.shape}")
-    return _index_add(input, _same_dtype(source, x.dtype), dim=d, index=idx,
-                      alpha=alpha)
+    x, s = np.asarray(input), np.asarray(source)
+    x1 = x.reshape(1) if x.ndim == 0 else x
+    d = one_dim(dim, x.ndim, "index_add")
+    idx = vector_index(index, x1.shape[d], "index_add", d)
+    if s.dtype != x.dtype:
+        raise RuntimeError(f"index_add_(): self ({x.dtype}) and source ({s.dtype}) must have "
+                           f"the same scalar type")
+    want = x1.shape[:d] + idx.shape + x1.shape[d + 1:]
+    if s.shape != want and not (x.ndim == 0 and s.size == idx.size == 1):
+        raise RuntimeError(f"index_add_(): source must have shape {want} (input's, with "
+                           f"len(index) in dim {d}), got {s.shape}")
+    out = _copy(x1)                         # a copy, then alpha * source added at index:
+    np.add.at(out, along(d, idx), (s if alpha == 1 else s * alpha).reshape(want))  # 2-3 passes
+    return out.reshape(x.shape)
 
 
-# ---- masked_fill, masked_scatter ------------------------------------------------------------
-def masked_fill(input, mask, value) -> Tensor:
+# ---- masks ---------------------------------------------------------------------------------------
+def _masked_fill_value_formula(g, ans, input, value, mask):
+    return masked_fill(g, np.logical_not(mask), 0)  # (the node sums it to value's shape)
+
+
+@defop(inputs=("input", "value"),
+       formula=(lambda g, ans, input, value, mask: masked_fill(g, mask, 0),
+                _masked_fill_value_formula), method=True, shapes_only=True)
+def masked_fill(input: Tensor, mask: Tensor, value) -> Tensor:
     """`value` where the boolean `mask` (broadcast with input) is True, `input` elsewhere.
-    `value` is a number or a 0-d Tensor; a 0-d Tensor that requires grad gets the sum of
-    the gradient over the filled places. (Recorded as `where`.)"""
-    x = _data(input)
-    m = _mask(mask, "masked_fill")
-    try:
-        np.broadcast_shapes(m.shape, x.shape)
-    except ValueError:
-        raise ValueError(f"masked_fill: mask of shape {m.shape} does not broadcast with "
-                         f"input of shape {x.shape}") from None
-    if isinstance(value, Tensor):
-        if value.ndim:
-            raise ValueError(f"masked_fill: only supports a 0-dimensional value tensor, "
-                             f"but got tensor with {value.ndim} dimension(s)")
-        if value.dtype != x.dtype:
-            value = cast(value, dtype=x.dtype) if value._requires_grad \
-                else value.data.astype(x.dtype)
-    else:
-        if np.ndim(value):
-            raise ValueError("masked_fill: value must be a number or a 0-d tensor")
-        value = np.asarray(value, dtype=x.dtype)
-    return E.where(m, value, input)
-
-
-def _masked_scatter_forward(x, source, mask, count):
-    # x broadcast to the mask's shape, then source's first `count` values at the True
-    # places: 2 passes
-    out = _copy(x, mask.shape)
-    out[mask] = source.reshape(-1)[:count]
-    return out
-
-
-def _masked_scatter_x_vjp(g, ans, x, source, mask, count):
-    out = _copy(g)  # g with zeros where source went: 2 passes
-    out[mask] = 0
-    return out
-
-
-def _masked_scatter_source_vjp(g, ans, x, source, mask, count):
-    out = _zeros(source.size, g.dtype)  # g at the True places, in source's first places
-    out[:count] = g[mask]
-    return out.reshape(source.shape)
-
-
-_masked_scatter = primitive("masked_scatter", _masked_scatter_forward, _masked_scatter_x_vjp,
-                            _masked_scatter_source_vjp)
-_graph(_masked_scatter,
-       lambda g, ans, x, source, mask, count: E.where(mask, 0.0, g),
-       lambda g, ans, x, source, mask, count: S.reshape(
-           S.pad(S.getitem(g, mask), [(0, np.size(_data(source)) - count)]),
-           np.shape(_data(source))))
-
-
-def masked_scatter(input, mask, source) -> Tensor:
-    """A copy of `input` with the elements of `source` (in order, row-major) written
-    where the boolean `mask` (broadcast with input) is True; `source` needs at least as
-    many elements as the mask has Trues."""
-    x, s = _data(input), _data(source)
-    m = _mask(mask, "masked_scatter")
+    `value` is a number or a 0-d tensor, converted to input's dtype; a 0-d tensor that
+    requires grad gets the sum of the gradient over the filled places."""
+    x, m = np.asarray(input), mask_of(mask, "masked_fill")
     try:
         shape = np.broadcast_shapes(m.shape, x.shape)
     except ValueError:
-        raise ValueError(f"masked_scatter: mask of shape {m.shape} does not broadcast with "
-                         f"input of shape {x.shape}") from None
+        raise RuntimeError(f"masked_fill: the size of mask {list(m.shape)} must match the "
+                           f"size of input {list(x.shape)} where it is not 1") from None
+    if np.ndim(value):
+        raise RuntimeError(f"masked_fill: only supports a 0-dimensional value tensor, but "
+                           f"got tensor with {np.ndim(value)} dimension(s)")
+    out = _copy(x, shape)                   # input (broadcast), then value where the mask
+    np.copyto(out, np.asarray(value).astype(x.dtype), where=m)  # is True: 2 passes
+    return out
+
+
+
+def _masked_scatter_input_kernel(g, ans, input, source, full, count, mask):
+    out = _copy(g)                          # g with zeros where source went: 2 passes
+    out[full] = 0
+    return out
+
+
+def _masked_scatter_source_kernel(g, ans, input, source, full, count, mask):
+    out = _zeros(np.size(source), g.dtype)  # g at the True places, in source's first places
+    out[:count] = g[full]
+    return out.reshape(np.shape(source))
+
+
+def _masked_scatter_source_formula(g, ans, input, source, mask):
+    full = np.broadcast_to(mask, _shape(g))
+    picked = getitem(g, full)
+    shape = _shape(source)
+    if not shape:                           # (a 0-d source holds at most one True's value)
+        return sum_to(picked, ())
+    n = int(np.count_nonzero(full))
+    return index_accumulate(picked, np.unravel_index(np.arange(n), shape), shape)
+
+
+def _masked_scatter(input, source, mask):
+    x, s = np.asarray(input), np.asarray(source)
+    m = mask_of(mask, "masked_scatter")
+    if s.dtype != x.dtype:
+        raise RuntimeError(f"masked_scatter: expected self and source to have same dtypes but "
+                           f"got {x.dtype} and {s.dtype}")
+    try:
+        shape = np.broadcast_shapes(m.shape, x.shape)
+    except ValueError:
+        raise RuntimeError(f"masked_scatter: mask of shape {list(m.shape)} does not broadcast "
+                           f"with input of shape {list(x.shape)}") from None
     m = np.broadcast_to(m, shape)
     count = int(np.count_nonzero(m))
     if s.size < count:
-        raise ValueError(f"masked_scatter: source has {s.size} elements, fewer than the "
-                         f"{count} True values of mask")
-    return _masked_scatter(input, _same_dtype(source, x.dtype), mask=m,
-                           count=count)
+        raise RuntimeError(f"masked_scatter: Number of elements of source ({s.size}) < number "
+                           f"of ones in mask ({count})")
+    out = _copy(x, shape)                   # input (broadcast), then source's first values
+    out[m] = s.reshape(-1)[:count]          # at the True places: 2 passes
+    return Saved(out, m, count)
 
 
-# ---- take_along_dim -----------------------------------------------------------------------------
-def take_along_dim(input, indices, dim=None) -> Tensor:
-    """The values of `input` at `indices` along `dim` (PyTorch's take_along_dim, numpy's
-    take_along_axis): `input` and `indices` are broadcast in the other dimensions, then
-    gathered. With `dim=None` both are flattened."""
-    x = _data(input)
-    idx = _indices(indices, "take_along_dim", "indices")
+@defop(inputs=("input", "source"),
+       formula=(lambda g, ans, input, source, mask: masked_fill(g, mask, 0),
+                _masked_scatter_source_formula),
+       kernel=(_masked_scatter_input_kernel, _masked_scatter_source_kernel), method=True,
+       shapes_only=True)
+def masked_scatter(input: Tensor, mask: Tensor, source: Tensor) -> Tensor:
+    """A copy of `input` with the elements of `source` (in order, row-major) written
+    where the boolean `mask` (broadcast with input) is True; `source` needs at least as
+    many elements as the mask has Trues."""
+    return _masked_scatter(input, source, mask)
+
+
+@composite(method=True)
+def masked_select(input: Tensor, mask: Tensor) -> Tensor:
+    """The elements of `input` where the boolean `mask` is True (both broadcast), as a new
+    1-D tensor; the gradient is scattered back (summed over broadcast dimensions)."""
+    m = mask_of(mask, "masked_select")
+    shape = _shape(input)
+    try:
+        full = np.broadcast_shapes(shape, m.shape)
+    except ValueError:
+        raise RuntimeError(f"masked_select: the size of mask {list(m.shape)} must match the "
+                           f"size of input {list(shape)} where it is not 1") from None
+    if full != shape:
+        input = expand_to(input, full)
+    return getitem(input, np.broadcast_to(m, full))
+
+
+# ---- take_along_dim -------------------------------------------------------------------------------
+@composite(method=True)
+def take_along_dim(input: Tensor, indices: Tensor, dim: int | None = None) -> Tensor:
+    """The values of `input` at `indices` along `dim` (numpy's take_along_axis): `input` and
+    `indices` are broadcast in the other dimensions, then gathered. With `dim=None` both
+    are flattened."""
+    x, idx = _data(input), indices_of(indices, "take_along_dim", "indices")
     if dim is None:
         flat = idx.reshape(-1)
         _in_range(flat, x.size, "take_along_dim", 0)
-        return _gather(S.reshape(input, (-1,)) if isinstance(input, Tensor) else x.reshape(-1),
-                       dim=0, index=flat)
-    d = _dim(dim, x.ndim, "take_along_dim")
+        where = np.unravel_index(idx, x.shape) if x.ndim else (np.zeros(idx.shape, np.intp),)
+        return getitem(input if x.ndim else getitem(input, None), where)
+    d = one_dim(dim, x.ndim, "take_along_dim")
     if idx.ndim != x.ndim:
-        raise ValueError(f"take_along_dim: input and indices should have the same number "
-                         f"of dimensions ({x.ndim} vs {idx.ndim})")
+        raise RuntimeError(f"take_along_dim(): input and indices should have the same number "
+                           f"of dimensions, but got {x.ndim} dimensions for input, and "
+                           f"{idx.ndim} dimensions for indices")
     xs, js = list(x.shape), list(idx.shape)
     for k in range(x.ndim):
         if k != d:
             try:
                 xs[k] = js[k] = np.broadcast_shapes((x.shape[k],), (idx.shape[k],))[0]
             except ValueError:
-                raise ValueError(f"take_along_dim: input of shape {x.shape} and indices "
-                                 f"of shape {idx.shape} do not broadcast outside dim "
-                                 f"{d}") from None
-    _in_range(idx, x.shape[d], "take_along_dim", d)
+                raise RuntimeError(f"take_along_dim(): input of shape {x.shape} and indices "
+                                   f"of shape {idx.shape} do not broadcast outside dim "
+                                   f"{d}") from None
     if tuple(xs) != x.shape:
-        input = S.broadcast_to(input, tuple(xs))
-    return _gather(input, dim=d, index=np.broadcast_to(idx, tuple(js)))
+        input = expand_to(input, tuple(xs))
+    return gather(input, d, np.broadcast_to(idx, tuple(js)))
 
 
-def take_along_axis(input, indices, axis=None) -> Tensor:
+
+@composite(export=False)
+def take_along_axis(input: Tensor, indices: Tensor, axis: int | None = None) -> Tensor:
     """numpy's name for `take_along_dim` (PyTorch's semantics: indices in [0, size))."""
     return take_along_dim(input, indices, dim=axis)
+
+
+# ---- diagonal, diag_embed, diagonal_backward --------------------------------------------------------
+def _write_diagonal(out: np.ndarray, d: np.ndarray, offset: int, dim1: int, dim2: int):
+    """`d`'s last dimension written on the `offset` diagonal of `out`'s (dim1, dim2)."""
+    m = np.moveaxis(out, (dim1, dim2), (-2, -1))  # a view: the other dims keep their order
+    i = np.arange(d.shape[-1])
+    m[..., i + max(-offset, 0), i + max(offset, 0)] = d
+    return out
+
+
+def _two_dims(dim1, dim2, nd: int, op: str) -> tuple:
+    d1, d2 = one_dim(dim1, nd, op), one_dim(dim2, nd, op)
+    if d1 == d2:
+        raise RuntimeError(f"{op}: diagonal dimensions cannot be identical {dim1}, {dim2}")
+    return d1, d2
+
+
+@defop(formula=lambda g, ans, input, offset, dim1, dim2: diagonal_backward(
+    g, _shape(input), offset, dim1, dim2), method=True, shapes_only=True)
+def diagonal(input: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The `offset` diagonal of dimensions `dim1` and `dim2` (removed), as a last
+    dimension: `diagonal(m)` of a matrix is its main diagonal. A view, as in PyTorch."""
+    x = np.asarray(input)
+    if x.ndim < 2:
+        raise IndexError(f"diagonal(): Dimension out of range (expected to be in range of "
+                         f"[{-max(x.ndim, 1)}, {max(x.ndim, 1) - 1}], but got {dim2})")
+    d1, d2 = _two_dims(dim1, dim2, x.ndim, "diagonal")
+    d = np.diagonal(x, int(offset), d1, d2)  # a view (numpy makes it read-only)
+    if x.flags.writeable:
+        try:
+            d.flags.writeable = True        # writable like PyTorch's, when x is
+        except ValueError:                  # (a numpy that refuses: read-only, then)
+            pass
+    return d
+
+
+@defop(formula=lambda g, ans, input, shape, offset, dim1, dim2: diagonal(g, offset, dim1, dim2),
+       export=False, shapes_only=True)
+def diagonal_backward(input: Tensor, shape: tuple, offset: int, dim1: int, dim2: int) -> Tensor:
+    """Zeros of `shape` with `input` (a diagonal, as `diagonal` gives it) on the `offset`
+    diagonal of `dim1`, `dim2`: diagonal's adjoint (PyTorch's `diagonal_backward`)."""
+    x = np.asarray(input)
+    d1, d2 = _two_dims(dim1, dim2, len(shape), "diagonal_backward")
+    return _write_diagonal(_zeros(tuple(shape), x.dtype), x, int(offset), d1, d2)  # 2 passes
+
+
+@defop(formula=lambda g, ans, input, offset, dim1, dim2: diagonal(g, offset, dim1, dim2),
+       method=True, shapes_only=True)
+def diag_embed(input: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
+    """The last dimension of `input` put on the `offset` diagonal of two new dimensions
+    `dim1`, `dim2` of size n + |offset| (zeros elsewhere): a batch of diagonal matrices."""
+    x = np.asarray(input)
+    if not x.ndim:
+        raise IndexError(f"diag_embed(): Dimension out of range (expected to be in range of "
+                         f"[-1, 0], but got {dim1})")
+    d1, d2 = _two_dims(dim1, dim2, x.ndim + 1, "diag_embed")
+    n = x.shape[-1] + abs(int(offset))
+    shape = list(x.shape[:-1])
+    for k in sorted((d1, d2)):
+        shape.insert(k, n)
+    return _write_diagonal(_zeros(tuple(shape), x.dtype), x, int(offset), d1, d2)  # 2 passes
 
 
 # ---- einsum -------------------------------------------------------------------------------------
@@ -883,145 +1161,3 @@ def einsum(*args) -> Tensor:
                   {"spec": spec}, threaded=len(arrays) > 1)
 
 
-# ---- narrow, movedim, unbind, chunk (views and slices: getitem and transpose) -------------------
-def narrow(input, dim: int, start: int, length: int) -> Tensor:
-    """`length` elements of `dim` from `start` (negative: from the end); a view."""
-    shape = np.shape(_data(input))
-    if not shape:
-        raise ValueError("narrow: input must have at least 1 dimension")
-    d = _dim(dim, len(shape), "narrow")
-    n = shape[d]
-    start = int(_data(start)) if isinstance(start, Tensor) else int(start)
-    if not -n <= start <= n:
-        raise IndexError(f"narrow: start ({start}) out of range for dimension {d} of size {n}")
-    if start < 0:
-        start += n
-    if length < 0 or start + length > n:
-        raise ValueError(f"narrow: start ({start}) + length ({length}) exceeds dimension "
-                         f"size ({n})")
-    return S.getitem(input, (slice(None),) * d + (slice(start, start + length),))
-
-
-def movedim(input, source, destination) -> Tensor:
-    """Dimensions `source` (an int or a sequence) moved to positions `destination`, the
-    others keeping their order (a view)."""
-    nd = np.ndim(_data(input))
-    src, dst = _dims(source, nd, "movedim"), _dims(destination, nd, "movedim")
-    if len(src) != len(dst):
-        raise ValueError(f"movedim: source ({len(src)}) and destination ({len(dst)}) must "
-                         f"have the same number of dimensions")
-    order = [d for d in range(nd) if d not in src]
-    for to, d in sorted(zip(dst, src)):
-        order.insert(to, d)
-    return S.permute(input, tuple(order))
-
-
-def unbind(input, dim: int = 0) -> tuple:
-    """The slices of `dim`, as a tuple of tensors without that dimension (views)."""
-    shape = np.shape(_data(input))
-    if not shape:
-        raise ValueError("unbind: input must have at least 1 dimension")
-    d = _dim(dim, len(shape), "unbind")
-    return tuple(S.getitem(input, (slice(None),) * d + (i,)) for i in range(shape[d]))
-
-
-def chunk(input, chunks: int, dim: int = 0) -> tuple:
-    """At most `chunks` pieces of `dim` of ceil(n / chunks) elements each (the last may be
-    smaller, and fewer pieces come back when n is not large enough), as PyTorch's chunk."""
-    if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks <= 0:
-        raise ValueError(f"chunk: chunks must be a positive int, got {chunks!r}")
-    shape = np.shape(_data(input))
-    if not shape:
-        raise ValueError("chunk: input must have at least 1 dimension")
-    d = _dim(dim, len(shape), "chunk")
-    n = shape[d]
-    if n == 0:  # PyTorch gives `chunks` empty pieces
-        return tuple(S.getitem(input, (slice(None),) * d + (slice(0, 0),))
-                     for _ in range(int(chunks)))
-    return tuple(S.split(input, -(-n // int(chunks)), axis=d))
-
-
-# ---- scatter_reduce ---------------------------------------------------------------------------
-def _scatter_with_reduce(input, dim, index, src, value, reduce):
-    """PyTorch's `scatter(..., reduce=)`: "add" is scatter_reduce's "sum" with input's own
-    values (a number `value` is sent from every index place)."""
-    if reduce == "multiply":
-        raise NotImplementedError("scatter: reduce='multiply' is not provided")
-    if reduce != "add":
-        raise ValueError(f"scatter: reduce must be 'add' or 'multiply', got {reduce!r}")
-    if src is not None and not isinstance(src, (Tensor, np.ndarray, list)):
-        src, value = None, src
-    if (src is None) == (value is None):
-        raise TypeError("scatter: give src or value")
-    if src is None:
-        src = np.full(_indices(index, "scatter").shape, value, _data(input).dtype)
-    return scatter_reduce(input, dim, index, src, "sum")
-
-
-_REDUCES = ("sum", "mean", "amax", "amin")
-
-
-def _value_of(e, value):
-    return value
-
-
-# `value` as the result, the gradient of `e` as its gradient: how amax/amin give PyTorch's
-# evenly split gradient to their tied maxima without rounding the value
-_with_value = primitive("scatter_reduce", _value_of, lambda g, ans, e, value: g)
-_graph(_with_value, lambda g, ans, e, value: g)
-
-
-def scatter_reduce(input, dim: int, index, src, reduce: str, *,
-                   include_self: bool = True) -> Tensor:
-    """PyTorch's `scatter_reduce`: a copy of `input` where each element `index` names (along
-    `dim`, as in scatter_add) becomes the `reduce` of the `src` values sent to it, and of its
-    own value when `include_self`. reduce: "sum", "mean" (the count includes self when
-    `include_self`), "amax", "amin" (ties share the gradient evenly, as in PyTorch). Elements
-    no index names keep input's value. Composed of differentiable ops (scatter_add, where,
-    products with constant masks), so every order of gradient works. "prod" is not provided
-    (NotImplementedError)."""
-    if reduce == "prod":
-        raise NotImplementedError("scatter_reduce: reduce='prod' is not provided (its higher "
-                                  "derivatives need a product of the others per element)")
-    if reduce not in _REDUCES:
-        raise ValueError(f"scatter_reduce: reduce must be one of {_REDUCES + ('prod',)}, got "
-                         f"{reduce!r}")
-    x, s = _data(input), _data(src)
-    idx = _indices(index, "scatter_reduce")
-    d = _dim(dim, x.ndim, "scatter_reduce")
-    _check_index(x, d, idx, "scatter_reduce", s)
-    if x.dtype.kind != "f":
-        raise TypeError(f"scatter_reduce: input must be floating, got {x.dtype}")
-    grid = _grid(idx, d)
-    part = s[_lead(idx.shape)].astype(x.dtype, copy=False)
-    touched = np.zeros(x.shape, bool)
-    touched[grid] = True
-    base = input if include_self else E.where(touched, np.zeros((), x.dtype), input)
-    if reduce in ("sum", "mean"):
-        total = scatter_add(base, d, idx, src)
-        if reduce == "sum":
-            return total
-        count = np.zeros(x.shape, x.dtype)
-        np.add.at(count, grid, 1)
-        count += include_self
-        count[count == 0] = 1  # untouched (without self): total is input's value there
-        return total / count
-    # amax / amin: the value by numpy's ufunc.at, the gradient split among the ties
-    big = np.maximum if reduce == "amax" else np.minimum
-    value = x.copy()
-    if not include_self:
-        value[touched] = -np.inf if reduce == "amax" else np.inf
-    big.at(value, grid, part)
-    # PyTorch's split: the count of ties includes input's element whenever it equals the
-    # result, even without include_self (whose share then goes nowhere)
-    self_ties = x == value
-    self_wins = self_ties & (include_self | ~touched)
-    src_wins = part == value[grid]
-    ties = self_ties.astype(x.dtype)
-    np.add.at(ties, grid, src_wins)
-    share = 1.0 / np.where(ties == 0, 1, ties)
-    src_lead = S.getitem(src, _lead(idx.shape)) if isinstance(src, Tensor) else part
-    e = input * (self_wins * share) + _scatter_add(
-        np.zeros(x.shape, x.dtype), _same_dtype(src_lead, x.dtype) * (src_wins * share[grid]),
-        dim=d, index=idx)
-    return _with_value(e, value=value)

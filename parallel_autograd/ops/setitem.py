@@ -46,6 +46,7 @@ from ..grad_mode import is_grad_enabled
 from ..memory import empty as _empty
 from ..primitive import record
 from ..tensor import Tensor
+from . import index as ix
 from . import shape as S
 
 __all__ = ["index_put", "setitem"]
@@ -269,13 +270,19 @@ def _value_rule(g, plan):
     return out
 
 
+def _taken(g, index) -> Tensor:
+    """`g[index]`, recorded, with numpy's placement of the index's advanced dimensions
+    (the writes take numpy's indices; getitem, PyTorch's)."""
+    return ix.getitem(g, ix.numpy_index(index))
+
+
 def _value_form(g, node):
     plan = node.kwargs["plan"]
     if plan.lose is not None:
-        return _record(S.getitem(g, plan.index), 0.0, Plan(plan.shape, plan.lose, False))
+        return _record(_taken(g, plan.index), 0.0, Plan(plan.shape, plan.lose, False))
     if plan.win is None:
-        return S.getitem(g, plan.index)
-    picked = S.getitem(g, plan.coords)
+        return _taken(g, plan.index)
+    picked = _taken(g, plan.coords)
     return _record(np.zeros(plan.shape, g.dtype), picked, Plan.at(plan.win, plan.shape))
 
 
