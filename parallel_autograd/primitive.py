@@ -34,7 +34,12 @@ the output array, or `Saved(out, *extras)` to keep more values for the kernels. 
 saves `(ans, *inputs, *extras)`; rules are called as `rule(g, ans, *inputs, **params)`
 (kernels also get the extras after the inputs), `params` being every other parameter,
 defaults included, by name (`None` when the op has none). Parameters annotated with a
-Tensor type that are not differentiable inputs (an index, a mask) are unwrapped too.
+Tensor type that are not differentiable inputs (an index, a mask) are unwrapped too. A
+forward with a keyword-only parameter `needs_input_grad` gets, there, one bool per input
+in `inputs`: whether a gradient will be asked of it (it requires grad and grad mode is
+on), PyTorch's `ctx.needs_input_grad`; so it keeps for its kernels only what they will
+use (a convolution's columns when its weight takes a gradient). The parameter is not
+part of the public signature, nor of the node's params.
 
 `record` is the lower level: it wraps an array in a Tensor and attaches a Node; `primitive`
 makes an unregistered op from a forward and first-order rules (the extension API for users).
@@ -162,12 +167,13 @@ class OpDef:
     an adapter that runs the formula on arrays); `method` the Tensor method's name (None:
     none); `module` PyTorch's namespace of the function (`torch`, `torch.nn.functional`,
     `torch.linalg`, `torch.special`); `aliases` its other names; `composite`: built from
-    other ops, no rule.
+    other ops, no rule; `needs`: the forward takes `needs_input_grad`.
     """
 
     __slots__ = ("name", "fn", "forward", "inputs", "params", "formulas", "kernels",
                  "has_kernel", "method", "module", "export", "composite", "cost", "threaded",
-                 "tensor_params", "family", "torch_name", "aliases", "modules", "__weakref__")
+                 "tensor_params", "family", "torch_name", "aliases", "modules", "needs",
+                 "__weakref__")
 
     def __repr__(self):
         return f"<op {self.module}.{self.name}>"
@@ -181,8 +187,13 @@ class OpDef:
         arrays = [a.data if isinstance(a, Tensor) else a for a in args]
         forward = self.forward
         try:
-            ans = forward(*arrays, **params) if params else forward(*arrays)
+            if self.needs:
+                ans = forward(*arrays, needs_input_grad=_needs(args), **(params or {}))
+            else:
+                ans = forward(*arrays, **params) if params else forward(*arrays)
         except ValueError as e:
+            if str(e).startswith(f"{self.name}:"):     # the forward named the op already
+                raise
             raise ValueError(f"{self.name}: {e}") from e
         if type(ans) is Saved:
             saved = (ans.out, *arrays, *ans.extras)
@@ -205,6 +216,13 @@ class OpDef:
 
 
 REGISTRY: list[OpDef] = []  # every declared op, in declaration order
+_NEEDS = "needs_input_grad"
+
+
+def _needs(args) -> tuple:
+    """Per input: whether it will take a gradient (a Tensor requiring grad, grad mode on)."""
+    on = bool(grad_mode())
+    return tuple(on and isinstance(a, Tensor) and a._requires_grad for a in args)
 
 
 def exports(module: str) -> dict:
@@ -271,6 +289,11 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
     spec.aliases = tuple(aliases)
     spec.family = forward.__module__.rsplit(".", 1)[-1]
     sig = inspect.signature(forward)
+    spec.needs = _NEEDS in sig.parameters and not composite
+    if spec.needs:
+        if sig.parameters[_NEEDS].kind is not inspect.Parameter.KEYWORD_ONLY:
+            raise TypeError(f"defop {spec.name}: {_NEEDS} must be a keyword-only parameter")
+        sig = sig.replace(parameters=[p for p in sig.parameters.values() if p.name != _NEEDS])
     names = list(sig.parameters)
     if composite:
         spec.inputs, spec.params, spec.tensor_params = (), (), ()
@@ -414,8 +437,9 @@ def _generate(spec: OpDef, sig: inspect.Signature, fwd):
     exec(compile(src, where, "exec"), namespace)  # noqa: S102
     fn = namespace[spec.name]
     fn.__defaults__ = (_REQUIRED,) * len(required) + (fwd.__defaults__ or ()) or None
-    fn.__kwdefaults__ = fwd.__kwdefaults__
-    fn.__annotations__ = dict(fwd.__annotations__)
+    fn.__kwdefaults__ = {k: v for k, v in (fwd.__kwdefaults__ or {}).items()
+                         if k != _NEEDS} or None
+    fn.__annotations__ = {k: v for k, v in fwd.__annotations__.items() if k != _NEEDS}
     fn.__doc__ = fwd.__doc__
     fn.__module__ = fwd.__module__
     fn.__qualname__ = fwd.__qualname__
