@@ -169,3 +169,12 @@ def test_conv_keeps_its_columns_only_when_the_weight_takes_a_gradient():
         assert F.conv2d(x, wt, padding=1).grad_fn is None
     with pytest.raises(TypeError):
         F.conv2d(x, wt, needs_input_grad=(True, True, True))
+
+
+def test_the_ops_torch_also_has_at_top_level_are_pa_ops():
+    """torch.conv2d, torch.max_pool3d, ... are F's: pa has them too (torch's
+    `adaptive_max_pool1d` returns (values, indices) always: a different op, not exported)."""
+    torch = _torch()
+    for name in sorted(set(SAMPLES) | set(COMPOSITES)):
+        if hasattr(torch, name) and name != "adaptive_max_pool1d":
+            assert getattr(pa, name, None) is getattr(F, name), name

@@ -69,7 +69,7 @@ def _flat_indices(depth_idx, plane_idx, n, c, d, h, w, ho, wo, batched):
     return Tensor._wrap(flat if batched else flat[0])
 
 
-@composite(module="torch.nn.functional")
+@composite(module="torch.nn.functional", also=("torch",))
 def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1,
                ceil_mode: bool = False, return_indices: bool = False):
     """Max over sliding (dilated) windows of (N, C, D, H, W) input (or (C, D, H, W)), as
