@@ -39,7 +39,12 @@ the output array, or `Saved(out, *extras)` to keep more values for the kernels. 
 saves `(ans, *inputs, *extras)`; rules are called as `rule(g, ans, *inputs, **params)`
 (kernels also get the extras after the inputs), `params` being every other parameter,
 defaults included, by name (`None` when the op has none). Parameters annotated with a
-Tensor type that are not differentiable inputs (an index, a mask) are unwrapped too.
+Tensor type that are not differentiable inputs (an index, a mask) are unwrapped too. A
+forward with a keyword-only parameter `needs_input_grad` gets, there, one bool per input
+in `inputs`: whether a gradient will be asked of it (it requires grad and grad mode is
+on), PyTorch's `ctx.needs_input_grad`; so it keeps for its kernels only what they will
+use (a convolution's columns when its weight takes a gradient). The parameter is not
+part of the public signature, nor of the node's params.
 
 `record` is the lower level: it wraps an array in a Tensor and attaches a Node; `primitive`
 makes an unregistered op from a forward and first-order rules (the extension API for users).
@@ -169,13 +174,13 @@ class OpDef:
     an adapter that runs the formula on arrays); `method` the Tensor method's name (None:
     none); `module` PyTorch's namespace of the function (`torch`, `torch.nn.functional`,
     `torch.linalg`, `torch.special`); `aliases` its other names; `composite`: built from
-    other ops, no rule.
+    other ops, no rule; `needs`: the forward takes `needs_input_grad`.
     """
 
     __slots__ = ("name", "fn", "forward", "inputs", "params", "formulas", "kernels",
                  "has_kernel", "method", "module", "export", "composite", "cost", "threaded",
                  "tensor_params", "family", "torch_name", "aliases", "modules", "variadic",
-                 "shapes_only", "by_name", "__weakref__")
+                 "shapes_only", "by_name", "needs", "__weakref__")
 
     def __repr__(self):
         return f"<op {self.module}.{self.name}>"
@@ -193,9 +198,13 @@ class OpDef:
                 ans = forward(arrays, **params) if params else forward(arrays)
             elif self.by_name:  # inputs after other parameters (scatter_add's src)
                 ans = forward(**dict(zip(self.inputs, arrays)), **params)
+            elif self.needs:  # the forward saves only what the inputs needing grad use
+                ans = forward(*arrays, needs_input_grad=_needs(args), **(params or {}))
             else:
                 ans = forward(*arrays, **params) if params else forward(*arrays)
         except ValueError as e:
+            if str(e).startswith(f"{self.name}:"):     # the forward named the op already
+                raise
             raise ValueError(f"{self.name}: {e}") from e
         if type(ans) is Saved:
             saved = (ans.out, *arrays, *ans.extras)
@@ -240,6 +249,23 @@ def _stand_in(a: np.ndarray) -> np.ndarray:
 
 
 REGISTRY: list[OpDef] = []  # every declared op, in declaration order
+_NEEDS = "needs_input_grad"
+
+
+def _needs(args) -> tuple:
+    """Per input: whether it will take a gradient (a Tensor requiring grad, grad mode on)."""
+    on = bool(grad_mode())
+    return tuple(on and isinstance(a, Tensor) and a._requires_grad for a in args)
+
+
+def _family(module: str) -> str:
+    """An op's family: its module under ops/ or nn/ (a package's name for the modules
+    inside it), without the leading underscore of a private module (nn/_norms.py: norms)."""
+    for layer in (".ops.", ".nn."):
+        if layer in module:
+            module = module.split(layer, 1)[1]
+            break
+    return module.split(".")[0].lstrip("_")
 
 
 def exports(module: str) -> dict:
@@ -311,9 +337,13 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
     spec.cost, spec.threaded = cost, threaded
     spec.torch_name = torch_name or spec.name
     spec.aliases = tuple(aliases)
-    # the family: its module under ops/ (a package's name for the modules inside it)
-    spec.family = forward.__module__.split(".ops.", 1)[-1].split(".")[0]
+    spec.family = _family(forward.__module__)
     sig = inspect.signature(forward)
+    spec.needs = _NEEDS in sig.parameters and not composite
+    if spec.needs:
+        if sig.parameters[_NEEDS].kind is not inspect.Parameter.KEYWORD_ONLY:
+            raise TypeError(f"defop {spec.name}: {_NEEDS} must be a keyword-only parameter")
+        sig = sig.replace(parameters=[p for p in sig.parameters.values() if p.name != _NEEDS])
     names = list(sig.parameters)
     spec.shapes_only = shapes_only
     spec.variadic = inputs is not None and len(inputs) == 1 and inputs[0].startswith("*")
@@ -474,8 +504,9 @@ def _generate(spec: OpDef, sig: inspect.Signature, fwd, sizes: str | None = None
     exec(compile(src, where, "exec"), namespace)  # noqa: S102
     fn = namespace[spec.name]
     fn.__defaults__ = (_REQUIRED,) * len(required) + (fwd.__defaults__ or ()) or None
-    fn.__kwdefaults__ = fwd.__kwdefaults__
-    fn.__annotations__ = dict(fwd.__annotations__)
+    fn.__kwdefaults__ = {k: v for k, v in (fwd.__kwdefaults__ or {}).items()
+                         if k != _NEEDS} or None
+    fn.__annotations__ = {k: v for k, v in fwd.__annotations__.items() if k != _NEEDS}
     fn.__doc__ = fwd.__doc__
     fn.__module__ = fwd.__module__
     fn.__qualname__ = fwd.__qualname__

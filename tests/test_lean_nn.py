@@ -7,11 +7,11 @@ what it returns (`conftest.temporary_bytes`) plus the scratch its kernel states:
 
 - what the node saves for its rule (conv's columns, max pooling's first-maximum
   indices, the recurrences' activations, attention's weights): part of the result;
-- conv: one chunk of im2col columns (at most `_COLS_BYTES` of them) and that chunk's
+- conv: one chunk of im2col columns (at most `_conv._COLS_BYTES` of them) and that chunk's
   GEMM result, or for the input gradient a column buffer of at most the input's size
   (strided geometries: one chunk of samples' product, and of g channels-last, at most
   `_conv._GRAD_CHUNK_BYTES` together, and the weight reordered);
-- pools: temporaries of one block of planes (`_BLOCK_BYTES` of input planes);
+- pools: temporaries of one block of planes (`_pool._BLOCK_BYTES` of input planes);
 - separable resampling: the intermediates between the axes' maps (one per axis but
   the first);
 - the recurrences' joint rule: the stacked previous hidden states, the operand of W_hh's
@@ -64,13 +64,13 @@ def joint(y):
 # ---- convolution ---------------------------------------------------------------------------
 def _obuf(o, ck, itemsize=8):
     """The forward's chunk GEMM result: (O, nb*P) for a chunk of <= _COLS_BYTES columns."""
-    return F._COLS_BYTES * o // ck + o * 1024 * itemsize
+    return _conv._COLS_BYTES * o // ck + o * 1024 * itemsize
 
 
 def test_conv2d_same_flat_path():
     x, w, b = leaf(rand((16, 16, 32, 32), 1)), leaf(rand((32, 16, 3, 3), 2)), leaf(rand(32, 3))
     y, extra = forward(F.conv2d, x, w, b, padding=1)
-    cols = y.grad_fn.saved[0]                 # kept for the weight gradient
+    cols = y.grad_fn.saved[4]                 # kept for the weight gradient
     assert cols.nbytes == 9 * x.data.nbytes
     assert extra <= cols.nbytes + _obuf(32, 144) + SLACK
     gx, extra = rule(y, 0)                    # column buffer <= input, g's chunk
@@ -84,7 +84,7 @@ def test_conv2d_same_flat_path():
 def test_conv2d_strided_channels_last_path():
     x, w = leaf(rand((16, 16, 32, 32), 1)), leaf(rand((32, 16, 3, 3), 2))
     y, extra = forward(F.conv2d, x, w, stride=2, padding=1)
-    assert extra <= y.grad_fn.saved[0].nbytes + _obuf(32, 144) + SLACK
+    assert extra <= y.grad_fn.saved[4].nbytes + _obuf(32, 144) + SLACK
     assert not _conv._channels_first_pays(x.shape, w.shape, y.shape[2:], 1)
     # per chunk of 10 samples, g's chunk channels-last (10, 16, 16, O) and the product
     # (10*16*16, C) reused across kernel offsets: 0.94 MiB (not g's 1 MiB and one
@@ -109,7 +109,7 @@ def test_conv_strided_channels_first_path(conv, xs, ws):
 def test_conv1d_flat_path():
     x, w = leaf(rand((16, 16, 1024), 1)), leaf(rand((32, 16, 5), 2))
     y, extra = forward(F.conv1d, x, w, padding=2)
-    assert extra <= y.grad_fn.saved[0].nbytes + _obuf(32, 80) + SLACK
+    assert extra <= y.grad_fn.saved[4].nbytes + _obuf(32, 80) + SLACK
     gx, extra = rule(y, 0)
     assert extra <= gx.nbytes * (1 + 32 / 80) + SLACK
 
@@ -117,8 +117,8 @@ def test_conv1d_flat_path():
 def test_conv_frozen_weight_keeps_one_chunk_of_columns():
     x, w = leaf(rand((32, 16, 32, 32), 1)), pa.tensor(rand((32, 16, 3, 3), 2))
     y, extra = forward(F.conv2d, x, w, padding=1)
-    assert y.grad_fn.saved[0] is None
-    assert extra <= F._COLS_BYTES + _obuf(32, 144) + SLACK < 9 * x.data.nbytes
+    assert y.grad_fn.saved[4] is None          # (ans, x, w, b, columns, geometry)
+    assert extra <= _conv._COLS_BYTES + _obuf(32, 144) + SLACK < 9 * x.data.nbytes
 
 
 def test_conv_transpose2d_and_its_rules():
@@ -129,7 +129,7 @@ def test_conv_transpose2d_and_its_rules():
     # and one product, 1.5 MiB)
     assert extra <= _conv._GRAD_CHUNK_BYTES + w.data.nbytes + SLACK
     gx, extra = rule(y, 0)                    # conv2d without kept columns: one chunk
-    assert extra <= F._COLS_BYTES + _obuf(32, 144) + SLACK
+    assert extra <= _conv._COLS_BYTES + _obuf(32, 144) + SLACK
     gw, extra = rule(y, 1)
     # the weight gradient rebuilds the columns by chunks of g of <= 1 MiB (2^17
     # entries): C*K/O MiB of columns
@@ -156,16 +156,16 @@ POOL_X = rand((32, 32, 64, 64), 1)            # 32 MiB: 16 blocks of planes
 @pytest.mark.parametrize("args", [(2,), (3, 2, 1), (3, 1, 1, 2)])
 def test_max_pool2d(args):
     y, extra = forward(F.max_pool2d, leaf(POOL_X), *args)
-    index = y.grad_fn.saved[0]                # saved: each window's first maximum
+    index = y.grad_fn.kwargs["index"]         # each window's first maximum
     # per block: the offset and mask bytes and the offsets as intp (<= the block's input)
-    assert extra <= index.nbytes + 1.25 * F._BLOCK_BYTES + SLACK
+    assert extra <= index.nbytes + 1.25 * _pool._BLOCK_BYTES + SLACK
     gx, extra = rule(y, 0)                    # zeros and one scatter
     assert extra <= SLACK
 
 
 def test_max_pool1d():
     y, extra = forward(F.max_pool1d, leaf(rand((32, 32, 1024), 1)), 3, 2)
-    assert extra <= y.grad_fn.saved[0].nbytes + 1.25 * F._BLOCK_BYTES + SLACK
+    assert extra <= y.grad_fn.kwargs["index"].nbytes + 1.25 * _pool._BLOCK_BYTES + SLACK
     gx, extra = rule(y, 0)
     assert extra <= SLACK
 
@@ -176,10 +176,10 @@ def test_avg_pool2d(args, kw):
     y, extra = forward(F.avg_pool2d, leaf(POOL_X), *args, **kw)
     assert extra <= SLACK                     # adds into the output, divides in place
     gx, extra = rule(y, 0)                    # g / divisor for one block of planes
-    assert extra <= F._BLOCK_BYTES + SLACK
-    # the rule's differentiable form: avg_pool2d_backward, whose rule is the pooling
-    z = _pool.avg_pool2d_backward(pa.tensor(rand(y.shape, 3), requires_grad=True),
-                                    y.grad_fn.saved[0], **y.grad_fn.kwargs)
+    assert extra <= _pool._BLOCK_BYTES + SLACK
+    # the derivative as an op: avg_pool_backward, whose derivative is the pooling
+    z = _pool.avg_pool_backward(pa.tensor(rand(y.shape, 3), requires_grad=True),
+                                POOL_X.shape, 2, *args, **kw)
     gg, extra = rule(z, 0)
     assert extra <= SLACK
 
@@ -187,10 +187,10 @@ def test_avg_pool2d(args, kw):
 @pytest.mark.parametrize("size", [7, 32])
 def test_adaptive_max_pool2d(size):
     y, extra = forward(F.adaptive_max_pool2d, leaf(POOL_X), size)
-    index = y.grad_fn.saved[0]
+    index = y.grad_fn.kwargs["index"]
     # per block: the gathered windows (<= _BLOCK_BYTES, one buffer reused) and their
     # argmax (intp, one per output of the block: <= a quarter of the windows)
-    assert extra <= index.nbytes + F._BLOCK_BYTES + F._BLOCK_BYTES // 4 + SLACK
+    assert extra <= index.nbytes + _pool._BLOCK_BYTES + _pool._BLOCK_BYTES // 4 + SLACK
     gx, extra = rule(y, 0)
     assert extra <= SLACK
 

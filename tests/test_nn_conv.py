@@ -229,15 +229,16 @@ def test_double_backward_matches_torch(name):
 
 def test_twin_trio_ops_are_each_others_adjoints():
     """<g, B(x, w)> = <Bx*(g, w), x> = <Bw*(x, g), w> with groups, dilation, stride and
-    asymmetric output size; the ops are exported under their old names too."""
-    from parallel_autograd.nn import graph
-    assert graph.conv2d_input_backward is graph.conv_input_backward
+    asymmetric output size (the internal ops `convolution`, `conv_input_backward`,
+    `conv_weight_backward`, conv2d's formulas)."""
+    from parallel_autograd.nn import _conv
     x, w = rand((2, 4, 7, 6), 1), rand((6, 2, 3, 2), 2)
     geom = dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2)
     y = F.conv2d(pa.tensor(x), pa.tensor(w), **geom).data
+    assert np.array_equal(_conv.convolution(x, w, **geom, output_size=y.shape[2:]).data, y)
     g = rand(y.shape, 3)
-    gx = graph.conv_input_backward(pa.tensor(g), pa.tensor(w), x.shape, **geom).data
-    gw = graph.conv_weight_backward(pa.tensor(x), pa.tensor(g), w.shape, **geom).data
+    gx = _conv.conv_input_backward(pa.tensor(g), pa.tensor(w), x.shape, **geom).data
+    gw = _conv.conv_weight_backward(pa.tensor(x), pa.tensor(g), w.shape, **geom).data
     lhs = np.vdot(g, y)
     assert np.isclose(lhs, np.vdot(gx, x), rtol=1e-12)
     assert np.isclose(lhs, np.vdot(gw, w), rtol=1e-12)
@@ -246,12 +247,13 @@ def test_twin_trio_ops_are_each_others_adjoints():
 def test_frozen_weight_keeps_no_columns_and_no_grad_mode_none():
     x, w = leaf(rand((2, 4, 5, 5), 1)), pa.tensor(rand((4, 2, 3, 3), 2))
     out = F.conv2d(x, w, padding=1, groups=2)
-    assert out.grad_fn.name == "conv2d" and out.grad_fn.saved[0] is None
+    # the node saves (ans, input, weight, bias, columns, geometry): no columns here
+    assert out.grad_fn.name == "conv2d" and out.grad_fn.saved[4] is None
     wl = leaf(rand((4, 2, 3, 3), 2))
     with pa.no_grad():
         assert F.conv2d(x, wl, groups=2).grad_fn is None
     out = F.conv1d(pa.tensor(rand((2, 3, 6), 1)), leaf(rand((2, 3, 3), 2)))
-    assert out.grad_fn.name == "conv1d" and out.grad_fn.saved[0] is not None
+    assert out.grad_fn.name == "conv1d" and out.grad_fn.saved[4] is not None
 
 
 def test_float32_in_float32_out():

@@ -134,6 +134,9 @@ CASES = {
     "interpolate_bilinear": (lambda x: F.interpolate(x, size=(3, 5), mode="bilinear"),
                              [(2, 2, 4, 3)]),
     "upsample_nearest": (lambda x: F.upsample(x, scale_factor=2), [(2, 2, 2, 3)]),
+    "upsample_nearest_alias": (lambda x: F.upsample_nearest(x, scale_factor=2),
+                               [(2, 2, 2, 3)]),
+    "upsample_bilinear": (lambda x: F.upsample_bilinear(x, size=(3, 5)), [(2, 2, 4, 3)]),
     "pixel_shuffle": (lambda x: F.pixel_shuffle(x, 2), [(2, 8, 2, 3)]),
     "pixel_unshuffle": (lambda x: F.pixel_unshuffle(x, 2), [(2, 2, 4, 6)]),
     "max_pool3d": (lambda x: F.max_pool3d(x, 3, 2, 1), [(1, 2, 4, 5, 3)]),
@@ -252,7 +255,8 @@ def test_conv2d_is_one_primitive_node_and_frozen_weight_skips_columns():
     x, w = leaf(rand((1, 2, 5, 5), 1)), pa.tensor(rand((3, 2, 3, 3), 2))
     out = F.conv2d(x, w)
     assert out.grad_fn.name == "conv2d"
-    assert out.grad_fn.saved[0] is None        # no column buffer kept: weight is frozen
+    # (ans, x, w, b, columns, geometry): no column buffer kept, the weight is frozen
+    assert out.grad_fn.saved[4] is None
     out.sum().backward()
     assert x.grad.shape == x.shape and w.grad is None
 

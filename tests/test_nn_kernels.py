@@ -16,6 +16,7 @@ import pytest
 import parallel_autograd as pa
 import parallel_autograd.nn.functional as F
 from conftest import assert_bitwise, temporary_bytes
+from parallel_autograd.nn import _conv, _pool
 
 TOL = 1e-10
 
@@ -135,7 +136,7 @@ def _check_against_torch(fp, ft, x, exact_grad=False):
 def test_pool_paths_match_torch(kind, name, blocks, monkeypatch):
     torch_or_skip()
     if blocks == "many":   # several plane blocks (and a short last one) per call
-        monkeypatch.setattr(F, "_BLOCK_BYTES", 2 * 8 * np.prod(POOLS[name][0][2:]))
+        monkeypatch.setattr(_pool, "_BLOCK_BYTES", 2 * 8 * np.prod(POOLS[name][0][2:]))
     fp, ft = _pool_pair(kind[:3], name, count_include_pad=kind == "avg")
     _check_against_torch(fp, ft, rand(POOLS[name][0], 5), exact_grad=kind == "max")
 
@@ -240,7 +241,7 @@ def _rule(y, i):
 def test_conv2d_memory_flat_path():
     x, w, b = leaf(rand((16, 8, 16, 16), 1)), leaf(rand((16, 8, 3, 3), 2)), leaf(rand(16, 3))
     y, extra = temporary_bytes(F.conv2d, x, w, b, padding=1)
-    cols = y.grad_fn.saved[0]
+    cols = y.grad_fn.saved[4]                 # (ans, x, w, b, columns, geometry)
     assert cols.nbytes == 9 * x.data.nbytes
     # the column buffer, kept for the weight, and one chunk's GEMM result (O, n*Ho*Wo)
     # before its transposed copy into the output
@@ -263,14 +264,14 @@ def test_conv2d_frozen_weight_builds_columns_chunk_by_chunk():
     y, extra = temporary_bytes(F.conv2d, x, w, padding=1)
     assert y.grad_fn is None
     full_cols = 9 * x.data.nbytes             # 18 MiB: never allocated at once
-    chunk = F._COLS_BYTES                     # 4 MiB of columns, and its GEMM result
+    chunk = _conv._COLS_BYTES                     # 4 MiB of columns, and its GEMM result
     assert extra <= chunk + chunk * 32 // (16 * 9) + SLACK < full_cols
 
 
 def test_conv2d_memory_strided_path_and_frozen_weight():
     x, w = leaf(rand((8, 16, 16, 16), 1)), pa.tensor(rand((16, 16, 3, 3), 2))
     y, extra = temporary_bytes(F.conv2d, x, w, stride=2, padding=1)
-    assert y.grad_fn.saved[0] is None         # frozen weight: no columns kept...
+    assert y.grad_fn.saved[4] is None         # frozen weight: no columns kept...
     cols_bytes = 16 * 9 * 8 * 8 * 8 * 8       # ...but they were built for the GEMM
     assert extra <= cols_bytes + SLACK
     rule, args, kw = _rule(y, 0)
@@ -297,10 +298,10 @@ def test_conv2d_weight_memory(o, path):
     ("overlapping_padded", (8, 16, 32, 32), 3, 2, 1),
 ])
 def test_max_pool_memory(name, shape, k, s, p, monkeypatch):
-    monkeypatch.setattr(F, "_BLOCK_BYTES", 256 * 1024)      # 32 planes of 8 KiB per block
+    monkeypatch.setattr(_pool, "_BLOCK_BYTES", 256 * 1024)      # 32 planes of 8 KiB per block
     x = leaf(rand(shape, 1))
     y, extra = temporary_bytes(F.max_pool2d, x, k, s, p)
-    (index,) = y.grad_fn.saved
+    index = y.grad_fn.kwargs["index"]
     assert index.dtype == np.intp and index.shape == y.shape
     # the saved indices, plus per-block temporaries: offset bytes, greater mask, the
     # offsets as intp, the padding check's mask (1 + 1 + 8 + 1 bytes per output)
@@ -316,7 +317,7 @@ def test_max_pool_memory(name, shape, k, s, p, monkeypatch):
     ("overlapping_exclude_pad", (8, 16, 32, 32), 3, 2, 1, False),
 ])
 def test_avg_pool_memory(name, shape, k, s, p, inc, monkeypatch):
-    monkeypatch.setattr(F, "_BLOCK_BYTES", 256 * 1024)
+    monkeypatch.setattr(_pool, "_BLOCK_BYTES", 256 * 1024)
     x = leaf(rand(shape, 1))
     y, extra = temporary_bytes(F.avg_pool2d, x, k, s, p, count_include_pad=inc)
     assert extra <= SLACK                     # sums straight into the output

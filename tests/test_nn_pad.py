@@ -38,6 +38,47 @@ def test_values_and_gradients_match_torch(mode, shape, widths):
     np.testing.assert_allclose(xp.grad, xt.grad.numpy(), rtol=1e-12, atol=1e-13)
 
 
+NEGATIVE = [(-1, 2), (2, -3), (-2, -1), (3, -1), (-1, 4), (4, -1), (-4, 4), (3, -2),
+            (-1, 1, 2, -1), (1, -2, -1, 2), (-2, 0, 0, -2)]
+
+
+@pytest.mark.parametrize("mode", MODES + ("constant",))
+@pytest.mark.parametrize("widths", NEGATIVE, ids=str)
+def test_negative_padding_matches_torch(mode, widths):
+    """Negative widths crop in every mode, as PyTorch's (issue 27: reflect, replicate and
+    circular refused them): reflect and replicate index the uncropped input, circular wraps
+    around the cropped part. Values, gradients and second order."""
+    torch = _torch()
+    rng = np.random.default_rng(7)
+    shape = (2, 3, 5) if len(widths) == 2 else (2, 4, 5)
+    x = rng.standard_normal(shape)
+    pairs = [widths[i:i + 2] for i in range(0, len(widths), 2)]
+    kept = [n + min(a, 0) + min(b, 0) for n, (a, b) in zip(shape[::-1], pairs)]
+    if mode == "circular" and any(max(a, b) > k for (a, b), k in zip(pairs, kept)):
+        # wrapping more than the cropped part: PyTorch reads memory it never wrote
+        # (garbage, or a self-overlap RuntimeError); here a clear error
+        with pytest.raises(ValueError, match="at most|leaves nothing"):
+            F.pad(pa.tensor(x), widths, mode=mode)
+        return
+    try:
+        torch.nn.functional.pad(torch.tensor(x), widths, mode=mode)
+    except RuntimeError:
+        with pytest.raises(ValueError):
+            F.pad(pa.tensor(x), widths, mode=mode)
+        return
+    xt = torch.tensor(x, requires_grad=True)
+    yt = torch.nn.functional.pad(xt, widths, mode=mode)
+    g = rng.standard_normal(tuple(yt.shape))
+    yt.backward(torch.tensor(g))
+    xp = pa.tensor(x, requires_grad=True)
+    yp = F.pad(xp, widths, mode=mode)
+    pa.backward(yp, g)
+    assert np.array_equal(yp.data, yt.detach().numpy())
+    np.testing.assert_allclose(xp.grad, xt.grad.numpy(), rtol=1e-12, atol=1e-13)
+    assert pa.gradgradcheck(lambda t: F.pad(t, widths, mode=mode) ** 2,
+                            (pa.tensor(x, requires_grad=True),))
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_gradcheck_to_second_order_and_adjoint(mode):
     rng = np.random.default_rng(1)
@@ -113,8 +154,12 @@ def test_bad_input():
         F.pad(x, (4, 0), mode="reflect")  # reflect: < the size
     with pytest.raises(ValueError, match="at most 4"):
         F.pad(x, (5, 0), mode="circular")
-    with pytest.raises(ValueError, match="negative padding"):
-        F.pad(x, (-1, 0), mode="replicate")
+    with pytest.raises(ValueError, match="too small"):
+        F.pad(x, (-3, -1), mode="replicate")  # nothing left
+    with pytest.raises(ValueError, match="leaves nothing"):
+        F.pad(x, (-4, 1), mode="circular")
+    with pytest.raises(ValueError, match="at most 2"):
+        F.pad(x, (-2, 3), mode="circular")    # wraps around what the crop keeps
     with pytest.raises(ValueError, match="divisible by 2"):
         F.pad(x, (1, 1, 1))
     with pytest.raises(ValueError, match="too large"):

@@ -1,28 +1,30 @@
-"""Convolutions: `conv1d`, `conv2d`, `conv3d`, `conv_transpose1d/2d/3d`, `unfold`, `fold`.
+"""Convolutions: `conv1d`, `conv2d`, `conv3d`, `conv_transpose1d/2d/3d`, `unfold`, `fold`,
+each one declaration (`primitive.defop`): its numpy forward, its derivative as formulas
+(differentiable again, to any order), and the fused first-order kernels.
 
 One implementation for 1 to 3 spatial dimensions, with stride, zero padding (ints,
 'valid', or 'same', asymmetric where PyTorch pads one more on the right), dilation and
-groups (depthwise included). The kernels loop over the kernel offsets, each step one
-vectorized numpy call over a strided view: no per-window Python work. For offset k
-(one index per spatial dim), output position o reads input position o*stride + k*dilation
-- padding; `_taps` gives, per offset, the block of outputs whose input lies inside the
-image and that block of inputs, so padding is never materialized (no padded copy of the
-input, no padded gradient buffer to crop).
+groups (depthwise included), batched or not. The kernels loop over the kernel offsets,
+each step one vectorized numpy call over a strided view: no per-window Python work;
+padding is never materialized (`_windows.taps`: per offset, the block of outputs whose
+input lies inside the image, and that block of inputs).
 
 conv is the bilinear map B(x, w). Forward: per chunk of samples, im2col (one strided
-copy per kernel offset) and one GEMM per group. Its input gradient Bx*(g, w) has two
-kernels: 'same'-like stride-1 convolutions (output as wide as the input in every spatial
-dim but the first) see every offset as a shift of the flattened image, so the columns'
-gradient is one GEMM per chunk of samples and col2im is one add per offset over long
-contiguous rows; everything else takes, per chunk of samples, one product per offset
-added into the input's strided block, channels-first straight from g (first layers,
-1x1 kernels, 1-d) or channels-last from a chunk of g copied so (deeper layers).
-The weight gradient Bw*(x, g) is a GEMM per chunk of samples against the columns (kept
-by the forward, or rebuilt chunk by chunk). The transposed convolution is Bx* itself.
+copy per kernel offset) and one GEMM per group; the columns are kept for the weight
+gradient when the weight takes one (`needs_input_grad`). Its input gradient Bx*(g, w) has
+two kernels: 'same'-like stride-1 convolutions (output as wide as the input in every
+spatial dim but the first) see every offset as a shift of the flattened image, so the
+columns' gradient is one GEMM per chunk of samples and col2im is one add per offset over
+long contiguous rows; everything else takes, per chunk of samples, one product per offset
+added into the input's strided block, channels-first straight from g (first layers, 1x1
+kernels, 1-d) or channels-last from a chunk of g copied so (deeper layers). The weight
+gradient Bw*(x, g) is a GEMM per chunk of samples against the columns (kept by the
+forward, or rebuilt chunk by chunk). The transposed convolution is Bx* itself.
 
-Differentiable forms (create_graph): B, Bx* and Bw* are ops whose rules are the other
-two (PyTorch's double backward of convolution), so every order runs these kernels;
-`unfold` (im2col) and `fold` (col2im) are each other's adjoint.
+The derivatives (PyTorch's double backward of convolution): B, Bx* and Bw* are ops
+(`convolution`, `conv_input_backward`, `conv_weight_backward`, internal: explicit
+geometry) whose formulas are the other two, so every order runs these kernels; `unfold`
+(im2col) and `fold` (col2im) are each other's formula.
 
 Thread safety: pure functions of their arguments; temporaries come from the caching
 allocator (thread-safe).
@@ -30,61 +32,29 @@ allocator (thread-safe).
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 
 import numpy as np
 
 from .. import memory
 from ..engine.cost import gemm_cost
-from ..grad_mode import grad_mode
-from ..memory import empty as _empty
-from ..ops.forms import graph_input
+from ..memory import empty
 from ..ops import reduce as R
-from ..ops import shape as S
-from ..primitive import record
+from ..ops._common import copy, reshape, zeros
+from ..primitive import Saved, defop
 from ..tensor import Tensor
-from . import functional as F
-from .functional import _copy, _raw, _reshape, _zeros
+from ._windows import ntuple, positive_int, prod
+from ._windows import taps as window_taps
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
-           "conv_transpose3d", "unfold", "fold", "conv_input_backward",
+           "conv_transpose3d", "unfold", "fold", "convolution", "conv_input_backward",
            "conv_weight_backward"]
+
+# Columns per chunk of the conv forward (cache resident for its GEMM; tests shrink it).
+_COLS_BYTES = 1 << 22
 
 
 # ---- arguments -----------------------------------------------------------------------------
-def _ntuple(v, nd: int, what: str, name: str, minimum: int) -> tuple:
-    """`v` (an int or `nd` ints) as a tuple of `nd` ints >= `minimum` (ValueError naming
-    the op otherwise)."""
-    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-        out = (int(v),) * nd
-    else:
-        try:
-            out = tuple(int(a) for a in v)
-        except (TypeError, ValueError):
-            out = ()
-        if isinstance(v, str) or len(out) != nd:
-            many = {1: "a 1-tuple", 2: "a pair", 3: "a triple"}.get(nd, f"{nd}")
-            raise ValueError(f"{name}: {what} must be an int or {many} of ints, got {v!r}")
-    if any(a < minimum for a in out):
-        if what == "stride":
-            raise ValueError(f"{name}: kernel size and stride must be positive, got "
-                             f"stride {v!r}")
-        raise ValueError(f"{name}: {what} must be "
-                         f"{'positive' if minimum > 0 else 'non-negative'}, got {v!r}")
-    return out
-
-
-def _groups(groups, name: str) -> int:
-    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
-        raise ValueError(f"{name}: groups must be a positive integer, got {groups!r}")
-    return int(groups)
-
-
-def _prod(shape) -> int:
-    return math.prod(int(s) for s in shape)
-
-
 def _conv_padding(padding, nd, kernel, stride, dilation, name) -> tuple:
     """(left padding, right padding) per spatial dim from an int, ints, 'valid' or 'same'
     (PyTorch's: the total d*(k-1), one more on the right when it is odd)."""
@@ -99,7 +69,7 @@ def _conv_padding(padding, nd, kernel, stride, dilation, name) -> tuple:
                              f"convolutions")
         total = tuple(d * (k - 1) for k, d in zip(kernel, dilation))
         return tuple(t // 2 for t in total), tuple(t - t // 2 for t in total)
-    lo = _ntuple(padding, nd, "padding", name, 0)
+    lo = ntuple(padding, nd, "padding", name, 0)
     return lo, lo
 
 
@@ -115,48 +85,20 @@ def _out_sizes(name, in_sz, kernel, stride, lo, hi, dilation) -> tuple:
                  for n, k, s, a, b, d in zip(in_sz, kernel, stride, lo, hi, dilation))
 
 
+
 # ---- geometry ---------------------------------------------------------------------------------
-def _span(k: int, pad: int, stride: int, dil: int, size: int, n_out: int) -> tuple:
-    """(outputs, inputs): the slice of output indices o with 0 <= o*stride + k*dil - pad <
-    size, and the slice of those input indices."""
-    off = k * dil - pad
-    o0 = min(n_out, max(0, -(off // stride)))
-    o1 = max(o0, min(n_out, (size - 1 - off) // stride + 1))
-    if o1 == o0:
-        return slice(0, 0), slice(0, 0)
-    start = o0 * stride + off
-    return slice(o0, o1), slice(start, start + (o1 - o0 - 1) * stride + 1, stride)
-
-
-@functools.lru_cache(maxsize=512)
-def _taps(in_sz: tuple, out_sz: tuple, kernel: tuple, stride: tuple, padding: tuple,
-          dilation: tuple) -> tuple:
-    """Per kernel offset in row-major order: (t, offset (one index per dim), output block,
-    input block), each block an index for the trailing spatial axes of an array. Cached
-    (a training loop asks for the same few geometries every step; the result is
-    immutable)."""
-    spans = [[_span(k, p, s, d, n, o) for k in range(kk)]
-             for n, o, kk, s, p, d in zip(in_sz, out_sz, kernel, stride, padding, dilation)]
-    taps = []
-    for t, idx in enumerate(itertools.product(*(range(k) for k in kernel))):
-        blocks = [spans[d][k] for d, k in enumerate(idx)]
-        taps.append((t, idx, (Ellipsis,) + tuple(b[0] for b in blocks),
-                     (Ellipsis,) + tuple(b[1] for b in blocks)))
-    return tuple(taps)
-
-
 @functools.lru_cache(maxsize=512)
 def _geometry(x_shape: tuple, kernel: tuple, stride: tuple, padding: tuple, dilation: tuple,
               out_sz: tuple) -> tuple:
-    """(taps, shifts): the kernel offsets' blocks (`_taps`), and when every offset is a
+    """(taps, shifts): the kernel offsets' blocks (`_windows.taps`), and when every offset is a
     shift of the flattened image (stride 1, output as wide as the input in every spatial
     dim but the first: 'same' convolutions, and every stride-1 conv1d), per offset
     (shift, q0, q1, cuts): the flat output range [q0, q1) reads input q + shift, and the
     index tuples `cuts` (for (..., *out) arrays) are the entries that wrap into a
     neighbouring row, to zero; else shifts is None. Cached, immutable."""
     in_sz = tuple(x_shape[2:])
-    taps = _taps(in_sz, tuple(out_sz), tuple(kernel), tuple(stride), tuple(padding),
-                 tuple(dilation))
+    taps = window_taps(in_sz, tuple(out_sz), tuple(kernel), tuple(stride), tuple(padding),
+                       tuple(dilation))
     if any(s != 1 for s in stride) or tuple(out_sz[1:]) != in_sz[1:]:
         return taps, None
     nd, n_out = len(in_sz), math.prod(out_sz)
@@ -198,7 +140,7 @@ def _im2col(x, cols, geo, out_sz) -> None:
     taps, shifts = geo
     n, c = x.shape[:2]
     shape = (n, c) + tuple(out_sz)
-    xf = _reshape(x, (n, c, -1)) if shifts else None
+    xf = reshape(x, (n, c, -1)) if shifts else None
     for k, (_, idx, out_blk, in_blk) in enumerate(taps):
         dst = cols[(slice(None),) + idx].transpose(1, 0, 2)          # (n, C, P) view
         if shifts:
@@ -242,22 +184,22 @@ def _col2im_add(gx, d, geo, out_sz, flat: bool) -> None:
 # ---- B(x, w) and its adjoints on arrays -------------------------------------------------------
 def _conv_forward(x, w, out_sz, keep: bool, stride, padding, dilation, groups) -> tuple:
     """(output (N, O, P), columns (C*K, N, P) or None). Per chunk of samples (columns of
-    at most `F._COLS_BYTES`: cache resident for the GEMM), im2col into a chunk of the
+    at most `_COLS_BYTES`: cache resident for the GEMM), im2col into a chunk of the
     column buffer (the whole buffer when kept for the weight gradient) and one GEMM per
     group: W_g (O/G, C/G*K) @ cols_g (C/G*K, n*P) into a chunk buffer copied into the
     output as (n, O, P); a small weight (< 1024 entries, e.g. a first layer on 3
     channels) multiplies per sample straight into the output instead."""
     n, c = x.shape[:2]
     o, kernel = w.shape[0], tuple(w.shape[2:])
-    ck, p = c * _prod(kernel), _prod(out_sz)
+    ck, p = c * prod(kernel), prod(out_sz)
     dtype = np.result_type(x, w)
     geo = _geometry(x.shape, kernel, stride, padding, dilation, out_sz)
-    nb = min(n, max(1, F._COLS_BYTES // (ck * p * x.itemsize)))
-    cols = _empty((c,) + kernel + (n if keep else nb, p), dtype=x.dtype)
-    out = _empty((n, o, p), dtype=dtype)
+    nb = min(n, max(1, _COLS_BYTES // (ck * p * x.itemsize)))
+    cols = empty((c,) + kernel + (n if keep else nb, p), dtype=x.dtype)
+    out = empty((n, o, p), dtype=dtype)
     og, ckg = o // groups, ck // groups
-    w3 = _reshape(w, (groups, og, ckg))
-    obuf = None if w.size < 1024 else _empty((groups, og, nb * p), dtype=dtype)
+    w3 = reshape(w, (groups, og, ckg))
+    obuf = None if w.size < 1024 else empty((groups, og, nb * p), dtype=dtype)
     for a in range(0, n, nb):
         m = min(n, a + nb) - a
         chunk = cols[..., a:a + m, :] if keep else cols[..., :m, :]
@@ -294,15 +236,15 @@ def _input_grad(g, w, x_shape, stride, padding, dilation, groups) -> np.ndarray:
         return _input_grad_strided(g, w, x_shape, geo[0], groups)
     n, c = x_shape[:2]
     o = w.shape[0]
-    ck, p = c * _prod(kernel), _prod(out_sz)
+    ck, p = c * prod(kernel), prod(out_sz)
     og, ckg = o // groups, ck // groups
-    g3 = _reshape(g, (n, o, p))
-    wt = _reshape(w, (groups, og, ckg)).transpose(0, 2, 1)
-    nb = min(n, max(1, _prod(x_shape[1:]) * n // (ck * p)))        # samples per chunk
+    g3 = reshape(g, (n, o, p))
+    wt = reshape(w, (groups, og, ckg)).transpose(0, 2, 1)
+    nb = min(n, max(1, prod(x_shape[1:]) * n // (ck * p)))        # samples per chunk
     dtype = np.result_type(g, w)
-    gbuf = _empty((o, nb, p), dtype=dtype)
-    buf = _empty((ck, nb * p), dtype=dtype)
-    gx = _zeros(x_shape, dtype=dtype)
+    gbuf = empty((o, nb, p), dtype=dtype)
+    buf = empty((ck, nb * p), dtype=dtype)
+    gx = zeros(x_shape, dtype=dtype)
     nd = len(kernel)
     for a in range(0, n, nb):
         m = min(n, a + nb) - a
@@ -336,9 +278,9 @@ def _channels_first_pays(x_shape, w_shape, out_sz, groups) -> bool:
     and adds run along rows of C)."""
     c = x_shape[1]
     plain = groups == 1 or w_shape[0] == c == groups
-    if not plain or out_sz[-1] < 8 or _prod(out_sz) < 2 * c:
+    if not plain or out_sz[-1] < 8 or prod(out_sz) < 2 * c:
         return False
-    return len(out_sz) == 1 or _prod(w_shape[2:]) == 1 or c <= 8
+    return len(out_sz) == 1 or prod(w_shape[2:]) == 1 or c <= 8
 
 
 def _input_grad_strided(g, w, x_shape, taps, groups) -> np.ndarray:
@@ -363,17 +305,17 @@ def _input_grad_channels_first(g, w, x_shape, taps, groups) -> np.ndarray:
     n, c = x_shape[:2]
     o, nd = w.shape[0], len(x_shape) - 2
     out_sz = tuple(g.shape[2:])
-    p = _prod(out_sz)
+    p = prod(out_sz)
     dtype = np.result_type(g, w)
     depthwise = groups > 1
-    g3 = _reshape(g, (n, o, p))
+    g3 = reshape(g, (n, o, p))
     if depthwise:                                   # (*kernel, C, 1): a column per offset
-        w2 = _copy(w.transpose(tuple(range(2, nd + 2)) + (0, 1)))
+        w2 = copy(w.transpose(tuple(range(2, nd + 2)) + (0, 1)))
     else:                                           # (*kernel, C, O): W_k^T per offset
-        w2 = _copy(w.transpose(tuple(range(2, nd + 2)) + (1, 0)))
+        w2 = copy(w.transpose(tuple(range(2, nd + 2)) + (1, 0)))
     nb = min(n, max(1, _GRAD_CHUNK_BYTES // (c * p * dtype.itemsize)))
-    buf = _empty((nb, c, p), dtype=dtype)
-    gx = _zeros(x_shape, dtype=dtype)
+    buf = empty((nb, c, p), dtype=dtype)
+    gx = zeros(x_shape, dtype=dtype)
     for a in range(0, n, nb):
         m = min(n, a + nb) - a
         b, ga, gxa = buf[:m], g3[a:a + m], gx[a:a + m]
@@ -427,12 +369,12 @@ def _input_grad_channels_last(g, w, x_shape, taps, groups) -> np.ndarray:
     o, nd = w.shape[0], len(x_shape) - 2
     out_sz = tuple(g.shape[2:])
     dtype = np.result_type(g, w)
-    w2 = _copy(w.transpose(tuple(range(2, nd + 2)) + (0, 1)))       # (*kernel, O, C/G)
-    out = _zeros((n,) + tuple(x_shape[2:]) + (c,), dtype=dtype)
-    p = _prod(out_sz)
+    w2 = copy(w.transpose(tuple(range(2, nd + 2)) + (0, 1)))       # (*kernel, O, C/G)
+    out = zeros((n,) + tuple(x_shape[2:]) + (c,), dtype=dtype)
+    p = prod(out_sz)
     nb = min(n, max(-(-_GRAD_MIN_ROWS // p), _GRAD_CHUNK_BYTES // (p * (o + c) * dtype.itemsize)))
-    gbuf = _empty((nb,) + out_sz + (o,), dtype=dtype)
-    t = _empty((nb * p, c), dtype=dtype)
+    gbuf = empty((nb,) + out_sz + (o,), dtype=dtype)
+    t = empty((nb * p, c), dtype=dtype)
     perm = (0,) + tuple(range(2, nd + 2)) + (1,)
     for a in range(0, n, nb):
         m = min(n, a + nb) - a
@@ -453,16 +395,16 @@ def _weight_grad(g, cols, x, w_shape, x_shape, stride, padding, dilation, groups
     o, kernel = w_shape[0], tuple(w_shape[2:])
     n, c = x_shape[:2]
     out_sz = tuple(g.shape[2:])
-    ck, p = c * _prod(kernel), _prod(out_sz)
+    ck, p = c * prod(kernel), prod(out_sz)
     og, ckg = o // groups, ck // groups
-    g3 = _reshape(g, (n, o, p))
+    g3 = reshape(g, (n, o, p))
     dtype = np.result_type(g, cols if cols is not None else x)
-    acc = _zeros((groups, og, ckg), dtype=dtype)
+    acc = zeros((groups, og, ckg), dtype=dtype)
     small = o * ckg < 1024
     nb = min(n, max(1, p // ckg)) if small else min(n, max(1, (1 << 17) // (o * p)))
     if cols is None:
         geo = _geometry(tuple(x_shape), kernel, stride, padding, dilation, out_sz)
-        cbuf = _empty((c,) + kernel + (nb, p), dtype=x.dtype)
+        cbuf = empty((c,) + kernel + (nb, p), dtype=x.dtype)
 
     def columns(a, m):
         if cols is not None:
@@ -472,7 +414,7 @@ def _weight_grad(g, cols, x, w_shape, x_shape, stride, padding, dilation, groups
         return chunk.reshape(ck, m, p)
 
     if small:
-        buf = _empty((nb, groups, og, ckg), dtype=dtype)      # <= one sample of g
+        buf = empty((nb, groups, og, ckg), dtype=dtype)      # <= one sample of g
         for a in range(0, n, nb):
             m = min(n, a + nb) - a
             cc = columns(a, m).reshape(groups, ckg, m, p)
@@ -480,12 +422,12 @@ def _weight_grad(g, cols, x, w_shape, x_shape, stride, padding, dilation, groups
                       out=buf[:m])
             acc += buf[:m].sum(axis=0)
         return acc.reshape(w_shape)
-    gbuf = _empty((o, nb, p), dtype=dtype)
+    gbuf = empty((o, nb, p), dtype=dtype)
     for a in range(0, n, nb):
         m = min(n, a + nb) - a
         gc = gbuf[:, :m]
         np.copyto(gc, g3[a:a + m].transpose(1, 0, 2))
-        cc = _reshape(columns(a, m), (groups, ckg, m * p))
+        cc = reshape(columns(a, m), (groups, ckg, m * p))
         acc += memory.matmul(gc.reshape(groups, og, m * p), cc.transpose(0, 2, 1))
     return acc.reshape(w_shape)
 
@@ -493,91 +435,257 @@ def _weight_grad(g, cols, x, w_shape, x_shape, stride, padding, dilation, groups
 def _bias_grad(g, *_, **__):
     # one pass over g (contiguous row sums), then a small (N, O) sum
     n, o = g.shape[:2]
-    return _reshape(g, (n, o, -1)).sum(axis=2).sum(axis=0)
+    return reshape(g, (n, o, -1)).sum(axis=2).sum(axis=0)
 
 
-# ---- the ops --------------------------------------------------------------------------------
-def _conv_vjp_x(g, cols, w, x, x_shape, stride, padding, dilation, groups):
-    return _input_grad(g, w, x_shape, stride, padding, dilation, groups)
+
+# ---- batched or not ---------------------------------------------------------------------------
+def _batched(a, nd: int):
+    """`a` with a leading sample dim when it has none (PyTorch's unbatched (C, *spatial))."""
+    return a[None] if a.ndim == nd + 1 else a
 
 
-def _conv_vjp_w(g, cols, w, x, x_shape, stride, padding, dilation, groups):
-    return _weight_grad(g, cols, x, w.shape, x_shape, stride, padding, dilation, groups)
+def _as_input(a, unbatched: bool):
+    """An (N, ...) result as the input had it: without the sample dim when unbatched."""
+    return a[0] if unbatched else a
 
 
-def _conv_record(name: str, input, weight, bias, geom: dict, out_sz) -> Tensor:
-    """One node: B(input, weight) (+ bias) with the output size given; the columns are
-    kept for the weight gradient only when the weight needs one."""
-    x, w = _raw(input), _raw(weight)
-    n, o = x.shape[0], w.shape[0]
-    out_sz = tuple(out_sz)
-    need_w = isinstance(weight, Tensor) and weight.requires_grad and bool(grad_mode())
-    out, cols = _conv_forward(x, w, out_sz, need_w, **geom)
-    inputs, vjps = (input, weight), (_conv_vjp_x, _conv_vjp_w)
-    if bias is not None:
-        out += _raw(bias)[:, None]
-        inputs, vjps = inputs + (bias,), vjps + (_bias_grad,)
-    # x is kept with the columns (a reference: the columns hold its values already)
-    # only for the weight rule's differentiable form (create_graph)
-    return record(name, out.reshape((n, o) + out_sz), inputs, vjps,
-                  saved=(cols, w, x if need_w else None),
-                  kwargs=dict(x_shape=x.shape, **geom),
-                  cost=gemm_cost(out.size, w[0].size), threaded=True)
+def _shape(t) -> tuple:
+    return tuple(np.shape(t.data if isinstance(t, Tensor) else t))
 
 
-def _unbatched(fn, input, *args):
-    """PyTorch's unbatched inputs (C, *spatial): fn on input[None], then [0]."""
-    out = fn(S.unsqueeze(input, 0) if isinstance(input, Tensor) else _raw(input)[None],
-             *args)
-    return S.squeeze(out, 0)
+def _spatial(t, nd: int) -> tuple:
+    """The trailing `nd` (spatial) sizes of `t`."""
+    return _shape(t)[-nd:]
 
 
-def _conv_nd(nd: int, input, weight, bias, stride, padding, dilation, groups) -> Tensor:
+def _geom(stride, padding, dilation, groups, nd: int, name: str) -> dict:
+    """The explicit geometry of the internal ops: ints or tuples of ints, per dim."""
+    return dict(stride=ntuple(stride, nd, "stride", name, 1),
+                padding=ntuple(padding, nd, "padding", name, 0),
+                dilation=ntuple(dilation, nd, "dilation", name, 1),
+                groups=positive_int(groups, "groups", name))
+
+
+# ---- B, Bx* and Bw* on arrays, batched or not --------------------------------------------------
+def _apply(x, w, geom: dict, out_sz, keep: bool = False) -> tuple:
+    """(B(x, w) as (N, O, *out_sz) or unbatched (O, *out_sz), its columns or None)."""
+    nd = w.ndim - 2
+    xb = _batched(x, nd)
+    out, cols = _conv_forward(xb, w, tuple(out_sz), keep, **geom)
+    out = out.reshape((xb.shape[0], w.shape[0]) + tuple(out_sz))
+    return _as_input(out, x.ndim == nd + 1), cols
+
+
+def _input_of(g, w, x_shape, geom: dict) -> np.ndarray:
+    """Bx*(g, w) of shape `x_shape` (batched or not)."""
+    nd = w.ndim - 2
+    unbatched = len(x_shape) == nd + 1
+    shape = (1,) + tuple(x_shape) if unbatched else tuple(x_shape)
+    return _as_input(_input_grad(_batched(g, nd), w, shape, **geom), unbatched)
+
+
+def _weight_of(g, cols, x, w_shape, geom: dict) -> np.ndarray:
+    """Bw*(x, g) of shape `w_shape`, from the columns when kept."""
+    nd = len(w_shape) - 2
+    xb = _batched(x, nd)
+    return _weight_grad(_batched(g, nd), cols, xb, tuple(w_shape), xb.shape, **geom)
+
+
+def _bias_of(g, nd: int) -> np.ndarray:
+    return _bias_grad(_batched(g, nd))
+
+
+def _bias_formula(g, nd: int):
+    """The bias's gradient with ops: g summed over the samples and the spatial dims."""
+    lead = g.ndim - nd - 1
+    return R.sum(g, dim=tuple(range(lead)) + tuple(range(lead + 1, g.ndim)))
+
+
+def _cost(ans, input, weight, *_, **__) -> float:
+    return gemm_cost(np.size(ans), np.size(weight) // max(1, np.shape(weight)[0]))
+
+
+# ---- the internal ops: B, Bx*, Bw* with explicit geometry --------------------------------------
+def _b_kx(g, ans, input, weight, stride, padding, dilation, groups, output_size):
+    return _input_of(g, weight, input.shape,
+                     _geom_of(stride, padding, dilation, groups, weight.ndim - 2))
+
+
+def _b_kw(g, ans, input, weight, stride, padding, dilation, groups, output_size):
+    return _weight_of(g, None, input, weight.shape,
+                      _geom_of(stride, padding, dilation, groups, weight.ndim - 2))
+
+
+def _geom_of(stride, padding, dilation, groups, nd: int) -> dict:
+    """The internal ops' geometry params, normalized (ints become tuples) for the kernels."""
+    return _geom(stride, padding, dilation, groups, nd, "convolution")
+
+
+@defop(inputs=("input", "weight"),
+       formula=(lambda g, ans, input, weight, stride, padding, dilation, groups, output_size:
+                conv_input_backward(g, weight, _shape(input), stride, padding, dilation,
+                                    groups),
+                lambda g, ans, input, weight, stride, padding, dilation, groups, output_size:
+                conv_weight_backward(input, g, _shape(weight), stride, padding, dilation,
+                                     groups)),
+       kernel=(_b_kx, _b_kw), export=False, cost=_cost, threaded=True)
+def convolution(input: Tensor, weight: Tensor, stride=1, padding=0, dilation=1,
+                groups: int = 1, output_size=None) -> Tensor:
+    """B(x, w): the convolution with explicit geometry, `padding` the left padding per
+    dim and `output_size` the output's spatial size (None: the largest that fits). The
+    formulas of `conv_input_backward` and `conv_weight_backward` (and of the transposed
+    convolutions) are this op."""
+    nd = weight.ndim - 2
+    geom = _geom(stride, padding, dilation, groups, nd, "convolution")
+    if output_size is None:
+        output_size = _out_sizes("convolution", input.shape[-nd:], weight.shape[2:],
+                                 geom["stride"], geom["padding"], geom["padding"],
+                                 geom["dilation"])
+    return _apply(input, weight, geom, tuple(output_size))[0]
+
+
+def _ib_kg(gg, ans, grad, weight, input_size, stride, padding, dilation, groups):
+    geom = _geom_of(stride, padding, dilation, groups, weight.ndim - 2)
+    return _apply(gg, weight, geom, grad.shape[-(weight.ndim - 2):])[0]         # B(gg, w)
+
+
+def _ib_kw(gg, ans, grad, weight, input_size, stride, padding, dilation, groups):
+    geom = _geom_of(stride, padding, dilation, groups, weight.ndim - 2)
+    return _weight_of(grad, None, gg, weight.shape, geom)                       # Bw*(gg, g)
+
+
+@defop(inputs=("grad", "weight"),
+       formula=(lambda gg, ans, grad, weight, input_size, stride, padding, dilation, groups:
+                convolution(gg, weight, stride, padding, dilation, groups,
+                            _spatial(grad, len(_shape(weight)) - 2)),
+                lambda gg, ans, grad, weight, input_size, stride, padding, dilation, groups:
+                conv_weight_backward(gg, grad, _shape(weight), stride, padding, dilation,
+                                     groups)),
+       kernel=(_ib_kg, _ib_kw), export=False, cost=_cost, threaded=True)
+def conv_input_backward(grad: Tensor, weight: Tensor, input_size: tuple, stride=1, padding=0,
+                        dilation=1, groups: int = 1) -> Tensor:
+    """Bx*(g, w) = d<g, conv(x, w)>/dx: a convolution's input gradient, of shape
+    `input_size` (batched or not), as a differentiable op of (grad, weight); `padding` is
+    the left padding per dim (the output size is grad's). Its formulas are `convolution`
+    and `conv_weight_backward`."""
+    nd = weight.ndim - 2
+    geom = _geom(stride, padding, dilation, groups, nd, "conv_input_backward")
+    return _input_of(grad, weight, tuple(input_size), geom)
+
+
+def _wb_kx(gg, ans, input, grad, weight_size, stride, padding, dilation, groups):
+    return _input_of(grad, gg, input.shape,
+                     _geom_of(stride, padding, dilation, groups, gg.ndim - 2))
+
+
+def _wb_kg(gg, ans, input, grad, weight_size, stride, padding, dilation, groups):
+    geom = _geom_of(stride, padding, dilation, groups, gg.ndim - 2)
+    return _apply(input, gg, geom, grad.shape[-(gg.ndim - 2):])[0]              # B(x, gg)
+
+
+@defop(inputs=("input", "grad"),
+       formula=(lambda gg, ans, input, grad, weight_size, stride, padding, dilation, groups:
+                conv_input_backward(grad, gg, _shape(input), stride, padding, dilation,
+                                    groups),
+                lambda gg, ans, input, grad, weight_size, stride, padding, dilation, groups:
+                convolution(input, gg, stride, padding, dilation, groups,
+                            _spatial(grad, len(weight_size) - 2))),
+       kernel=(_wb_kx, _wb_kg), export=False, cost=_cost, threaded=True)
+def conv_weight_backward(input: Tensor, grad: Tensor, weight_size: tuple, stride=1, padding=0,
+                         dilation=1, groups: int = 1) -> Tensor:
+    """Bw*(x, g) = d<g, conv(x, w)>/dw: a convolution's weight gradient, of shape
+    `weight_size`, as a differentiable op of (input, grad). Its formulas are
+    `conv_input_backward` and `convolution`."""
+    nd = len(weight_size) - 2
+    geom = _geom(stride, padding, dilation, groups, nd, "conv_weight_backward")
+    return _weight_of(grad, None, input, tuple(weight_size), geom)
+
+
+# ---- conv1d, conv2d, conv3d --------------------------------------------------------------------
+def _conv_args(nd: int, x, w, bias, stride, padding, dilation, groups) -> tuple:
+    """PyTorch's checks; (geometry with the left padding, output spatial size)."""
     name = f"conv{nd}d"
-    x, w = _raw(input), _raw(weight)
-    if x.ndim == nd + 1 and w.ndim == nd + 2:
-        return _unbatched(lambda t, *a: _conv_nd(nd, t, *a), input, weight, bias,
-                          stride, padding, dilation, groups)
-    if x.ndim != nd + 2 or w.ndim != nd + 2:
+    if x.ndim not in (nd + 1, nd + 2) or w.ndim != nd + 2:
         raise ValueError(f"{name}: expected {nd + 2}-D input (N, C, *spatial) or {nd + 1}-D "
                          f"(C, *spatial) and {nd + 2}-D weight (O, C/groups, *kernel), got "
                          f"shapes {x.shape} and {w.shape}")
-    groups = _groups(groups, name)
-    c, o = x.shape[1], w.shape[0]
+    groups = positive_int(groups, "groups", name)
+    c, o = x.shape[-nd - 1], w.shape[0]
     if w.shape[1] * groups != c:
         raise ValueError(f"{name}: input has {c} channels but weight {w.shape} expects "
                          f"{w.shape[1] * groups} (in_channels/groups = {w.shape[1]}, "
                          f"groups={groups})")
     if o % groups:
         raise ValueError(f"{name}: {o} out channels are not divisible by groups={groups}")
-    if bias is not None and np.shape(_raw(bias)) != (o,):
-        raise ValueError(f"{name}: bias shape {np.shape(_raw(bias))} does not match {o} "
+    if bias is not None and np.shape(bias) != (o,):
+        raise ValueError(f"{name}: bias shape {np.shape(bias)} does not match {o} "
                          f"out channels")
     kernel = tuple(w.shape[2:])
-    if 0 in kernel or x.shape[0] == 0:
+    if 0 in kernel or (x.ndim == nd + 2 and x.shape[0] == 0):
         raise ValueError(f"{name}: empty kernel or batch: input {x.shape}, weight {w.shape}")
-    stride = _ntuple(stride, nd, "stride", name, 1)
-    dilation = _ntuple(dilation, nd, "dilation", name, 1)
+    stride = ntuple(stride, nd, "stride", name, 1)
+    dilation = ntuple(dilation, nd, "dilation", name, 1)
     lo, hi = _conv_padding(padding, nd, kernel, stride, dilation, name)
-    out_sz = _out_sizes(name, x.shape[2:], kernel, stride, lo, hi, dilation)
-    geom = dict(stride=stride, padding=lo, dilation=dilation, groups=groups)
-    return _conv_record(name, input, weight, bias, geom, out_sz)
+    out_sz = _out_sizes(name, x.shape[-nd:], kernel, stride, lo, hi, dilation)
+    return dict(stride=stride, padding=lo, dilation=dilation, groups=groups), out_sz
 
 
-def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1,
-           groups: int = 1) -> Tensor:
+def _conv(nd, input, weight, bias, stride, padding, dilation, groups, needs_input_grad):
+    geom, out_sz = _conv_args(nd, input, weight, bias, stride, padding, dilation, groups)
+    keep = needs_input_grad[1]
+    out, cols = _apply(input, weight, geom, out_sz, keep)
+    if bias is not None:
+        out += bias.reshape((-1,) + (1,) * nd)
+    return Saved(out, cols, geom)
+
+
+def _conv_formulas(nd: int) -> tuple:
+    def x(g, ans, input, weight, bias, stride, padding, dilation, groups):
+        geom, _ = _conv_args(nd, _data(input), _data(weight), None, stride, padding, dilation,
+                             groups)
+        return conv_input_backward(g, weight, _shape(input), **geom)
+
+    def w(g, ans, input, weight, bias, stride, padding, dilation, groups):
+        geom, _ = _conv_args(nd, _data(input), _data(weight), None, stride, padding, dilation,
+                             groups)
+        return conv_weight_backward(input, g, _shape(weight), **geom)
+    return x, w, lambda g, ans, input, weight, bias, **_: _bias_formula(g, nd)
+
+
+def _conv_kernels(nd: int) -> tuple:
+    def x(g, ans, input, weight, bias, cols, geom, **_):
+        return _input_of(g, weight, input.shape, geom)
+
+    def w(g, ans, input, weight, bias, cols, geom, **_):
+        return _weight_of(g, cols, input, weight.shape, geom)
+    return x, w, lambda g, *_, **__: _bias_of(g, nd)
+
+
+def _data(t):
+    return t.data if isinstance(t, Tensor) else np.asarray(t)
+
+
+_CONV = dict(inputs=("input", "weight", "bias"), module="torch.nn.functional", also=("torch",),
+             cost=_cost, threaded=True)
+
+
+@defop(formula=_conv_formulas(1), kernel=_conv_kernels(1), **_CONV)
+def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
+           dilation=1, groups: int = 1, *, needs_input_grad=(False, False, False)) -> Tensor:
     """1-D cross-correlation of input (N, C, L) (or (C, L)) with weight (O, C/groups, k).
 
     `padding`: int, 'valid' or 'same' (stride 1; one more on the right when the total is
     odd, as in PyTorch); `groups` splits the channels into independent convolutions
-    (groups == C: depthwise). One node: im2col + one GEMM per group and chunk of samples;
-    every stride-1 conv1d takes the flat-shift input gradient.
+    (groups == C: depthwise). im2col + one GEMM per group and chunk of samples; every
+    stride-1 conv1d takes the flat-shift input gradient.
     """
-    return _conv_nd(1, input, weight, bias, stride, padding, dilation, groups)
+    return _conv(1, input, weight, bias, stride, padding, dilation, groups, needs_input_grad)
 
 
-def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1,
-           groups: int = 1) -> Tensor:
+@defop(formula=_conv_formulas(2), kernel=_conv_kernels(2), **_CONV)
+def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
+           dilation=1, groups: int = 1, *, needs_input_grad=(False, False, False)) -> Tensor:
     """2-D cross-correlation, NCHW input (or CHW), weight (out_channels,
     in_channels/groups, kh, kw).
 
@@ -587,145 +695,115 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1,
     im2col (one strided copy per kernel offset) and one GEMM per group; the columns are
     kept for the weight gradient only when the weight needs one.
     """
-    return _conv_nd(2, input, weight, bias, stride, padding, dilation, groups)
+    return _conv(2, input, weight, bias, stride, padding, dilation, groups, needs_input_grad)
 
 
-def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1,
-           groups: int = 1) -> Tensor:
+@defop(formula=_conv_formulas(3), kernel=_conv_kernels(3), **_CONV)
+def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
+           dilation=1, groups: int = 1, *, needs_input_grad=(False, False, False)) -> Tensor:
     """3-D cross-correlation of input (N, C, D, H, W) (or (C, D, H, W)) with weight
     (O, C/groups, kd, kh, kw); options as `conv2d`'s, with triples."""
-    return _conv_nd(3, input, weight, bias, stride, padding, dilation, groups)
+    return _conv(3, input, weight, bias, stride, padding, dilation, groups, needs_input_grad)
 
 
-# ---- the adjoints as ops: conv's input gradient (= the transposed convolution) and its
-# weight gradient ---------------------------------------------------------------------------------
-def _geom(node) -> dict:
-    k = node.kwargs
-    return dict(stride=k["stride"], padding=k["padding"], dilation=k["dilation"],
-                groups=k["groups"])
-
-
-def _cib_g(gg, g, w, x_shape, stride, padding, dilation, groups):
-    return _conv_array(gg, w, dict(stride=stride, padding=padding, dilation=dilation,
-                                   groups=groups), g.shape[2:])                 # B(gg, w)
-
-
-def _cib_w(gg, g, w, x_shape, stride, padding, dilation, groups):
-    return _weight_grad(g, None, gg, w.shape, gg.shape, stride, padding, dilation,
-                        groups)                                                  # Bw*(gg, g)
-
-
-def _input_backward_record(name: str, g, w, bias, x_shape: tuple, geom: dict) -> Tensor:
-    """One node: Bx*(g, w) (+ bias over the channels); its rules are B and Bw*."""
-    gd, wd = _raw(g), _raw(w)
-    out = _input_grad(gd, wd, tuple(x_shape), **geom)
-    inputs, vjps = (g, w), (_cib_g, _cib_w)
-    if bias is not None:
-        out += _raw(bias).reshape((-1,) + (1,) * (out.ndim - 2))
-        inputs, vjps = inputs + (bias,), vjps + (_bias_grad,)
-    return record(name, out, inputs, vjps, saved=(gd, wd),
-                  kwargs=dict(x_shape=tuple(x_shape), **geom),
-                  cost=gemm_cost(gd.size, wd[0].size), threaded=True)
-
-
-def _geometry_args(nd, stride, padding, dilation, groups, name) -> dict:
-    return dict(stride=_ntuple(stride, nd, "stride", name, 1),
-                padding=_ntuple(padding, nd, "padding", name, 0),
-                dilation=_ntuple(dilation, nd, "dilation", name, 1),
-                groups=_groups(groups, name))
-
-
-def conv_input_backward(g, w, x_shape: tuple, stride=1, padding=0, dilation=1,
-                        groups: int = 1) -> Tensor:
-    """d<g, conv(x, w)>/dx: the input gradient of a convolution (1 to 3 spatial dims) as a
-    differentiable op of (g, w); `padding` is the left padding per dim (the output size
-    is g's). Its rules are the convolution and `conv_weight_backward`."""
-    nd = len(x_shape) - 2
-    geom = _geometry_args(nd, stride, padding, dilation, groups, "conv_input_backward")
-    return _input_backward_record("conv_input_backward", g, w, None, tuple(x_shape), geom)
-
-
-def conv_weight_backward(x, g, w_shape: tuple, stride=1, padding=0, dilation=1,
-                         groups: int = 1, cols=None) -> Tensor:
-    """d<g, conv(x, w)>/dw: the weight gradient of a convolution as a differentiable op of
-    (x, g) (`cols`: x's columns when the caller has them). Its rules are the convolution
-    and `conv_input_backward`."""
-    xd, gd = _raw(x), _raw(g)
-    geom = _geometry_args(xd.ndim - 2, stride, padding, dilation, groups,
-                          "conv_weight_backward")
-    out = _weight_grad(gd, cols, xd, tuple(w_shape), xd.shape, **geom)
-    return record("conv_weight_backward", out, (x, g), (_cwb_x, _cwb_g), saved=(xd, gd),
-                  kwargs=geom, cost=gemm_cost(gd.size, out[0].size), threaded=True)
-
-
-def _cwb_x(gg, x, g, stride, padding, dilation, groups):
-    return _input_grad(g, gg, x.shape, stride, padding, dilation, groups)      # Bx*(g, gg)
-
-
-def _cwb_g(gg, x, g, stride, padding, dilation, groups):
-    return _conv_array(x, gg, dict(stride=stride, padding=padding, dilation=dilation,
-                                   groups=groups), g.shape[2:])                 # B(x, gg)
-
-
-def _conv_transpose_nd(nd: int, input, weight, bias, stride, padding, output_padding,
-                       groups, dilation) -> Tensor:
+# ---- the transposed convolutions: Bx* as an op of its own --------------------------------------
+def _transpose_args(nd: int, x, w, bias, stride, padding, output_padding, groups,
+                    dilation) -> tuple:
+    """PyTorch's checks; (geometry, the output's shape (batched or not))."""
     name = f"conv_transpose{nd}d"
-    x, w = _raw(input), _raw(weight)
-    if x.ndim == nd + 1 and w.ndim == nd + 2:
-        return _unbatched(lambda t, *a: _conv_transpose_nd(nd, t, *a), input, weight,
-                          bias, stride, padding, output_padding, groups, dilation)
-    if x.ndim != nd + 2 or w.ndim != nd + 2:
+    if x.ndim not in (nd + 1, nd + 2) or w.ndim != nd + 2:
         raise ValueError(f"{name}: expected a {nd + 2}-D input (N, C_in, *spatial) or "
                          f"{nd + 1}-D and a {nd + 2}-D weight (C_in, C_out/groups, *kernel), "
                          f"got shapes {x.shape} and {w.shape}")
-    geom = _geometry_args(nd, stride, padding, dilation, groups, name)
-    groups = geom["groups"]
-    if w.shape[0] != x.shape[1] or x.shape[1] % groups:
-        raise ValueError(f"{name}: input with {x.shape[1]} channels does not match weight "
+    geom = _geom(stride, padding, dilation, groups, nd, name)
+    groups, c = geom["groups"], x.shape[-nd - 1]
+    if w.shape[0] != c or c % groups:
+        raise ValueError(f"{name}: input with {c} channels does not match weight "
                          f"of shape {w.shape} (C_in, C_out/groups, *kernel) with "
                          f"groups={groups}")
     c_out = w.shape[1] * groups
-    if bias is not None and np.shape(_raw(bias)) != (c_out,):
-        raise ValueError(f"{name}: bias shape {np.shape(_raw(bias))} does not match "
+    if bias is not None and np.shape(bias) != (c_out,):
+        raise ValueError(f"{name}: bias shape {np.shape(bias)} does not match "
                          f"{c_out} out channels")
-    op = _ntuple(output_padding, nd, "output_padding", name, 0)
+    op = ntuple(output_padding, nd, "output_padding", name, 0)
     if any(a >= max(s, d) for a, s, d in zip(op, geom["stride"], geom["dilation"])):
         raise ValueError(f"{name}: output padding {op} must be smaller than either stride "
                          f"{geom['stride']} or dilation {geom['dilation']}")
     out_sz = tuple((n - 1) * s - 2 * p + d * (k - 1) + a + 1 for n, s, p, d, k, a in zip(
-        x.shape[2:], geom["stride"], geom["padding"], geom["dilation"], w.shape[2:], op))
+        x.shape[-nd:], geom["stride"], geom["padding"], geom["dilation"], w.shape[2:], op))
     if any(s < 1 for s in out_sz) or 0 in x.shape:
         raise ValueError(f"{name}: input of shape {x.shape} gives an output of size "
                          f"{out_sz}: too small")
-    return _input_backward_record(name, input, weight, bias, (x.shape[0], c_out) + out_sz,
-                                  geom)
+    return geom, x.shape[:-nd - 1] + (c_out,) + out_sz
 
 
-def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
-                     groups: int = 1, dilation=1) -> Tensor:
+def _transpose(nd, input, weight, bias, stride, padding, output_padding, groups, dilation):
+    geom, shape = _transpose_args(nd, input, weight, bias, stride, padding, output_padding,
+                                  groups, dilation)
+    out = _input_of(input, weight, shape, geom)
+    if bias is not None:
+        out += bias.reshape((-1,) + (1,) * nd)
+    return Saved(out, geom)
+
+
+def _transpose_formulas(nd: int) -> tuple:
+    def geometry(input, weight, stride, padding, output_padding, groups, dilation):
+        return _transpose_args(nd, _data(input), _data(weight), None, stride, padding,
+                               output_padding, groups, dilation)[0]
+
+    def x(g, ans, input, weight, bias, **p):                               # B(g, w)
+        return convolution(g, weight, **geometry(input, weight, **p),
+                           output_size=_spatial(input, nd))
+
+    def w(g, ans, input, weight, bias, **p):                               # Bw*(g, x)
+        return conv_weight_backward(g, input, _shape(weight), **geometry(input, weight, **p))
+    return x, w, lambda g, ans, input, weight, bias, **_: _bias_formula(g, nd)
+
+
+def _transpose_kernels(nd: int) -> tuple:
+    def x(g, ans, input, weight, bias, geom, **_):
+        return _apply(g, weight, geom, input.shape[-nd:])[0]
+
+    def w(g, ans, input, weight, bias, geom, **_):
+        return _weight_of(input, None, g, weight.shape, geom)
+    return x, w, lambda g, *_, **__: _bias_of(g, nd)
+
+
+def _transpose_cost(ans, input, weight, *_, **__) -> float:
+    return gemm_cost(np.size(input), np.size(weight) // max(1, np.shape(weight)[0]))
+
+
+_TRANSPOSE = dict(_CONV, cost=_transpose_cost)
+
+
+@defop(formula=_transpose_formulas(1), kernel=_transpose_kernels(1), **_TRANSPOSE)
+def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
+                     padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
     """1-D transposed convolution of input (N, C_in, L) with weight (C_in, C_out/groups, k):
     the input gradient of conv1d (`conv_input_backward`), output length (L-1)*stride -
     2*padding + dilation*(k-1) + output_padding + 1, as PyTorch's."""
-    return _conv_transpose_nd(1, input, weight, bias, stride, padding, output_padding,
-                              groups, dilation)
+    return _transpose(1, input, weight, bias, stride, padding, output_padding, groups,
+                      dilation)
 
 
-def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
-                     groups: int = 1, dilation=1) -> Tensor:
+@defop(formula=_transpose_formulas(2), kernel=_transpose_kernels(2), **_TRANSPOSE)
+def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
+                     padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
     """2-D transposed convolution ("deconvolution") of NCHW input with weight (C_in,
-    C_out/groups, kh, kw): the input gradient of conv2d as an op of its own, whose rules
-    are conv2d and conv2d's weight gradient. Output size per dim: (H-1)*stride -
-    2*padding + dilation*(k-1) + output_padding + 1."""
-    return _conv_transpose_nd(2, input, weight, bias, stride, padding, output_padding,
-                              groups, dilation)
+    C_out/groups, kh, kw): the input gradient of conv2d as an op of its own, whose
+    derivatives are conv2d and conv2d's weight gradient. Output size per dim: (H-1)*stride
+    - 2*padding + dilation*(k-1) + output_padding + 1."""
+    return _transpose(2, input, weight, bias, stride, padding, output_padding, groups,
+                      dilation)
 
 
-def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
-                     groups: int = 1, dilation=1) -> Tensor:
+@defop(formula=_transpose_formulas(3), kernel=_transpose_kernels(3), **_TRANSPOSE)
+def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
+                     padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
     """3-D transposed convolution of input (N, C_in, D, H, W) with weight (C_in,
     C_out/groups, kd, kh, kw): conv3d's input gradient; options as `conv_transpose2d`'s."""
-    return _conv_transpose_nd(3, input, weight, bias, stride, padding, output_padding,
-                              groups, dilation)
+    return _transpose(3, input, weight, bias, stride, padding, output_padding, groups,
+                      dilation)
 
 
 # ---- unfold (im2col) and fold (col2im) ----------------------------------------------------------
@@ -734,126 +812,67 @@ def _unfold_array(x, kernel, stride, padding, dilation) -> np.ndarray:
     n, c = x.shape[:2]
     nd = len(kernel)
     out_sz = _out_sizes("unfold", x.shape[2:], kernel, stride, padding, padding, dilation)
-    out = _empty((n, c) + tuple(kernel) + (_prod(out_sz),), dtype=x.dtype)
+    out = empty((n, c) + tuple(kernel) + (prod(out_sz),), dtype=x.dtype)
     cols = out.transpose((1,) + tuple(range(2, nd + 2)) + (0, nd + 2))   # (C, *K, N, L)
     _im2col(x, cols, _geometry(x.shape, kernel, stride, padding, dilation, out_sz), out_sz)
-    return out.reshape(n, c * _prod(kernel), -1)
+    return out.reshape(n, c * prod(kernel), -1)
 
 
 def _fold_array(cols, x_shape, kernel, stride, padding, dilation) -> np.ndarray:
     """The sum of the columns `cols` (N, C*K, L) back onto an (N, C, *in) image."""
     n, c = x_shape[:2]
     out_sz = _out_sizes("fold", x_shape[2:], kernel, stride, padding, padding, dilation)
-    d = _reshape(cols, (n, c) + tuple(kernel) + (_prod(out_sz),))
-    gx = _zeros(x_shape, dtype=cols.dtype)
+    d = reshape(cols, (n, c) + tuple(kernel) + (prod(out_sz),))
+    gx = zeros(x_shape, dtype=cols.dtype)
     _col2im_add(gx, d, _geometry(tuple(x_shape), kernel, stride, padding, dilation, out_sz),
                 out_sz, flat=False)
     return gx
 
 
-def _unfold_vjp(g, x_shape, kernel, stride, padding, dilation):
-    # col2im: the zero fill and one strided add per kernel offset
-    return _fold_array(g, x_shape, kernel, stride, padding, dilation)
-
-
-def _fold_vjp(g, x_shape, kernel, stride, padding, dilation):
-    # im2col: one strided copy per kernel offset
-    return _unfold_array(g, kernel, stride, padding, dilation)
-
-
 def _fold_args(name, kernel_size, dilation, padding, stride) -> tuple:
-    return (_ntuple(kernel_size, 2, "kernel_size", name, 1),
-            _ntuple(stride, 2, "stride", name, 1), _ntuple(padding, 2, "padding", name, 0),
-            _ntuple(dilation, 2, "dilation", name, 1))
+    return (ntuple(kernel_size, 2, "kernel_size", name, 1),
+            ntuple(stride, 2, "stride", name, 1), ntuple(padding, 2, "padding", name, 0),
+            ntuple(dilation, 2, "dilation", name, 1))
 
 
-def unfold(input, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
+@defop(formula=lambda g, ans, input, kernel_size, dilation, padding, stride:
+       fold(g, _shape(input)[-2:], kernel_size, dilation, padding, stride),
+       module="torch.nn.functional")
+def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
     """Sliding local blocks of a batched image (N, C, H, W) (or (C, H, W)) as columns
     (N, C*kh*kw, L) (PyTorch's `F.unfold`, im2col): column l holds the block at the l-th
-    output position, channel-major. One node; its rule is `fold` (col2im)."""
-    x = _raw(input)
-    if x.ndim == 3:
-        return _unbatched(lambda t, *a: unfold(t, *a), input, kernel_size, dilation,
-                          padding, stride)
-    if x.ndim != 4:
+    output position, channel-major: one strided copy per kernel offset. Its derivative is
+    `fold` (col2im)."""
+    if input.ndim not in (3, 4):
         raise ValueError(f"unfold: expected a 3-D or 4-D input (N, C, H, W), got shape "
-                         f"{x.shape}")
+                         f"{input.shape}")
     kernel, stride, padding, dilation = _fold_args("unfold", kernel_size, dilation,
                                                    padding, stride)
-    out = _unfold_array(x, kernel, stride, padding, dilation)
-    return record("unfold", out, (input,), (_unfold_vjp,),
-                  kwargs=dict(x_shape=x.shape, kernel=kernel, stride=stride,
-                              padding=padding, dilation=dilation))
+    out = _unfold_array(_batched(input, 2), kernel, stride, padding, dilation)
+    return _as_input(out, input.ndim == 3)
 
 
-def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
+@defop(formula=lambda g, ans, input, output_size, kernel_size, dilation, padding, stride:
+       unfold(g, kernel_size, dilation, padding, stride), module="torch.nn.functional")
+def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
     """Columns (N, C*kh*kw, L) (or (C*kh*kw, L)) summed back into an image (N, C,
-    *output_size) (PyTorch's `F.fold`, col2im: overlapping blocks add). One node; its rule
-    is `unfold`."""
-    x = _raw(input)
-    if x.ndim == 2:
-        return _unbatched(lambda t, *a: fold(t, *a), input, output_size, kernel_size,
-                          dilation, padding, stride)
-    if x.ndim != 3:
+    *output_size) (PyTorch's `F.fold`, col2im: overlapping blocks add): the zero fill and
+    one strided add per kernel offset. Its derivative is `unfold`."""
+    if input.ndim not in (2, 3):
         raise ValueError(f"fold: expected a 2-D or 3-D input (N, C*kh*kw, L), got shape "
-                         f"{x.shape}")
+                         f"{input.shape}")
+    x = _batched(input, 1)
     kernel, stride, padding, dilation = _fold_args("fold", kernel_size, dilation, padding,
                                                    stride)
-    size = _ntuple(output_size, 2, "output_size", "fold", 1)
-    k = _prod(kernel)
+    size = ntuple(output_size, 2, "output_size", "fold", 1)
+    k = prod(kernel)
     if x.shape[1] % k:
         raise ValueError(f"fold: expected size of input's dimension 1 ({x.shape[1]}) to be "
                          f"divisible by the product of kernel_size {kernel}")
     blocks = _out_sizes("fold", size, kernel, stride, padding, padding, dilation)
-    if _prod(blocks) != x.shape[2]:
+    if prod(blocks) != x.shape[2]:
         raise ValueError(f"fold: expected input's dimension 2 ({x.shape[2]}) to match the "
-                         f"number of sliding blocks {_prod(blocks)} of output_size {size}")
-    x_shape = (x.shape[0], x.shape[1] // k) + size
-    out = _fold_array(x, x_shape, kernel, stride, padding, dilation)
-    return record("fold", out, (input,), (_fold_vjp,),
-                  kwargs=dict(x_shape=x_shape, kernel=kernel, stride=stride,
-                              padding=padding, dilation=dilation))
-
-
-def _unfold_op(x, kwargs) -> Tensor:
-    """unfold with stored geometry (the differentiable form of fold's rule)."""
-    return record("unfold", _unfold_array(_raw(x), kwargs["kernel"], kwargs["stride"],
-                                          kwargs["padding"], kwargs["dilation"]),
-                  (x,), (_unfold_vjp,), kwargs=dict(kwargs, x_shape=_raw(x).shape))
-
-
-def _fold_op(x, kwargs) -> Tensor:
-    """fold with stored geometry (the differentiable form of unfold's rule)."""
-    return record("fold", _unfold_vjp(_raw(x), **kwargs), (x,), (_fold_vjp,), kwargs=kwargs)
-
-
-# ---- differentiable forms ---------------------------------------------------------------------
-def _forms() -> None:
-    _conv_vjp_x.graph_node = lambda g, node: _input_backward_record(
-        "conv_input_backward", g, graph_input(node, 1, node.saved[1]), None,
-        node.kwargs["x_shape"], _geom(node))
-    _conv_vjp_w.graph_node = lambda g, node: conv_weight_backward(
-        graph_input(node, 0, node.saved[2]), g, node.saved[1].shape, **_geom(node),
-        cols=node.saved[0])
-    _bias_grad.graph_node = lambda g, node: R.sum(g, axis=(0,) + tuple(range(2, g.ndim)))
-    _cib_g.graph_node = lambda gg, node: _conv_record(
-        f"conv{gg.ndim - 2}d", gg, graph_input(node, 1, node.saved[1]), None, _geom(node),
-        node.saved[0].shape[2:])
-    _cib_w.graph_node = lambda gg, node: conv_weight_backward(
-        gg, graph_input(node, 0, node.saved[0]), node.saved[1].shape, **_geom(node))
-    _cwb_x.graph_node = lambda gg, node: _input_backward_record(
-        "conv_input_backward", graph_input(node, 1, node.saved[1]), gg, None,
-        node.saved[0].shape, _geom(node))
-    _cwb_g.graph_node = lambda gg, node: _conv_record(
-        f"conv{gg.ndim - 2}d", graph_input(node, 0, node.saved[0]), gg, None, _geom(node),
-        node.saved[1].shape[2:])
-    _unfold_vjp.graph_node = lambda g, node: _fold_op(g, node.kwargs)
-    _fold_vjp.graph_node = lambda g, node: _unfold_op(g, {
-        k: v for k, v in node.kwargs.items() if k != "x_shape"})
-
-
-_forms()
-
-# the names the differentiable forms had in nn/graph.py
-conv2d_input_backward = conv_input_backward
-conv2d_weight_backward = conv_weight_backward
+                         f"number of sliding blocks {prod(blocks)} of output_size {size}")
+    out = _fold_array(x, (x.shape[0], x.shape[1] // k) + size, kernel, stride, padding,
+                      dilation)
+    return _as_input(out, input.ndim == 2)

@@ -1,12 +1,17 @@
 """`F.pad` with PyTorch's arguments and modes: constant, reflect, replicate, circular.
 
 `pad` is PyTorch's flat tuple, last dimension first: `(left, right)` pads the last dimension,
-`(left, right, top, bottom)` the last two, and so on. Constant padding is `pa.pad` (negative
-widths crop, as in PyTorch). The other modes are one op (`pad_mode`) whose output copies input
-elements (numpy's `np.pad` with mode reflect, edge or wrap); its rule is the adjoint
-(`pad_mode_backward`): the interior of the gradient plus, per padded position, its slice added
-onto the input position it copied, one dimension at a time, in a fixed order (deterministic).
-The two ops are each other's rule, so any order of gradient works.
+`(left, right, top, bottom)` the last two, and so on. A negative width crops, in every mode
+as in PyTorch: constant and circular padding crop first (circular then wraps around the
+cropped part), reflect and replicate read the uncropped input (the reflection of a cropped
+side is still about the input's edge).
+
+One op (`defop`): per padded dimension, each output position copies one input position (a
+gather along that axis: one pass per dimension; constant mode: a fill and one copy), whose
+derivative is `pad_backward`, the adjoint: per dimension, the slice of the gradient over the
+copied interior plus, per padded position, its slice added onto the input position it
+copied, in a fixed order (deterministic). The two are each other's derivative, so any order
+of gradient works.
 
 Thread safety: pure functions.
 """
@@ -14,47 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..memory import empty as _empty
-from ..ops import shape as S
-from ..primitive import primitive
+from ..memory import empty
+from ..ops._common import array, zeros
+from ..primitive import defop
 from ..tensor import Tensor
 
-_NUMPY = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
-_MODES = ("constant",) + tuple(_NUMPY)
+__all__ = ["pad", "pad_backward"]
 
-
-def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:
-    """Pad `input` (PyTorch's `F.pad`): `pad` = (left, right[, top, bottom[, front, back]])
-    from the last dimension backwards; `mode` 'constant' (with `value`, default 0),
-    'reflect' (mirror without the edge; widths < the dimension), 'replicate' (the edge
-    value) or 'circular' (wrap around; widths <= the dimension). The non-constant modes pad
-    at most the last 3 dimensions of a batched input, as in PyTorch."""
-    x = input.data if isinstance(input, Tensor) else np.asarray(input)
-    widths = _pairs(pad, x.ndim)
-    if mode not in _MODES:
-        raise NotImplementedError(f"pad: mode must be one of {_MODES}, got {mode!r}")
-    if mode == "constant":
-        return _constant(input, widths, 0.0 if value is None else value)
-    if value is not None and value != 0:
-        raise ValueError(f"pad: padding mode {mode!r} doesn't take in value argument")
-    n = len(widths)
-    if n > 3 or x.ndim < n + 1:
-        raise NotImplementedError(
-            f"pad: mode {mode!r} pads the last 1 to 3 dimensions of an input with at least "
-            f"one more (batch or channel) dimension: got {n} padded of {x.ndim}")
-    for d, (a, b) in zip(range(x.ndim - n, x.ndim), widths):
-        size = x.shape[d]
-        if min(a, b) < 0:
-            raise ValueError(f"pad: negative padding is only supported in constant mode, "
-                             f"got {pad}")
-        limit = size - 1 if mode == "reflect" else size
-        if max(a, b) > limit:
-            raise ValueError(f"pad: {mode} padding of dimension {d} (size {size}) must be at "
-                             f"most {limit}, got ({a}, {b})")
-    pw = ((0, 0),) * (x.ndim - n) + tuple(widths)
-    if not any(a or b for a, b in pw):
-        return input if isinstance(input, Tensor) else Tensor(x)
-    return _pad_mode(input, pw=pw, mode=mode)
+_MODES = ("constant", "reflect", "replicate", "circular")
 
 
 def _pairs(pad, ndim: int) -> list:
@@ -74,73 +46,152 @@ def _pairs(pad, ndim: int) -> list:
     return [(flat[i], flat[i + 1]) for i in range(len(flat) - 2, -1, -2)]
 
 
-def _constant(input, widths: list, value: float) -> Tensor:
-    """Constant padding; negative widths crop first (PyTorch's semantics)."""
-    x = input if isinstance(input, Tensor) else Tensor(np.asarray(input))
-    lead = x.ndim - len(widths)
-    crop = tuple([slice(None)] * lead + [slice(max(-a, 0), x.shape[lead + i] - max(-b, 0))
-                                         for i, (a, b) in enumerate(widths)])
-    if any(a < 0 or b < 0 for a, b in widths):
-        x = x[crop]
-    pw = [(0, 0)] * lead + [(max(a, 0), max(b, 0)) for a, b in widths]
-    return S.pad(x, pw, value=value)
+def _kept(n: int, a: int, b: int) -> tuple:
+    """(lo, hi): the input positions a dimension of size `n` keeps after the crop of its
+    negative widths."""
+    return max(-a, 0), n - max(-b, 0)
 
 
-# ---- the op and its adjoint -------------------------------------------------------------------
-def _pad_forward(x, pw, mode):
-    return np.pad(x, pw, mode=_NUMPY[mode])  # the result: one pass
+def _check_mode(shape: tuple, widths: list, mode: str, value) -> None:
+    """PyTorch's limits of the non-constant modes (RuntimeError-like cases as ValueError)."""
+    if value is not None and value != 0:
+        raise ValueError(f"pad: padding mode {mode!r} doesn't take in value argument")
+    n = len(widths)
+    if n > 3 or len(shape) < n + 1:
+        raise NotImplementedError(
+            f"pad: mode {mode!r} pads the last 1 to 3 dimensions of an input with at least "
+            f"one more (batch or channel) dimension: got {n} padded of {len(shape)}")
+    for d, (a, b) in zip(range(len(shape) - n, len(shape)), widths):
+        size = shape[d]
+        lo, hi = _kept(size, a, b)
+        if mode == "circular":
+            limit = hi - lo       # circular wraps around what the crop keeps
+            if limit < 0 or (limit == 0 and max(a, b) > 0):
+                raise ValueError(f"pad: negative padding {(a, b)} leaves nothing of "
+                                 f"dimension {d} (size {size}) to wrap around")
+        else:
+            limit = size - 1 if mode == "reflect" else None
+            if size + a + b < 1:
+                raise ValueError(f"pad: input size {size} of dimension {d} is too small "
+                                 f"for padding {(a, b)}: output size {size + a + b}")
+        if limit is not None and max(a, b) > limit:
+            raise ValueError(f"pad: {mode} padding of dimension {d} (size {size}) must be at "
+                             f"most {limit}, got ({a}, {b})")
 
 
-def _sources(n: int, before: int, after: int, mode: str) -> tuple:
-    """For the padded positions of one dimension (before, then after), the input position
-    each copies."""
-    left = [_source(p - before, n, mode) for p in range(before)]
-    right = [_source(n + k, n, mode) for k in range(after)]
-    return left, right
-
-
-def _source(i: int, n: int, mode: str) -> int:
-    if mode == "replicate":
-        return min(max(i, 0), n - 1)
+def _sources(n: int, a: int, b: int, mode: str) -> np.ndarray:
+    """For each output position of a dimension of size `n` padded by (a, b), the input
+    position it copies (PyTorch's: reflect and replicate index the whole input, circular
+    wraps around the cropped part)."""
+    j = np.arange(n + a + b)
     if mode == "circular":
-        return i % n
-    period = 2 * (n - 1)  # reflect
-    i = abs(i) % period
-    return period - i if i >= n else i
+        lo, hi = _kept(n, a, b)
+        return lo + (j - max(a, 0)) % (hi - lo)
+    i = j - a
+    if mode == "replicate":
+        return np.clip(i, 0, n - 1)
+    if n == 1:
+        return np.zeros_like(i)
+    period = 2 * (n - 1)                                                 # reflect
+    i = np.abs(i) % period
+    return np.where(i >= n, period - i, i)
 
 
-def _pad_backward(g, pw, mode):
-    """The adjoint of `_pad_forward`: one dimension at a time, the interior slice (a copy the
-    size of the shrunk gradient) plus each padded slice added onto its source slice. Per
-    padded dimension one pass over the result plus one over the padded border."""
+def _constant(x: np.ndarray, widths: list, value) -> np.ndarray:
+    """Constant padding: the crop of the negative widths copied into an array filled with
+    `value` (a fill and one copy)."""
+    lead = x.ndim - len(widths)
+    crop = (slice(None),) * lead + tuple(slice(*_kept(x.shape[lead + i], a, b))
+                                         for i, (a, b) in enumerate(widths))
+    kept = x[crop]
+    out = empty(kept.shape[:lead] + tuple(m + max(a, 0) + max(b, 0) for m, (a, b) in
+                                          zip(kept.shape[lead:], widths)), x.dtype)
+    out.fill(0 if value is None else value)
+    inner = (slice(None),) * lead + tuple(slice(max(a, 0), max(a, 0) + m) for m, (a, _) in
+                                          zip(kept.shape[lead:], widths))
+    out[inner] = kept
+    return out
+
+
+def _gathered(x: np.ndarray, widths: list, mode: str) -> np.ndarray:
+    """reflect / replicate / circular: one gather per padded dimension."""
+    y = x
+    lead = x.ndim - len(widths)
+    for d, (a, b) in enumerate(widths, lead):
+        if a or b:
+            src = _sources(y.shape[d], a, b, mode)
+            shape = y.shape[:d] + (src.size,) + y.shape[d + 1:]
+            # mode="clip" (the sources are in range): with out= numpy buffers otherwise
+            y = np.take(y, src, axis=d, out=empty(shape, y.dtype), mode="clip")
+    if y is x:
+        y = empty(x.shape, x.dtype)
+        np.copyto(y, x)
+    return y
+
+
+def _adjoint(g: np.ndarray, widths: list, mode: str, shape: tuple) -> np.ndarray:
+    """The adjoint of `pad` for an input of `shape`: per padded dimension (the last first),
+    the slice of g over the copied interior into a new array (zeros where the crop dropped
+    input), then each padded position's slice added onto its source."""
     out = g
-    for d, (a, b) in enumerate(pw):
+    lead = len(shape) - len(widths)
+    for d in reversed(range(lead, len(shape))):
+        a, b = widths[d - lead]
         if not (a or b):
             continue
-        n = out.shape[d] - a - b
+        n = shape[d]
+        lo, hi = _kept(n, a, b)
+        j0 = max(a, 0)
+        new = out.shape[:d] + (n,) + out.shape[d + 1:]
+        res = (zeros if lo > 0 or hi < n else empty)(new, out.dtype)
         idx = [slice(None)] * out.ndim
-        idx[d] = slice(a, a + n)
-        shrunk = _empty(out.shape[:d] + (n,) + out.shape[d + 1:], out.dtype)
-        np.copyto(shrunk, out[tuple(idx)])
-        left, right = _sources(n, a, b, mode)
-        for pos, src in list(enumerate(left)) + [(a + n + k, s) for k, s in enumerate(right)]:
-            dst = [slice(None)] * out.ndim
-            dst[d] = src
-            idx[d] = pos
-            shrunk[tuple(dst)] += out[tuple(idx)]
-        out = shrunk
+        dst = [slice(None)] * out.ndim
+        idx[d], dst[d] = slice(j0, j0 + hi - lo), slice(lo, hi)
+        res[tuple(dst)] = out[tuple(idx)]
+        if mode != "constant":
+            src = _sources(n, a, b, mode)
+            for j in list(range(j0)) + list(range(j0 + hi - lo, src.size)):
+                idx[d], dst[d] = j, int(src[j])
+                res[tuple(dst)] += out[tuple(idx)]
+        out = res
     return out if out is not g else g.copy()
 
 
-def _unpad_forward(g, pw, mode):
-    return _pad_backward(g, pw, mode)
+def _pad_formula(g, ans, input, pad, mode, value):
+    return pad_backward(g, pad, mode, np.shape(array(input)))
 
 
-_pad_mode = primitive("pad_mode", _pad_forward,
-                      lambda g, ans, x, pw, mode: _pad_backward(g, pw, mode),
-                      cost=lambda ans, x, *_: 2 * ans.size)
-_unpad = primitive("pad_mode_backward", _unpad_forward,
-                   lambda g, ans, gy, pw, mode: _pad_forward(g, pw, mode),
-                   cost=lambda ans, gy, *_: 2 * gy.size)
-_pad_mode.vjps[0].graph = lambda g, ans, x, pw, mode: _unpad(g, pw=pw, mode=mode)
-_unpad.vjps[0].graph = lambda g, ans, gy, pw, mode: _pad_mode(g, pw=pw, mode=mode)
+@defop(formula=_pad_formula, module="torch.nn.functional")
+def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:
+    """Pad `input` (PyTorch's `F.pad`): `pad` = (left, right[, top, bottom[, front, back]])
+    from the last dimension backwards, negative widths cropping; `mode` 'constant' (with
+    `value`, default 0), 'reflect' (mirror without the edge; widths < the dimension),
+    'replicate' (the edge value) or 'circular' (wrap around; widths <= the dimension after
+    cropping). The non-constant modes pad at most the last 3 dimensions of an input with
+    at least one more dimension. Its derivative is `pad_backward` (the adjoint)."""
+    widths = _pairs(pad, input.ndim)
+    if mode not in _MODES:
+        raise NotImplementedError(f"pad: mode must be one of {_MODES}, got {mode!r}")
+    if mode == "constant":
+        for d, (a, b) in enumerate(widths, input.ndim - len(widths)):
+            if input.shape[d] + a + b < 0:
+                raise ValueError(f"pad: negative padding {(a, b)} of dimension {d} (size "
+                                 f"{input.shape[d]}) gives a negative size")
+        return _constant(input, widths, value)
+    _check_mode(input.shape, widths, mode, value)
+    return _gathered(input, widths, mode)
+
+
+@defop(formula=lambda g, ans, input, **p: pad(g, p["pad"], p["mode"]), export=False)
+def pad_backward(input: Tensor, pad, mode: str, input_size: tuple) -> Tensor:
+    """`pad`'s adjoint as an op: the gradient of an input of shape `input_size` from the
+    padded output's gradient `input` (each padded position added onto the position it
+    copied). Its derivative is `pad` again."""
+    widths = _pairs(pad, len(input_size))
+    lead = len(input_size) - len(widths)
+    want = tuple(input_size[:lead]) + tuple(
+        n + a + b for n, (a, b) in zip(input_size[lead:], widths))
+    if input.shape != want:
+        raise ValueError(f"pad_backward: gradient of shape {input.shape} does not match the "
+                         f"padded shape {want}")
+    return _adjoint(input, widths, mode, tuple(input_size))

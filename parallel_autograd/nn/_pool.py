@@ -1,18 +1,21 @@
 """Pooling: `max_pool1d/2d`, `avg_pool1d/2d` (stride, padding, ceil_mode, dilation and
 return_indices for max, count_include_pad and divisor_override for avg) and
-`adaptive_max_pool1d/2d`.
+`adaptive_max_pool1d/2d`; and the two selections the max pools and `max_unpool` are made
+of, `take_flat` and `put_flat`.
 
 The kernels work on planes (every leading (sample, channel) pair is one (H, W) plane;
 1-D pools are 2-D ones on (1, L) planes) in blocks of planes: each block's per-offset
 strided passes then run over data that stays in the cache (2 MiB of input planes per
-block, `functional._BLOCK_BYTES`; one pass over a 16 MiB input per offset costs 2-3x
-more), and per-block temporaries replace output-sized ones. Window geometry is
-convolution's (`_conv._taps`): padding and ceil_mode's overhanging windows are never
-materialized.
+block, `_BLOCK_BYTES`; one pass over a 16 MiB input per offset costs 2-3x more), and
+per-block temporaries replace output-sized ones. Window geometry is convolution's
+(`_windows.taps`): padding and ceil_mode's overhanging windows are never materialized.
 
-Differentiable forms: max pooling's rule is a scatter of g to the saved first-maximum
-indices (`ops.graph.scatter`, linear in g); avg pooling and its rule
-(`avg_pool2d_backward`) are each other's adjoint with the same divisor.
+Declarations: the average pools are ops (`defop`) whose derivative is
+`avg_pool_backward`, an op whose own derivative is the average pool again (each is the
+other's adjoint, with the same divisor). The max pools (which may also return the
+indices) are composites: the window maxima and their first-maximum indices on arrays, then
+`take_flat` (the values at those indices), whose derivative is `put_flat` (zeros with g
+put at the indices: added where windows overlap) and back.
 
 Thread safety: pure functions of their arguments.
 """
@@ -20,39 +23,44 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..memory import empty as _empty
+from ..memory import empty
 from ..memory import pooled as P
-from ..ops import shape as S
-from ..ops.forms import graph_input
-from ..ops.graph import connect, scatter
-from ..primitive import record
+from ..ops._common import array, reshape, zeros
+from ..ops.forms import connect
+from ..primitive import Saved, composite, defop
 from ..tensor import Tensor
-from . import functional as F
-from ._conv import _ntuple, _taps
-from .functional import _raw, _reshape, _zeros
+from ._windows import adaptive_output_size, adaptive_windows, ntuple
+from ._windows import taps as window_taps
 
 __all__ = ["max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_max_pool1d",
-           "adaptive_max_pool2d", "avg_pool2d_backward"]
+           "adaptive_max_pool2d", "avg_pool_backward", "take_flat", "put_flat",
+           "planes_of"]
+
+# Input planes per block of the pools' kernels (cache resident; tests shrink it).
+_BLOCK_BYTES = 1 << 21
 
 
 # ---- geometry -----------------------------------------------------------------------------
-def _pool_geometry(name, x, nd, kernel_size, stride, padding, dilation, ceil_mode) -> dict:
-    """PyTorch's checks and output sizes, as 2-D plane geometry: kernel, stride, padding,
-    dilation, plane (H, W) and out (Ho, Wo) (1-D pools: a leading unit dimension)."""
-    if x.ndim not in (nd + 1, nd + 2):
+def _pool_geometry(name, shape, nd, kernel_size, stride, padding, dilation,
+                   ceil_mode) -> dict:
+    """PyTorch's checks and output sizes for an input of `shape`, as 2-D plane geometry:
+    kernel, stride, padding, dilation, plane (H, W) and out (Ho, Wo) (1-D pools: a leading
+    unit dimension)."""
+    shape = tuple(shape)
+    if len(shape) not in (nd + 1, nd + 2):
         dims = "L" if nd == 1 else "H, W"
         raise ValueError(f"{name}: expected a {nd + 2}-D input (N, C, {dims}) or {nd + 1}-D "
-                         f"(C, {dims}), got shape {x.shape}")
-    kernel = _ntuple(kernel_size, nd, "kernel_size", name, 1)
+                         f"(C, {dims}), got shape {shape}")
+    kernel = ntuple(kernel_size, nd, "kernel_size", name, 1)
     stride = kernel if stride is None or (not isinstance(stride, (int, np.integer))
                                           and len(stride) == 0) \
-        else _ntuple(stride, nd, "stride", name, 1)
-    padding = _ntuple(padding, nd, "padding", name, 0)
-    dilation = _ntuple(dilation, nd, "dilation", name, 1)
+        else ntuple(stride, nd, "stride", name, 1)
+    padding = ntuple(padding, nd, "padding", name, 0)
+    dilation = ntuple(dilation, nd, "dilation", name, 1)
     if any(p > k // 2 for p, k in zip(padding, kernel)):
         raise ValueError(f"{name}: padding {padding} should be at most half of the kernel "
                          f"size {kernel}")
-    sizes = tuple(x.shape[-nd:])
+    sizes = shape[-nd:]
     out = []
     for n, k, s, p, d in zip(sizes, kernel, stride, padding, dilation):
         o = (n + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
@@ -71,20 +79,13 @@ def _pool_geometry(name, x, nd, kernel_size, stride, padding, dilation, ceil_mod
 
 def _plane_blocks(planes: int, plane_bytes: int) -> tuple:
     """(planes per block, [(start, stop), ...]) covering `planes` planes."""
-    nb = max(1, min(planes, F._BLOCK_BYTES // max(1, plane_bytes)))
+    nb = max(1, min(planes, _BLOCK_BYTES // max(1, plane_bytes)))
     return nb, [(a, min(planes, a + nb)) for a in range(0, planes, nb)]
 
 
-def _planes(a, shape2) -> np.ndarray:
+def planes_of(a, shape2) -> np.ndarray:
     """`a` as (planes, *shape2): a view when `a` is contiguous, else a (cached) copy."""
-    return _reshape(a, (-1,) + tuple(shape2))
-
-
-def _indices_tensor(index, plane_size: int, shape) -> Tensor:
-    """PyTorch's `return_indices`: the flat index of each maximum within its plane, int64
-    (no gradient)."""
-    local = index - (np.arange(index.shape[0]) * plane_size)[:, None]   # (planes, Ho*Wo)
-    return Tensor._wrap(local.astype(np.int64, copy=False).reshape(shape))
+    return reshape(a, (-1,) + tuple(shape2))
 
 
 # ---- max pooling --------------------------------------------------------------------------
@@ -92,15 +93,15 @@ def _max_pool_forward(x3, kernel, stride, padding, dilation, out_hw) -> tuple:
     """(max of each window (planes, Ho, Wo), flat index in x3 of its first maximum
     (planes, Ho*Wo), intp)."""
     planes, h, w = x3.shape
-    taps = _taps((h, w), out_hw, kernel, stride, padding, dilation)
-    out = _empty((planes,) + out_hw, dtype=x3.dtype)
-    index = _empty((planes, out_hw[0] * out_hw[1]), dtype=np.intp)
+    taps = window_taps((h, w), out_hw, kernel, stride, padding, dilation)
+    out = empty((planes,) + out_hw, dtype=x3.dtype)
+    index = empty((planes, out_hw[0] * out_hw[1]), dtype=np.intp)
     nb, blocks = _plane_blocks(planes, h * w * x3.itemsize)
-    arg = _empty((nb,) + out_hw, dtype=np.uint8 if len(taps) <= 256 else np.intp)
-    m = _empty(arg.shape, arg.dtype)
+    arg = empty((nb,) + out_hw, dtype=np.uint8 if len(taps) <= 256 else np.intp)
+    m = empty(arg.shape, arg.dtype)
     # the offsets as indices for `take` (a block temporary; `arg` itself when intp)
     wide = arg.reshape(nb, -1) if arg.dtype == np.intp else \
-        _empty((nb, out_hw[0] * out_hw[1]), np.intp)
+        empty((nb, out_hw[0] * out_hw[1]), np.intp)
     corner = _window_corners((h, w), out_hw, stride, padding)
     delta = (np.arange(kernel[0])[:, None] * (dilation[0] * w)
              + np.arange(kernel[1]) * dilation[1]).ravel()
@@ -174,50 +175,80 @@ def _max_pool_specials(x3, out, arg, taps, kernel, stride, padding, dilation) ->
         np.copyto(arg, np.broadcast_to(first, arg.shape), where=low)
 
 
-def _max_pool_vjp(g, index, x_shape, unique):
-    # Zeros with g written at each window's maximum: one vectorized scatter through the
-    # saved flat indices (disjoint windows hit distinct elements), or np.add.at where
-    # windows overlap (in output order, as PyTorch). Passes: the zero fill and one
-    # scatter of the output's size. Measured 3-4x faster than one masked strided write
-    # per kernel offset (numpy's strided loops over short rows are slow).
-    gx = _zeros(x_shape, dtype=g.dtype)
-    flat, gr = gx.reshape(-1), _reshape(g, (-1,))   # a copy only when g is not contiguous
-    if unique:
-        flat[index.reshape(-1)] = gr
-    else:
+
+# ---- the selections: values at flat indices, and their adjoint -------------------------------
+def _put(g, index, shape, accumulate: bool) -> np.ndarray:
+    """Zeros of `shape` with `g` put at the flat indices `index` (added where an index
+    repeats when `accumulate`, else written: the last write wins). Passes: the zero fill
+    and one scatter of g's size. (Measured 3-4x faster than one masked strided write per
+    kernel offset: numpy's strided loops over short rows are slow.)"""
+    gx = zeros(shape, dtype=g.dtype)
+    flat, gr = gx.reshape(-1), reshape(g, (-1,))   # a copy only when g is not contiguous
+    if accumulate:
         np.add.at(flat, index.reshape(-1), gr)
+    else:
+        flat[index.reshape(-1)] = gr
     return gx
 
 
-def _max_pool_x(g, node):
-    # a scatter of g to each window's first maximum: linear in g, with a constant index,
-    # and (derivative 0) a function of x, as PyTorch's
-    index, shape = node.saved[0], node.kwargs["x_shape"]
-    flat = scatter(S.reshape(g, (-1,)), index=index.reshape(-1), shape=(int(np.prod(shape)),))
-    x = graph_input(node, 0, np.broadcast_to(np.zeros((), g.dtype), shape))  # (value unread)
-    return connect(S.reshape(flat, shape), x)
+def _take_kernel(g, ans, input, index, unique, values):
+    # g scattered to the indices: written where they are distinct (disjoint windows),
+    # added (np.add.at, in output order, as PyTorch) where windows overlap
+    return _put(g, index, input.shape, not unique)
 
 
-_max_pool_vjp.graph_node = _max_pool_x
+def _take_formula(g, ans, input, index, unique, values):
+    # put_flat is linear in g with a constant index; the gradient is also (derivative 0)
+    # a function of the input, as PyTorch's
+    return connect(put_flat(g, index, np.shape(array(input)), not unique), input)
+
+
+@defop(formula=_take_formula, kernel=_take_kernel, export=False)
+def take_flat(input: Tensor, index: Tensor, unique: bool = False, values=None) -> Tensor:
+    """`input`'s elements at the flat indices `index` (integers of any shape: the
+    result's); `values` are those elements when the caller has them already (a max pool's
+    forward computes them with the indices). `unique`: no index repeats (disjoint
+    windows), so the derivative writes instead of adding."""
+    if values is not None:
+        return values
+    return np.take(input.reshape(-1), index, mode="clip")
+
+
+@defop(formula=lambda g, ans, input, index, size, accumulate: take_flat(g, index),
+       export=False)
+def put_flat(input: Tensor, index: Tensor, size: tuple, accumulate: bool = True) -> Tensor:
+    """Zeros of shape `size` with `input` put at the flat indices `index` (of input's
+    shape; added where an index repeats when `accumulate`, else written, the last write
+    winning, as PyTorch's max_unpool). Its derivative is `take_flat`: the gather at the
+    same indices."""
+    return _put(input, index, tuple(size), accumulate)
+
+
+def _indices_tensor(index, plane_size: int, shape) -> Tensor:
+    """PyTorch's `return_indices`: the flat index of each maximum within its plane, int64
+    (no gradient)."""
+    local = index - (np.arange(index.shape[0]) * plane_size)[:, None]   # (planes, Ho*Wo)
+    return Tensor._wrap(local.astype(np.int64, copy=False).reshape(shape))
 
 
 def _max_pool(name, nd, input, kernel_size, stride, padding, dilation, ceil_mode,
               return_indices):
-    x = _raw(input)
-    geo = _pool_geometry(name, x, nd, kernel_size, stride, padding, dilation, ceil_mode)
+    x = array(input)
+    geo = _pool_geometry(name, x.shape, nd, kernel_size, stride, padding, dilation,
+                         ceil_mode)
     out_hw = geo["out"]
-    out, index = _max_pool_forward(_planes(x, geo["plane"]), geo["kernel"], geo["stride"],
+    out, index = _max_pool_forward(planes_of(x, geo["plane"]), geo["kernel"], geo["stride"],
                                    geo["padding"], geo["dilation"], out_hw)
     shape = x.shape[:-nd] + out_hw[2 - nd:]
     unique = all(s >= d * (k - 1) + 1 for k, s, d in
                  zip(geo["kernel"], geo["stride"], geo["dilation"]))
-    y = record(name, out.reshape(shape), (input,), (_max_pool_vjp,),
-               saved=(index.reshape(shape),), kwargs=dict(x_shape=x.shape, unique=unique))
+    y = take_flat(input, index.reshape(shape), unique, out.reshape(shape))
     if return_indices:
         return y, _indices_tensor(index, geo["plane"][0] * geo["plane"][1], shape)
     return y
 
 
+@composite(module="torch.nn.functional", also=("torch",))
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,
                ceil_mode: bool = False, return_indices: bool = False):
     """Max over sliding windows of input (N, C, L) (or (C, L)); padding never wins. The
@@ -228,6 +259,7 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,
                      ceil_mode, return_indices)
 
 
+@composite(module="torch.nn.functional", also=("torch",))
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1,
                ceil_mode: bool = False, return_indices: bool = False):
     """Max over sliding (dilated) windows of NCHW input (or CHW); padding never wins. The
@@ -264,10 +296,10 @@ def _avg_pool_forward(x, divisor, plane, kernel, stride, padding, out_hw) -> np.
     (`avg_pool2d`'s kernel; also the rule of its rule's differentiable form, whose adjoint
     it is). Per block of planes, kh*kw strided adds into the output, one division."""
     h, w = plane
-    taps = _taps((h, w), out_hw, kernel, stride, padding, (1, 1))
-    x3 = _planes(x, (h, w))
-    out = _empty((x3.shape[0],) + tuple(out_hw),
-                 dtype=x.dtype if x.dtype.kind == "f" else np.float64)
+    taps = window_taps((h, w), out_hw, kernel, stride, padding, (1, 1))
+    x3 = planes_of(x, (h, w))
+    out = empty((x3.shape[0],) + tuple(out_hw),
+                dtype=x.dtype if x.dtype.kind == "f" else np.float64)
     full = all(s.stop - s.start == n for s, n in zip(taps[0][2][1:], out_hw))
     for a, b in _plane_blocks(x3.shape[0], h * w * x.itemsize)[1]:
         xb, ob = x3[a:b], out[a:b]
@@ -288,13 +320,13 @@ def _avg_pool_vjp(g, divisor, x_shape, plane, kernel, stride, padding, out_hw):
     # fill (skipped when the windows tile the input) and kh*kw of the output's size;
     # extra memory: the block temporary.
     h, w = plane
-    g3 = _planes(g, out_hw)
-    taps = _taps((h, w), out_hw, kernel, stride, padding, (1, 1))
+    g3 = planes_of(g, out_hw)
+    taps = window_taps((h, w), out_hw, kernel, stride, padding, (1, 1))
     tiles = stride == kernel and not any(padding) and out_hw[0] * kernel[0] == h \
         and out_hw[1] * kernel[1] == w
-    gx = (_empty if tiles else _zeros)((g3.shape[0], h, w), dtype=g.dtype)
+    gx = (empty if tiles else zeros)((g3.shape[0], h, w), dtype=g.dtype)
     nb, blocks = _plane_blocks(g3.shape[0], h * w * g.itemsize)
-    tmp = _empty((nb,) + tuple(out_hw), dtype=g.dtype)
+    tmp = empty((nb,) + tuple(out_hw), dtype=g.dtype)
     write = np.copyto if stride[0] >= kernel[0] and stride[1] >= kernel[1] else \
         (lambda dst, src: np.add(dst, src, out=dst))
     for a, b in blocks:
@@ -304,45 +336,10 @@ def _avg_pool_vjp(g, divisor, x_shape, plane, kernel, stride, padding, out_hw):
     return gx.reshape(x_shape)
 
 
-def avg_pool2d_backward(g, divisor, x_shape: tuple, plane: tuple, kernel: tuple,
-                        stride: tuple, padding: tuple, out_hw: tuple) -> Tensor:
-    """avg pooling's input gradient as a differentiable op of g (2-D plane geometry: 1-D
-    pools have planes (1, L)); its rule is avg pooling with the same divisor: each is the
-    other's adjoint."""
-    gd = _raw(g)
-    out = _avg_pool_vjp(gd, divisor, x_shape, plane, kernel, stride, padding, out_hw)
-    return record("avg_pool2d_backward", out, (g,), (_avg_unpool_rule,), saved=(divisor,),
-                  kwargs=dict(plane=plane, kernel=kernel, stride=stride, padding=padding,
-                              out_hw=out_hw, g_shape=gd.shape))
-
-
-def _avg_unpool_rule(gg, divisor, plane, kernel, stride, padding, out_hw, g_shape):
-    return _avg_pool_forward(gg, divisor, plane, kernel, stride, padding,
-                             out_hw).reshape(g_shape)
-
-
-def _avg_pool_record(name, x, divisor, plane, kernel, stride, padding, out_hw,
-                     out_shape) -> Tensor:
-    """avg pooling with a given divisor (the node avg_pool1d/2d record)."""
-    xd = _raw(x)
-    out = _avg_pool_forward(xd, divisor, plane, kernel, stride, padding, out_hw)
-    return record(name, out.reshape(out_shape), (x,), (_avg_pool_vjp,), saved=(divisor,),
-                  kwargs=dict(x_shape=xd.shape, plane=plane, kernel=kernel, stride=stride,
-                              padding=padding, out_hw=out_hw))
-
-
-_avg_pool_vjp.graph_node = lambda g, node: avg_pool2d_backward(
-    g, node.saved[0], **node.kwargs)
-_avg_unpool_rule.graph_node = lambda gg, node: _avg_pool_record(
-    "avg_pool2d", gg, node.saved[0], node.kwargs["plane"], node.kwargs["kernel"],
-    node.kwargs["stride"], node.kwargs["padding"], node.kwargs["out_hw"],
-    node.kwargs["g_shape"])
-
-
-def _avg_pool(name, nd, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
-              divisor_override):
-    x = _raw(input)
-    geo = _pool_geometry(name, x, nd, kernel_size, stride, padding, 1, ceil_mode)
+def _avg_geometry(name, nd, shape, kernel_size, stride, padding, ceil_mode,
+                  count_include_pad, divisor_override) -> tuple:
+    """(plane geometry, divisor) of an average pool of an input of `shape`."""
+    geo = _pool_geometry(name, shape, nd, kernel_size, stride, padding, 1, ceil_mode)
     if divisor_override is not None and (isinstance(divisor_override, bool)
                                          or not isinstance(divisor_override,
                                                            (int, np.integer))
@@ -351,12 +348,38 @@ def _avg_pool(name, nd, input, kernel_size, stride, padding, ceil_mode, count_in
                          f"{divisor_override!r}")
     divisor = _avg_divisor(geo["plane"], geo["out"], geo["kernel"], geo["stride"],
                            geo["padding"], count_include_pad, divisor_override)
-    return _avg_pool_record(name, input, divisor, geo["plane"], geo["kernel"], geo["stride"],
-                            geo["padding"], geo["out"], x.shape[:-nd] + geo["out"][2 - nd:])
+    del geo["dilation"]
+    return geo, divisor
 
 
-def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
-               count_include_pad: bool = True):
+def _avg_pool(name, nd, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+              divisor_override):
+    geo, divisor = _avg_geometry(name, nd, input.shape, kernel_size, stride, padding,
+                                 ceil_mode, count_include_pad, divisor_override)
+    out = _avg_pool_forward(input, divisor, geo["plane"], geo["kernel"], geo["stride"],
+                            geo["padding"], geo["out"])
+    return Saved(out.reshape(input.shape[:-nd] + geo["out"][2 - nd:]), divisor, geo)
+
+
+def _avg_kernel(g, ans, input, divisor, geo, **_):
+    # Per block of planes: g / divisor into a block-sized temporary, then one strided
+    # write (disjoint windows) or add (overlapping) per kernel offset
+    return _avg_pool_vjp(g, divisor, input.shape, geo["plane"], geo["kernel"], geo["stride"],
+                         geo["padding"], geo["out"])
+
+
+def _avg_formula(nd: int):
+    def formula(g, ans, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                divisor_override=None):
+        return avg_pool_backward(g, np.shape(array(input)), nd, kernel_size, stride, padding,
+                                 ceil_mode, count_include_pad, divisor_override)
+    return formula
+
+
+@defop(formula=_avg_formula(1), kernel=_avg_kernel, module="torch.nn.functional",
+       also=("torch",))
+def avg_pool1d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True) -> Tensor:
     """Mean over sliding windows of input (N, C, L) (or (C, L)); zero padding is counted
     unless `count_include_pad=False`; `ceil_mode` keeps a last partial window (divided
     by its size within the padded input, as PyTorch)."""
@@ -364,8 +387,9 @@ def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = Fal
                      count_include_pad, None)
 
 
-def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
-               count_include_pad: bool = True, divisor_override=None):
+@defop(formula=_avg_formula(2), kernel=_avg_kernel, module="torch.nn.functional")
+def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True, divisor_override=None) -> Tensor:
     """Mean over each window of NCHW input (or CHW); zero padding is counted unless
     `count_include_pad=False`; `divisor_override` divides every sum by that number;
     `ceil_mode` keeps last partial windows (PyTorch's divisors).
@@ -377,29 +401,51 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = Fal
                      count_include_pad, divisor_override)
 
 
+def _avg_backward_kernel(gg, ans, grad, divisor, geo, **_):
+    # the average pool of gg with the same divisor: kh*kw strided adds, one division
+    return _avg_pool_forward(gg, divisor, geo["plane"], geo["kernel"], geo["stride"],
+                             geo["padding"], geo["out"]).reshape(np.shape(grad))
+
+
+def _avg_backward_formula(gg, ans, grad, input_size, nd, kernel_size, stride, padding,
+                          ceil_mode, count_include_pad, divisor_override):
+    if nd == 1:
+        return avg_pool1d(gg, kernel_size, stride, padding, ceil_mode, count_include_pad)
+    return avg_pool2d(gg, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                      divisor_override)
+
+
+@defop(formula=_avg_backward_formula, kernel=_avg_backward_kernel, export=False)
+def avg_pool_backward(grad: Tensor, input_size: tuple, nd: int, kernel_size, stride=None,
+                      padding=0, ceil_mode: bool = False, count_include_pad: bool = True,
+                      divisor_override=None) -> Tensor:
+    """An `nd`-d average pool's input gradient (of shape `input_size`) as an op of the
+    output gradient; its derivative is the average pool again, with the same divisor:
+    each is the other's adjoint."""
+    name = f"avg_pool{nd}d"
+    geo, divisor = _avg_geometry(name, nd, input_size, kernel_size, stride, padding,
+                                 ceil_mode, count_include_pad, divisor_override)
+    want = tuple(input_size[:-nd]) + geo["out"][2 - nd:]
+    if grad.shape != want:
+        raise ValueError(f"avg_pool_backward: grad of shape {grad.shape} does not match "
+                         f"the pool's output shape {want}")
+    out = _avg_pool_vjp(grad, divisor, tuple(input_size), geo["plane"], geo["kernel"],
+                        geo["stride"], geo["padding"], geo["out"])
+    return Saved(out, divisor, geo)
+
+
 # ---- adaptive max pooling ---------------------------------------------------------------------
-def _adaptive_windows(size: int, n_out: int) -> np.ndarray:
-    """(n_out, kmax) input indices of each adaptive window, PyTorch's start floor(i*size/
-    n_out) and end ceil((i+1)*size/n_out), shorter windows padded by repeating their last
-    index (a repeat never wins: the first maximum comes first)."""
-    i = np.arange(n_out)
-    start = (i * size) // n_out
-    end = -((-(i + 1) * size) // n_out)
-    kmax = int((end - start).max())
-    return np.minimum(start[:, None] + np.arange(kmax), end[:, None] - 1)
-
-
 def _adaptive_max_forward(x3, out_hw) -> tuple:
     """(max of each adaptive window (planes, Ho, Wo), flat index in x3 of its first
     maximum in row-major order (planes, Ho*Wo)). Per block of planes: the windows
     gathered as (Ho, Wo, kh*kw) (one fancy-indexing pass), argmax, take."""
     planes, h, w = x3.shape
-    rows, cols = _adaptive_windows(h, out_hw[0]), _adaptive_windows(w, out_hw[1])
+    rows, cols = adaptive_windows(h, out_hw[0]), adaptive_windows(w, out_hw[1])
     kh, kw = rows.shape[1], cols.shape[1]
     within = (rows[:, None, :, None] * w + cols[None, :, None, :]).reshape(
         out_hw[0] * out_hw[1], kh * kw)                     # flat plane index per window
-    out = _empty((planes,) + tuple(out_hw), dtype=x3.dtype)
-    index = _empty((planes, out_hw[0] * out_hw[1]), dtype=np.intp)
+    out = empty((planes,) + tuple(out_hw), dtype=x3.dtype)
+    index = empty((planes, out_hw[0] * out_hw[1]), dtype=np.intp)
     flat = x3.reshape(planes, h * w)
     nb, blocks = _plane_blocks(planes, within.size * x3.itemsize)
     # One block buffer for the windows, reused (a fresh gather per block would hold two
@@ -408,8 +454,8 @@ def _adaptive_max_forward(x3, out_hw) -> tuple:
     # Passes per block: the gather, argmax, three over the block's indices, the take of
     # the values. (take with out= and mode="clip": the indices are in range, and the
     # default mode buffers the whole result.)
-    wbuf = _empty((nb,) + within.shape, dtype=x3.dtype)
-    abuf = _empty((nb, within.shape[0]), dtype=np.intp)
+    wbuf = empty((nb,) + within.shape, dtype=x3.dtype)
+    abuf = empty((nb, within.shape[0]), dtype=np.intp)
     row_start = np.arange(within.shape[0]) * within.shape[1]
     for a, b in blocks:
         win = np.take(flat[a:b], within, axis=1, out=wbuf[:b - a], mode="clip")
@@ -422,42 +468,25 @@ def _adaptive_max_forward(x3, out_hw) -> tuple:
 
 
 def _adaptive_max(name, nd, input, output_size, return_indices):
-    x = _raw(input)
+    x = array(input)
     if x.ndim not in (nd + 1, nd + 2):
         raise ValueError(f"{name}: expected a {nd + 1}-D or {nd + 2}-D input, got shape "
                          f"{x.shape}")
     sizes = tuple(x.shape[-nd:])
-    out = _adaptive_output_size(name, output_size, sizes)
+    out = adaptive_output_size(name, output_size, sizes)
     if 0 in sizes:
         raise ValueError(f"{name}: input of shape {x.shape} has an empty spatial dimension")
     plane, out_hw = (1,) * (2 - nd) + sizes, (1,) * (2 - nd) + out
-    y, index = _adaptive_max_forward(_planes(x, plane), out_hw)
+    y, index = _adaptive_max_forward(planes_of(x, plane), out_hw)
     shape = x.shape[:-nd] + out
     unique = all(n % o == 0 for n, o in zip(sizes, out))        # disjoint windows
-    yt = record(name, y.reshape(shape), (input,), (_max_pool_vjp,),
-                saved=(index.reshape(shape),), kwargs=dict(x_shape=x.shape, unique=unique))
+    yt = take_flat(input, index.reshape(shape), unique, y.reshape(shape))
     if return_indices:
         return yt, _indices_tensor(index, plane[0] * plane[1], shape)
     return yt
 
 
-def _adaptive_output_size(name, output_size, sizes) -> tuple:
-    """`output_size` (an int, or one per dim, None meaning the input's size) as ints >= 1."""
-    nd = len(sizes)
-    if output_size is None or isinstance(output_size, (int, np.integer)):
-        output_size = (output_size,) * nd
-    output_size = tuple(output_size)
-    if len(output_size) != nd:
-        raise ValueError(f"{name}: output_size must be an int or {nd} values, got "
-                         f"{output_size!r}")
-    out = tuple(n if o is None else o for o, n in zip(output_size, sizes))
-    if any(isinstance(o, bool) or not isinstance(o, (int, np.integer)) or o < 1
-           for o in out):
-        raise ValueError(f"{name}: output_size must be positive integers, got "
-                         f"{output_size!r}")
-    return tuple(int(o) for o in out)
-
-
+@composite(module="torch.nn.functional")
 def adaptive_max_pool1d(input, output_size, return_indices: bool = False):
     """Max over `output_size` adaptive windows of input (N, C, L) (or (C, L)): window i
     spans [floor(i*L/out), ceil((i+1)*L/out)), PyTorch's. The gradient goes to each
@@ -465,6 +494,7 @@ def adaptive_max_pool1d(input, output_size, return_indices: bool = False):
     return _adaptive_max("adaptive_max_pool1d", 1, input, output_size, return_indices)
 
 
+@composite(module="torch.nn.functional")
 def adaptive_max_pool2d(input, output_size, return_indices: bool = False):
     """Max over adaptive windows of NCHW input (or CHW) giving `output_size` (int or
     pair; None keeps that input size): rows [floor(i*H/Ho), ceil((i+1)*H/Ho)), columns

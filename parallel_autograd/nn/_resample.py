@@ -1,19 +1,26 @@
 """Resampling: `interpolate` (nearest, nearest-exact, linear, bilinear, bicubic, trilinear,
-area), `adaptive_avg_pool1d/2d`, `pixel_shuffle`, `pixel_unshuffle`.
+area), `upsample`, `upsample_nearest`, `upsample_bilinear`, `adaptive_avg_pool1d/2d`,
+`pixel_shuffle`, `pixel_unshuffle`, each one declaration (`defop` / `composite`).
 
 interpolate and the adaptive average pools are separable linear maps: one small matrix
 per spatial dim (output size x input size, PyTorch's source-index formulas and weights),
 applied along its axis: a gather (`take`, one pass) when every row picks one input
 (nearest), else one GEMM (the last axis: all rows of the input at once; the others:
-batched over the leading dims). The map's adjoint is the same op with the transposed
-matrices, so the rule is the op again and every order of derivative runs these
-kernels. The matrices cost O(out * in) per dim: cheap next to the data for images of a
-few hundred pixels a side; the GEMMs do about in_h + in_w * in_h / out_h multiply-adds
-per output of an (in_h, in_w) plane where a dedicated kernel would do 2 to 4 (2x
-upsampling of 512 x 512 planes: ~770).
+batched over the leading dims). The map's adjoint is the same maps transposed, so the
+derivative is `resample` (an internal op: a separable map given by its matrices) of the
+transposed maps, whose own derivative is the maps again: every order of derivative runs
+these kernels. The matrices cost O(out * in) per dim: cheap next to the data for images
+of a few hundred pixels a side; the GEMMs do about in_h + in_w * in_h / out_h
+multiply-adds per output of an (in_h, in_w) plane where a dedicated kernel would do 2 to
+4 (2x upsampling of 512 x 512 planes: ~770).
+
+uint8 images (bilinear, bicubic) keep their dtype, computed as PyTorch computes them
+(after Pillow): per dim, the last first, the float path's weights (those of taps
+outside the input folded onto the border tap) in int16 fixed point, and a rounding shift
+into a uint8 intermediate.
 
 pixel_shuffle and pixel_unshuffle are permutations of the elements: one transposing copy
-each, and each is the other's rule.
+each, and each is the other's derivative.
 
 Thread safety: pure functions of their arguments.
 """
@@ -24,14 +31,15 @@ import math
 import numpy as np
 
 from .. import memory
-from ..memory import empty as _empty
-from ..primitive import record
+from ..memory import empty
+from ..ops._common import reshape
+from ..primitive import Saved, composite, defop
 from ..tensor import Tensor
-from ._pool import _adaptive_output_size
-from .functional import _raw, _reshape
+from ._windows import adaptive_bounds, adaptive_output_size, positive_int
 
-__all__ = ["interpolate", "upsample", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
-           "pixel_shuffle", "pixel_unshuffle"]
+__all__ = ["interpolate", "upsample", "upsample_nearest", "upsample_bilinear",
+           "adaptive_avg_pool1d", "adaptive_avg_pool2d", "pixel_shuffle", "pixel_unshuffle",
+           "resample"]
 
 
 # ---- separable linear maps ----------------------------------------------------------------
@@ -66,78 +74,92 @@ def _apply(x: np.ndarray, maps) -> np.ndarray:
             shape = y.shape[:axis] + idx.shape + y.shape[axis + 1:]
             # mode="clip" (the indices are in range): with out= and the default
             # mode="raise", numpy buffers the whole result in a temporary
-            y = np.take(y, idx, axis=axis, out=_empty(shape, y.dtype), mode="clip")
+            y = np.take(y, idx, axis=axis, out=empty(shape, y.dtype), mode="clip")
             continue
         mt = m.astype(np.result_type(y.dtype, np.float32), copy=False)
         if axis == y.ndim - 1:
-            r = memory.matmul(_reshape(y, (-1, y.shape[-1])), mt.T)
+            r = memory.matmul(reshape(y, (-1, y.shape[-1])), mt.T)
             y = r.reshape(y.shape[:-1] + (m.shape[0],))
         else:
             # one batched GEMM over y with the axis moved next to last, written through
             # the same view of a new C-contiguous array (no strided result to copy)
-            r = _empty(y.shape[:axis] + (m.shape[0],) + y.shape[axis + 1:],
+            r = empty(y.shape[:axis] + (m.shape[0],) + y.shape[axis + 1:],
                        np.result_type(mt, y))
             np.matmul(mt, np.moveaxis(y, axis, -2), out=np.moveaxis(r, axis, -2))
             y = r
     if y is x or not y.flags.c_contiguous:
-        out = _empty(y.shape, y.dtype)
+        out = empty(y.shape, y.dtype)
         np.copyto(out, y)
         y = out
     return y
 
 
-def _resample_vjp(g, maps, name):
-    # the adjoint: the same maps transposed (a GEMM per dim, or a gather)
-    return _apply(g, _transposed(maps))
+def _transposed_apply(g, ans, input, *extras, **_):
+    # the adjoint: the same maps transposed (a GEMM per dim, or a gather); the maps are
+    # the forward's (its saved extra)
+    return _apply(g, _transposed(extras[0]))
 
 
-def _resample_record(name: str, input, maps) -> Tensor:
-    """One node: the separable map `maps` applied to `input`; its rule is the transposed
-    map (the same op)."""
-    out = _apply(_raw(input), maps)
-    return record(name, out, (input,), (_resample_vjp,), kwargs=dict(maps=maps, name=name))
+@defop(formula=lambda g, ans, input, maps: resample(g, _transposed(maps)),
+       kernel=lambda g, ans, input, maps: _apply(g, _transposed(maps)), export=False)
+def resample(input: Tensor, maps: tuple) -> Tensor:
+    """The separable linear map `maps` (one (matrix, gather index or None) per trailing
+    spatial dim, `_axis_map`'s) applied to `input`; its derivative is the transposed map,
+    this op again."""
+    return _apply(input, maps)
 
 
-def _adjoint_name(name: str) -> str:
-    return name[:-9] if name.endswith("_backward") else name + "_backward"
-
-
-_resample_vjp.graph_node = lambda g, node: _resample_record(
-    _adjoint_name(node.kwargs["name"]), g, _transposed(node.kwargs["maps"]))
+def _shape(t) -> tuple:
+    return tuple(np.shape(t.data if isinstance(t, Tensor) else t))
 
 
 # ---- adaptive average pooling --------------------------------------------------------------
 def _adaptive_avg_map(size: int, n_out: int) -> tuple:
     """Rows averaging PyTorch's windows [floor(i*size/n_out), ceil((i+1)*size/n_out))."""
-    i = np.arange(n_out)
-    start, end = (i * size) // n_out, -((-(i + 1) * size) // n_out)
+    start, end = adaptive_bounds(size, n_out)
     cols = np.arange(size)
     inside = (cols >= start[:, None]) & (cols < end[:, None])
     return _axis_map(inside / (end - start)[:, None])
 
 
-def _adaptive_avg(name, nd, input, output_size) -> Tensor:
-    x = _raw(input)
-    if x.ndim not in (nd + 1, nd + 2) or 0 in x.shape[-nd:]:
+def _adaptive_maps(name, nd, shape, output_size) -> tuple:
+    if len(shape) not in (nd + 1, nd + 2) or 0 in shape[-nd:]:
         raise ValueError(f"{name}: expected a {nd + 1}-D or {nd + 2}-D input with non-empty "
-                         f"spatial dims, got shape {x.shape}")
-    sizes = tuple(x.shape[-nd:])
-    out = _adaptive_output_size(name, output_size, sizes)
-    return _resample_record(name, input, tuple(_adaptive_avg_map(n, o)
-                                               for n, o in zip(sizes, out)))
+                         f"spatial dims, got shape {tuple(shape)}")
+    sizes = tuple(shape[-nd:])
+    out = adaptive_output_size(name, output_size, sizes)
+    return tuple(_adaptive_avg_map(n, o) for n, o in zip(sizes, out))
 
 
-def adaptive_avg_pool1d(input, output_size) -> Tensor:
+def _floating(name: str, x) -> None:
+    if x.dtype.kind not in "fc":
+        raise NotImplementedError(f"{name}: not implemented for {x.dtype} input (a floating "
+                                  f"dtype, as PyTorch)")
+
+
+def _adaptive_avg(name, nd, input, output_size):
+    _floating(name, input)
+    maps = _adaptive_maps(name, nd, input.shape, output_size)
+    return Saved(_apply(input, maps), maps)
+
+
+@defop(formula=lambda g, ans, input, output_size: resample(g, _transposed(_adaptive_maps(
+       "adaptive_avg_pool1d", 1, _shape(input), output_size))), kernel=_transposed_apply,
+       module="torch.nn.functional", also=("torch",))
+def adaptive_avg_pool1d(input: Tensor, output_size) -> Tensor:
     """Mean over `output_size` adaptive windows of input (N, C, L) (or (C, L)): window i
-    spans [floor(i*L/out), ceil((i+1)*L/out)), PyTorch's. One node (a GEMM)."""
+    spans [floor(i*L/out), ceil((i+1)*L/out)), PyTorch's. One GEMM (the map's matrix)."""
     return _adaptive_avg("adaptive_avg_pool1d", 1, input, output_size)
 
 
-def adaptive_avg_pool2d(input, output_size) -> Tensor:
+@defop(formula=lambda g, ans, input, output_size: resample(g, _transposed(_adaptive_maps(
+       "adaptive_avg_pool2d", 2, _shape(input), output_size))), kernel=_transposed_apply,
+       module="torch.nn.functional")
+def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
     """Mean over adaptive windows of NCHW input (or CHW) giving `output_size` (int or
     pair; None keeps that input size): rows [floor(i*H/Ho), ceil((i+1)*H/Ho)), columns
-    alike, PyTorch's. Separable: one GEMM per spatial dim; the rule is the transposed
-    map."""
+    alike, PyTorch's. Separable: one GEMM per spatial dim; the derivative is the
+    transposed map."""
     return _adaptive_avg("adaptive_avg_pool2d", 2, input, output_size)
 
 
@@ -210,8 +232,51 @@ def _cubic_map(n_in, n_out, scale, align_corners) -> tuple:
     return _axis_map(m)
 
 
-def interpolate(input, size=None, scale_factor=None, mode: str = "nearest",
-                align_corners=None, recompute_scale_factor=None,
+def _interpolate_maps(shape, size, scale_factor, mode, align_corners, recompute,
+                      antialias) -> tuple:
+    """(output spatial sizes, scale factors per dim (None: from the sizes), the separable
+    maps) of `interpolate` on an input of `shape`, with PyTorch's checks."""
+    if mode not in _MODES:
+        raise ValueError(f"interpolate: mode must be one of {', '.join(_MODES)}, got "
+                         f"{mode!r}")
+    if antialias:
+        raise NotImplementedError("interpolate: antialias=True is not supported")
+    nd = len(shape) - 2
+    if nd < 1 or nd > 3:
+        raise ValueError(f"interpolate: expected a 3-D, 4-D or 5-D input (N, C, *spatial), "
+                         f"got shape {tuple(shape)}")
+    if mode in _LINEAR and _LINEAR[mode] != nd:
+        raise ValueError(f"interpolate: mode {mode!r} needs a {_LINEAR[mode] + 2}-D input, "
+                         f"got shape {tuple(shape)}")
+    if mode not in _LINEAR and align_corners is not None:
+        raise ValueError("interpolate: align_corners option can only be set with the "
+                         "interpolating modes: linear | bilinear | bicubic | trilinear")
+    sizes = tuple(shape[2:])
+    out, scales = _output_size(sizes, size, scale_factor, recompute, mode == "area")
+    if 0 in sizes:
+        raise ValueError(f"interpolate: input of shape {tuple(shape)} has an empty spatial "
+                         f"dim")
+    if mode == "area":
+        maps = tuple(_adaptive_avg_map(n, o) for n, o in zip(sizes, out))
+    elif mode in ("nearest", "nearest-exact"):
+        maps = tuple(_nearest_map(n, o, s, mode == "nearest-exact")
+                     for n, o, s in zip(sizes, out, scales))
+    else:
+        make = _cubic_map if mode == "bicubic" else _linear_map
+        maps = tuple(make(n, o, s, bool(align_corners)) for n, o, s in zip(sizes, out, scales))
+    return out, scales, maps
+
+
+def _interpolate_formula(g, ans, input, size, scale_factor, mode, align_corners,
+                         recompute_scale_factor, antialias):
+    maps = _interpolate_maps(_shape(input), size, scale_factor, mode, align_corners,
+                             recompute_scale_factor, antialias)[2]
+    return resample(g, _transposed(maps))
+
+
+@defop(formula=_interpolate_formula, kernel=_transposed_apply, module="torch.nn.functional")
+def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",
+                align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
                 antialias: bool = False) -> Tensor:
     """Resample the spatial dims of input (N, C, *spatial), PyTorch's `F.interpolate`.
 
@@ -219,40 +284,19 @@ def interpolate(input, size=None, scale_factor=None, mode: str = "nearest",
     factor); the factor also sets the source indices unless `recompute_scale_factor`).
     Modes: 'nearest' (source index floor(i * in/out), PyTorch's), 'nearest-exact',
     'linear' (3-D input), 'bilinear' and 'bicubic' (4-D), 'trilinear' (5-D), with
-    `align_corners`, and 'area' (adaptive average pooling). One node: a separable map (a
-    gather or a GEMM per spatial dim) whose rule is the transposed map.
+    `align_corners`, and 'area' (adaptive average pooling). A separable map (a gather or
+    a GEMM per spatial dim) whose derivative is the transposed map. A uint8 image keeps
+    its dtype (nearest, bilinear, bicubic), rounded as PyTorch rounds it.
     """
-    x = _raw(input)
-    if mode not in _MODES:
-        raise ValueError(f"interpolate: mode must be one of {', '.join(_MODES)}, got "
-                         f"{mode!r}")
-    if antialias:
-        raise NotImplementedError("interpolate: antialias=True is not supported")
-    nd = x.ndim - 2
-    if nd < 1 or nd > 3:
-        raise ValueError(f"interpolate: expected a 3-D, 4-D or 5-D input (N, C, *spatial), "
-                         f"got shape {x.shape}")
-    if mode in _LINEAR and _LINEAR[mode] != nd:
-        raise ValueError(f"interpolate: mode {mode!r} needs a {_LINEAR[mode] + 2}-D input, "
-                         f"got shape {x.shape}")
-    if mode not in _LINEAR and align_corners is not None:
-        raise ValueError("interpolate: align_corners option can only be set with the "
-                         "interpolating modes: linear | bilinear | bicubic | trilinear")
-    sizes = tuple(x.shape[2:])
-    out, scales = _output_size(sizes, size, scale_factor, recompute_scale_factor,
-                               mode == "area")
-    if 0 in sizes:
-        raise ValueError(f"interpolate: input of shape {x.shape} has an empty spatial dim")
-    if mode == "area":
-        return _resample_record("interpolate", input, tuple(
-            _adaptive_avg_map(n, o) for n, o in zip(sizes, out)))
-    if mode in ("nearest", "nearest-exact"):
-        maps = tuple(_nearest_map(n, o, s, mode == "nearest-exact")
-                     for n, o, s in zip(sizes, out, scales))
-    else:
-        make = _cubic_map if mode == "bicubic" else _linear_map
-        maps = tuple(make(n, o, s, bool(align_corners)) for n, o, s in zip(sizes, out, scales))
-    return _resample_record("interpolate", input, maps)
+    out, scales, maps = _interpolate_maps(input.shape, size, scale_factor, mode, align_corners,
+                                          recompute_scale_factor, antialias)
+    if input.dtype.kind not in "fc" and mode not in ("nearest", "nearest-exact"):
+        if input.dtype != np.uint8 or mode not in ("bilinear", "bicubic"):
+            raise NotImplementedError(f"interpolate: mode {mode!r} is not implemented for "
+                                      f"{input.dtype} input (PyTorch's: floating dtypes, "
+                                      f"and uint8 for bilinear and bicubic)")
+        return _uint8_resize(input, out, scales, mode == "bicubic", bool(align_corners))
+    return Saved(_apply(input, maps), maps)
 
 
 def _output_size(sizes, size, scale_factor, recompute, area) -> tuple:
@@ -285,10 +329,104 @@ def _output_size(sizes, size, scale_factor, recompute, area) -> tuple:
     return out, tuple(float(s) for s in sf)
 
 
-def upsample(input, size=None, scale_factor=None, mode: str = "nearest",
-             align_corners=None) -> Tensor:
+# ---- uint8 images: PyTorch's (Pillow's) fixed-point separable resize -------------------------
+def _linear_filter(x: float) -> float:
+    x = abs(x)
+    return 1.0 - x if x < 1.0 else 0.0
+
+
+def _cubic_filter(x: float, a: float = -0.75) -> float:
+    """Cubic convolution (A = -0.75, the float path's), PyTorch's evaluation order."""
+    x = abs(x)
+    if x < 1.0:
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+    if x < 2.0:
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return 0.0
+
+
+def _int16_weights(n_in: int, n_out: int, scale, cubic: bool, align_corners: bool) -> tuple:
+    """(first input index per output (n_out,), int weights (n_out, k), precision) of one
+    dim, PyTorch's `_compute_indices_min_size_weights` and `_compute_index_ranges_int16_
+    weights`: the float path's source index and weights, those of taps outside the input
+    folded onto the border tap, in fixed point at the precision the largest (running)
+    weight allows in int16."""
+    k = 4 if cubic else 2
+    if align_corners:
+        s = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        real = s * np.arange(n_out)
+    else:
+        s = 1.0 / scale if scale else n_in / n_out
+        real = s * (np.arange(n_out) + 0.5) - 0.5
+        if not cubic:
+            real = np.maximum(real, 0.0)
+    # guard_index_and_lambda (its floor is floorf: of the index as a float32)
+    index = np.minimum(np.floor(real.astype(np.float32)).astype(np.int64), n_in - 1)
+    lam = np.clip(real - index, 0.0, 1.0)
+    support = k // 2
+    lo = index - support + 1
+    first = np.maximum(lo, 0)
+    size = np.clip(np.minimum(index + support + 1, n_in) - first, 0, k)
+    filt = _cubic_filter if cubic else _linear_filter
+    w = np.zeros((n_out, k))
+    w_max = 0.0
+    for i in range(n_out):                 # small: one row of k taps per output
+        at = 0
+        for j in range(k):
+            if lo[i] + j <= 0:
+                at = 0
+            elif lo[i] + j >= n_in - 1:
+                at = size[i] - 1
+            w[i, at] += filt(j + 1 - support - lam[i])
+            w_max = max(w_max, w[i, at])
+            at += 1
+    precision = 0
+    while precision < 22 and int(0.5 + w_max * (1 << (precision + 1))) < (1 << 15):
+        precision += 1
+    v = w * (1 << precision)
+    return first, np.trunc(v + np.where(v < 0, -0.5, 0.5)).astype(np.int64), precision
+
+
+def _uint8_resize(x: np.ndarray, out: tuple, scales: tuple, cubic: bool,
+                  align_corners: bool) -> np.ndarray:
+    """A uint8 image resized per spatial dim (the last first; a dim of unchanged size is
+    left alone), each pass rounding into a uint8 intermediate: out = clamp((sum w_int *
+    x + 2^(p-1)) >> p, 0, 255), PyTorch's bilinear/bicubic on uint8."""
+    y = x
+    nd = len(out)
+    for d in reversed(range(nd)):
+        axis = y.ndim - nd + d
+        n_in = y.shape[axis]
+        if out[d] == n_in:
+            continue
+        xmin, w, p = _int16_weights(n_in, out[d], scales[d], cubic, align_corners)
+        shape = [1] * y.ndim
+        shape[axis] = out[d]
+        acc = np.full(1, 1 << (p - 1), np.int64) if p else np.zeros(1, np.int64)
+        for j in range(w.shape[1]):
+            src = np.take(y, np.minimum(xmin + j, n_in - 1), axis=axis).astype(np.int64)
+            acc = acc + src * w[:, j].reshape(shape)
+        y = np.clip(acc >> p, 0, 255).astype(np.uint8)
+    return y if y is not x else x.copy()
+
+
+@composite(module="torch.nn.functional")
+def upsample(input, size=None, scale_factor=None, mode: str = "nearest", align_corners=None):
     """`interpolate` (PyTorch's deprecated alias)."""
     return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+@composite(module="torch.nn.functional")
+def upsample_nearest(input, size=None, scale_factor=None):
+    """`interpolate(..., mode='nearest')` (PyTorch's deprecated alias)."""
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+@composite(module="torch.nn.functional")
+def upsample_bilinear(input, size=None, scale_factor=None):
+    """`interpolate(..., mode='bilinear', align_corners=True)` (PyTorch's deprecated
+    alias)."""
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
 
 
 # ---- pixel shuffle ---------------------------------------------------------------------------
@@ -298,7 +436,7 @@ def _shuffle(x: np.ndarray, r: int) -> np.ndarray:
     k = len(lead)
     v = x.reshape(*lead, c // (r * r), r, r, h, w)
     v = v.transpose(tuple(range(k)) + (k, k + 3, k + 1, k + 4, k + 2))
-    out = _empty(tuple(lead) + (c // (r * r), h, r, w, r), x.dtype)
+    out = empty(tuple(lead) + (c // (r * r), h, r, w, r), x.dtype)
     np.copyto(out, v)
     return out.reshape(*lead, c // (r * r), h * r, w * r)
 
@@ -309,48 +447,32 @@ def _unshuffle(x: np.ndarray, r: int) -> np.ndarray:
     k = len(lead)
     v = x.reshape(*lead, c, h // r, r, w // r, r)
     v = v.transpose(tuple(range(k)) + (k, k + 2, k + 4, k + 1, k + 3))
-    out = _empty(tuple(lead) + (c, r, r, h // r, w // r), x.dtype)
+    out = empty(tuple(lead) + (c, r, r, h // r, w // r), x.dtype)
     np.copyto(out, v)
     return out.reshape(*lead, c * r * r, h // r, w // r)
 
 
-def _pixel_shuffle_vjp(g, r):
-    return _unshuffle(g, r)
-
-
-def _pixel_unshuffle_vjp(g, r):
-    return _shuffle(g, r)
-
-
-_pixel_shuffle_vjp.graph_node = lambda g, node: pixel_unshuffle(g, node.kwargs["r"])
-_pixel_unshuffle_vjp.graph_node = lambda g, node: pixel_shuffle(g, node.kwargs["r"])
-
-
-def _factor(v, name, what) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-        raise ValueError(f"{name}: {what} must be a positive integer, got {v!r}")
-    return int(v)
-
-
-def pixel_shuffle(input, upscale_factor: int) -> Tensor:
+@defop(formula=lambda g, ans, input, upscale_factor: pixel_unshuffle(g, upscale_factor),
+       module="torch.nn.functional", also=("torch",))
+def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
     """(*, C*r*r, H, W) -> (*, C, H*r, W*r), r = upscale_factor (PyTorch's: output
-    [c, h*r + i, w*r + j] = input[c*r*r + i*r + j, h, w]). Its rule is pixel_unshuffle."""
-    x = _raw(input)
-    r = _factor(upscale_factor, "pixel_shuffle", "upscale_factor")
-    if x.ndim < 3 or x.shape[-3] % (r * r):
+    [c, h*r + i, w*r + j] = input[c*r*r + i*r + j, h, w]): one transposing copy. Its
+    derivative is pixel_unshuffle."""
+    r = positive_int(upscale_factor, "upscale_factor", "pixel_shuffle")
+    if input.ndim < 3 or input.shape[-3] % (r * r):
         raise ValueError(f"pixel_shuffle: expected input (*, C*{r * r}, H, W) with channels "
-                         f"divisible by upscale_factor**2 = {r * r}, got shape {x.shape}")
-    return record("pixel_shuffle", _shuffle(x, r), (input,), (_pixel_shuffle_vjp,),
-                  kwargs=dict(r=r))
+                         f"divisible by upscale_factor**2 = {r * r}, got shape "
+                         f"{input.shape}")
+    return _shuffle(input, r)
 
 
-def pixel_unshuffle(input, downscale_factor: int) -> Tensor:
+@defop(formula=lambda g, ans, input, downscale_factor: pixel_shuffle(g, downscale_factor),
+       module="torch.nn.functional", also=("torch",))
+def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
     """(*, C, H*r, W*r) -> (*, C*r*r, H, W), r = downscale_factor: pixel_shuffle's
-    inverse, and its rule."""
-    x = _raw(input)
-    r = _factor(downscale_factor, "pixel_unshuffle", "downscale_factor")
-    if x.ndim < 3 or x.shape[-2] % r or x.shape[-1] % r:
+    inverse (one transposing copy), and its derivative."""
+    r = positive_int(downscale_factor, "downscale_factor", "pixel_unshuffle")
+    if input.ndim < 3 or input.shape[-2] % r or input.shape[-1] % r:
         raise ValueError(f"pixel_unshuffle: expected input (*, C, H, W) with H and W "
-                         f"divisible by downscale_factor {r}, got shape {x.shape}")
-    return record("pixel_unshuffle", _unshuffle(x, r), (input,), (_pixel_unshuffle_vjp,),
-                  kwargs=dict(r=r))
+                         f"divisible by downscale_factor {r}, got shape {input.shape}")
+    return _unshuffle(input, r)

@@ -1,11 +1,11 @@
 """`max_unpool1d`, `max_unpool2d` (PyTorch's): the values of a max pooling put back at the
 positions its `return_indices=True` gave, zeros elsewhere.
 
-One op: zeros with the values written at flat indices (PyTorch's `scatter_`: an index that
-repeats, as overlapping pooling windows give, is written once more with the same maximum, not
-added), whose rule is a gather at the same indices (what PyTorch computes); the rule's
-differentiable form is a recorded gather (`getitem`), whose own rule is a scatter-add, so every
-order of gradient works.
+Composites (`primitive.composite`) of one op, `put_flat` (nn/_pool.py): zeros with the
+values written at flat indices (PyTorch's `scatter_`: an index that repeats, as overlapping
+pooling windows give, is written once more with the same maximum, not added), whose
+derivative is a gather at the same indices (`take_flat`, what PyTorch computes), whose own
+derivative is a scatter-add, so every order of gradient works.
 
 Thread safety: pure functions.
 """
@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops import shape as S
-from ..primitive import primitive
-from ..tensor import Tensor
-from ._conv import _ntuple
-from .functional import _zeros
+from ..ops._common import array
+from ..primitive import composite
+from ._pool import put_flat
+from ._windows import ntuple
 
 __all__ = ["max_unpool1d", "max_unpool2d"]
 
@@ -48,8 +47,7 @@ def _output_size(name, spatial, kernel, stride, padding, output_size) -> tuple:
 
 
 def _max_unpool(name, nd, input, indices, kernel_size, stride, padding, output_size):
-    x = input.data if isinstance(input, Tensor) else np.asarray(input)
-    idx = indices.data if isinstance(indices, Tensor) else np.asarray(indices)
+    x, idx = array(input), array(indices)
     if x.ndim not in (nd + 1, nd + 2):
         raise ValueError(f"{name}: expected a {nd + 1}-D or {nd + 2}-D input, got {x.ndim}-D")
     if x.dtype.kind != "f":
@@ -59,9 +57,9 @@ def _max_unpool(name, nd, input, indices, kernel_size, stride, padding, output_s
     if idx.shape != x.shape:
         raise ValueError(f"{name}: expected indices of the input's shape {x.shape}, got "
                          f"{idx.shape}")
-    kernel = _ntuple(kernel_size, nd, "kernel_size", name, 1)
-    stride = kernel if stride is None else _ntuple(stride, nd, "stride", name, 1)
-    padding = _ntuple(padding, nd, "padding", name, 0)
+    kernel = ntuple(kernel_size, nd, "kernel_size", name, 1)
+    stride = kernel if stride is None else ntuple(stride, nd, "stride", name, 1)
+    padding = ntuple(padding, nd, "padding", name, 0)
     out = _output_size(name, x.shape[-nd:], kernel, stride, padding, output_size)
     lead = x.shape[:-nd]
     per = int(np.prod(out))
@@ -72,21 +70,10 @@ def _max_unpool(name, nd, input, indices, kernel_size, stride, padding, output_s
                          f"size {'x'.join(map(str, out))})")
     # flat indices into all the output planes: one int array of the input's size
     flat = (planes + (np.arange(planes.shape[0]) * per)[:, None]).reshape(-1)
-    y = _unpool(S.reshape(input, (-1,)), flat=flat, size=planes.shape[0] * per)
-    return S.reshape(y, lead + out)
+    return put_flat(input, flat.reshape(x.shape), lead + out, False)
 
 
-def _unpool_forward(x, flat, size):
-    out = _zeros((size,), x.dtype)  # 2 passes: the zeros, then the values written at flat
-    out[flat] = x
-    return out
-
-
-_unpool = primitive("max_unpool", _unpool_forward, lambda g, ans, x, flat, size: g[flat],
-                    cost=lambda ans, x, *_: ans.size + x.size)
-_unpool.vjps[0].graph = lambda g, ans, x, flat, size: S.getitem(g, flat)
-
-
+@composite(module="torch.nn.functional")
 def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
     """The inverse of `max_pool1d(..., return_indices=True)` (PyTorch's): (N, C, L) or
     (C, L) values at their indices in an output of length (L - 1) * stride - 2 * padding +
@@ -95,6 +82,7 @@ def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_siz
                        output_size)
 
 
+@composite(module="torch.nn.functional")
 def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
     """The inverse of `max_pool2d(..., return_indices=True)` (PyTorch's): (N, C, H, W) or
     (C, H, W) values at their flat per-plane indices in planes of (H - 1) * stride -

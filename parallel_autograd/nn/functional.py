@@ -27,25 +27,30 @@ from ..primitive import exports as _exports
 from ..primitive import record
 from ..random import SegmentDraws, resolve_generator
 from ..tensor import Tensor
+# The spatial families, each op declared once in its file (`primitive.defop`/`composite`):
+# convolutions, pooling, resampling, padding.
+from ._conv import (conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d,
+                    conv_transpose3d, fold, unfold)
+from ._lppool import lp_pool1d, lp_pool2d, lp_pool3d
+from ._pad import pad
+from ._pool import (adaptive_max_pool1d, adaptive_max_pool2d, avg_pool1d, avg_pool2d,
+                    max_pool1d, max_pool2d)
+from ._pool3d import adaptive_avg_pool3d, adaptive_max_pool3d, avg_pool3d, max_pool3d
+from ._resample import (adaptive_avg_pool1d, adaptive_avg_pool2d, interpolate, pixel_shuffle,
+                        pixel_unshuffle, upsample, upsample_bilinear, upsample_nearest)
+from ._unpool import max_unpool1d, max_unpool2d
 
 __all__ = [
-    "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
-    "conv_transpose3d", "unfold", "fold", "max_pool1d", "max_pool2d", "avg_pool1d",
-    "avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_avg_pool1d",
-    "adaptive_avg_pool2d", "interpolate", "upsample", "pixel_shuffle", "pixel_unshuffle",
-    "layer_norm", "rms_norm", "embedding",
+    "linear", "layer_norm", "rms_norm", "embedding",
     "dropout", "nll_loss", "cross_entropy", "mse_loss", "scaled_dot_product_attention",
     "softmax", "log_softmax",
     "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
     "binary_cross_entropy_with_logits", "kl_div", "cosine_embedding_loss",
     "margin_ranking_loss", "triplet_margin_loss", "batch_norm", "instance_norm",
     "group_norm", "local_response_norm",
-    "pad", "max_unpool1d", "max_unpool2d",
-    "max_pool3d", "avg_pool3d", "adaptive_max_pool3d", "adaptive_avg_pool3d",
-    "lp_pool1d", "lp_pool2d", "lp_pool3d",
 ]
-
-# The declared ops of PyTorch's `torch.nn.functional` (`defop(module=...)`): the activations
+# The declared ops of PyTorch's `torch.nn.functional` (`defop(module=...)`): the activations,
+# the spatial families above, ...
 globals().update(_exports("torch.nn.functional"))
 __all__.extend(sorted(set(_exports("torch.nn.functional")) - set(__all__)))
 
@@ -146,13 +151,6 @@ def linear(input, weight, bias=None):
     if bias is not None and len(inputs) == 2:      # a bias that broadcasts the output up
         out = out + bias
     return out
-
-
-# ---- convolution and pooling: nn/_conv.py, nn/_pool.py, nn/_resample.py (imported at the
-# end). Their block sizes live here (tests shrink them): columns per chunk of the conv
-# forward (cache resident for its GEMM), and input planes per block of the pools.
-_COLS_BYTES = 1 << 22
-_BLOCK_BYTES = 1 << 21
 
 
 # ---- normalization ---------------------------------------------------------------------
@@ -750,15 +748,3 @@ from ._losses import (binary_cross_entropy, binary_cross_entropy_with_logits,  #
                       cosine_embedding_loss, cross_entropy, huber_loss, kl_div, l1_loss,
                       margin_ranking_loss, nll_loss, smooth_l1_loss, triplet_margin_loss)
 from ._norms import batch_norm, group_norm, instance_norm, local_response_norm  # noqa: E402
-# Convolution, pooling and resampling (nn/_conv.py, nn/_pool.py, nn/_resample.py).
-from ._conv import (conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d,  # noqa: E402
-                    conv_transpose3d, fold, unfold)
-from ._pool import (adaptive_max_pool1d, adaptive_max_pool2d, avg_pool1d,  # noqa: E402
-                    avg_pool2d, max_pool1d, max_pool2d)
-from ._resample import (adaptive_avg_pool1d, adaptive_avg_pool2d, interpolate,  # noqa: E402
-                        pixel_shuffle, pixel_unshuffle, upsample)
-from ._pad import pad  # noqa: E402
-from ._unpool import max_unpool1d, max_unpool2d  # noqa: E402
-from ._pool3d import (adaptive_avg_pool3d, adaptive_max_pool3d, avg_pool3d,  # noqa: E402
-                      max_pool3d)
-from ._lppool import lp_pool1d, lp_pool2d, lp_pool3d  # noqa: E402

@@ -5,11 +5,10 @@ fused rules save other values than `(ans, *inputs)`, so theirs are `rule.graph_n
 node)` (or `joint.graph(g, node)`), which rebuild the inputs they differentiate through
 with `graph_input`. Two kinds:
 
-- Linear and bilinear maps get their adjoint as an op of its own, with fast numpy rules
-  that are again the other ops of the family, so any order of derivative runs the fused
-  kernels: the pools (`avg_pool2d_backward`, max pooling's scatter), embedding's scatter,
-  and conv2d's trio `conv2d` / `conv2d_input_backward` / `conv2d_weight_backward`
-  (PyTorch's double backward of convolution: each map's partial adjoints are the others).
+- Linear maps get their adjoint as an op of its own, with fast numpy rules that are
+  again the other ops of the family, so any order of derivative runs the fused kernels:
+  embedding's scatter. (The convolutions, pools, resampling and padding are declared
+  ops whose formulas are written where they are: nn/_conv.py, nn/_pool.py, ...)
 - The rest (layer_norm, rms_norm, the softmax losses, attention) are written as the
   formulas of their fast rules with ops on Tensors, recomputing what the node saved from
   the inputs where the derivative needs it (each row's mean and 1/std, the softmax).
@@ -65,14 +64,6 @@ def _linear_w(g, node):
 F._linear_vjp_x.graph_node = _linear_x
 F._linear_vjp_w.graph_node = _linear_w
 F._linear_vjp_b.graph_node = lambda g, node: g  # graph_fit sums it to the bias's shape
-
-
-# ---- convolution and pooling: their forms live with their kernels (nn/_conv.py: conv's
-# trio B / Bx* / Bw*, unfold / fold; nn/_pool.py: max pooling's scatter, avg pooling and
-# its adjoint; nn/_resample.py: the separable maps and their transposes) ------------------
-from ._conv import (conv2d_input_backward, conv2d_weight_backward,  # noqa: E402,F401
-                    conv_input_backward, conv_weight_backward)
-from ._pool import avg_pool2d_backward  # noqa: E402,F401
 
 
 # ---- normalization -------------------------------------------------------------------------

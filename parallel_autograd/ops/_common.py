@@ -19,7 +19,7 @@ from ..tensor import Tensor
 
 __all__ = ["P", "empty", "raw", "array", "const", "buf", "fused", "as_float", "weak",
            "quiet", "dim", "dims", "reduction_dims", "kept_shape", "as_dtype",
-           "accumulate_dtype", "BLOCK"]
+           "accumulate_dtype", "BLOCK", "zeros", "copy", "reshape"]
 
 
 def raw(x):
@@ -162,3 +162,29 @@ def accumulate_dtype(x: np.ndarray, dtype, op: str):
     if dtype is not None:
         return as_dtype(dtype, op)
     return np.dtype(np.int64) if x.dtype.kind in "biu" else None
+
+
+# ---- cached-memory array helpers (the layers' kernels: nn/) -----------------------------------
+def zeros(shape, dtype) -> np.ndarray:
+    """`np.zeros(shape, dtype)` from the cache: an empty array and one zero-filling pass."""
+    z = empty(shape, dtype)
+    z.fill(0)
+    return z
+
+
+def copy(a) -> np.ndarray:
+    """`a.copy()` (C order) into cached memory."""
+    c = empty(np.shape(a), np.result_type(a))
+    np.copyto(c, a)
+    return c
+
+
+def reshape(a, shape) -> np.ndarray:
+    """`a.reshape(shape)`: a view when numpy can make one, else numpy's copy (C order)
+    made in cached memory."""
+    try:
+        return a.reshape(shape, copy=False)
+    except TypeError:                                 # numpy < 2.1: no copy keyword
+        return a.reshape(shape)
+    except ValueError:                                # a view is impossible: a copy
+        return copy(a).reshape(shape)
