@@ -48,7 +48,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .engine.cost import gemm_cost
+from .costs import gemm_cost
 from .grad_mode import is_grad_enabled
 from .memory import empty, empty_like
 from .memory import matmul as _mm

@@ -4,7 +4,8 @@ Ops estimate their backward work when they record a node (`Node.cost`, about
 nanoseconds on one core; default: the output's size) and mark rules that run
 multithreaded BLAS kernels (`Node.threaded`). `decide` reads those estimates and the
 engine's thresholds and returns a `Decision`: run sequentially (and why), or in
-parallel with which accumulation. The machine constants live here and nowhere else.
+parallel with which accumulation. The machine constants live in the leaf module
+`parallel_autograd/costs.py` (the ops read them too, without importing the engine).
 
 Thread safety: everything here is pure, except that `decide` asks `blas` for the
 process's BLAS thread count.
@@ -14,18 +15,10 @@ from __future__ import annotations
 import os
 import sys
 
+# the machine constants' home is the leaf `costs`; re-exported here for the engine's callers
+from ..costs import BLAS_FLOPS_PER_NS, gemm_cost  # noqa: F401
 from . import blas
 from .accumulate import backward_order
-
-#: Floating-point operations per nanosecond one core's BLAS sustains on a GEMM (measured
-#: on the development machine, about 30). Converts GEMM flops to `Node.cost` units.
-BLAS_FLOPS_PER_NS = 32
-
-
-def gemm_cost(out_size: int, inner: int) -> float:
-    """Backward cost of a product with `out_size` output elements summing over `inner`:
-    two GEMMs of the forward's size (one per input gradient), 2 flops per multiply-add."""
-    return 4 * max(out_size, 1) * inner / BLAS_FLOPS_PER_NS
 
 
 def usable_cores() -> int:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.cost import gemm_cost
+from ..costs import gemm_cost
 from ..memory import matmul as _mm
 from ..primitive import primitive
 
