@@ -199,7 +199,7 @@ class OpDef:
         cost = self.cost
         joint = type(kernels) is not tuple
         return record(self.name, ans, args, None if joint else kernels, saved, params or None,
-                      kernels if joint else None,
+                      kernels.fn if joint else None,
                       None if cost is None else cost(ans, *arrays, **(params or {})),
                       self.threaded, self)
 
@@ -269,7 +269,8 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
     spec.cost, spec.threaded = cost, threaded
     spec.torch_name = torch_name or spec.name
     spec.aliases = tuple(aliases)
-    spec.family = forward.__module__.rsplit(".", 1)[-1]
+    # the family: its module under ops/ (a package's name for the modules inside it)
+    spec.family = forward.__module__.split(".ops.", 1)[-1].split(".")[0]
     sig = inspect.signature(forward)
     names = list(sig.parameters)
     if composite:
