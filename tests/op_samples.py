@@ -18,13 +18,26 @@ import numpy as np
 
 class Sample:
     """One call: `args` (arrays: tensors), `kwargs`; `grad` the positions of `args` that
-    require grad (None: every float array among the op's differentiable inputs)."""
+    require grad (None: every float array among the op's differentiable inputs). Optional,
+    written with operators that work on either library's tensors: `prep` maps the argument
+    list to the one passed (a symmetric matrix for an op that reads one triangle, as
+    cholesky, whose gradient is symmetric while finite differences see the triangle);
+    `post` maps the result to what is compared and differentiated (eigenvectors squared:
+    their signs are arbitrary)."""
 
-    def __init__(self, *args, grad=None, **kwargs):
+    def __init__(self, *args, grad=None, prep=None, post=None, **kwargs):
         # numpy gives scalars for size=(): 0-d arrays, so that they become 0-d tensors
         self.args = tuple(np.asarray(a) if isinstance(a, (np.ndarray, np.generic)) else a
                           for a in args)
-        self.kwargs, self.grad = kwargs, grad
+        self.kwargs, self.grad, self.prep, self.post = kwargs, grad, prep, post
+
+    def call(self, fn, args):
+        """`fn` (pa's op or torch's) on `args` and the keyword arguments, with `prep` and
+        `post` applied."""
+        if self.prep is not None:
+            args = self.prep(list(args))
+        out = fn(*args, **self.kwargs)
+        return out if self.post is None else self.post(out)
 
     def __repr__(self):
         shapes = [a.shape if isinstance(a, np.ndarray) else a for a in self.args]

@@ -5,6 +5,11 @@ gradcheck and gradgradcheck pass; the kernel (where one is declared) equals the 
 first order; both engines give bitwise the same gradients; the Tensor method exists where
 PyTorch's Tensor has one; docs/ops.md's op table lists it; and, with torch installed,
 values, gradients and result dtypes equal PyTorch's.
+
+Composites (`primitive.composite`) that have samples get the same checks on what they
+return (a Tensor or a tuple of them, e.g. eigh's): gradcheck and gradgradcheck through
+their differentiable outputs, kernel == formula on the nodes they record, engines bitwise,
+the method, the docs line and PyTorch's values, gradients and dtypes.
 """
 from __future__ import annotations
 
@@ -23,8 +28,15 @@ IDS = [f"{op.module}.{op.name}" for op in OPS]
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+def _key(op) -> str:
+    """The op's samples: `SAMPLES["<module>.<name>"]` where two ops share a name (torch.cross
+    and torch.linalg.cross), else `SAMPLES[name]`."""
+    qualified = f"{op.module}.{op.name}"
+    return qualified if qualified in SAMPLES else op.name
+
+
 def _samples(op):
-    make = SAMPLES.get(op.name)
+    make = SAMPLES.get(_key(op))
     assert make is not None, (f"{op.name}: no samples in tests/op_samples.py (every declared "
                               f"op needs them: its gradient checks run on them)")
     return make(np.random.default_rng(abs(hash(op.name)) % 2**32))
@@ -33,18 +45,18 @@ def _samples(op):
 def _tensors(op, sample, dtype=np.float64):
     """The sample's arguments, arrays as Tensors (the op's differentiable inputs that
     are arrays require grad), and the indices of those that do."""
-    names = op.inputs
+    n = len(sample.args) if op.composite else len(op.inputs)
     want = sample.grad
     if want is None:
         want = [i for i, a in enumerate(sample.args)
-                if i < len(names) and isinstance(a, np.ndarray) and a.dtype.kind == "f"]
+                if i < n and isinstance(a, np.ndarray) and a.dtype.kind == "f"]
     args = [pa.tensor(a.astype(dtype) if a.dtype.kind == "f" else a, requires_grad=i in want)
             if isinstance(a, np.ndarray) else a for i, a in enumerate(sample.args)]
     return args, want
 
 
-def _call(op, args, kwargs):
-    return op.fn(*args, **kwargs)
+def _call(op, args, sample):
+    return sample.call(op.fn, args)
 
 
 @pytest.mark.parametrize("op", OPS, ids=IDS)
@@ -66,7 +78,7 @@ def test_gradcheck_and_gradgradcheck(op):
         args, want = _tensors(op, sample)
         if not want:
             continue
-        fn = (lambda *a: _call(op, a, sample.kwargs))
+        fn = (lambda *a: _call(op, a, sample))
         assert pa.gradcheck(fn, args), sample
         assert pa.gradgradcheck(fn, args), sample
 
@@ -80,26 +92,30 @@ def test_kernel_equals_formula_at_first_order(op):
         args, want = _tensors(op, sample)
         if not want:
             continue
-        y = _call(op, args, sample.kwargs)
-        node = y.grad_fn
-        g = np.random.default_rng(1).uniform(0.5, 1.5, y.shape)
-        params = node.kwargs or {}
-        saved = node.saved
-        n = len(op.inputs)
-        if isinstance(op.formulas, Joint):
-            kernel = node.joint(g, *saved, **params)
-            formula = op.formulas.fn(g, *saved[:n + 1], **params)
-            pairs = list(zip(kernel, formula))
-        else:
-            pairs = [(node.vjps[i](g, *saved, **params),
-                      op.formulas[i](g, *saved[:n + 1], **params))
-                     for i in range(n) if node.vjps[i] is not None]
-        for k, f in pairs:
-            if k is None and f is None:
-                continue
-            f = f.data if isinstance(f, pa.Tensor) else np.asarray(f)
-            np.testing.assert_allclose(np.broadcast_to(k, np.shape(f)), f, rtol=1e-12,
-                                       atol=1e-14, err_msg=f"{op.name} {sample}")
+        y = _call(op, args, sample)
+        _check_kernel(y.grad_fn, op, f"{op.name} {sample}")
+
+
+def _check_kernel(node, op, where: str) -> None:
+    """`node`'s kernels (the op's) against the op's formulas run on the same arrays."""
+    g = np.random.default_rng(1).uniform(0.5, 1.5, np.shape(node.saved[0]))
+    params = node.kwargs or {}
+    saved = node.saved
+    n = len(op.inputs)
+    if isinstance(op.formulas, Joint):
+        kernel = node.joint(g, *saved, **params)
+        formula = op.formulas.fn(g, *saved[:n + 1], **params)
+        pairs = list(zip(kernel, formula))
+    else:
+        pairs = [(node.vjps[i](g, *saved, **params),
+                  op.formulas[i](g, *saved[:n + 1], **params))
+                 for i in range(n) if node.vjps[i] is not None]
+    for k, f in pairs:
+        if k is None and f is None:
+            continue
+        f = f.data if isinstance(f, pa.Tensor) else np.asarray(f)
+        np.testing.assert_allclose(np.broadcast_to(k, np.shape(f)), f, rtol=1e-12,
+                                   atol=1e-14, err_msg=where)
 
 
 def _scaled_sum_joint(g, ans, x, y, w):
@@ -136,7 +152,7 @@ def test_both_engines_agree_bitwise(op):
             if not want:
                 continue
             leaves = [args[i] for i in want]
-            y = _call(op, args, sample.kwargs)
+            y = _call(op, args, sample)
             w = np.random.default_rng(2).uniform(0.5, 1.5, y.shape)
             loss = (y * pa.tensor(w)).sum()
             seq = pa.grad(loss, leaves, retain_graph=True)
@@ -189,8 +205,8 @@ def test_values_gradients_and_dtypes_equal_pytorchs(op):
         args, want = _tensors(op, sample)
         targs = [torch.tensor(a.data, requires_grad=a.requires_grad)
                  if isinstance(a, pa.Tensor) else a for a in args]
-        y = _call(op, args, sample.kwargs)
-        ty = tfn(*targs, **sample.kwargs)
+        y = _call(op, args, sample)
+        ty = sample.call(tfn, targs)
         np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=1e-10, atol=1e-12,
                                    err_msg=f"{op.name} {sample}")
         assert str(y.dtype) == str(ty.dtype).replace("torch.", ""), (op.name, sample)
@@ -200,6 +216,98 @@ def test_values_gradients_and_dtypes_equal_pytorchs(op):
         gs = pa.grad(y, [args[i] for i in want], grad_outputs=w, allow_unused=True)
         tgs = torch.autograd.grad(ty, [targs[i] for i in want],
                                   grad_outputs=torch.tensor(w), allow_unused=True)
+        for a, b in zip(gs, tgs):
+            b = np.zeros_like(np.asarray(a)) if b is None else b.numpy()
+            np.testing.assert_allclose(np.asarray(a), b, rtol=1e-10, atol=1e-12,
+                                       err_msg=f"{op.name} {sample}")
+
+
+# ---- composites with samples: the same checks on what they return ----------------------------
+COMPOSITES = [op for op in REGISTRY if op.export and op.composite and _key(op) in SAMPLES]
+CIDS = [f"{op.module}.{op.name}" for op in COMPOSITES]
+
+
+def _outputs(y) -> list:
+    """A composite's result as a list (a Tensor, or a tuple's elements)."""
+    return list(y) if isinstance(y, tuple) else [y]
+
+
+def _differentiable(y) -> list:
+    return [t for t in _outputs(y) if isinstance(t, pa.Tensor) and t.requires_grad]
+
+
+def _flat(y):
+    """The differentiable outputs, flattened and joined (what gradcheck differentiates)."""
+    return pa.concat([pa.reshape(t, (-1,)) for t in _differentiable(y)])
+
+
+@pytest.mark.parametrize("op", COMPOSITES, ids=CIDS)
+def test_composite_gradcheck_gradgradcheck_and_kernels(op):
+    for sample in _samples(op):
+        args, want = _tensors(op, sample)
+        if not want or not _differentiable(_call(op, args, sample)):
+            continue
+        fn = (lambda *a: _flat(_call(op, a, sample)))
+        assert pa.gradcheck(fn, args), sample
+        assert pa.gradgradcheck(fn, args), sample
+        for t in _differentiable(_call(op, args, sample)):
+            node = t.grad_fn
+            if node.op is not None and node.op.has_kernel:
+                _check_kernel(node, node.op, f"{op.name} -> {node.name} {sample}")
+
+
+@pytest.mark.parametrize("op", COMPOSITES, ids=CIDS)
+def test_composite_engines_agree_bitwise(op):
+    eng = pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0)
+    try:
+        for sample in _samples(op):
+            args, want = _tensors(op, sample)
+            outs = _differentiable(_call(op, args, sample)) if want else []
+            if not outs:
+                continue
+            rng = np.random.default_rng(2)
+            loss = sum((t * pa.tensor(rng.uniform(0.5, 1.5, t.shape))).sum() for t in outs)
+            leaves = [args[i] for i in want]
+            seq = pa.grad(loss, leaves, retain_graph=True, allow_unused=True)
+            par = eng.grad(loss, leaves, allow_unused=True)
+            for a, b in zip(seq, par):
+                assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), (op.name, sample)
+    finally:
+        eng.close()
+
+
+@pytest.mark.parametrize("op", COMPOSITES, ids=CIDS)
+def test_composite_method_and_docs_line(op):
+    test_op_has_a_line_in_the_docs_with_its_summary(op)
+    test_method_exists_where_pytorch_has_one(op)
+
+
+@pytest.mark.parametrize("op", COMPOSITES, ids=CIDS)
+def test_composite_values_gradients_and_dtypes_equal_pytorchs(op):
+    torch = _torch()
+    module = {"torch": torch, "torch.nn.functional": torch.nn.functional,
+              "torch.linalg": torch.linalg, "torch.special": torch.special}[op.module]
+    tfn = getattr(module, op.torch_name)
+    for sample in _samples(op):
+        args, want = _tensors(op, sample)
+        targs = [torch.tensor(a.data, requires_grad=a.requires_grad)
+                 if isinstance(a, pa.Tensor) else a for a in args]
+        ys, tys = _outputs(_call(op, args, sample)), _outputs(sample.call(tfn, targs))
+        assert len(ys) == len(tys), (op.name, sample)
+        for y, ty in zip(ys, tys):
+            np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=1e-10, atol=1e-12,
+                                       err_msg=f"{op.name} {sample}")
+            assert str(y.dtype) == str(ty.dtype).replace("torch.", ""), (op.name, sample)
+        pairs = [(y, ty) for y, ty in zip(ys, tys) if y.requires_grad]
+        if not want or not pairs:
+            continue
+        rng = np.random.default_rng(3)
+        ws = [rng.uniform(0.5, 1.5, y.shape) for y, _ in pairs]
+        gs = pa.grad([y for y, _ in pairs], [args[i] for i in want], grad_outputs=ws,
+                     allow_unused=True)
+        tgs = torch.autograd.grad([ty for _, ty in pairs], [targs[i] for i in want],
+                                  grad_outputs=[torch.tensor(w) for w in ws],
+                                  allow_unused=True)
         for a, b in zip(gs, tgs):
             b = np.zeros_like(np.asarray(a)) if b is None else b.numpy()
             np.testing.assert_allclose(np.asarray(a), b, rtol=1e-10, atol=1e-12,
