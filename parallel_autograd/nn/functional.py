@@ -28,9 +28,10 @@ from ..ops.unary import (celu, elu, glu, hardsigmoid, hardswish, hardtanh, logsi
 from ..primitive import record
 from ..random import SegmentDraws, resolve_generator
 from ..tensor import Tensor
+from ._linear import bilinear, linear  # noqa: F401  (the layer families: one file each)
 
 __all__ = [
-    "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+    "linear", "bilinear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
     "conv_transpose3d", "unfold", "fold", "max_pool1d", "max_pool2d", "avg_pool1d",
     "avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_avg_pool1d",
     "adaptive_avg_pool2d", "interpolate", "upsample", "pixel_shuffle", "pixel_unshuffle",
@@ -84,66 +85,6 @@ def _pair(v, what: str) -> tuple:
     if len(v) != 2:
         raise ValueError(f"{what} must be an int or a pair of ints, got {v}")
     return v
-
-
-# ---- linear ----------------------------------------------------------------------------
-def _sum_to(g, shape) -> np.ndarray:
-    """`g` summed over the dimensions it was broadcast along to reach `shape`: a new
-    array (a copy when nothing is summed), never `g` itself."""
-    lead = g.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
-                                      if n == 1 and g.shape[lead + i] != 1)
-    return (g.sum(axis=axes, keepdims=True) if axes else _copy(g)).reshape(shape)
-
-
-def _linear_vjp_x(g, x, w, b_shape=None):
-    # g @ W as one GEMM over all leading dimensions (one pass writing the result, the
-    # gradient)
-    w2 = _reshape(w, (-1, x.shape[-1]))
-    return memory.matmul(_reshape(g, (-1, w2.shape[0])), w2).reshape(x.shape)
-
-
-def _linear_vjp_w(g, x, w, b_shape=None):
-    # g^T @ x as one GEMM reading g and x once, already (out_features, in_features): no
-    # transposed copy
-    w2 = _reshape(w, (-1, x.shape[-1]))
-    return memory.matmul(_reshape(g, (-1, w2.shape[0])).T,
-                   _reshape(x, (-1, x.shape[-1]))).reshape(w.shape)
-
-
-def _linear_vjp_b(g, x, w, b_shape):
-    # one reduction pass over g
-    return _sum_to(g, b_shape)
-
-
-def linear(input, weight, bias=None):
-    """`input @ weight.T + bias`, weight of shape (out_features, in_features) or (in,).
-
-    One node: one GEMM over all leading dimensions of the input (a batch of rows, not a
-    batch of products), the bias added in place; the rules are one GEMM each (one
-    reduction for the bias) and keep only the input and the weight.
-    """
-    x, w = _raw(input), _raw(weight)
-    shape, wshape = x.shape, w.shape
-    if not shape or wshape[-1:] != shape[-1:] or len(wshape) > 2:
-        raise ValueError(f"linear: input of shape {shape} does not match weight of "
-                         f"shape {wshape} (out_features, in_features)")
-    out_shape = shape[:-1] + wshape[:-1]
-    y = memory.matmul(_reshape(x, (-1, shape[-1])),
-                      _reshape(w, (-1, shape[-1])).T).reshape(out_shape)
-    b_shape = None if bias is None else np.shape(_raw(bias))
-    if b_shape is not None and np.broadcast_shapes(out_shape, b_shape) == out_shape \
-            and np.can_cast(np.result_type(y, _raw(bias)), y.dtype, "same_kind"):
-        y += _raw(bias)
-        inputs, vjps = (input, weight, bias), (_linear_vjp_x, _linear_vjp_w, _linear_vjp_b)
-    else:
-        inputs, vjps = (input, weight), (_linear_vjp_x, _linear_vjp_w)
-    out = record("linear", y, inputs, vjps, saved=(x, w),
-                 kwargs=dict(b_shape=b_shape) if len(inputs) == 3 else None,
-                 cost=gemm_cost(y.size, shape[-1]), threaded=True)
-    if bias is not None and len(inputs) == 2:      # a bias that broadcasts the output up
-        out = out + bias
-    return out
 
 
 # ---- convolution and pooling: nn/_conv.py, nn/_pool.py, nn/_resample.py (imported at the

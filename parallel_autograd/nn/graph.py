@@ -44,29 +44,6 @@ def _data(x) -> np.ndarray:
     return x.data if isinstance(x, Tensor) else np.asarray(x)
 
 
-# ---- linear -------------------------------------------------------------------------------
-def _linear_inputs(node):
-    return graph_input(node, 0, node.saved[0]), graph_input(node, 1, node.saved[1])
-
-
-def _linear_x(g, node):
-    x, w = _linear_inputs(node)
-    return S.unsqueeze(g, -1) * w if np.ndim(_data(w)) == 1 else L.matmul(g, w)
-
-
-def _linear_w(g, node):
-    x, w = _linear_inputs(node)
-    rows = S.reshape(_t(x), (-1, np.shape(_data(x))[-1]))
-    if np.ndim(_data(w)) == 1:
-        return L.matmul(S.reshape(g, (-1,)), rows)
-    return L.matmul(_swap(S.reshape(g, (-1, np.shape(_data(w))[0]))), rows)
-
-
-F._linear_vjp_x.graph_node = _linear_x
-F._linear_vjp_w.graph_node = _linear_w
-F._linear_vjp_b.graph_node = lambda g, node: g  # graph_fit sums it to the bias's shape
-
-
 # ---- convolution and pooling: their forms live with their kernels (nn/_conv.py: conv's
 # trio B / Bx* / Bw*, unfold / fold; nn/_pool.py: max pooling's scatter, avg pooling and
 # its adjoint; nn/_resample.py: the separable maps and their transposes) ------------------
