@@ -32,8 +32,69 @@ def _bilinear(rng):
             Sample(normal(rng, (2, 3, 4)), normal(rng, (2, 3, 2)), normal(rng, (1, 4, 2)))]
 
 
+def _indices(rng, shape=(3, 4), n=5, avoid=None):
+    """Indices into n rows, each row used at least once where the shape allows it (a row
+    no index uses has gradient 0 either way; repeats accumulate). `avoid`: a padding
+    row, which gets no gradient although the lookup reads it (PyTorch's padding_idx), so
+    that finite differences see it: not used here."""
+    rows = np.array([r for r in range(n) if r != avoid % n]) if avoid is not None \
+        else np.arange(n)
+    idx = rng.choice(rows, shape)
+    k = min(idx.size, rows.size)
+    idx.reshape(-1)[:k] = rng.permutation(rows)[:k]
+    return idx
+
+
+def _embedding(rng):
+    w = normal(rng, (5, 3))
+    return [Sample(_indices(rng), w),
+            Sample(_indices(rng, (2, 3, 4), avoid=2), w, padding_idx=2),
+            Sample(_indices(rng, (7,), avoid=-1), w, padding_idx=-1),
+            # (scale_grad_by_freq is not a gradient: finite differences see it only where
+            # each index occurs once; tests/test_nn_declared.py checks it against torch)
+            Sample(rng.permutation(np.arange(1, 5)), w, scale_grad_by_freq=True, padding_idx=-5),
+            Sample(_indices(rng, ()), w)]
+
+
+def _torch_embedding(rng):
+    w = normal(rng, (5, 3))
+    return [Sample(w, _indices(rng)), Sample(w, _indices(rng, (2, 4), avoid=3), padding_idx=3),
+            Sample(w, rng.permutation(5), scale_grad_by_freq=True)]
+
+
+def _dropout(shape=(3, 4), **extra):
+    """Deterministic cases only (torch draws other masks): p = 1 (zeros), not training
+    (the input), p = 0."""
+    def make(rng):
+        return [Sample(normal(rng, shape), p=1.0, training=True, **extra),
+                Sample(normal(rng, shape), training=False),
+                Sample(normal(rng, shape), p=0.0, training=True),
+                Sample(normal(rng, shape), 1.0, True)]
+    return make
+
+
 SAMPLES = {
     "linear": _linear, "bilinear": _bilinear,
+    "torch.nn.functional.embedding": _embedding, "torch.embedding": _torch_embedding,
+    "dropout": _dropout(), "alpha_dropout": _dropout((2, 3)),
+    "feature_alpha_dropout": _dropout((2, 3, 4)), "dropout1d": _dropout((2, 3, 4)),
+    "dropout2d": _dropout((2, 3, 4, 2)), "dropout3d": _dropout((3, 2, 2, 2)),
 }
 
-INTERNAL: dict = {}
+
+def _apply_mask(rng):
+    x = normal(rng, (3, 4))
+    keep = rng.random((3, 4)) > 0.4
+    return [Sample(x, mask=keep, scale=2.5),
+            Sample(normal(rng, (2, 3, 2)), mask=rng.random((2, 3, 1)) > 0.5, scale=0.5,
+                   offset=normal(rng, (2, 3, 1))),
+            Sample(x, mask=np.zeros((3, 4), bool), scale=0.0)]
+
+
+def _embedding_backward(rng):
+    return [Sample(normal(rng, (3, 4, 2)), input=_indices(rng), num_weights=5),
+            Sample(normal(rng, (6, 2)), input=_indices(rng, (6,), 4), num_weights=4,
+                   padding_idx=1, scale_grad_by_freq=True)]  # (linear in g: padding too)
+
+
+INTERNAL = {"dropout": _apply_mask, "embedding_backward": _embedding_backward}

@@ -13,6 +13,7 @@ test cannot see by itself.
 from __future__ import annotations
 
 import gc
+import warnings
 import weakref
 
 import numpy as np
@@ -121,3 +122,131 @@ def test_the_registry_checks_pass_for_the_internal_ops(name, check, monkeypatch)
     if check == "test_kernel_equals_formula_at_first_order" and not op.has_kernel:
         return
     getattr(registry, check)(op)
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+# ---- embedding: PyTorch's arguments (max_norm, scale_grad_by_freq, sparse, padding_idx) -------
+@pytest.mark.parametrize("kw", [dict(max_norm=1.0), dict(max_norm=0.5, norm_type=1.0),
+                                dict(scale_grad_by_freq=True),
+                                dict(scale_grad_by_freq=True, padding_idx=1),
+                                dict(padding_idx=-2), dict(sparse=True)])
+def test_embedding_arguments_as_torch(kw):
+    # before: max_norm, norm_type, scale_grad_by_freq and sparse were refused (TypeError)
+    torch = _torch()
+    idx = np.array([[1, 3, 1, 0], [3, 3, 2, 1]])
+    w = rand((5, 4), 3)
+    pw, tw = leaf(w.copy()), torch.tensor(w.copy(), requires_grad=True)
+    y = F.embedding(pa.tensor(idx), pw, **kw)
+    ty = torch.nn.functional.embedding(torch.tensor(idx), tw, **kw)
+    np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(pw.data, tw.detach().numpy(), rtol=1e-12)  # renormalized rows
+    v = rand(y.shape, 4)
+    (g,) = pa.grad(y, [pw], grad_outputs=v)
+    (tg,) = torch.autograd.grad(ty, [tw], torch.tensor(v))
+    np.testing.assert_allclose(g, tg.to_dense().numpy(), rtol=1e-12, atol=1e-15)
+
+
+def test_embedding_module_takes_torchs_arguments():
+    torch = _torch()
+    w = rand((6, 3), 5) * 3
+    m = pa.nn.Embedding(6, 3, max_norm=2.0, scale_grad_by_freq=True,
+                        _weight=w.copy())
+    tm = torch.nn.Embedding(6, 3, max_norm=2.0, scale_grad_by_freq=True,
+                            _weight=torch.tensor(w.copy()))
+    idx = np.array([0, 2, 2, 5])
+    y, ty = m(pa.tensor(idx)), tm(torch.tensor(idx))
+    np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=1e-12)
+    assert repr(m) == repr(tm)
+    y.sum().backward()
+    ty.sum().backward()
+    np.testing.assert_allclose(m.weight.grad, tm.weight.grad.to_dense().numpy(), rtol=1e-12)
+    pre = pa.nn.Embedding.from_pretrained(pa.tensor(w), max_norm=1.0)
+    assert pre.max_norm == 1.0 and not pre.weight.requires_grad
+
+
+def test_embedding_max_norm_bumps_the_weights_version():
+    # the renormalization writes the weight in place: a node that saved it sees the write
+    w = leaf(rand((4, 3), 6) * 5)
+    with pa.no_grad():
+        frozen = w * 1.0
+    saved = pa.tensor(frozen.data, requires_grad=True)
+    y = saved * w                    # mul saved w's values
+    F.embedding(np.array([0, 1]), pa.tensor(w.data.copy()), max_norm=1.0)  # another table
+    y.sum().backward()
+    y = saved * w
+    F.embedding(np.array([0, 1]), w, max_norm=1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_embedding_padding_idx_out_of_range_is_torchs_assertion():
+    with pytest.raises(AssertionError, match="Padding_idx must be within num_embeddings"):
+        F.embedding(np.array([0]), pa.ones(3, 2), padding_idx=3)
+
+
+# ---- dropout's family ----------------------------------------------------------------------------
+@pytest.mark.parametrize("name,shape,mask", [
+    ("dropout1d", (4, 6, 5), (4, 6, 1)), ("dropout1d", (6, 5), (6, 1)),
+    ("dropout2d", (4, 6, 3, 2), (4, 6, 1, 1)), ("dropout2d", (4, 6, 5), (4, 6, 1)),
+    ("dropout3d", (2, 6, 2, 2, 2), (2, 6, 1, 1, 1)), ("dropout3d", (6, 2, 2, 2), (6, 1, 1, 1)),
+    ("feature_alpha_dropout", (4, 6, 5), (4, 6, 1))])
+def test_channel_dropouts_drop_whole_channels(name, shape, mask):
+    # before: not there (AttributeError)
+    x = leaf(np.abs(rand(shape, 1)) + 1)
+    alpha = "alpha" in name
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")            # dropout2d's 3-D input warns
+        y = getattr(F, name)(x, 0.5, True, seed=3)
+    # alpha dropout sets a dropped element to alpha a (p - 1) < 0; the input is positive
+    dropped = y.data < 0 if alpha else y.data == 0
+    axes = tuple(i for i, n in enumerate(mask) if n == 1)
+    assert np.array_equal(dropped.all(axis=axes), dropped.any(axis=axes))  # whole channels
+    assert 0 < dropped.mean() < 1
+    (g,) = pa.grad(y.sum(), [x])
+    assert np.array_equal(g == 0, dropped)
+
+
+def test_alpha_dropout_keeps_selu_statistics_and_is_torchs_map():
+    # kept: a x + alpha a p; dropped: alpha a (p - 1) (PyTorch's _dropout_impl), and inputs
+    # of zero mean and unit variance keep both
+    p, alpha = 0.2, 1.7580993408473766
+    a = 1 / np.sqrt((alpha * alpha * p + 1) * (1 - p))
+    x = pa.tensor(np.random.default_rng(0).standard_normal(400000))
+    y = F.alpha_dropout(x, p, training=True, seed=1).data
+    kept = np.isclose(y, a * x.data + alpha * a * p)
+    assert np.all(kept | np.isclose(y, alpha * a * (p - 1)))
+    assert abs(kept.mean() - (1 - p)) < 0.01
+    assert abs(y.mean()) < 0.01 and abs(y.std() - 1) < 0.01
+    assert F.alpha_dropout(x, p) is x                        # training=False by default
+
+
+def test_dropout_accepts_inplace_and_keeps_the_eval_identity():
+    x = leaf(rand((3, 4)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")            # a 2-D input to dropout2d/3d warns
+        for fn in (F.dropout, F.dropout1d, F.dropout2d, F.dropout3d):
+            assert fn(x, 0.5, False, True) is x
+    y = F.dropout(x, 1.0, True, True)
+    np.testing.assert_array_equal(y.data, 0)
+    with pytest.warns(UserWarning, match="dropout2d: Received a 3D input"):
+        F.dropout2d(pa.ones(2, 3, 4), 0.5)
+    with pytest.warns(UserWarning, match="dropout3d: Received a 3-D input"):
+        F.dropout3d(pa.ones(2, 3, 4), 0.5)
+
+
+def test_dropout_masks_replay_under_checkpoint():
+    # the draws go through resolve_generator: a checkpoint's recomputation replays them
+    x = leaf(rand((4, 6, 3, 3)))
+
+    def seg(a):
+        return F.dropout2d(a * 2.0, 0.5) * a
+
+    pa.manual_seed(5)
+    y = pa.checkpoint(seg, x)
+    (g,) = pa.grad(y.sum(), [x])
+    pa.manual_seed(5)
+    (want,) = pa.grad(seg(x).sum(), [x])
+    np.testing.assert_array_equal(g, want)

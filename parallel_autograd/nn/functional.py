@@ -26,8 +26,10 @@ from ..ops.elementwise import gelu, leaky_relu, relu, sigmoid, silu, tanh
 from ..ops.unary import (celu, elu, glu, hardsigmoid, hardswish, hardtanh, logsigmoid, mish,
                          prelu, selu, softplus, softsign)
 from ..primitive import record
-from ..random import SegmentDraws, resolve_generator
 from ..tensor import Tensor
+from ._dropout import (alpha_dropout, dropout, dropout1d, dropout2d,  # noqa: F401
+                       dropout3d, draws_from, feature_alpha_dropout, keep_mask)
+from ._embedding import embedding  # noqa: F401
 from ._linear import bilinear, linear  # noqa: F401  (the layer families: one file each)
 
 __all__ = [
@@ -36,7 +38,8 @@ __all__ = [
     "avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_avg_pool1d",
     "adaptive_avg_pool2d", "interpolate", "upsample", "pixel_shuffle", "pixel_unshuffle",
     "layer_norm", "rms_norm", "embedding",
-    "dropout", "nll_loss", "cross_entropy", "mse_loss", "scaled_dot_product_attention",
+    "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+    "feature_alpha_dropout", "nll_loss", "cross_entropy", "mse_loss", "scaled_dot_product_attention",
     "relu", "leaky_relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax",
     "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
     "binary_cross_entropy_with_logits", "kl_div", "cosine_embedding_loss",
@@ -268,108 +271,6 @@ def _rms_norm_vjp_w(g, x2, rr, w, shape, ns, eps):
     return _weighted_column_sums(_reshape(g, x2.shape), x2, None, rr).reshape(ns)
 
 
-# ---- embedding and dropout --------------------------------------------------------------
-def _embedding_vjp(g, rows, num_embeddings, padding_idx):
-    # Zeros with each g row added at its index (repeats accumulate in order): np.add.at
-    # over flat element indices (numpy's fast 1-D path, 3-4x faster than over rows),
-    # made per block of rows so the index temporary stays block-sized. Passes: the zero
-    # fill and one scattered add of g.
-    d = g.shape[-1]
-    out = _zeros((num_embeddings, d), dtype=g.dtype)
-    flat, g2, r = out.reshape(-1), _reshape(g, (-1, d)), rows.reshape(-1)
-    cols = np.arange(d)
-    rb, blocks = _row_blocks(r.shape[0], d * 8)
-    ibuf = _empty((rb, d), dtype=np.result_type(r, cols))
-    for a, b in blocks:
-        at = np.add(r[a:b, None] * d, cols, out=ibuf[:b - a])
-        np.add.at(flat, at.reshape(-1), _reshape(g2[a:b], (-1,)))
-    if padding_idx is not None:
-        out[padding_idx] = 0
-    return out
-
-
-def embedding(input, weight, padding_idx=None):
-    """Rows of `weight` (num_embeddings, dim) picked by integer `input` of any shape;
-    the row `padding_idx` gets no gradient. The node keeps only the indices."""
-    idx = _raw(input)
-    if idx.dtype.kind not in "iu":
-        raise TypeError(f"embedding: indices must be integers, got dtype {idx.dtype}")
-    w = _raw(weight)
-    n = w.shape[0]
-    if idx.size and (idx.min() < -n or idx.max() >= n):
-        raise IndexError(f"embedding: index out of range for {n} embeddings "
-                         f"(got min {idx.min()}, max {idx.max()})")
-    if padding_idx is not None:
-        padding_idx = int(padding_idx) % n
-    rows = np.where(idx < 0, idx + n, idx).astype(np.intp, copy=False)
-    # w[rows] (rows are in range: `clip` clips nothing, and unlike `raise` it does not
-    # buffer `out`)
-    out = np.take(w, rows, axis=0, out=_empty(rows.shape + w.shape[1:], w.dtype), mode="clip")
-    return record("embedding", out, (weight,), (_embedding_vjp,), saved=(rows,),
-                  kwargs=dict(num_embeddings=n, padding_idx=padding_idx))
-
-
-def _dropout_vjp(g, keep, scale):
-    # g * keep * scale: 2 passes, the result the only allocation
-    out = P.multiply(g, keep)
-    out *= scale
-    return out
-
-
-def _keep_mask(shape, p: float, rng) -> np.ndarray:
-    """Bernoulli(1 - p) keep mask (bool), drawn in blocks: the same draws as one
-    `rng.random(shape) >= p` without its full-size float64 temporary."""
-    keep = _empty(shape, dtype=bool)
-    flat = keep.reshape(-1)
-    # the draws into one cached block buffer (a Generator fills `out` with the draws
-    # `random(size)` returns)
-    buf = _empty(min(flat.size, 32768), np.float64) \
-        if isinstance(rng, (np.random.Generator, SegmentDraws)) else None
-    for a in range(0, flat.size, 32768):
-        b = min(flat.size, a + 32768)
-        u = rng.random(b - a) if buf is None else rng.random(out=buf[:b - a])
-        np.greater_equal(u, p, out=flat[a:b])
-    return keep
-
-
-def _generator(seed, rng=None):
-    """What a mask is drawn from: `rng`, else a fresh generator from `seed`, else the
-    current one (the default generator that `pa.manual_seed` reseeds); a Generator seen
-    through `resolve_generator`, so a `pa.checkpoint` segment records and replays it."""
-    if rng is not None:
-        return resolve_generator(rng) if isinstance(rng, np.random.Generator) else rng
-    return resolve_generator(None) if seed is None else np.random.default_rng(seed)
-
-
-def dropout(input, p: float = 0.5, training: bool = True, seed=None, rng=None):
-    """Zero each element with probability `p` and scale the rest by 1/(1-p).
-
-    The mask comes from `rng` (a numpy Generator), or a fresh generator seeded with
-    `seed` (the same seed gives the same mask), or else the default generator that
-    `pa.manual_seed` reseeds. Identity when not training or p == 0.
-    The node keeps a boolean mask (1 byte an element); forward and rule are 2 passes.
-    """
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout: probability has to be between 0 and 1, got {p}")
-    if not training or p == 0.0:
-        return input
-    x = _raw(input)
-    dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
-    if p == 1.0:
-        keep, scale = _zeros(x.shape, dtype=bool), dtype.type(0.0)
-    else:
-        rng = _generator(seed, rng)
-        keep, scale = _keep_mask(x.shape, p, rng), dtype.type(1.0 / (1.0 - p))
-    if x.dtype == dtype:                 # the loop `dtype=` would pick: numpy's result
-        out = P.multiply(x, keep)
-    else:                                # integers, multiplied as floats
-        out = np.multiply(x, keep, dtype=dtype,
-                          **(dict(out=_empty(x.shape, dtype)) if x.ndim else {}))
-    out *= scale
-    return record("dropout", out, (input,), (_dropout_vjp,), saved=(keep,),
-                  kwargs=dict(scale=scale))
-
-
 # ---- losses ------------------------------------------------------------------------------
 def _reduce(name, loss, reduction):
     if reduction == "none":
@@ -572,7 +473,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     p = _attention_weights(p, None if attn_mask is None else _raw(attn_mask))
     keep, dscale, pd = None, None, p
     if dropout_p > 0:
-        keep = _keep_mask(p.shape, dropout_p, _generator(seed, rng)) if dropout_p < 1 \
+        keep = keep_mask(p.shape, dropout_p, draws_from(seed, rng)) if dropout_p < 1 \
             else _zeros(p.shape, dtype=bool)
         dscale = p.dtype.type(0.0 if dropout_p >= 1 else 1.0 / (1.0 - dropout_p))
         pd = P.multiply(p, keep)

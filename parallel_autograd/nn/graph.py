@@ -116,23 +116,6 @@ F._rms_norm_vjp_x.graph_node = _rms_norm_x
 F._rms_norm_vjp_w.graph_node = _rms_norm_w
 
 
-# ---- embedding and dropout -------------------------------------------------------------------
-def _embedding_w(g, node):
-    # the rows of g added at their indices (not at padding_idx): scatter, linear in g
-    rows, pad = node.saved[0].reshape(-1), node.kwargs["padding_idx"]
-    n = node.kwargs["num_embeddings"]
-    d = g.shape[-1]
-    g2 = S.reshape(g, (-1, d))
-    if pad is not None:
-        kept = np.flatnonzero(rows != pad)
-        g2, rows = S.getitem(g2, kept), rows[kept]
-    return scatter(g2, index=rows, shape=(n, d))
-
-
-F._embedding_vjp.graph_node = _embedding_w
-F._dropout_vjp.graph_node = lambda g, node: g * (node.saved[0] * node.kwargs["scale"])
-
-
 # ---- losses --------------------------------------------------------------------------------
 def _nll_x(g, node):
     # G (A p - T) for logits (p = softmax(x)), -G T for log-probabilities, where G is g
