@@ -73,7 +73,60 @@ def _dropout(shape=(3, 4), **extra):
     return make
 
 
+def _trailing(ns):
+    """layer_norm's / rms_norm's (input, normalized_shape, weight, bias...) from the
+    sample's tensors (input, then the parameters given)."""
+    return lambda a: [a[0], ns, *a[1:]]
+
+
+def _layer_norm(rng):
+    return [Sample(normal(rng, (2, 3, 4)), normal(rng, (4,)), normal(rng, (4,)),
+                   prep=_trailing((4,))),
+            Sample(normal(rng, (2, 3, 4)), normal(rng, (3, 4)), prep=_trailing((3, 4)),
+                   eps=1e-3),
+            Sample(normal(rng, (3, 5)), normalized_shape=(5,))]
+
+
+def _rms_norm(rng):
+    return [Sample(normal(rng, (2, 3, 4)), normal(rng, (4,)), prep=_trailing((4,))),
+            Sample(normal(rng, (2, 3, 4)), normal(rng, (3, 4)), prep=_trailing((3, 4)),
+                   eps=1e-3),
+            Sample(normal(rng, (3, 5)), normalized_shape=(5,))]
+
+
+def _batch_norm(rng):
+    c = 3
+    def affine(a):          # noqa: E306  (input, weight, bias) -> batch_norm's order
+        return [a[0], None, None, *a[1:]]
+    return [Sample(normal(rng, (4, c, 5)), normal(rng, (c,)), normal(rng, (c,)),
+                   prep=affine, training=True),
+            Sample(normal(rng, (5, c)), prep=affine, training=True, eps=1e-3),
+            Sample(normal(rng, (2, c, 2, 3)), normal(rng, (c,)), rng.uniform(0.5, 2, c),
+                   normal(rng, (c,)), normal(rng, (c,)), grad=[0, 3, 4])]
+
+
+def _instance_norm(rng):
+    c = 3
+    return [Sample(normal(rng, (2, c, 5)), prep=lambda a: [a[0], None, None, *a[1:]]),
+            Sample(normal(rng, (2, c, 2, 3)), normal(rng, (c,)), normal(rng, (c,)),
+                   prep=lambda a: [a[0], None, None, *a[1:]], eps=1e-3)]
+
+
+def _group_norm(rng):
+    return [Sample(normal(rng, (2, 6, 3)), normal(rng, (6,)), normal(rng, (6,)),
+                   prep=lambda a: [a[0], 3, *a[1:]]),
+            Sample(normal(rng, (3, 4, 2, 2)), num_groups=2, eps=1e-3)]
+
+
+def _local_response_norm(rng):
+    return [Sample(normal(rng, (2, 5, 3)), size=3),
+            Sample(normal(rng, (2, 4, 2, 2)), size=2, alpha=0.5, beta=0.6, k=2.0)]
+
+
 SAMPLES = {
+    "layer_norm": _layer_norm, "rms_norm": _rms_norm, "batch_norm": _batch_norm,
+    "instance_norm": _instance_norm, "group_norm": _group_norm,
+    "local_response_norm": _local_response_norm,
     "linear": _linear, "bilinear": _bilinear,
     "torch.nn.functional.embedding": _embedding, "torch.embedding": _torch_embedding,
     "dropout": _dropout(), "alpha_dropout": _dropout((2, 3)),
@@ -97,4 +150,24 @@ def _embedding_backward(rng):
                    padding_idx=1, scale_grad_by_freq=True)]  # (linear in g: padding too)
 
 
-INTERNAL = {"dropout": _apply_mask, "embedding_backward": _embedding_backward}
+def _batch_stats(a):
+    """normalize_channels' (input, weight, bias, mean, rstd) in training: the statistics
+    the input's own, recomputed from its values (its derivative goes through them)."""
+    x = np.asarray(a[0].data)
+    x3 = x.reshape(x.shape[0], x.shape[1], -1)
+    mean = x3.mean(axis=(0, 2))
+    params = a[1:] if len(a) > 1 else [None, None]    # (None: gradcheck's arguments are
+    return [a[0], *params, mean, 1 / np.sqrt(x3.var(axis=(0, 2)) + 1e-5)]  # tensors)
+
+
+def _normalize_channels(rng):
+    c = 3
+    return [Sample(normal(rng, (4, c, 5)), normal(rng, (c,)), normal(rng, (c,)),
+                   prep=_batch_stats, training=True, eps=1e-5),
+            Sample(normal(rng, (5, c)), prep=_batch_stats, training=True, eps=1e-5),
+            Sample(normal(rng, (2, c, 2, 2)), normal(rng, (c,)), normal(rng, (c,)),
+                   normal(rng, (c,)), rng.uniform(0.5, 2, c), grad=[0, 1, 2],
+                   training=False, eps=1e-5)]
+
+
+INTERNAL = {"batch_norm": _normalize_channels, "dropout": _apply_mask, "embedding_backward": _embedding_backward}

@@ -31,6 +31,8 @@ from ._dropout import (alpha_dropout, dropout, dropout1d, dropout2d,  # noqa: F4
                        dropout3d, draws_from, feature_alpha_dropout, keep_mask)
 from ._embedding import embedding  # noqa: F401
 from ._linear import bilinear, linear  # noqa: F401  (the layer families: one file each)
+from ._norms import (batch_norm, group_norm, instance_norm, layer_norm,  # noqa: F401
+                     local_response_norm, rms_norm)
 
 __all__ = [
     "linear", "bilinear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
@@ -95,180 +97,6 @@ def _pair(v, what: str) -> tuple:
 # forward (cache resident for its GEMM), and input planes per block of the pools.
 _COLS_BYTES = 1 << 22
 _BLOCK_BYTES = 1 << 21
-
-
-# ---- normalization ---------------------------------------------------------------------
-def _norm_axes(name, x, normalized_shape):
-    ns = (normalized_shape,) if isinstance(normalized_shape, (int, np.integer)) \
-        else tuple(normalized_shape)
-    ns = tuple(int(s) for s in ns)
-    if not ns or tuple(x.shape[len(x.shape) - len(ns):]) != ns or len(ns) > len(x.shape):
-        raise ValueError(f"{name}: normalized_shape {ns} does not match the trailing "
-                         f"dimensions of input shape {tuple(x.shape)}")
-    return ns, tuple(range(-len(ns), 0))
-
-
-def _check_param(name, what, p, ns):
-    if p is not None and tuple(np.shape(_raw(p))) != ns:
-        raise ValueError(f"{name}: {what} shape {tuple(np.shape(_raw(p)))} does not match "
-                         f"normalized_shape {ns}")
-
-
-def _norm_operands(name, input, normalized_shape, params) -> tuple:
-    """(x as (rows, D), normalized shape, each parameter as (D,) or None, float dtype)."""
-    ns, _ = _norm_axes(name, input, normalized_shape)
-    for what, p in params:
-        _check_param(name, what, p, ns)
-    x = _raw(input)
-    d = int(np.prod(ns))
-    dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
-    flat = [None if p is None else _raw(p).reshape(d) for _, p in params]
-    return _reshape(x, (-1, d)), ns, flat, dtype
-
-
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
-    """Normalize over the trailing `normalized_shape` dims (biased variance), then
-    scale by `weight` and shift by `bias`.
-
-    One node keeping the input and each row's mean and 1/std. Forward per row block
-    (cache resident): mean, x - mean, variance, scale, weight, bias (6 passes over the
-    block); the output is the only full-size allocation.
-    """
-    x2, ns, (w, b), dtype = _norm_operands("layer_norm", input, normalized_shape,
-                                           (("weight", weight), ("bias", bias)))
-    d = x2.shape[1]
-    y = _empty(x2.shape, dtype=dtype)
-    mean = _empty(x2.shape[0], dtype=dtype)
-    rstd = _empty(x2.shape[0], dtype=dtype)
-    for a, e in _row_blocks(x2.shape[0], d * dtype.itemsize)[1]:
-        t, m, r = y[a:e], mean[a:e], rstd[a:e]
-        np.mean(x2[a:e], axis=1, out=m)
-        np.subtract(x2[a:e], m[:, None], out=t)
-        _inv_sqrt(np.vecdot(t, t) / d + eps, out=r)
-        t *= r[:, None]
-        if w is not None:
-            t *= w
-        if b is not None:
-            t += b
-    inputs, vjps = _norm_inputs((input, _layer_norm_vjp_x), (weight, _layer_norm_vjp_w),
-                                (bias, _norm_vjp_b))
-    return record("layer_norm", y.reshape(_raw(input).shape), inputs, vjps,
-                  saved=(x2, mean, rstd, w),
-                  kwargs=dict(shape=_raw(input).shape, ns=ns, eps=eps))
-
-
-def _inv_sqrt(v, out):
-    np.sqrt(v, out=out)
-    return np.reciprocal(out, out=out)
-
-
-def _norm_inputs(*pairs) -> tuple:
-    """(inputs, rules) of the given (tensor, rule) pairs, skipping absent parameters."""
-    kept = [(t, r) for t, r in pairs if t is not None]
-    return tuple(t for t, _ in kept), tuple(r for _, r in kept)
-
-
-def _layer_norm_vjp_x(g, x2, mean, rstd, w, shape, ns, eps):
-    # rstd (h - mean(h) - xh mean(h xh)), h = g w, xh = (x - mean) rstd, per row block
-    # (cache resident): xh into the result, h in a block temporary when weighted;
-    # subtract, scale, two row reductions, then scale, add, subtract, scale: 8 passes
-    # over the block. The result is the only full-size allocation.
-    d = x2.shape[1]
-    g2, out, blocks, hbuf = _norm_rule_setup(g, x2, w)
-    for a, e in blocks:
-        t, r = out[a:e], rstd[a:e, None]
-        np.subtract(x2[a:e], mean[a:e, None], out=t)
-        t *= r
-        h = g2[a:e] if w is None else np.multiply(g2[a:e], w, out=hbuf[:e - a])
-        s1, s2 = h.sum(axis=1), np.vecdot(h, t)
-        t *= (s2 / -d)[:, None]
-        t += h
-        t -= (s1 / d)[:, None]
-        t *= r
-    return out.reshape(shape)
-
-
-def _layer_norm_vjp_w(g, x2, mean, rstd, w, shape, ns, eps):
-    # sum over rows of g xh, xh = (x - mean) rstd rebuilt per row block in a block
-    # temporary (2 passes over the block, then one reduction)
-    return _weighted_column_sums(_reshape(g, x2.shape), x2, mean, rstd).reshape(ns)
-
-
-def _weighted_column_sums(g2, x2, mean, scale) -> np.ndarray:
-    """sum over rows of g2 * (x2 - mean) * scale (mean None: no centring), per row
-    block through a block temporary."""
-    d = x2.shape[1]
-    acc = _zeros(d, dtype=np.result_type(g2, x2))
-    rb, blocks = _row_blocks(x2.shape[0], d * acc.itemsize)
-    buf = _empty((rb, d), dtype=acc.dtype)
-    for a, e in blocks:
-        t = buf[:e - a]
-        if mean is None:
-            np.multiply(x2[a:e], scale[a:e, None], out=t)
-        else:
-            np.subtract(x2[a:e], mean[a:e, None], out=t)
-            t *= scale[a:e, None]
-        acc += np.einsum("ij,ij->j", g2[a:e], t)
-    return acc
-
-
-def _norm_vjp_b(g, x2, *_, shape, ns, eps):
-    return _reshape(g, (-1, x2.shape[1])).sum(axis=0).reshape(ns)
-
-
-def rms_norm(input, normalized_shape, weight=None, eps=None):
-    """`x / sqrt(mean(x**2) + eps) * weight` over the trailing dims; `eps=None` is the
-    machine epsilon of the input's dtype, as in PyTorch.
-
-    One node keeping the input and each row's 1/rms. Forward: one row reduction and
-    two scaling passes (per row block); the output is the only full-size allocation.
-    """
-    x2, ns, (w,), dtype = _norm_operands("rms_norm", input, normalized_shape,
-                                         (("weight", weight),))
-    d = x2.shape[1]
-    if eps is None:
-        eps = float(np.finfo(dtype).eps)
-    y = _empty(x2.shape, dtype=dtype)
-    rr = _empty(x2.shape[0], dtype=dtype)
-    for a, e in _row_blocks(x2.shape[0], d * dtype.itemsize)[1]:
-        r = _inv_sqrt(np.vecdot(x2[a:e], x2[a:e]) / d + eps, out=rr[a:e])
-        np.multiply(x2[a:e], r[:, None], out=y[a:e])
-        if w is not None:
-            y[a:e] *= w
-    inputs, vjps = _norm_inputs((input, _rms_norm_vjp_x), (weight, _rms_norm_vjp_w))
-    return record("rms_norm", y.reshape(_raw(input).shape), inputs, vjps,
-                  saved=(x2, rr, w), kwargs=dict(shape=_raw(input).shape, ns=ns, eps=eps))
-
-
-def _norm_rule_setup(g, x2, w):
-    """What both normalization input rules start from: g as rows, the result (the only
-    full-size allocation), the row blocks, and a block temporary for h = g w when
-    weighted."""
-    d = x2.shape[1]
-    out = _empty(x2.shape, dtype=np.result_type(g, x2))
-    rb, blocks = _row_blocks(x2.shape[0], d * out.itemsize)
-    hbuf = None if w is None else _empty((rb, d), dtype=out.dtype)
-    return _reshape(g, (-1, d)), out, blocks, hbuf
-
-
-def _rms_norm_vjp_x(g, x2, rr, w, shape, ns, eps):
-    # rr h - x rr^3 mean(h x), h = g w (a block temporary when weighted), per row
-    # block: one row reduction, then scale, add, scale: 4 passes over the block.
-    d = x2.shape[1]
-    g2, out, blocks, hbuf = _norm_rule_setup(g, x2, w)
-    for a, e in blocks:
-        r = rr[a:e]
-        h = g2[a:e] if w is None else np.multiply(g2[a:e], w, out=hbuf[:e - a])
-        c = np.vecdot(h, x2[a:e]) * (r * r / -d)
-        t = np.multiply(x2[a:e], c[:, None], out=out[a:e])
-        t += h
-        t *= r[:, None]
-    return out.reshape(shape)
-
-
-def _rms_norm_vjp_w(g, x2, rr, w, shape, ns, eps):
-    # sum over rows of g x rr, x rr rebuilt per row block in a block temporary
-    return _weighted_column_sums(_reshape(g, x2.shape), x2, None, rr).reshape(ns)
 
 
 # ---- losses ------------------------------------------------------------------------------
@@ -589,7 +417,6 @@ def _sdpa_vjp(g, q, k, v, p, keep, scale, dscale, need, added=None, heads=None):
 from ._losses import (binary_cross_entropy, binary_cross_entropy_with_logits,  # noqa: E402
                       cosine_embedding_loss, cross_entropy, huber_loss, kl_div, l1_loss,
                       margin_ranking_loss, nll_loss, smooth_l1_loss, triplet_margin_loss)
-from ._norms import batch_norm, group_norm, instance_norm, local_response_norm  # noqa: E402
 # Convolution, pooling and resampling (nn/_conv.py, nn/_pool.py, nn/_resample.py).
 from ._conv import (conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d,  # noqa: E402
                     conv_transpose3d, fold, unfold)

@@ -7,12 +7,13 @@ with `graph_input`. Two kinds:
 
 - Linear and bilinear maps get their adjoint as an op of its own, with fast numpy rules
   that are again the other ops of the family, so any order of derivative runs the fused
-  kernels: the pools (`avg_pool2d_backward`, max pooling's scatter), embedding's scatter,
+  kernels: the pools (`avg_pool2d_backward`, max pooling's scatter),
   and conv2d's trio `conv2d` / `conv2d_input_backward` / `conv2d_weight_backward`
   (PyTorch's double backward of convolution: each map's partial adjoints are the others).
-- The rest (layer_norm, rms_norm, the softmax losses, attention) are written as the
+- The rest (the softmax losses, attention) are written as the
   formulas of their fast rules with ops on Tensors, recomputing what the node saved from
-  the inputs where the derivative needs it (each row's mean and 1/std, the softmax).
+  the inputs where the derivative needs it (the softmax). The declared ops (linear,
+  embedding, dropout, the norms: nn/_linear.py, ...) carry their formulas themselves.
 
 Each is checked by `gradgradcheck` in tests/test_higher_order.py (first order equal to
 the fast rule, second order to finite differences) and against PyTorch's double backward.
@@ -28,7 +29,7 @@ from ..ops import elementwise as E
 from ..ops import linalg as L
 from ..ops import reduce as R
 from ..ops import shape as S
-from ..ops.graph import _t, scatter
+from ..ops.graph import _t
 from ..primitive import primitive
 from ..tensor import Tensor
 from . import functional as F
@@ -50,70 +51,6 @@ def _data(x) -> np.ndarray:
 from ._conv import (conv2d_input_backward, conv2d_weight_backward,  # noqa: E402,F401
                     conv_input_backward, conv_weight_backward)
 from ._pool import avg_pool2d_backward  # noqa: E402,F401
-
-
-# ---- normalization -------------------------------------------------------------------------
-def _rows_of_input(node) -> Tensor:
-    """The normalized input as (rows, D), routed to the input's node."""
-    x2, shape = node.saved[0], node.kwargs["shape"]
-    return S.reshape(_t(graph_input(node, 0, x2.reshape(shape))), x2.shape)
-
-
-def _weight(node, w) -> Tensor | np.ndarray:
-    """The weight (saved flat as (D,)) routed to its node (input 1)."""
-    ns = node.kwargs["ns"]
-    return S.reshape(_t(graph_input(node, 1, w.reshape(ns))), w.shape)
-
-
-def _layer_norm_parts(g, node) -> tuple:
-    """(g as rows, x normalized (xh), 1/std, weight or None) with ops, from the input."""
-    x = _rows_of_input(node)
-    xc = x - R.mean(x, axis=1, keepdims=True)
-    r = E.pow(R.mean(xc * xc, axis=1, keepdims=True) + node.kwargs["eps"], -0.5)
-    w = node.saved[3]
-    return S.reshape(g, x.shape), xc * r, r, None if w is None else _weight(node, w)
-
-
-def _layer_norm_x(g, node):
-    g2, xh, r, w = _layer_norm_parts(g, node)
-    h = g2 if w is None else g2 * w
-    d = r * (h - R.mean(h, axis=1, keepdims=True) - xh * R.mean(h * xh, axis=1, keepdims=True))
-    return S.reshape(d, node.kwargs["shape"])
-
-
-def _layer_norm_w(g, node):
-    g2, xh, _, _ = _layer_norm_parts(g, node)
-    return S.reshape(R.sum(g2 * xh, axis=0), node.kwargs["ns"])
-
-
-def _norm_b(g, node):
-    return S.reshape(R.sum(S.reshape(g, node.saved[0].shape), axis=0), node.kwargs["ns"])
-
-
-def _rms_parts(g, node) -> tuple:
-    x = _rows_of_input(node)
-    r = E.pow(R.mean(x * x, axis=1, keepdims=True) + node.kwargs["eps"], -0.5)
-    w = node.saved[2]
-    return S.reshape(g, x.shape), x, r, None if w is None else _weight(node, w)
-
-
-def _rms_norm_x(g, node):
-    g2, x, r, w = _rms_parts(g, node)
-    h = g2 if w is None else g2 * w
-    d = r * h - x * (r * r * r) * R.mean(h * x, axis=1, keepdims=True)
-    return S.reshape(d, node.kwargs["shape"])
-
-
-def _rms_norm_w(g, node):
-    g2, x, r, _ = _rms_parts(g, node)
-    return S.reshape(R.sum(g2 * (x * r), axis=0), node.kwargs["ns"])
-
-
-F._layer_norm_vjp_x.graph_node = _layer_norm_x
-F._layer_norm_vjp_w.graph_node = _layer_norm_w
-F._norm_vjp_b.graph_node = _norm_b
-F._rms_norm_vjp_x.graph_node = _rms_norm_x
-F._rms_norm_vjp_w.graph_node = _rms_norm_w
 
 
 # ---- losses --------------------------------------------------------------------------------
