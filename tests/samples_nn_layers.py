@@ -123,7 +123,24 @@ def _local_response_norm(rng):
             Sample(normal(rng, (2, 4, 2, 2)), size=2, alpha=0.5, beta=0.6, k=2.0)]
 
 
+def _sdpa(rng):
+    mask = rng.random((4, 6)) > 0.4
+    mask[:, 0] = True
+    dead = mask.copy()
+    dead[1] = False                     # a query that may attend nothing: zeros
+    return [Sample(normal(rng, (2, 3, 4, 5)), normal(rng, (2, 3, 6, 5)),
+                   normal(rng, (2, 3, 6, 2))),
+            Sample(normal(rng, (2, 4, 5)), normal(rng, (2, 4, 5)), normal(rng, (2, 4, 3)),
+                   is_causal=True, scale=0.3),
+            Sample(normal(rng, (2, 4, 5)), normal(rng, (2, 6, 5)), normal(rng, (2, 6, 3)),
+                   normal(rng, (4, 6))),                         # a float mask: its gradient
+            Sample(normal(rng, (2, 4, 5)), normal(rng, (2, 6, 5)), normal(rng, (2, 6, 3)), dead),
+            Sample(normal(rng, (1, 4, 3, 2)), normal(rng, (1, 2, 5, 2)),
+                   normal(rng, (1, 1, 5, 3)), enable_gqa=True)]
+
+
 SAMPLES = {
+    "scaled_dot_product_attention": _sdpa,
     "layer_norm": _layer_norm, "rms_norm": _rms_norm, "batch_norm": _batch_norm,
     "instance_norm": _instance_norm, "group_norm": _group_norm,
     "local_response_norm": _local_response_norm,
@@ -170,4 +187,14 @@ def _normalize_channels(rng):
                    training=False, eps=1e-5)]
 
 
-INTERNAL = {"batch_norm": _normalize_channels, "dropout": _apply_mask, "embedding_backward": _embedding_backward}
+def _attention(rng):
+    keep = rng.random((2, 4, 6)) > 0.3
+    return [Sample(normal(rng, (2, 4, 5)), normal(rng, (2, 6, 5)), normal(rng, (2, 6, 3)),
+                   keep=keep, dropout_scale=1 / 0.7, scale=0.4),
+            Sample(normal(rng, (2, 4, 5)), normal(rng, (2, 6, 5)), normal(rng, (2, 6, 3)),
+                   normal(rng, (4, 6)), keep=keep, dropout_scale=2.0),
+            Sample(normal(rng, (1, 4, 3, 2)), normal(rng, (1, 2, 5, 2)),
+                   normal(rng, (1, 1, 5, 3)), enable_gqa=True, is_causal=True)]
+
+
+INTERNAL = {"scaled_dot_product_attention": _attention, "batch_norm": _normalize_channels, "dropout": _apply_mask, "embedding_backward": _embedding_backward}

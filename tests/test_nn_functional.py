@@ -450,7 +450,7 @@ def _rules(y):
     """Call each rule of y's node under temporary_bytes: [(gradient, extra bytes)]."""
     node, g = y.grad_fn, rand(y.shape, 11)
     if node.joint is not None:
-        return [temporary_bytes(node.joint, g, *node.saved)]
+        return [temporary_bytes(node.joint, g, *node.saved, **(node.kwargs or {}))]
     return [temporary_bytes(v, g, *node.saved, **(node.kwargs or {}))
             for v in node.vjps if v is not None]
 
@@ -507,7 +507,7 @@ def test_embedding_and_dropout_memory():
 def test_sdpa_memory(kw):
     q, k, v = (leaf(rand((4, 2, 128, 32), i)) for i in range(3))
     y, extra = temporary_bytes(F.scaled_dot_product_attention, q, k, v, **kw)
-    p = y.grad_fn.saved[3]
+    p = y.grad_fn.saved[5]                    # (ans, q, k, v, attn_mask, weights)
     assert p.shape == (4, 2, 128, 128)
     # the attention weights (kept), the causal mask and its negation, or the dropout
     # mask (kept, 1 byte an element) and the weights after dropout

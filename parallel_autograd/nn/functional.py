@@ -12,12 +12,9 @@ not fresh pages to fault in every step.
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
-from .. import memory
-from ..engine.cost import gemm_cost
 from ..memory import empty as _empty
 from ..memory import pooled as P
 from ..ops import reduce as _rd
@@ -29,6 +26,7 @@ from ..primitive import record
 from ..tensor import Tensor
 from ._dropout import (alpha_dropout, dropout, dropout1d, dropout2d,  # noqa: F401
                        dropout3d, draws_from, feature_alpha_dropout, keep_mask)
+from ._attention import scaled_dot_product_attention  # noqa: F401
 from ._embedding import embedding  # noqa: F401
 from ._linear import bilinear, linear  # noqa: F401  (the layer families: one file each)
 from ._norms import (batch_norm, group_norm, instance_norm, layer_norm,  # noqa: F401
@@ -246,169 +244,6 @@ def mse_loss(input, target, reduction: str = "mean"):
         raise ValueError(f"mse_loss: {e}") from e
     d = input - target
     return _reduce("mse_loss", d * d, reduction)
-
-
-# ---- attention --------------------------------------------------------------------------
-def _check_mask(mask: np.ndarray, scores: tuple) -> None:
-    try:
-        ok = np.broadcast_shapes(mask.shape, scores) == scores
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"scaled_dot_product_attention: attn_mask of shape {mask.shape} does "
-                         f"not broadcast to the attention scores' shape {scores}")
-
-
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
-                                 is_causal: bool = False, scale=None, enable_gqa: bool = False,
-                                 seed=None, rng=None):
-    """softmax(q @ k^T * scale + mask) @ v over the last two dims (..., L, E).
-
-    A boolean `attn_mask` marks positions that may be attended (True = keep); a
-    float mask is added to the scores. `is_causal` masks the upper triangle.
-    `scale` defaults to 1/sqrt(E). A query that may attend nothing gets zeros, as in
-    PyTorch. Dropout on the attention weights uses `seed`/`rng`.
-    `enable_gqa`: grouped-query attention, PyTorch's semantics: query (..., Hq, L, E),
-    key (..., Hk, S, E) and value (..., Hv, S, Ev) with Hk and Hv dividing Hq; query head
-    i reads key head i // (Hq / Hk) (and value head i // (Hq / Hv)).
-
-    One fused node. Forward: the scores are one GEMM, scaled, masked and turned into
-    the softmax in place (the attention weights, kept for the backward), then one GEMM.
-    Grouped heads are not repeated: the query heads sharing a key head are folded into
-    its rows, (..., Hk, Hq/Hk * L, E) @ (..., Hk, E, S), one plain batched GEMM (and the
-    weights likewise against the values), so the backward's GEMMs sum over the group.
-    """
-    q, k, v = _raw(query), _raw(key), _raw(value)
-    if q.ndim < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"scaled_dot_product_attention: expected query (..., L, E), key "
-                         f"(..., S, E) and value (..., S, Ev), got shapes {q.shape}, "
-                         f"{k.shape} and {v.shape}")
-    if is_causal and attn_mask is not None:
-        raise ValueError("scaled_dot_product_attention: pass either attn_mask or "
-                         "is_causal, not both")
-    heads = _gqa_heads(q, k, v) if enable_gqa else None
-    hk, hv = heads if heads is not None else (None, None)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    p = memory.matmul(_heads_folded(q, hk), np.swapaxes(k, -1, -2))
-    if hk is not None:
-        p = _heads_unfolded(p, q.shape[-3])
-    p *= scale
-    if is_causal:                                    # tril(ones): keep column j <= row i
-        attn_mask = np.greater_equal(np.arange(p.shape[-2])[:, None], np.arange(p.shape[-1]),
-                                     out=_empty(p.shape[-2:], bool))
-    if attn_mask is not None and not is_causal:
-        _check_mask(_raw(attn_mask), p.shape)
-    p = _attention_weights(p, None if attn_mask is None else _raw(attn_mask))
-    keep, dscale, pd = None, None, p
-    if dropout_p > 0:
-        keep = keep_mask(p.shape, dropout_p, draws_from(seed, rng)) if dropout_p < 1 \
-            else _zeros(p.shape, dtype=bool)
-        dscale = p.dtype.type(0.0 if dropout_p >= 1 else 1.0 / (1.0 - dropout_p))
-        pd = P.multiply(p, keep)
-        pd *= dscale
-    out = memory.matmul(_heads_folded(pd, hv), v)
-    if hv is not None:
-        out = _heads_unfolded(out, q.shape[-3])
-    inputs, added = (query, key, value), None
-    if attn_mask is not None and _raw(attn_mask).dtype != bool:
-        inputs += (attn_mask,)                       # a float mask may require grad
-        added = _raw(attn_mask)   # kept (a reference) for the differentiable form only
-    need = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs)
-    # backward: four GEMMs of the scores' size over E or Ev
-    return record("scaled_dot_product_attention", out, inputs, joint=_sdpa_vjp,
-                  saved=(q, k, v, p, keep, scale, dscale, need, added, heads),
-                  cost=gemm_cost(p.size, q.shape[-1] + v.shape[-1]), threaded=True)
-
-
-def _gqa_heads(q, k, v) -> tuple | None:
-    """(Hk, Hv) of grouped-query attention, each None where it equals Hq (nothing to
-    fold); None when neither differs. Raises ValueError naming the problem."""
-    if min(q.ndim, k.ndim, v.ndim) < 3:
-        raise ValueError(f"scaled_dot_product_attention: enable_gqa needs a heads dimension "
-                         f"(..., H, L, E) on query, key and value, got shapes {q.shape}, "
-                         f"{k.shape} and {v.shape}")
-    hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
-    if hk == 0 or hv == 0 or hq % hk or hq % hv:
-        raise ValueError(f"scaled_dot_product_attention: enable_gqa: the number of heads in "
-                         f"key ({hk}) and value ({hv}) must divide the number of heads in "
-                         f"query ({hq})")
-    heads = (None if hk == hq else hk, None if hv == hq else hv)
-    return None if heads == (None, None) else heads
-
-
-def _heads_folded(a, h):
-    """(..., Hq, L, X) as (..., h, Hq/h * L, X): the query heads that share one of `h`
-    key/value heads as rows of one matrix (a view when numpy can make one). `a` itself
-    when h is None."""
-    return a if h is None else _reshape(a, a.shape[:-3] + (h, -1, a.shape[-1]))
-
-
-def _heads_unfolded(a, hq: int):
-    """`_heads_folded`'s inverse: (..., h, Hq/h * L, X) as (..., Hq, L, X)."""
-    return _reshape(a, a.shape[:-3] + (hq, -1, a.shape[-1]))
-
-
-def _attention_weights(s, mask):
-    """softmax over the last axis of the scores `s` after the mask (boolean: keep where
-    True; float: added), in place when the mask does not broadcast `s` up; rows with
-    nothing to attend give zeros. Passes: mask, max, subtract, exp, sum, divide."""
-    if mask is not None:
-        grows = np.broadcast_shapes(s.shape, mask.shape) != s.shape
-        if mask.dtype == bool:
-            if grows:           # np.where(mask, s, -inf): a copy, then the fill below
-                t = _empty(np.broadcast_shapes(s.shape, mask.shape), np.result_type(s, -np.inf))
-                np.copyto(t, s)
-                s = t
-            np.copyto(s, -np.inf, where=P.invert(mask))
-        else:
-            s = P.add(s, mask) if grows else np.add(s, mask, out=s)
-    m = s.max(axis=-1, keepdims=True)
-    m[~np.isfinite(m)] = 0
-    s -= m
-    np.exp(s, out=s)
-    den = s.sum(axis=-1, keepdims=True)
-    den[den == 0] = 1                                # all masked: exp gave zeros
-    s /= den
-    return s
-
-
-def _sdpa_vjp(g, q, k, v, p, keep, scale, dscale, need, added=None, heads=None):
-    # dV = P'^T g (P' = P with dropout); dP = g V^T (one scores-sized temporary),
-    # turned in place into dS = P (dP - rowsum(dP P)) (3 passes), which is the float
-    # mask's gradient; dQ = scale dS K, dK = scale dS^T Q (the scale on the smaller
-    # products). At most four GEMMs (only those whose inputs need a gradient); every
-    # other array is returned (P' is rebuilt in a temporary under dropout).
-    # Grouped-query attention (`heads` = (Hk, Hv)): the same GEMMs on the folded views
-    # (`_heads_folded`); dK and dV come out summed over each group by the GEMMs.
-    hk, hv = heads if heads is not None else (None, None)
-    dv = None
-    if need[2]:
-        pd = p
-        if keep is not None:
-            pd = P.multiply(p, keep)
-            pd *= dscale
-        dv = memory.matmul(np.swapaxes(_heads_folded(pd, hv), -1, -2), _heads_folded(g, hv))
-        del pd
-    if not (need[0] or need[1] or need[3:] == (True,)):
-        return (None, None, dv) + (None,) * (len(need) - 3)
-    ds = memory.matmul(_heads_folded(g, hv), np.swapaxes(v, -1, -2))
-    if hv is not None:
-        ds = _heads_unfolded(ds, p.shape[-3])
-    if keep is not None:
-        ds *= keep
-        ds *= dscale
-    ds -= np.vecdot(ds, p)[..., None]
-    ds *= p
-    dq = dk = None
-    if need[0]:
-        dq = memory.matmul(_heads_folded(ds, hk), k)
-        if hk is not None:
-            dq = _heads_unfolded(dq, p.shape[-3])
-        dq *= scale
-    if need[1]:
-        dk = memory.matmul(np.swapaxes(_heads_folded(ds, hk), -1, -2), _heads_folded(q, hk))
-        dk *= scale
-    return (dq, dk, dv) + ((ds,) if len(need) == 4 else ())
 
 
 # The losses and normalizations of nn/_losses.py and nn/_norms.py (last: they use the

@@ -10,10 +10,11 @@ with `graph_input`. Two kinds:
   kernels: the pools (`avg_pool2d_backward`, max pooling's scatter),
   and conv2d's trio `conv2d` / `conv2d_input_backward` / `conv2d_weight_backward`
   (PyTorch's double backward of convolution: each map's partial adjoints are the others).
-- The rest (the softmax losses, attention) are written as the
+- The rest (the softmax losses) are written as the
   formulas of their fast rules with ops on Tensors, recomputing what the node saved from
   the inputs where the derivative needs it (the softmax). The declared ops (linear,
-  embedding, dropout, the norms: nn/_linear.py, ...) carry their formulas themselves.
+  embedding, dropout, the norms, attention: nn/_linear.py, ...) carry their formulas
+  themselves.
 
 Each is checked by `gradgradcheck` in tests/test_higher_order.py (first order equal to
 the fast rule, second order to finite differences) and against PyTorch's double backward.
@@ -26,23 +27,11 @@ import numpy as np
 
 from ..ops.forms import graph_input
 from ..ops import elementwise as E
-from ..ops import linalg as L
 from ..ops import reduce as R
 from ..ops import shape as S
-from ..ops.graph import _t
-from ..primitive import primitive
-from ..tensor import Tensor
 from . import functional as F
 
 __all__: list = []
-
-
-def _swap(x) -> Tensor:
-    return S.swapaxes(_t(x), -1, -2)
-
-
-def _data(x) -> np.ndarray:
-    return x.data if isinstance(x, Tensor) else np.asarray(x)
 
 
 # ---- convolution and pooling: their forms live with their kernels (nn/_conv.py: conv's
@@ -75,50 +64,3 @@ def _nll_x(g, node):
 
 
 F._nll_vjp.graph_node = _nll_x
-
-
-# ---- attention -----------------------------------------------------------------------------
-def _softmax_rule(g, ans, s, p):
-    return ans * (g - (g * ans).sum(axis=-1, keepdims=True))
-
-
-# softmax(s) whose value the forward already has (p, masked rows and all): its rule is
-# softmax's at ans = p (0 where masked, so a masked score gets no gradient at any order)
-_softmax_of = primitive("softmax", lambda s, p: p, _softmax_rule)
-_softmax_rule.graph = lambda g, ans, s, p: ans * (g - R.sum(g * ans, axis=-1, keepdims=True))
-
-
-def _fold(x, h):
-    """`F._heads_folded` with ops: (..., Hq, L, X) as (..., h, Hq/h * L, X)."""
-    if h is None:
-        return x
-    x = _t(x)
-    return S.reshape(x, x.shape[:-3] + (h, -1, x.shape[-1]))
-
-
-def _unfold(x, h, hq: int):
-    """`F._heads_unfolded` with ops, after a product on folded heads (h not None)."""
-    return x if h is None else S.reshape(x, x.shape[:-3] + (hq, -1, x.shape[-1]))
-
-
-def _sdpa(g, node):
-    q, k, v, p, keep, scale, dscale, need, added, heads = node.saved
-    hk, hv = heads if heads is not None else (None, None)
-    hq = p.shape[-3] if heads is not None else None
-    qt, kt, vt = (graph_input(node, i, a) for i, a in enumerate((q, k, v)))
-    s = _unfold(L.matmul(_fold(qt, hk), _swap(kt)), hk, hq) * scale
-    if added is not None:
-        s = s + graph_input(node, 3, added)
-    pt = _softmax_of(s, p)
-    drop = None if keep is None else keep * dscale
-    dv = L.matmul(_swap(_fold(pt if drop is None else pt * drop, hv)), _fold(g, hv))
-    dp = _unfold(L.matmul(_fold(g, hv), _swap(vt)), hv, hq)
-    if drop is not None:
-        dp = dp * drop
-    ds = pt * (dp - R.sum(dp * pt, axis=-1, keepdims=True))
-    dq = _unfold(L.matmul(_fold(ds, hk), kt), hk, hq) * scale
-    dk = L.matmul(_swap(_fold(ds, hk)), _fold(qt, hk)) * scale
-    return (dq, dk, dv) + ((ds,) if added is not None else ())
-
-
-F._sdpa_vjp.graph = _sdpa
