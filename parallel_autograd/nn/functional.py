@@ -1,8 +1,9 @@
 """PyTorch-style functional API (`torch.nn.functional` signatures and semantics).
 
-linear, conv2d, the pools, layer_norm, rms_norm, embedding, dropout, nll_loss,
-cross_entropy and scaled_dot_product_attention are each one node (`record`) with
-fused rules: a rule allocates the arrays it returns and at most one temporary it
+The layers declared once (`defop`/`composite`: linear, the norms, embedding, dropout,
+scaled_dot_product_attention) live in their family files (nn/_linear.py, nn/_norms.py,
+...) and are re-exported here. conv2d, the pools, nll_loss and cross_entropy are each one
+node (`record`) with fused rules: a rule allocates the arrays it returns and at most one temporary it
 states (block-sized where it can be), reuses its own temporaries with `out=`, and
 never writes into `g`, a saved array or the caller's arrays; the comment of each
 rule counts its passes over memory. mse_loss and the activations come from the op
@@ -246,9 +247,9 @@ def mse_loss(input, target, reduction: str = "mean"):
     return _reduce("mse_loss", d * d, reduction)
 
 
-# The losses and normalizations of nn/_losses.py and nn/_norms.py (last: they use the
-# helpers above). nll_loss and cross_entropy are there: (N, C), (C,) and (N, C, d1, ...)
-# inputs, all through the fused node `_nll` below.
+# The losses of nn/_losses.py (last: they use the helpers above). nll_loss and
+# cross_entropy are there: (N, C), (C,) and (N, C, d1, ...) inputs, all through the fused
+# node `_nll` above.
 from ._losses import (binary_cross_entropy, binary_cross_entropy_with_logits,  # noqa: E402
                       cosine_embedding_loss, cross_entropy, huber_loss, kl_div, l1_loss,
                       margin_ranking_loss, nll_loss, smooth_l1_loss, triplet_margin_loss)
