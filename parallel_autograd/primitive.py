@@ -67,7 +67,7 @@ from .node import Node, accumulator_for
 from .tensor import Tensor
 
 __all__ = ["OpDef", "Joint", "Saved", "REGISTRY", "defop", "composite", "exports", "record",
-           "primitive"]
+           "primitive", "placeholder"]
 
 
 def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None, cost=None,
@@ -180,7 +180,7 @@ class OpDef:
     __slots__ = ("name", "fn", "forward", "inputs", "params", "formulas", "kernels",
                  "has_kernel", "method", "module", "export", "composite", "cost", "threaded",
                  "tensor_params", "family", "torch_name", "aliases", "modules", "variadic",
-                 "shapes_only", "by_name", "needs", "__weakref__")
+                 "shapes_only", "by_name", "needs", "unsaved", "__weakref__")
 
     def __repr__(self):
         return f"<op {self.module}.{self.name}>"
@@ -217,6 +217,9 @@ class OpDef:
             saved = (ans, *arrays)
         if self.shapes_only:  # the rules read shapes and dtypes only: keep no array
             saved = _stand_ins(saved, len(arrays) + 1)
+        elif self.unsaved is not None:  # values no rule reads: not kept alive by the node
+            saved = tuple(placeholder(a) if i in self.unsaved else a
+                          for i, a in enumerate(saved))
         kernels = self.kernels
         if kernels is None:  # not differentiable: a Tensor without history (sharing the
             return record(self.name, ans, args, None, (), None)  # counter of one it views)
@@ -281,7 +284,7 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
           module: str = "torch", also: tuple = (), export: bool = True, name: str | None = None,
           aliases: tuple = (), quiet: bool = False, cost=None, threaded: bool = False,
           torch_name: str | None = None, sizes: str | None = None,
-          shapes_only: bool = False):
+          shapes_only: bool = False, unsaved: tuple = ()):
     """Declare an op from its numpy forward (a decorator; see the module docstring).
 
     - formula: the derivative, for each name in `inputs` (a function, a tuple of them in
@@ -303,11 +306,18 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
     - quiet: no numpy floating-point warnings from the forward and the first-order rules
       (outside an op's domain the result is inf or NaN, as in PyTorch, which does not warn).
     - cost(ans, *arrays, **params), threaded: hints for the engine's cost model.
+    - unsaved: the arrays no rule reads, by name ("result" for the output, or input names):
+      the node does not keep them alive (PyTorch saves only what its formulas use); the
+      rules get zeros of their shape and dtype in their place (`placeholder`), whose shape
+      and dtype they may read, not their values.
+
+    The differentiable inputs need not be the forward's first parameters (`layer_norm(input,
+    normalized_shape, weight, bias)`): the forward is then called with them by name.
     """
     def declare(forward):
         return _declare(forward, formula, kernel, inputs, method, (module, *also), export,
                         name, aliases, quiet, cost, threaded, torch_name, composite=False,
-                        sizes=sizes, shapes_only=shapes_only)
+                        sizes=sizes, shapes_only=shapes_only, unsaved=unsaved)
     return declare if fn is None else declare(fn)
 
 
@@ -324,7 +334,7 @@ def composite(fn=None, *, method=False, module: str = "torch", also: tuple = (),
 
 
 def _declare(forward, formula, kernel, inputs, method, modules, export, name, aliases, quiet,
-             cost, threaded, torch_name, composite, sizes=None, shapes_only=False):
+             cost, threaded, torch_name, composite, sizes=None, shapes_only=False, unsaved=()):
     for module in modules:
         if module not in _MODULES:
             raise ValueError(f"defop: unknown module {module!r} (one of {_MODULES})")
@@ -338,6 +348,7 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
     spec.torch_name = torch_name or spec.name
     spec.aliases = tuple(aliases)
     spec.family = _family(forward.__module__)
+    spec.unsaved = None
     sig = inspect.signature(forward)
     spec.needs = _NEEDS in sig.parameters and not composite
     if spec.needs:
@@ -366,13 +377,52 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
         spec.tensor_params = tuple(n for n in spec.params
                                    if "Tensor" in str(sig.parameters[n].annotation))
         spec.formulas, spec.kernels, spec.has_kernel = _rules(spec, formula, kernel)
+        spec.unsaved = _unsaved(spec, unsaved)
         if quiet:
-            spec.forward = _quiet(forward)
+            spec.forward = _quiet(spec.forward)
             spec.kernels = _quiet_rules(spec.kernels)
         spec.fn = _generate(spec, sig, forward, sizes)
     REGISTRY.append(spec)
     spec.fn.op = spec
     return spec.fn
+
+
+def placeholder(a):
+    """What a node keeps of an array no rule reads (`defop(unsaved=)`): zeros of its shape
+    and dtype holding one element (a read-only, zero-strided view); anything else as it is."""
+    if type(a) is not np.ndarray:
+        return a
+    zero = _ZERO.get(a.dtype)
+    if zero is None:  # one per dtype, shared (read only); a race makes two, both right
+        zero = np.zeros(1, a.dtype)
+        zero.flags.writeable = False
+        _ZERO[a.dtype] = zero
+    return np.ndarray(a.shape, a.dtype, zero, 0, (0,) * a.ndim)
+
+
+_ZERO: dict = {}
+
+
+def _family(module: str) -> str:
+    """An op's family: its module under ops/ or nn/ (a package's name for the modules
+    inside it), without the leading underscore of a private module (nn/_norms.py: norms)."""
+    for layer in (".ops.", ".nn."):
+        if layer in module:
+            module = module.split(layer, 1)[1]
+            break
+    return module.split(".")[0].lstrip("_")
+
+
+def _unsaved(spec: OpDef, names) -> frozenset | None:
+    """The positions in a node's `saved` (the result's 0, input k's 1 + k) of `names`."""
+    if not names:
+        return None
+    where = {"result": 0, **{n: 1 + k for k, n in enumerate(spec.inputs)}}
+    unknown = [n for n in names if n not in where]
+    if unknown:
+        raise TypeError(f"defop {spec.name}: unsaved {unknown} are neither 'result' nor "
+                        f"inputs {spec.inputs}")
+    return frozenset(where[n] for n in names)
 
 
 def _rules(spec: OpDef, formula, kernel):

@@ -172,7 +172,7 @@ MODELS = {
     "mlp_rand_a": lambda: random_mlp(11, np.float64),
     "mlp_rand_b": lambda: random_mlp(12, np.float64),
     "mlp_f32": lambda: random_mlp(13, np.float32),
-    "f32_params_f64_data": lambda: random_mlp(14, np.float32),
+    "f32_params_f64_data": lambda: nn.Sequential(Float32(), random_mlp(14, np.float32)),
     "cnn": lambda: nn.Sequential(nn.Conv2d(1, 3, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                                  nn.Conv2d(3, 2, 3), nn.Flatten(), nn.Linear(2, 3)),
     "tied": Tied,
@@ -183,6 +183,14 @@ MODELS = {
                                        nn.Linear(6, 3)),
     "embedding": Emb,
 }
+
+
+class Float32(nn.Module):
+    """float64 data cast to the float32 parameters' dtype (F.linear, as PyTorch's, refuses
+    an input whose dtype is not its weight's)."""
+
+    def forward(self, x):
+        return x.float()
 
 
 def _frozen_first():

@@ -170,9 +170,17 @@ def check_ddp(r, w):
     assert all(p.grad is None for p in model.parameters())
 
 
+class Double(nn.Module):
+    """The input as float64: a float32 layer's output into a float64 one (F.linear, as
+    PyTorch's, refuses an input whose dtype is not its weight's)."""
+
+    def forward(self, x):
+        return x.double()
+
+
 def check_bucket_view_and_dtypes(r, w):
     pa.manual_seed(3)
-    model = nn.Sequential(nn.Linear(4, 6, dtype=np.float32), nn.Linear(6, 2))
+    model = nn.Sequential(nn.Linear(4, 6, dtype=np.float32), Double(), nn.Linear(6, 2))
     ddp = DDP(model, gradient_as_bucket_view=True)
     assert len(ddp.buckets) == 2  # one per dtype
     x = pa.tensor(np.random.default_rng(r).standard_normal((3, 4)).astype(np.float32))

@@ -57,7 +57,8 @@ def rule(y, i):
 
 def joint(y):
     node = y.grad_fn
-    grads, extra = temporary_bytes(node.joint, rand(y.shape, 11), *node.saved)
+    grads, extra = temporary_bytes(node.joint, rand(y.shape, 11), *node.saved,
+                                   **(node.kwargs or {}))
     return [a for a in grads if a is not None], extra
 
 
@@ -267,7 +268,7 @@ def test_sdpa_gqa(causal):
     q, k, v = (leaf(rand((4, h, 256, 64), s)) for s, h in ((1, 8), (2, 2), (3, 2)))
     y, extra = forward(F.scaled_dot_product_attention, q, k, v, enable_gqa=True,
                        is_causal=causal)
-    p = y.grad_fn.saved[3]                    # the weights, saved for the rule
+    p = y.grad_fn.saved[5]             # the weights (after ans, q, k, v, attn_mask)
     assert extra <= p.nbytes + SLACK
     grads, extra = joint(y)
     assert extra <= p.nbytes + SLACK          # dS: one scores-sized temporary

@@ -33,6 +33,7 @@ CASES = {
     "linear_1d_input": (F.linear, [(4,), (2, 4), (2,)]),
     "linear_1d_weight_3d_input": (F.linear, [(2, 3, 4), (4,), ()]),
     "linear_bias_broadcasts_output_up": (F.linear, [(4,), (2, 4), (3, 2)]),
+    "bilinear": (F.bilinear, [(3, 4), (3, 2), (5, 4, 2), (5,)]),
     "conv2d": (F.conv2d, [(2, 3, 5, 5), (4, 3, 3, 3), (4,)]),
     "conv2d_stride2_pad1": (lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1),
                             [(1, 2, 6, 5), (3, 2, 3, 3), (3,)]),
@@ -70,6 +71,12 @@ CASES = {
                               [(5, 3)]),
     "dropout": (lambda x: F.dropout(x, 0.4, seed=3), [(4, 5)]),
     "dropout_eval": (lambda x: F.dropout(x, 0.4, training=False), [(4, 5)]),
+    "dropout1d": (lambda x: F.dropout1d(x * x, 0.5, seed=4), [(3, 4, 2)]),
+    "dropout2d": (lambda x: F.dropout2d(x, 0.5, seed=5), [(2, 3, 2, 2)]),
+    "dropout3d": (lambda x: F.dropout3d(x, 0.5, seed=6), [(3, 2, 2, 2)]),
+    "alpha_dropout": (lambda x: F.alpha_dropout(x * x, 0.3, True, seed=7), [(4, 5)]),
+    "feature_alpha_dropout": (lambda x: F.feature_alpha_dropout(x, 0.3, True, seed=8),
+                              [(2, 4, 3)]),
     "cross_entropy": (lambda x: F.cross_entropy(x, TARGETS), [(5, 4)]),
     "cross_entropy_sum": (lambda x: F.cross_entropy(x, TARGETS, reduction="sum"), [(5, 4)]),
     "cross_entropy_none": (lambda x: F.cross_entropy(x, TARGETS, reduction="none"), [(5, 4)]),
@@ -371,16 +378,18 @@ def test_sdpa_matches_explicit_formula():
     (lambda: F.max_pool2d(pa.ones(1, 1, 4, 4), 2, padding=2), ValueError,
      "max_pool2d: padding .* should be at most half"),
     (lambda: F.avg_pool2d(pa.ones(4, 4), 2), ValueError, "avg_pool2d: expected a 4-D input"),
-    (lambda: F.layer_norm(pa.ones(2, 3), (4,)), ValueError,
+    (lambda: F.layer_norm(pa.ones(2, 3), (4,)), RuntimeError,
      r"layer_norm: normalized_shape \(4,\) does not match"),
-    (lambda: F.layer_norm(pa.ones(2, 3), 3, pa.ones(4)), ValueError,
+    (lambda: F.layer_norm(pa.ones(2, 3), 3, pa.ones(4)), RuntimeError,
      "layer_norm: weight shape"),
     (lambda: F.rms_norm(pa.ones(2, 3), (2, 3, 1)), ValueError, "rms_norm: normalized_shape"),
     (lambda: F.embedding(pa.tensor([0.0, 1.0]), pa.ones(3, 2)), TypeError,
      "embedding: indices must be integers"),
     (lambda: F.embedding(np.array([0, 3]), pa.ones(3, 2)), IndexError,
      "embedding: index out of range"),
-    (lambda: F.dropout(pa.ones(3), 1.5), ValueError, "dropout: probability"),
+    (lambda: F.dropout(pa.ones(3), 1.5), ValueError,
+     "dropout probability has to be between 0 and 1, but got 1.5"),
+    (lambda: F.dropout1d(pa.ones(3), 0.5), RuntimeError, "dropout1d: Expected 2D or 3D input"),
     (lambda: F.cross_entropy(pa.ones(4), np.array([1])), ValueError,
      "cross_entropy: expected 2-D input"),
     (lambda: F.cross_entropy(pa.ones(2, 3), np.array([0.0, 1.0])), TypeError,
@@ -399,8 +408,10 @@ def test_sdpa_matches_explicit_formula():
      "mse_loss: reduction must be"),
     (lambda: F.mse_loss(pa.ones(2), pa.ones(3)), ValueError,
      r"mse_loss: shape mismatch: .* cannot be broadcast"),
-    (lambda: F.linear(pa.ones(2, 3), pa.ones(4, 5)), ValueError,
+    (lambda: F.linear(pa.ones(2, 3), pa.ones(4, 5)), RuntimeError,
      r"linear: input of shape \(2, 3\) does not match weight of shape \(4, 5\)"),
+    (lambda: F.linear(pa.ones(2, 3), pa.ones(4, 3, dtype=np.float32)), RuntimeError,
+     "linear: expected the input and the weight to have the same dtype"),
     (lambda: F.scaled_dot_product_attention(pa.ones(2, 3), pa.ones(2, 3), pa.ones(2, 3),
                                             np.ones((2, 2), bool), is_causal=True),
      ValueError, "either attn_mask or is_causal"),
@@ -443,7 +454,7 @@ def _rules(y):
     """Call each rule of y's node under temporary_bytes: [(gradient, extra bytes)]."""
     node, g = y.grad_fn, rand(y.shape, 11)
     if node.joint is not None:
-        return [temporary_bytes(node.joint, g, *node.saved)]
+        return [temporary_bytes(node.joint, g, *node.saved, **(node.kwargs or {}))]
     return [temporary_bytes(v, g, *node.saved, **(node.kwargs or {}))
             for v in node.vjps if v is not None]
 
@@ -500,7 +511,7 @@ def test_embedding_and_dropout_memory():
 def test_sdpa_memory(kw):
     q, k, v = (leaf(rand((4, 2, 128, 32), i)) for i in range(3))
     y, extra = temporary_bytes(F.scaled_dot_product_attention, q, k, v, **kw)
-    p = y.grad_fn.saved[3]
+    p = y.grad_fn.saved[5]                    # (ans, q, k, v, attn_mask, weights)
     assert p.shape == (4, 2, 128, 128)
     # the attention weights (kept), the causal mask and its negation, or the dropout
     # mask (kept, 1 byte an element) and the weights after dropout

@@ -339,9 +339,6 @@ def test_parameter_containers_names_match_torch():
 
 
 def test_unsupported_arguments_raise_not_implemented():
-    for make in (lambda: nn.Embedding(3, 2, max_norm=1.0),):
-        with pytest.raises(NotImplementedError):
-            make()
     with pytest.raises(ValueError, match="strided"):
         nn.Conv2d(1, 1, 3, stride=2, padding="same")
     with pytest.raises(ValueError, match="positive"):

@@ -5,6 +5,7 @@ import pytest
 
 import parallel_autograd as pa
 import parallel_autograd.nn.functional as F
+from op_samples import SAMPLES
 
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
@@ -481,4 +482,7 @@ def test_sdpa_fully_masked_rows_give_zeros_like_torch(float_mask):
 def test_every_functional_op_has_torch_parity():
     keys = {k.replace("sdpa", "scaled_dot_product_attention") for k in OPS}
     tested = {n for n in F.__all__ if any(k == n or k.startswith(n + "_") for k in keys)}
+    # the declared ops with samples: tests/test_registry.py compares them with PyTorch
+    tested |= {k.rsplit(".", 1)[-1] for k in SAMPLES if "." not in k
+               or k.startswith("torch.nn.functional.")}
     assert set(F.__all__) - tested == set()

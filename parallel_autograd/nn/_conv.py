@@ -40,7 +40,7 @@ from .. import memory
 from ..engine.cost import gemm_cost
 from ..memory import empty
 from ..ops import reduce as R
-from ..ops._common import copy, reshape, zeros
+from ..ops._common import copy, reshaped, zeros
 from ..primitive import Saved, defop
 from ..tensor import Tensor
 from ._windows import ntuple, positive_int, prod
@@ -140,7 +140,7 @@ def _im2col(x, cols, geo, out_sz) -> None:
     taps, shifts = geo
     n, c = x.shape[:2]
     shape = (n, c) + tuple(out_sz)
-    xf = reshape(x, (n, c, -1)) if shifts else None
+    xf = reshaped(x, (n, c, -1)) if shifts else None
     for k, (_, idx, out_blk, in_blk) in enumerate(taps):
         dst = cols[(slice(None),) + idx].transpose(1, 0, 2)          # (n, C, P) view
         if shifts:
@@ -198,7 +198,7 @@ def _conv_forward(x, w, out_sz, keep: bool, stride, padding, dilation, groups) -
     cols = empty((c,) + kernel + (n if keep else nb, p), dtype=x.dtype)
     out = empty((n, o, p), dtype=dtype)
     og, ckg = o // groups, ck // groups
-    w3 = reshape(w, (groups, og, ckg))
+    w3 = reshaped(w, (groups, og, ckg))
     obuf = None if w.size < 1024 else empty((groups, og, nb * p), dtype=dtype)
     for a in range(0, n, nb):
         m = min(n, a + nb) - a
@@ -238,8 +238,8 @@ def _input_grad(g, w, x_shape, stride, padding, dilation, groups) -> np.ndarray:
     o = w.shape[0]
     ck, p = c * prod(kernel), prod(out_sz)
     og, ckg = o // groups, ck // groups
-    g3 = reshape(g, (n, o, p))
-    wt = reshape(w, (groups, og, ckg)).transpose(0, 2, 1)
+    g3 = reshaped(g, (n, o, p))
+    wt = reshaped(w, (groups, og, ckg)).transpose(0, 2, 1)
     nb = min(n, max(1, prod(x_shape[1:]) * n // (ck * p)))        # samples per chunk
     dtype = np.result_type(g, w)
     gbuf = empty((o, nb, p), dtype=dtype)
@@ -308,7 +308,7 @@ def _input_grad_channels_first(g, w, x_shape, taps, groups) -> np.ndarray:
     p = prod(out_sz)
     dtype = np.result_type(g, w)
     depthwise = groups > 1
-    g3 = reshape(g, (n, o, p))
+    g3 = reshaped(g, (n, o, p))
     if depthwise:                                   # (*kernel, C, 1): a column per offset
         w2 = copy(w.transpose(tuple(range(2, nd + 2)) + (0, 1)))
     else:                                           # (*kernel, C, O): W_k^T per offset
@@ -397,7 +397,7 @@ def _weight_grad(g, cols, x, w_shape, x_shape, stride, padding, dilation, groups
     out_sz = tuple(g.shape[2:])
     ck, p = c * prod(kernel), prod(out_sz)
     og, ckg = o // groups, ck // groups
-    g3 = reshape(g, (n, o, p))
+    g3 = reshaped(g, (n, o, p))
     dtype = np.result_type(g, cols if cols is not None else x)
     acc = zeros((groups, og, ckg), dtype=dtype)
     small = o * ckg < 1024
@@ -427,7 +427,7 @@ def _weight_grad(g, cols, x, w_shape, x_shape, stride, padding, dilation, groups
         m = min(n, a + nb) - a
         gc = gbuf[:, :m]
         np.copyto(gc, g3[a:a + m].transpose(1, 0, 2))
-        cc = reshape(columns(a, m), (groups, ckg, m * p))
+        cc = reshaped(columns(a, m), (groups, ckg, m * p))
         acc += memory.matmul(gc.reshape(groups, og, m * p), cc.transpose(0, 2, 1))
     return acc.reshape(w_shape)
 
@@ -435,7 +435,7 @@ def _weight_grad(g, cols, x, w_shape, x_shape, stride, padding, dilation, groups
 def _bias_grad(g, *_, **__):
     # one pass over g (contiguous row sums), then a small (N, O) sum
     n, o = g.shape[:2]
-    return reshape(g, (n, o, -1)).sum(axis=2).sum(axis=0)
+    return reshaped(g, (n, o, -1)).sum(axis=2).sum(axis=0)
 
 
 
@@ -822,7 +822,7 @@ def _fold_array(cols, x_shape, kernel, stride, padding, dilation) -> np.ndarray:
     """The sum of the columns `cols` (N, C*K, L) back onto an (N, C, *in) image."""
     n, c = x_shape[:2]
     out_sz = _out_sizes("fold", x_shape[2:], kernel, stride, padding, padding, dilation)
-    d = reshape(cols, (n, c) + tuple(kernel) + (prod(out_sz),))
+    d = reshaped(cols, (n, c) + tuple(kernel) + (prod(out_sz),))
     gx = zeros(x_shape, dtype=cols.dtype)
     _col2im_add(gx, d, _geometry(tuple(x_shape), kernel, stride, padding, dilation, out_sz),
                 out_sz, flat=False)

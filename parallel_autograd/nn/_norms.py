@@ -1,29 +1,37 @@
-"""Normalization over channels (PyTorch's `torch.nn.functional` signatures): batch_norm,
-instance_norm, group_norm, local_response_norm.
+"""Normalization layers of `torch.nn.functional`: layer_norm, rms_norm, batch_norm,
+instance_norm, group_norm, local_response_norm (PyTorch's signatures, semantics and
+exception types).
 
-- batch_norm is one node, like layer_norm: inputs (N, C), (N, C, L), (N, C, H, W), ...
-  are seen as (N, C, S). Training normalizes with the batch's statistics per channel
-  (biased variance) and, when running statistics are given, updates them in place with
-  the momentum and the unbiased variance, as PyTorch; evaluation normalizes with the
-  running statistics (a per-channel affine map). The node keeps the input and each
-  channel's mean and 1/std (copies of the running ones in evaluation: a later update
-  cannot change what backward reads). Its rules are fused, per block of samples
-  (cache resident); its twins (create_graph) are their formulas written with ops.
-- instance_norm is batch_norm's kernel on the input seen as (1, N*C, S), its weight
-  and bias repeated N times (recorded ops, so they get their gradients summed back),
-  as PyTorch computes it; with `use_input_stats=False` it is batch_norm in evaluation.
-- group_norm is layer_norm's fused kernel over (N, groups, C/groups * S), then the
-  per-channel weight and bias as ops; local_response_norm is PyTorch's own composition
-  (squares, a zero-padded average over neighbouring channels, pow, divide).
+- layer_norm and rms_norm are declared ops over the trailing `normalized_shape` dims: the
+  input seen as (rows, D), each row normalized per block of rows (cache resident); the
+  node keeps the input and each row's mean and 1/std (1/rms), not the output.
+- batch_norm normalizes the channels of (N, C, *) inputs, seen as (N, C, S): a composite
+  that takes the statistics (the batch's in training, over every dimension but the
+  channels, biased variance; the running ones in evaluation, copied: a later update cannot
+  change what backward reads), updates the running statistics when given, and applies
+  them with one declared op, `normalize_channels`, whose derivative in training goes
+  through the batch statistics (PyTorch's formula) and in evaluation is a per-channel
+  scale. instance_norm is the same op on the input seen as (1, N*C, S), its weight and
+  bias repeated N times (recorded ops, so their gradients are summed back), as PyTorch
+  computes it; with `use_input_stats=False` it is batch_norm in evaluation.
+- group_norm is layer_norm over (N, groups, C/groups * S), then the per-channel weight and
+  bias as ops; local_response_norm is PyTorch's composition (squares, a zero-padded average
+  over neighbouring channels, pow, divide).
+
+Each declared op's derivative is written once as a formula (ops: differentiable again);
+the fused numpy kernels kept beside them work per block (rows or samples, cache resident)
+and allocate only the gradient they return besides one block temporary; their comments
+count the passes over a block.
 
 Running statistics. Every check (shapes, dtypes, sizes, eps) runs before anything is
-written, and the statistics are written only after the output is computed, so a failed
+written, and the statistics are written only after the batch's are computed, so a failed
 forward leaves them, and `num_batches_tracked`, as they were. Each update (the counter's
 increment, the momentum it implies, both running arrays and their version counters) is
 atomic under one lock: concurrent training forwards of one module each apply their
 batch's update whole (in whichever order the threads get there), and the counter counts
-every one. Reading the statistics while another thread trains the module is the usual
-data race (nn/module.py: a module is not to be mutated while it is used).
+every one. An empty batch only counts, as in PyTorch. Reading the statistics while another
+thread trains the module is the usual data race (nn/module.py: a module is not to be
+mutated while it is used).
 """
 from __future__ import annotations
 
@@ -34,17 +42,15 @@ import threading
 import numpy as np
 
 from .. import locks, version
-from ..memory import empty as _empty
-from ..ops.forms import graph_input
-from ..ops import elementwise as E
+from ..ops import pointwise as PW
 from ..ops import reduce as R
 from ..ops import shape as S
-from ..ops.graph import _t
-from ..primitive import record
+from ..ops._common import array, empty, reshaped, row_blocks, zeros
+from ..primitive import Saved, composite, defop
 from ..tensor import Tensor
-from . import functional as F
 
-__all__ = ["batch_norm", "instance_norm", "group_norm", "local_response_norm"]
+__all__ = ["layer_norm", "rms_norm", "batch_norm", "batch_norm_counted", "instance_norm",
+           "group_norm", "local_response_norm", "normalize_channels"]
 
 _AXES = (0, 2)   # what batch_norm reduces of (N, C, S): all but the channels
 
@@ -61,29 +67,387 @@ _UPDATES = _UpdateLock()
 locks.track(_UPDATES)
 
 
-def _raw(x):
-    return x.data if isinstance(x, Tensor) else np.asarray(x)
+def _shape(x) -> tuple:
+    return np.shape(array(x))
 
 
-# ---- checks ---------------------------------------------------------------------------------
+def _float(x: np.ndarray) -> np.ndarray:
+    return x if x.dtype.kind == "f" else x.astype(np.float64)
+
+
+def _inv_sqrt(v, out):
+    np.sqrt(v, out=out)
+    return np.reciprocal(out, out=out)
+
+
+# ---- layer_norm and rms_norm: over the trailing dims ------------------------------------------
+def _normalized(normalized_shape) -> tuple:
+    ns = (normalized_shape,) if isinstance(normalized_shape, (int, np.integer)) \
+        else tuple(normalized_shape)
+    return tuple(int(s) for s in ns)
+
+
+def _rows_of(shape: tuple, ns: tuple) -> tuple:
+    """(rows, D) of an input of `shape` normalized over its trailing `ns` (not -1: either
+    may be 0)."""
+    return math.prod(shape[:len(shape) - len(ns)]), math.prod(ns)
+
+
+def _check_trailing(name: str, x: np.ndarray, ns: tuple, params) -> None:
+    """PyTorch's checks: `ns` the input's trailing dims, each parameter of shape `ns`."""
+    if not ns or len(ns) > x.ndim or x.shape[x.ndim - len(ns):] != ns:
+        kind = ValueError if name == "rms_norm" and len(ns) > x.ndim else RuntimeError
+        raise kind(f"{name}: normalized_shape {ns} does not match the trailing dimensions "
+                   f"of input shape {x.shape} (expected input of shape [*, "
+                   f"{', '.join(map(str, ns))}])")
+    for what, p in params:
+        if p is not None and np.shape(p) != ns:
+            raise RuntimeError(f"{name}: {what} shape {np.shape(p)} does not match "
+                               f"normalized_shape {ns}")
+
+
+def _weighted_column_sums(g2, x2, mean, scale) -> np.ndarray:
+    """sum over rows of g2 * (x2 - mean) * scale (mean None: no centring), per row
+    block through a block temporary."""
+    d = x2.shape[1]
+    acc = zeros(d, np.result_type(g2, x2))
+    rb, blocks = row_blocks(x2.shape[0], d * acc.itemsize)
+    buf = empty((rb, d), acc.dtype)
+    for a, e in blocks:
+        t = buf[:e - a]
+        if mean is None:
+            np.multiply(x2[a:e], scale[a:e, None], out=t)
+        else:
+            np.subtract(x2[a:e], mean[a:e, None], out=t)
+            t *= scale[a:e, None]
+        acc += np.einsum("ij,ij->j", g2[a:e], t)
+    return acc
+
+
+def _rule_setup(g, x2, w):
+    """What both input kernels start from: g as rows, the result (the only full-size
+    allocation), the row blocks, and a block temporary for h = g w when weighted."""
+    d = x2.shape[1]
+    out = empty(x2.shape, np.result_type(g, x2))
+    rb, blocks = row_blocks(x2.shape[0], d * out.itemsize)
+    hbuf = None if w is None else empty((rb, d), out.dtype)
+    return reshaped(g, x2.shape), out, blocks, hbuf
+
+
+def _operands(input, weight, normalized_shape) -> tuple:
+    """(x as (rows, D) of a floating dtype, the weight as (D,) or None, the shapes)."""
+    x = _float(np.asarray(input))
+    ns = _normalized(normalized_shape)
+    rows, d = _rows_of(x.shape, ns)
+    w = None if weight is None else np.asarray(weight).reshape(d)
+    return reshaped(x, (rows, d)), w, x.shape, ns
+
+
+def _ln_input_kernel(g, ans, input, weight, bias, mean, rstd, normalized_shape, eps):
+    # rstd (h - mean(h) - xh mean(h xh)), h = g w, xh = (x - mean) rstd, per row block
+    # (cache resident): xh into the result, h in a block temporary when weighted;
+    # subtract, scale, two row reductions, then scale, add, subtract, scale: 8 passes
+    # over the block. The result is the only full-size allocation.
+    x2, w, shape, _ = _operands(input, weight, normalized_shape)
+    d = x2.shape[1]
+    g2, out, blocks, hbuf = _rule_setup(g, x2, w)
+    for a, e in blocks:
+        t, r = out[a:e], rstd[a:e, None]
+        np.subtract(x2[a:e], mean[a:e, None], out=t)
+        t *= r
+        h = g2[a:e] if w is None else np.multiply(g2[a:e], w, out=hbuf[:e - a])
+        s1, s2 = h.sum(axis=1), np.vecdot(h, t)
+        t *= (s2 / -d)[:, None]
+        t += h
+        t -= (s1 / d)[:, None]
+        t *= r
+    return out.reshape(shape)
+
+
+def _ln_weight_kernel(g, ans, input, weight, bias, mean, rstd, normalized_shape, eps):
+    # sum over rows of g xh, xh = (x - mean) rstd rebuilt per row block in a block
+    # temporary (2 passes over the block, then one reduction)
+    x2, _, _, ns = _operands(input, None, normalized_shape)
+    return _weighted_column_sums(reshaped(g, x2.shape), x2, mean, rstd).reshape(ns)
+
+
+def _ln_parts(g, input, weight, normalized_shape, eps) -> tuple:
+    """(g as rows, x normalized (xh), 1/std, the weight as (D,) or None) with ops."""
+    shape, ns = _shape(input), _normalized(normalized_shape)
+    rows, d = _rows_of(shape, ns)
+    x = S.reshape(_float(input) if not isinstance(input, Tensor) else input, (rows, d))
+    xc = x - R.mean(x, dim=1, keepdim=True)
+    r = PW.rsqrt(R.mean(xc * xc, dim=1, keepdim=True) + eps)
+    w = None if weight is None else S.reshape(weight, (d,))
+    return S.reshape(g, (rows, d)), xc * r, r, w
+
+
+def _ln_input_formula(g, ans, input, weight, bias, normalized_shape, eps):
+    g2, xh, r, w = _ln_parts(g, input, weight, normalized_shape, eps)
+    h = g2 if w is None else g2 * w
+    d = r * (h - R.mean(h, dim=1, keepdim=True) - xh * R.mean(h * xh, dim=1, keepdim=True))
+    return S.reshape(d, _shape(input))
+
+
+def _ln_weight_formula(g, ans, input, weight, bias, normalized_shape, eps):
+    g2, xh, _, _ = _ln_parts(g, input, None, normalized_shape, eps)
+    return S.reshape(R.sum(g2 * xh, dim=0), _normalized(normalized_shape))
+
+
+def _bias_formula(g, ans, input, weight, bias, normalized_shape, eps):
+    return g  # summed over the leading dims to the bias's shape (trailing) by the node
+
+
+@defop(inputs=("input", "weight", "bias"),
+       formula=(_ln_input_formula, _ln_weight_formula, _bias_formula),
+       kernel=(_ln_input_kernel, _ln_weight_kernel, None), unsaved=("result",),
+       module="torch.nn.functional")
+def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """Normalize over the trailing `normalized_shape` dims (biased variance), then
+    scale by `weight` and shift by `bias` (both of shape `normalized_shape`).
+
+    One node keeping the input and each row's mean and 1/std. Forward per row block
+    (cache resident): mean, x - mean, variance, scale, weight, bias (6 passes over the
+    block); the output is the only full-size allocation.
+    """
+    ns = _normalized(normalized_shape)
+    _check_trailing("layer_norm", np.asarray(input), ns, (("weight", weight), ("bias", bias)))
+    x2, w, shape, _ = _operands(input, weight, ns)
+    b = None if bias is None else np.asarray(bias).reshape(x2.shape[1])
+    d, dtype = x2.shape[1], x2.dtype
+    y = empty(x2.shape, dtype)
+    mean, rstd = empty(x2.shape[0], dtype), empty(x2.shape[0], dtype)
+    for a, e in row_blocks(x2.shape[0], d * dtype.itemsize)[1]:
+        t, m, r = y[a:e], mean[a:e], rstd[a:e]
+        np.mean(x2[a:e], axis=1, out=m)
+        np.subtract(x2[a:e], m[:, None], out=t)
+        _inv_sqrt(np.vecdot(t, t) / d + eps, out=r)
+        t *= r[:, None]
+        if w is not None:
+            t *= w
+        if b is not None:
+            t += b
+    return Saved(y.reshape(shape), mean, rstd)
+
+
+def _rms_eps(eps, dtype) -> float:
+    return float(np.finfo(dtype).eps) if eps is None else eps
+
+
+def _rms_input_kernel(g, ans, input, weight, rr, normalized_shape, eps):
+    # rr h - x rr^3 mean(h x), h = g w (a block temporary when weighted), per row
+    # block: one row reduction, then scale, add, scale: 4 passes over the block.
+    x2, w, shape, _ = _operands(input, weight, normalized_shape)
+    d = x2.shape[1]
+    g2, out, blocks, hbuf = _rule_setup(g, x2, w)
+    for a, e in blocks:
+        r = rr[a:e]
+        h = g2[a:e] if w is None else np.multiply(g2[a:e], w, out=hbuf[:e - a])
+        c = np.vecdot(h, x2[a:e]) * (r * r / -d)
+        t = np.multiply(x2[a:e], c[:, None], out=out[a:e])
+        t += h
+        t *= r[:, None]
+    return out.reshape(shape)
+
+
+def _rms_weight_kernel(g, ans, input, weight, rr, normalized_shape, eps):
+    # sum over rows of g x rr, x rr rebuilt per row block in a block temporary
+    x2, _, _, ns = _operands(input, None, normalized_shape)
+    return _weighted_column_sums(reshaped(g, x2.shape), x2, None, rr).reshape(ns)
+
+
+def _rms_parts(g, input, weight, normalized_shape, eps) -> tuple:
+    shape, ns = _shape(input), _normalized(normalized_shape)
+    rows, d = _rows_of(shape, ns)
+    x = S.reshape(_float(input) if not isinstance(input, Tensor) else input, (rows, d))
+    r = PW.rsqrt(R.mean(x * x, dim=1, keepdim=True) + _rms_eps(eps, array(x).dtype))
+    w = None if weight is None else S.reshape(weight, (d,))
+    return S.reshape(g, (rows, d)), x, r, w
+
+
+def _rms_input_formula(g, ans, input, weight, normalized_shape, eps):
+    g2, x, r, w = _rms_parts(g, input, weight, normalized_shape, eps)
+    h = g2 if w is None else g2 * w
+    d = r * h - x * (r * r * r) * R.mean(h * x, dim=1, keepdim=True)
+    return S.reshape(d, _shape(input))
+
+
+def _rms_weight_formula(g, ans, input, weight, normalized_shape, eps):
+    g2, x, r, _ = _rms_parts(g, input, None, normalized_shape, eps)
+    return S.reshape(R.sum(g2 * (x * r), dim=0), _normalized(normalized_shape))
+
+
+@defop(inputs=("input", "weight"), formula=(_rms_input_formula, _rms_weight_formula),
+       kernel=(_rms_input_kernel, _rms_weight_kernel), unsaved=("result",),
+       module="torch.nn.functional")
+def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
+             eps: float | None = None) -> Tensor:
+    """`x / sqrt(mean(x**2) + eps) * weight` over the trailing `normalized_shape` dims;
+    `eps=None` is the machine epsilon of the input's dtype, as in PyTorch.
+
+    One node keeping the input and each row's 1/rms. Forward: one row reduction and
+    two scaling passes (per row block); the output is the only full-size allocation.
+    """
+    ns = _normalized(normalized_shape)
+    _check_trailing("rms_norm", np.asarray(input), ns, (("weight", weight),))
+    x2, w, shape, _ = _operands(input, weight, ns)
+    d, dtype = x2.shape[1], x2.dtype
+    eps = _rms_eps(eps, dtype)
+    y, rr = empty(x2.shape, dtype), empty(x2.shape[0], dtype)
+    for a, e in row_blocks(x2.shape[0], d * dtype.itemsize)[1]:
+        r = _inv_sqrt(np.vecdot(x2[a:e], x2[a:e]) / d + eps, out=rr[a:e])
+        np.multiply(x2[a:e], r[:, None], out=y[a:e])
+        if w is not None:
+            y[a:e] *= w
+    return Saved(y.reshape(shape), rr)
+
+
+# ---- batch_norm's node: normalize_channels ------------------------------------------------------
+def _as_ncs(x: np.ndarray) -> np.ndarray:
+    """x (N, C, *) as (N, C, S): a view when x is contiguous."""
+    return reshaped(x, (x.shape[0], x.shape[1], math.prod(x.shape[2:])))
+
+
+def _center_and_dot(x3, mean, g3=None):
+    """Per channel sum((x3 - mean)^2) (`g3` None) or (sum(g3), sum(g3 (x3 - mean))), the
+    centring per block of samples into a block temporary, each block reduced while in
+    cache: 2 passes over a block (3 with g3), nothing full-size."""
+    n, c, s = x3.shape
+    dtype = x3.dtype if g3 is None else np.result_type(x3, g3)
+    rb, blocks = row_blocks(n, c * s * dtype.itemsize)
+    buf = empty((rb, c, s), dtype)
+    dot = np.zeros(c, dtype)
+    sg = None if g3 is None else np.zeros(c, dtype)
+    for a, b in blocks:
+        t = np.subtract(x3[a:b], mean[:, None], out=buf[:b - a])
+        if g3 is None:
+            dot += np.einsum("ncs,ncs->c", t, t)
+        else:
+            sg += g3[a:b].sum(axis=_AXES)
+            dot += np.einsum("ncs,ncs->c", g3[a:b], t)
+    return dot if g3 is None else (sg, dot)
+
+
+def _bn_input_kernel(g, ans, input, weight, bias, mean, rstd, training, eps):
+    # Evaluation: g a (a = rstd w per channel), 1 pass. Training: rstd (h - mean(h) - xh
+    # mean(h xh)), h = g w, xh = (x - mean) rstd, as a g - c0 - (x - mean) k with per
+    # channel a, c0 = a sum(g) / m, k = a rstd^2 sum(g (x - mean)) / m: per block, the
+    # centring into a block temporary and the two sums (reading x and g), then per block
+    # the centring into the result, scale, g a into the block temporary, add, shift
+    # (reading x and g again, writing the result once). The result is the only
+    # full-size allocation.
+    x3 = _as_ncs(np.asarray(input))
+    g3 = reshaped(g, x3.shape)
+    a = rstd if weight is None else rstd * weight
+    out = empty(x3.shape, np.result_type(g, x3))
+    if not training:
+        np.multiply(g3, a[:, None], out=out)
+        return out.reshape(input.shape)
+    n, c, s = x3.shape
+    if n * s == 0:                      # an empty batch: an empty gradient
+        return out.reshape(input.shape)
+    sg, sgx = _center_and_dot(x3, mean, g3)
+    k = a * rstd * rstd * sgx / (n * s)
+    c0 = a * sg / (n * s)
+    rb, blocks = row_blocks(n, c * s * out.itemsize)
+    buf = empty((rb, c, s), out.dtype)
+    for i, j in blocks:
+        t = np.subtract(x3[i:j], mean[:, None], out=out[i:j])
+        t *= -k[:, None]
+        t += np.multiply(g3[i:j], a[:, None], out=buf[:j - i])
+        t -= c0[:, None]
+    return out.reshape(input.shape)
+
+
+def _bn_weight_kernel(g, ans, input, weight, bias, mean, rstd, training, eps):
+    # sum over samples and positions of g (x - mean) rstd, the centring in a block
+    # temporary: 3 passes over a block, nothing full-size. No value: 0, as PyTorch's
+    # (not 0 times the NaN statistics of an empty batch)
+    x3 = _as_ncs(np.asarray(input))
+    if x3.size == 0:
+        return np.zeros(x3.shape[1], np.result_type(g, x3))
+    return _center_and_dot(x3, mean, reshaped(g, x3.shape))[1] * rstd
+
+
+def _bn_parts(g, input, mean, rstd, training, eps) -> tuple:
+    """(g as (N, C, S), normalized x, 1/std as (1, C, 1)) with ops: in training both
+    recomputed from the input (the derivative goes through them), in evaluation the
+    given statistics (constants)."""
+    shape = _shape(input)
+    n3 = (shape[0], shape[1], math.prod(shape[2:]))
+    x = S.reshape(input, n3)
+    if training:
+        xc = x - R.mean(x, dim=_AXES, keepdim=True)
+        r = PW.rsqrt(R.mean(xc * xc, dim=_AXES, keepdim=True) + eps)
+        return S.reshape(g, n3), xc * r, r
+    r = np.reshape(rstd, (1, -1, 1))
+    return S.reshape(g, n3), (x - np.reshape(mean, (1, -1, 1))) * r, r
+
+
+def _bn_input_formula(g, ans, input, weight, bias, mean, rstd, training, eps):
+    g3, xh, r = _bn_parts(g, input, mean, rstd, training, eps)
+    w = None if weight is None else S.reshape(weight, (1, -1, 1))
+    if not training:
+        return S.reshape(g3 * (r if w is None else w * r), _shape(input))
+    h = g3 if w is None else g3 * w
+    d = r * (h - R.mean(h, dim=_AXES, keepdim=True)
+             - xh * R.mean(h * xh, dim=_AXES, keepdim=True))
+    return S.reshape(d, _shape(input))
+
+
+def _bn_weight_formula(g, ans, input, weight, bias, mean, rstd, training, eps):
+    g3, xh, _ = _bn_parts(g, input, mean, rstd, training, eps)
+    return R.sum(g3 * xh, dim=_AXES)
+
+
+def _bn_bias_formula(g, ans, input, weight, bias, mean, rstd, training, eps):
+    shape = _shape(input)
+    return R.sum(S.reshape(g, (shape[0], shape[1], math.prod(shape[2:]))), dim=_AXES)
+
+
+@defop(inputs=("input", "weight", "bias"),
+       formula=(_bn_input_formula, _bn_weight_formula, _bn_bias_formula),
+       kernel=(_bn_input_kernel, _bn_weight_kernel, None), unsaved=("result",),
+       export=False, name="batch_norm")
+def normalize_channels(input: Tensor, weight: Tensor | None, bias: Tensor | None,
+                       mean: Tensor, rstd: Tensor, training: bool, eps: float) -> Tensor:
+    """`(x - mean) * rstd * weight + bias` per channel of an (N, C, *) input, `mean` and
+    `rstd` (1/std) given per channel: the batch's own (`training`: the derivative goes
+    through them, recomputed from the input) or running ones (constants). Per block of
+    samples (cache resident): subtract, scale, shift; the output the only allocation."""
+    x = np.asarray(input)
+    x3 = _as_ncs(x)
+    a = rstd if weight is None else rstd * np.asarray(weight)
+    y = empty(x3.shape, x3.dtype)
+    n, c, s = x3.shape
+    for i, j in row_blocks(n, c * s * x3.itemsize)[1]:
+        t = np.subtract(x3[i:j], mean[:, None], out=y[i:j])
+        t *= a[:, None]
+        if bias is not None:
+            t += np.asarray(bias)[:, None]
+    return y.reshape(x.shape)
+
+
+# ---- batch_norm's checks and statistics ----------------------------------------------------------
 def _channels_input(name: str, input) -> tuple:
-    """(x, x as (N, C, S): a view when x is contiguous)."""
-    x = _raw(input)
+    """(x, x as (N, C, S))."""
+    x = array(input)
     if x.ndim < 2:
-        raise ValueError(f"{name}: expected an input (N, C, *) of at least 2 dimensions, "
-                         f"got shape {x.shape}")
+        raise IndexError(f"{name}: expected an input (N, C, *) of at least 2 dimensions, "
+                         f"got shape {x.shape} (Dimension out of range)")
     if x.dtype.kind != "f":
         raise TypeError(f"{name}: expected a floating-point input, got dtype {x.dtype}")
-    return x, F._reshape(x, (x.shape[0], x.shape[1], math.prod(x.shape[2:])))
+    return x, _as_ncs(x)
 
 
 def _per_channel(name: str, what: str, p, c: int):
     if p is None:
         return None
-    a = _raw(p)
+    a = array(p)
     if a.shape != (c,):
-        raise ValueError(f"{name}: {what} shape {a.shape} does not match the input's {c} "
-                         f"channels (expected ({c},))")
+        raise RuntimeError(f"{name}: {what} shape {a.shape} does not match the input's {c} "
+                           f"channels: {what} should contain {c} elements")
     return a
 
 
@@ -97,10 +461,12 @@ def _check_running(name: str, running_mean, running_var, c: int) -> None:
         if not isinstance(r, (Tensor, np.ndarray)):
             raise TypeError(f"{name}: {what} must be a Tensor or an ndarray (updated in "
                             f"place), got {type(r).__name__}")
-        a = _raw(r)
-        if a.shape != (c,) or a.dtype.kind != "f":
-            raise ValueError(f"{name}: {what} must be a floating array of shape ({c},), "
-                             f"got shape {a.shape} and dtype {a.dtype}")
+        a = array(r)
+        if a.shape != (c,):
+            raise RuntimeError(f"{name}: {what} should contain {c} elements, got shape "
+                               f"{a.shape}")
+        if a.dtype.kind != "f":
+            raise ValueError(f"{name}: {what} must be a floating array, got dtype {a.dtype}")
         if not a.flags.writeable:
             raise ValueError(f"{name}: {what} is read-only; it is updated in place")
 
@@ -120,182 +486,76 @@ def _check_momentum(name: str, momentum) -> float:
     return float(momentum)
 
 
-# ---- batch_norm's kernels --------------------------------------------------------------------
-def _center_and_dot(x3, mean, out, g3=None):
-    """`out` = x3 - mean per channel (None: into a block temporary), per block of samples,
-    each block then reduced while in cache: returns per channel sum(out * out) (`g3`
-    None) or (sum(g3), sum(g3 * out)). 2 passes over a block (3 with g3)."""
+def _batch_stats(x3: np.ndarray) -> tuple:
+    """(mean, biased variance) per channel of (N, C, S); NaN for an empty batch."""
     n, c, s = x3.shape
-    dtype = x3.dtype if g3 is None else np.result_type(x3, g3)
-    rb, blocks = F._row_blocks(n, c * s * dtype.itemsize)
-    buf = _empty((rb, c, s), dtype) if out is None else None
-    dot = np.zeros(c, dtype)
-    sg = None if g3 is None else np.zeros(c, dtype)
-    for a, b in blocks:
-        t = np.subtract(x3[a:b], mean[:, None], out=buf[:b - a] if out is None else out[a:b])
-        if g3 is None:
-            dot += np.einsum("ncs,ncs->c", t, t)
-        else:
-            sg += g3[a:b].sum(axis=_AXES)
-            dot += np.einsum("ncs,ncs->c", g3[a:b], t)
-    return dot if g3 is None else (sg, dot)
+    if n * s == 0:                      # no value per channel: no statistics (the output
+        nan = np.full(c, np.nan, x3.dtype)  # is empty)
+        return nan, nan.copy()
+    mean = x3.mean(axis=_AXES)
+    return mean, _center_and_dot(x3, mean) / (n * s)
 
 
-def _bn_compute(x3, w, b, training: bool, running_mean, running_var, eps: float) -> tuple:
-    """(y as (N, C, S), mean, biased variance, 1/std) per channel. Passes: the mean's,
-    the centring and the squares' sum (per block), the scale and the shift; the output
-    is the only full-size allocation."""
-    y = _empty(x3.shape, x3.dtype)
-    if training:
-        mean = x3.mean(axis=_AXES)
-        var = _center_and_dot(x3, mean, y) / (x3.shape[0] * x3.shape[2])
-    else:   # copies: the node must not see later updates of the running statistics
-        mean = np.array(_raw(running_mean), dtype=x3.dtype)
-        var = np.array(_raw(running_var), dtype=x3.dtype)
-        np.subtract(x3, mean[:, None], out=y)
-    rstd = F._inv_sqrt(var + eps, out=np.empty_like(var))
-    y *= (rstd if w is None else rstd * w)[:, None]
-    if b is not None:
-        y += b[:, None]
-    return y, mean, var, rstd
-
-
-def _bn_record(name, input, weight, bias, y, x3, shape, mean, rstd, w, training, eps):
-    inputs, vjps = F._norm_inputs((input, _bn_vjp_x), (weight, _bn_vjp_w), (bias, _bn_vjp_b))
-    return record(name, y.reshape(shape), inputs, vjps, saved=(x3, mean, rstd, w),
-                  kwargs=dict(shape=shape, train=training, eps=eps))
-
-
-def _bn_vjp_x(g, x3, mean, rstd, w, shape, train, eps):
-    # Evaluation: g a (a = rstd w per channel), 1 pass. Training: rstd (h - mean(h) - xh
-    # mean(h xh)), h = g w, xh = (x - mean) rstd, as a g - c0 - (x - mean) k with per
-    # channel a, c0 = a sum(g) / m, k = a rstd^2 sum(g (x - mean)) / m: per block, the
-    # centring into a block temporary and the two sums (reading x and g), then per block
-    # the centring into the result, scale, g a into the block temporary, add, shift
-    # (reading x and g again, writing the result once). The result is the only
-    # full-size allocation.
-    g3 = F._reshape(g, x3.shape)
-    a = rstd if w is None else rstd * w
-    out = _empty(x3.shape, np.result_type(g, x3))
-    if not train:
-        np.multiply(g3, a[:, None], out=out)
-        return out.reshape(shape)
-    n, c, s = x3.shape
-    sg, sgx = _center_and_dot(x3, mean, None, g3)
-    k = a * rstd * rstd * sgx / (n * s)
-    c0 = a * sg / (n * s)
-    rb, blocks = F._row_blocks(n, c * s * out.itemsize)
-    buf = _empty((rb, c, s), out.dtype)
-    for i, j in blocks:
-        t = np.subtract(x3[i:j], mean[:, None], out=out[i:j])
-        t *= -k[:, None]
-        t += np.multiply(g3[i:j], a[:, None], out=buf[:j - i])
-        t -= c0[:, None]
-    return out.reshape(shape)
-
-
-def _bn_vjp_w(g, x3, mean, rstd, w, shape, train, eps):
-    # sum over samples and positions of g (x - mean) rstd, the centring in a block
-    # temporary: 3 passes over a block, nothing full-size
-    return _center_and_dot(x3, mean, None, F._reshape(g, x3.shape))[1] * rstd
-
-
-def _bn_vjp_b(g, x3, mean, rstd, w, shape, train, eps):
-    # one reduction pass over g
-    return F._reshape(g, x3.shape).sum(axis=_AXES)
-
-
-# ---- batch_norm's twins (create_graph) -------------------------------------------------------
-def _bn_graph_parts(g, node) -> tuple:
-    """(g as (N, C, S), normalized x, 1/std as (1, C, 1)) with ops: in training both
-    recomputed from the input, in evaluation from the saved running statistics."""
-    x3, mean, rstd, _ = node.saved
-    x = S.reshape(_t(graph_input(node, 0, x3.reshape(node.kwargs["shape"]))), x3.shape)
-    g3 = S.reshape(g, x3.shape)
-    if node.kwargs["train"]:
-        xc = x - R.mean(x, axis=_AXES, keepdims=True)
-        r = E.pow(R.mean(xc * xc, axis=_AXES, keepdims=True) + node.kwargs["eps"], -0.5)
-        return g3, xc * r, r
-    r = rstd[:, None]
-    return g3, (x - mean[:, None]) * r, r
-
-
-def _bn_graph_weight(node):
-    w = node.saved[3]
-    return None if w is None else S.reshape(_t(graph_input(node, 1, w)), (-1, 1))
-
-
-def _bn_graph_x(g, node):
-    w = _bn_graph_weight(node)
-    x3 = node.saved[0]
-    if not node.kwargs["train"]:
-        a = node.saved[2][:, None] if w is None else w * node.saved[2][:, None]
-        return S.reshape(S.reshape(g, x3.shape) * a, node.kwargs["shape"])
-    g3, xh, r = _bn_graph_parts(g, node)
-    h = g3 if w is None else g3 * w
-    d = r * (h - R.mean(h, axis=_AXES, keepdims=True)
-             - xh * R.mean(h * xh, axis=_AXES, keepdims=True))
-    return S.reshape(d, node.kwargs["shape"])
-
-
-def _bn_graph_w(g, node):
-    g3, xh, _ = _bn_graph_parts(g, node)
-    return R.sum(g3 * xh, axis=_AXES)
-
-
-_bn_vjp_x.graph_node = _bn_graph_x
-_bn_vjp_w.graph_node = _bn_graph_w
-_bn_vjp_b.graph_node = lambda g, node: R.sum(S.reshape(g, node.saved[0].shape), axis=_AXES)
-
-
-# ---- running statistics ---------------------------------------------------------------------
 def _update_running(running_mean, running_var, mean, unbiased_var, momentum,
-                    counter=None) -> None:
+                    counter=None, seen: bool = True) -> None:
     """running = (1 - f) running + f batch for both, in place, atomically (one lock),
     each write bumping the tensor's version counter. f is `momentum`; with a `counter`
     (a module's num_batches_tracked) the counter is incremented first, and momentum None
-    means the cumulative average f = 1 / count (PyTorch's BatchNorm)."""
+    means the cumulative average f = 1 / count (PyTorch's BatchNorm). An empty batch
+    (`seen` False) only counts, as in PyTorch: the statistics stay as they are."""
     with _UPDATES._lock:
         factor = 0.0 if momentum is None else momentum
         if counter is not None:
-            c = _raw(counter)
+            c = array(counter)
             np.add(c, 1, out=c)
             if isinstance(counter, Tensor):
                 version.bump(counter)
             if momentum is None:
                 factor = 1.0 / float(c)
+        if not seen:
+            return
         for r, new in ((running_mean, mean), (running_var, unbiased_var)):
-            d = _raw(r)
+            d = array(r)
             d *= 1.0 - factor
             d += factor * new
             if isinstance(r, Tensor):
                 version.bump(r)
 
 
-def _batch_norm(name, input, running_mean, running_var, weight, bias, training, momentum,
-                eps, counter=None) -> Tensor:
-    """batch_norm; `momentum` None (with a module's `counter`) is the cumulative average."""
+def batch_norm_counted(name: str, input, running_mean, running_var, weight, bias,
+                       training: bool, momentum, eps, counter=None) -> Tensor:
+    """batch_norm (`name` in its messages), with a module's `num_batches_tracked` as
+    `counter`: incremented with each training update, and `momentum` None (with a
+    counter) is the cumulative average (PyTorch's BatchNorm layers)."""
     x, x3 = _channels_input(name, input)
     n, c, s = x3.shape
-    w = _per_channel(name, "weight", weight, c)
-    b = _per_channel(name, "bias", bias, c)
+    _per_channel(name, "weight", weight, c)
+    _per_channel(name, "bias", bias, c)
     _check_running(name, running_mean, running_var, c)
     training = bool(training)
     eps = _check_eps(name, eps, training)
-    if training and n * s <= 1:
+    if training and n * s == 1:         # PyTorch's check: an empty batch passes
         raise ValueError(f"{name}: expected more than 1 value per channel when training, "
                          f"got input size {x.shape}")
     if not training and running_mean is None:
-        raise ValueError(f"{name}: running_mean and running_var must be given in evaluation "
-                         f"mode (training=False)")
-    y, mean, var, rstd = _bn_compute(x3, w, b, training, running_mean, running_var, eps)
-    if training and running_mean is not None:
-        _update_running(running_mean, running_var, mean, var * (n * s / (n * s - 1)),
-                        momentum, counter)
-    return _bn_record(name, input, weight, bias, y, x3, x.shape, mean, rstd, w, training, eps)
+        raise RuntimeError(f"{name}: running_mean and running_var must be given in "
+                           f"evaluation mode (training=False)")
+    if training:
+        mean, var = _batch_stats(x3)
+        if running_mean is not None:
+            _update_running(running_mean, running_var, mean,
+                            var * (n * s / max(n * s - 1, 1)), momentum, counter,
+                            seen=n * s > 0)
+    else:    # copies: the node must not see later updates of the running statistics
+        mean = np.array(array(running_mean), dtype=x3.dtype)
+        var = np.array(array(running_var), dtype=x3.dtype)
+    rstd = _inv_sqrt(var + eps, out=np.empty_like(var))
+    return normalize_channels(input, weight, bias, mean, rstd, training, eps)
 
 
-def batch_norm(input, running_mean, running_var, weight=None, bias=None,
+@composite(module="torch.nn.functional")
+def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
+               weight: Tensor | None = None, bias: Tensor | None = None,
                training: bool = False, momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
     """Batch normalization over the channels of (N, C), (N, C, L), (N, C, H, W), ...:
     `(x - mean) / sqrt(var + eps) * weight + bias` per channel.
@@ -307,8 +567,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,
     the variance unbiased, as PyTorch. `training=False` normalizes with the running
     statistics (required). `weight` and `bias` (C,) are optional. One node.
     """
-    return _batch_norm("batch_norm", input, running_mean, running_var, weight, bias,
-                       training, _check_momentum("batch_norm", momentum), eps)
+    return batch_norm_counted("batch_norm", input, running_mean, running_var, weight, bias,
+                              training, _check_momentum("batch_norm", momentum), eps)
 
 
 def _repeated(p, n: int):
@@ -319,12 +579,14 @@ def _repeated(p, n: int):
     if isinstance(p, Tensor):
         c = p.shape[0]
         return S.reshape(S.broadcast_to(S.reshape(p, (1, c)), (n, c)), (n * c,))
-    return np.tile(_raw(p), n)
+    return np.tile(array(p), n)
 
 
-def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
-                  use_input_stats: bool = True, momentum: float = 0.1,
-                  eps: float = 1e-5) -> Tensor:
+@composite(module="torch.nn.functional")
+def instance_norm(input: Tensor, running_mean: Tensor | None = None,
+                  running_var: Tensor | None = None, weight: Tensor | None = None,
+                  bias: Tensor | None = None, use_input_stats: bool = True,
+                  momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
     """Normalization of each sample's channels over their positions, input (N, C, *)
     with more than one position: `(x - mean) / sqrt(var + eps) * weight + bias`, the
     statistics per (sample, channel). Given `running_mean` / `running_var` (C,), they are
@@ -340,23 +602,22 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     momentum = _check_momentum(name, momentum)
     if not use_input_stats:
         if running_mean is None:
-            raise ValueError(f"{name}: running_mean and running_var must be given when "
-                             f"use_input_stats is False")
-        return _batch_norm(name, input, running_mean, running_var, weight, bias, False,
-                           momentum, eps)
+            raise RuntimeError(f"{name}: running_mean and running_var must be given when "
+                               f"use_input_stats is False")
+        return batch_norm_counted(name, input, running_mean, running_var, weight, bias,
+                                  False, momentum, eps)
     eps = _check_eps(name, eps, True)
-    if s <= 1:
+    if s == 1:                          # PyTorch's check: no position at all passes
         raise ValueError(f"{name}: expected more than 1 spatial element when training, "
                          f"got input size {x.shape}")
     flat = S.reshape(input, (1, n * c, s))
-    wr, br = _repeated(weight, n), _repeated(bias, n)
-    w = None if wr is None else _raw(wr)
-    y, mean, var, rstd = _bn_compute(flat.data, w, None if br is None else _raw(br), True,
-                                     None, None, eps)
-    if running_mean is not None:
+    mean, var = _batch_stats(flat.data)
+    if running_mean is not None and n * s:  # nothing seen: left as they are
         _update_running(running_mean, running_var, mean.reshape(n, c).mean(axis=0),
                         (var * (s / (s - 1))).reshape(n, c).mean(axis=0), momentum)
-    out = _bn_record(name, flat, wr, br, y, flat.data, flat.shape, mean, rstd, w, True, eps)
+    rstd = _inv_sqrt(var + eps, out=np.empty_like(var))
+    out = normalize_channels(flat, _repeated(weight, n), _repeated(bias, n), mean, rstd,
+                             True, eps)
     return S.reshape(out, x.shape)
 
 
@@ -364,29 +625,34 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 def _channel_view(p, ndim: int):
     """A per-channel parameter shaped (C, 1, ...) to broadcast over (N, C, *)."""
     shape = (-1,) + (1,) * (ndim - 2)
-    return S.reshape(p, shape) if isinstance(p, Tensor) else _raw(p).reshape(shape)
+    return S.reshape(p, shape) if isinstance(p, Tensor) else array(p).reshape(shape)
 
 
-def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
+@composite(module="torch.nn.functional")
+def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None,
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """Normalization over groups of channels: input (N, C, *) with C divisible by
     `num_groups`, each sample's group of C/num_groups channels normalized over those
     channels and all positions (biased variance), then `weight` and `bias` (C,) per
-    channel. layer_norm's fused kernel over (N, num_groups, -1), then two ops."""
+    channel. layer_norm's fused node over (N, num_groups, -1), then two ops."""
     name = "group_norm"
     x, x3 = _channels_input(name, input)
     n, c, s = x3.shape
     if isinstance(num_groups, bool) or not isinstance(num_groups, numbers.Integral) \
             or num_groups < 1 or c % num_groups:
-        raise ValueError(f"{name}: num_groups must be a positive integer dividing the "
-                         f"{c} channels, got {num_groups!r}")
-    _per_channel(name, "weight", weight, c)
-    _per_channel(name, "bias", bias, c)
+        raise RuntimeError(f"{name}: expected the number of channels ({c}) to be divisible "
+                           f"by num_groups, a positive integer, got {num_groups!r}")
+    for what, p in (("weight", weight), ("bias", bias)):
+        if p is not None and array(p).shape != (c,):
+            raise RuntimeError(f"{name}: expected {what} to be a vector of size equal to the "
+                               f"number of channels ({c}), got {what} shape "
+                               f"{array(p).shape}")
     eps = _check_eps(name, eps, False)
     if n * c // num_groups * s == 1:       # PyTorch's check
         raise ValueError(f"{name}: expected more than 1 value per channel when training, "
                          f"got input size {x.shape}")
     d = c // int(num_groups) * s
-    y = S.reshape(F.layer_norm(S.reshape(input, (n, int(num_groups), d)), (d,), eps=eps),
+    y = S.reshape(layer_norm(S.reshape(input, (n, int(num_groups), d)), (d,), eps=eps),
                   x.shape)
     if weight is not None:
         y = y * _channel_view(weight, x.ndim)
@@ -395,23 +661,32 @@ def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5
     return y
 
 
-def local_response_norm(input, size: int, alpha: float = 1e-4, beta: float = 0.75,
+@composite(module="torch.nn.functional")
+def local_response_norm(input: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75,
                         k: float = 1.0) -> Tensor:
     """`x / (k + alpha * avg(x**2)) ** beta`, the average over the `size` channels
     around each one (c - size//2 .. c + (size-1)//2, zero outside, divided by `size`),
-    input (N, C, *) of at least 3 dimensions. PyTorch's composition: the squares, a zero
-    padding of the channels, avg_pool2d over (size, 1) windows, pow and a division."""
+    input (N, C, *) of at least 3 dimensions. PyTorch's composition: the squares padded
+    with zero channels, their sums over `size` neighbouring channels (`size` shifted
+    slices added), pow and a division."""
     name = "local_response_norm"
     t = input if isinstance(input, Tensor) else Tensor._wrap(np.asarray(input))
     if t.data.ndim < 3:
         raise ValueError(f"{name}: expected an input of 3 or more dimensions (N, C, *), "
                          f"got shape {t.shape}")
     if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
-        raise ValueError(f"{name}: size must be a positive integer, got {size!r}")
+        raise RuntimeError(f"{name}: size must be a positive integer, got {size!r}")
     if t.data.size == 0:
         return t
     shape = t.shape
-    sq = S.reshape(t * t, (shape[0], 1, shape[1], math.prod(shape[2:])))
-    sq = S.pad(sq, ((0, 0), (0, 0), (size // 2, (size - 1) // 2), (0, 0)))
-    avg = S.reshape(F.avg_pool2d(sq, (size, 1), stride=1), shape)
-    return t / E.pow(avg * alpha + k, beta)
+    n, c, s = shape[0], shape[1], math.prod(shape[2:])
+    sq = S.reshape(t * t, (n, c, s))
+    before, after = size // 2, (size - 1) // 2
+    parts = [np.zeros((n, before, s), t.dtype)] if before else []
+    parts += [sq] + ([np.zeros((n, after, s), t.dtype)] if after else [])
+    padded = S.concat(parts, 1) if len(parts) > 1 else sq
+    total = S.getitem(padded, (slice(None), slice(0, c)))
+    for i in range(1, size):
+        total = total + S.getitem(padded, (slice(None), slice(i, i + c)))
+    avg = S.reshape(total, shape) / size
+    return t / (avg * alpha + k) ** beta

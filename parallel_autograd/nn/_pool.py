@@ -25,7 +25,7 @@ import numpy as np
 
 from ..memory import empty
 from ..memory import pooled as P
-from ..ops._common import array, reshape, zeros
+from ..ops._common import array, reshaped, zeros
 from ..ops.forms import connect
 from ..primitive import Saved, composite, defop
 from ..tensor import Tensor
@@ -85,7 +85,7 @@ def _plane_blocks(planes: int, plane_bytes: int) -> tuple:
 
 def planes_of(a, shape2) -> np.ndarray:
     """`a` as (planes, *shape2): a view when `a` is contiguous, else a (cached) copy."""
-    return reshape(a, (-1,) + tuple(shape2))
+    return reshaped(a, (-1,) + tuple(shape2))
 
 
 # ---- max pooling --------------------------------------------------------------------------
@@ -183,7 +183,7 @@ def _put(g, index, shape, accumulate: bool) -> np.ndarray:
     and one scatter of g's size. (Measured 3-4x faster than one masked strided write per
     kernel offset: numpy's strided loops over short rows are slow.)"""
     gx = zeros(shape, dtype=g.dtype)
-    flat, gr = gx.reshape(-1), reshape(g, (-1,))   # a copy only when g is not contiguous
+    flat, gr = gx.reshape(-1), reshaped(g, (-1,))   # a copy only when g is not contiguous
     if accumulate:
         np.add.at(flat, index.reshape(-1), gr)
     else:

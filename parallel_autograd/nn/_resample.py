@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import memory
 from ..memory import empty
-from ..ops._common import reshape
+from ..ops._common import reshaped
 from ..primitive import Saved, composite, defop
 from ..tensor import Tensor
 from ._windows import adaptive_bounds, adaptive_output_size, positive_int
@@ -78,7 +78,7 @@ def _apply(x: np.ndarray, maps) -> np.ndarray:
             continue
         mt = m.astype(np.result_type(y.dtype, np.float32), copy=False)
         if axis == y.ndim - 1:
-            r = memory.matmul(reshape(y, (-1, y.shape[-1])), mt.T)
+            r = memory.matmul(reshaped(y, (-1, y.shape[-1])), mt.T)
             y = r.reshape(y.shape[:-1] + (m.shape[0],))
         else:
             # one batched GEMM over y with the axis moved next to last, written through

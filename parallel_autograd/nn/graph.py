@@ -6,12 +6,14 @@ node)` (or `joint.graph(g, node)`), which rebuild the inputs they differentiate 
 with `graph_input`. Two kinds:
 
 - Linear maps get their adjoint as an op of its own, with fast numpy rules that are
-  again the other ops of the family, so any order of derivative runs the fused kernels:
-  embedding's scatter. (The convolutions, pools, resampling and padding are declared
-  ops whose formulas are written where they are: nn/_conv.py, nn/_pool.py, ...)
-- The rest (layer_norm, rms_norm, the softmax losses, attention) are written as the
+  again the other ops of the family, so any order of derivative runs the fused kernels.
+  (The convolutions, pools, resampling and padding are declared ops whose formulas are
+  written where they are: nn/_conv.py, nn/_pool.py, ...)
+- The rest (the softmax losses) are written as the
   formulas of their fast rules with ops on Tensors, recomputing what the node saved from
-  the inputs where the derivative needs it (each row's mean and 1/std, the softmax).
+  the inputs where the derivative needs it (the softmax). The declared ops (linear,
+  embedding, dropout, the norms, attention: nn/_linear.py, ...) carry their formulas
+  themselves.
 
 Each is checked by `gradgradcheck` in tests/test_higher_order.py (first order equal to
 the fast rule, second order to finite differences) and against PyTorch's double backward.
@@ -24,127 +26,11 @@ import numpy as np
 
 from ..ops.forms import graph_input
 from ..ops import elementwise as E
-from ..ops import linalg as L
 from ..ops import reduce as R
 from ..ops import shape as S
-from ..ops.graph import _t, scatter
-from ..primitive import primitive
-from ..tensor import Tensor
 from . import functional as F
 
 __all__: list = []
-
-
-def _swap(x) -> Tensor:
-    return S.swapaxes(_t(x), -1, -2)
-
-
-def _data(x) -> np.ndarray:
-    return x.data if isinstance(x, Tensor) else np.asarray(x)
-
-
-# ---- linear -------------------------------------------------------------------------------
-def _linear_inputs(node):
-    return graph_input(node, 0, node.saved[0]), graph_input(node, 1, node.saved[1])
-
-
-def _linear_x(g, node):
-    x, w = _linear_inputs(node)
-    return S.unsqueeze(g, -1) * w if np.ndim(_data(w)) == 1 else L.matmul(g, w)
-
-
-def _linear_w(g, node):
-    x, w = _linear_inputs(node)
-    rows = S.reshape(_t(x), (-1, np.shape(_data(x))[-1]))
-    if np.ndim(_data(w)) == 1:
-        return L.matmul(S.reshape(g, (-1,)), rows)
-    return L.matmul(_swap(S.reshape(g, (-1, np.shape(_data(w))[0]))), rows)
-
-
-F._linear_vjp_x.graph_node = _linear_x
-F._linear_vjp_w.graph_node = _linear_w
-F._linear_vjp_b.graph_node = lambda g, node: g  # graph_fit sums it to the bias's shape
-
-
-# ---- normalization -------------------------------------------------------------------------
-def _rows_of_input(node) -> Tensor:
-    """The normalized input as (rows, D), routed to the input's node."""
-    x2, shape = node.saved[0], node.kwargs["shape"]
-    return S.reshape(_t(graph_input(node, 0, x2.reshape(shape))), x2.shape)
-
-
-def _weight(node, w) -> Tensor | np.ndarray:
-    """The weight (saved flat as (D,)) routed to its node (input 1)."""
-    ns = node.kwargs["ns"]
-    return S.reshape(_t(graph_input(node, 1, w.reshape(ns))), w.shape)
-
-
-def _layer_norm_parts(g, node) -> tuple:
-    """(g as rows, x normalized (xh), 1/std, weight or None) with ops, from the input."""
-    x = _rows_of_input(node)
-    xc = x - R.mean(x, axis=1, keepdims=True)
-    r = E.pow(R.mean(xc * xc, axis=1, keepdims=True) + node.kwargs["eps"], -0.5)
-    w = node.saved[3]
-    return S.reshape(g, x.shape), xc * r, r, None if w is None else _weight(node, w)
-
-
-def _layer_norm_x(g, node):
-    g2, xh, r, w = _layer_norm_parts(g, node)
-    h = g2 if w is None else g2 * w
-    d = r * (h - R.mean(h, axis=1, keepdims=True) - xh * R.mean(h * xh, axis=1, keepdims=True))
-    return S.reshape(d, node.kwargs["shape"])
-
-
-def _layer_norm_w(g, node):
-    g2, xh, _, _ = _layer_norm_parts(g, node)
-    return S.reshape(R.sum(g2 * xh, axis=0), node.kwargs["ns"])
-
-
-def _norm_b(g, node):
-    return S.reshape(R.sum(S.reshape(g, node.saved[0].shape), axis=0), node.kwargs["ns"])
-
-
-def _rms_parts(g, node) -> tuple:
-    x = _rows_of_input(node)
-    r = E.pow(R.mean(x * x, axis=1, keepdims=True) + node.kwargs["eps"], -0.5)
-    w = node.saved[2]
-    return S.reshape(g, x.shape), x, r, None if w is None else _weight(node, w)
-
-
-def _rms_norm_x(g, node):
-    g2, x, r, w = _rms_parts(g, node)
-    h = g2 if w is None else g2 * w
-    d = r * h - x * (r * r * r) * R.mean(h * x, axis=1, keepdims=True)
-    return S.reshape(d, node.kwargs["shape"])
-
-
-def _rms_norm_w(g, node):
-    g2, x, r, _ = _rms_parts(g, node)
-    return S.reshape(R.sum(g2 * (x * r), axis=0), node.kwargs["ns"])
-
-
-F._layer_norm_vjp_x.graph_node = _layer_norm_x
-F._layer_norm_vjp_w.graph_node = _layer_norm_w
-F._norm_vjp_b.graph_node = _norm_b
-F._rms_norm_vjp_x.graph_node = _rms_norm_x
-F._rms_norm_vjp_w.graph_node = _rms_norm_w
-
-
-# ---- embedding and dropout -------------------------------------------------------------------
-def _embedding_w(g, node):
-    # the rows of g added at their indices (not at padding_idx): scatter, linear in g
-    rows, pad = node.saved[0].reshape(-1), node.kwargs["padding_idx"]
-    n = node.kwargs["num_embeddings"]
-    d = g.shape[-1]
-    g2 = S.reshape(g, (-1, d))
-    if pad is not None:
-        kept = np.flatnonzero(rows != pad)
-        g2, rows = S.getitem(g2, kept), rows[kept]
-    return scatter(g2, index=rows, shape=(n, d))
-
-
-F._embedding_vjp.graph_node = _embedding_w
-F._dropout_vjp.graph_node = lambda g, node: g * (node.saved[0] * node.kwargs["scale"])
 
 
 # ---- losses --------------------------------------------------------------------------------
@@ -169,50 +55,3 @@ def _nll_x(g, node):
 
 
 F._nll_vjp.graph_node = _nll_x
-
-
-# ---- attention -----------------------------------------------------------------------------
-def _softmax_rule(g, ans, s, p):
-    return ans * (g - (g * ans).sum(axis=-1, keepdims=True))
-
-
-# softmax(s) whose value the forward already has (p, masked rows and all): its rule is
-# softmax's at ans = p (0 where masked, so a masked score gets no gradient at any order)
-_softmax_of = primitive("softmax", lambda s, p: p, _softmax_rule)
-_softmax_rule.graph = lambda g, ans, s, p: ans * (g - R.sum(g * ans, axis=-1, keepdims=True))
-
-
-def _fold(x, h):
-    """`F._heads_folded` with ops: (..., Hq, L, X) as (..., h, Hq/h * L, X)."""
-    if h is None:
-        return x
-    x = _t(x)
-    return S.reshape(x, x.shape[:-3] + (h, -1, x.shape[-1]))
-
-
-def _unfold(x, h, hq: int):
-    """`F._heads_unfolded` with ops, after a product on folded heads (h not None)."""
-    return x if h is None else S.reshape(x, x.shape[:-3] + (hq, -1, x.shape[-1]))
-
-
-def _sdpa(g, node):
-    q, k, v, p, keep, scale, dscale, need, added, heads = node.saved
-    hk, hv = heads if heads is not None else (None, None)
-    hq = p.shape[-3] if heads is not None else None
-    qt, kt, vt = (graph_input(node, i, a) for i, a in enumerate((q, k, v)))
-    s = _unfold(L.matmul(_fold(qt, hk), _swap(kt)), hk, hq) * scale
-    if added is not None:
-        s = s + graph_input(node, 3, added)
-    pt = _softmax_of(s, p)
-    drop = None if keep is None else keep * dscale
-    dv = L.matmul(_swap(_fold(pt if drop is None else pt * drop, hv)), _fold(g, hv))
-    dp = _unfold(L.matmul(_fold(g, hv), _swap(vt)), hv, hq)
-    if drop is not None:
-        dp = dp * drop
-    ds = pt * (dp - R.sum(dp * pt, axis=-1, keepdims=True))
-    dq = _unfold(L.matmul(_fold(ds, hk), kt), hk, hq) * scale
-    dk = L.matmul(_swap(_fold(ds, hk)), _fold(qt, hk)) * scale
-    return (dq, dk, dv) + ((ds,) if added is not None else ())
-
-
-F._sdpa_vjp.graph = _sdpa

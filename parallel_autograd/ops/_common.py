@@ -19,7 +19,8 @@ from ..tensor import Tensor
 
 __all__ = ["P", "empty", "raw", "array", "const", "buf", "fused", "as_float", "weak",
            "quiet", "dim", "dims", "reduction_dims", "kept_shape", "as_dtype",
-           "accumulate_dtype", "BLOCK", "zeros", "copy", "reshape"]
+           "accumulate_dtype", "BLOCK", "zeros", "copy", "reshaped", "row_blocks",
+           "ROW_BLOCK_BYTES"]
 
 
 def raw(x):
@@ -164,9 +165,9 @@ def accumulate_dtype(x: np.ndarray, dtype, op: str):
     return np.dtype(np.int64) if x.dtype.kind in "biu" else None
 
 
-# ---- cached-memory array helpers (the layers' kernels: nn/) -----------------------------------
+# ---- the layers' kernels (nn/): cached zeros and copies, views, row blocks -------------------
 def zeros(shape, dtype) -> np.ndarray:
-    """`np.zeros(shape, dtype)` from the cache: an empty array and one zero-filling pass."""
+    """`np.zeros(shape, dtype)` from the caching allocator: one zero-filling pass."""
     z = empty(shape, dtype)
     z.fill(0)
     return z
@@ -179,12 +180,22 @@ def copy(a) -> np.ndarray:
     return c
 
 
-def reshape(a, shape) -> np.ndarray:
-    """`a.reshape(shape)`: a view when numpy can make one, else numpy's copy (C order)
-    made in cached memory."""
+def reshaped(a, shape) -> np.ndarray:
+    """`a.reshape(shape)`: a view when numpy can make one, else numpy's copy (C order) made
+    in cached memory. An explicit `shape` (no -1) reshapes empty arrays too."""
     try:
         return a.reshape(shape, copy=False)
     except TypeError:                                 # numpy < 2.1: no copy keyword
         return a.reshape(shape)
     except ValueError:                                # a view is impossible: a copy
         return copy(a).reshape(shape)
+
+
+ROW_BLOCK_BYTES = 1 << 18   # row blocks for per-row temporaries: 256 KiB, cache resident
+
+
+def row_blocks(n: int, row_bytes: int) -> tuple:
+    """(rows per block, [(start, stop), ...]) covering `n` rows of `row_bytes` each, a
+    block about `ROW_BLOCK_BYTES` (read at each call: tests shrink it)."""
+    rb = max(1, min(n, ROW_BLOCK_BYTES // max(1, row_bytes)))
+    return rb, [(a, min(n, a + rb)) for a in range(0, n, rb)]

@@ -183,7 +183,7 @@ class _BatchNorm(_NormBase):
         tracking = self.training and self.track_running_stats
         use_batch = self.training or (self.running_mean is None and self.running_var is None)
         stats = not self.training or self.track_running_stats
-        return _norms._batch_norm(
+        return _norms.batch_norm_counted(
             "batch_norm", input, self.running_mean if stats else None,
             self.running_var if stats else None, self.weight, self.bias, use_batch,
             self.momentum, self.eps,

@@ -20,8 +20,10 @@ class Embedding(Module):
         num_embeddings, embedding_dim: table size.
         padding_idx: a row that is initialised to zeros and gets no gradient
             (negative values count from the end and are stored normalised).
-        max_norm, norm_type, scale_grad_by_freq, sparse: only the defaults (None, 2.0,
-            False, False); others raise NotImplementedError.
+        max_norm: each row a forward uses whose `norm_type`-norm exceeds it is first
+            renormalized to it, in place (PyTorch's).
+        scale_grad_by_freq: each row's gradient divided by its index's count in the batch.
+        sparse: accepted; the gradient is dense (no sparse tensors here).
         dtype: weight dtype (default float64).
         generator: numpy Generator for the initial values (default: the default
             generator).
@@ -35,9 +37,6 @@ class Embedding(Module):
                  _freeze: bool = False, dtype=None,
                  generator: np.random.Generator | None = None) -> None:
         super().__init__()
-        if max_norm is not None or norm_type != 2.0 or scale_grad_by_freq or sparse:
-            raise NotImplementedError("Embedding: max_norm, norm_type, scale_grad_by_freq "
-                                      "and sparse are not supported yet")
         self.num_embeddings = size_int(num_embeddings, "num_embeddings", "Embedding")
         self.embedding_dim = size_int(embedding_dim, "embedding_dim", "Embedding")
         self.padding_idx = _padding_idx(padding_idx, self.num_embeddings)
@@ -61,26 +60,37 @@ class Embedding(Module):
             version.bump(self.weight)
 
     @classmethod
-    def from_pretrained(cls, embeddings, freeze: bool = True,
-                        padding_idx: int | None = None) -> "Embedding":
+    def from_pretrained(cls, embeddings, freeze: bool = True, padding_idx: int | None = None,
+                        max_norm: float | None = None, norm_type: float = 2.0,
+                        scale_grad_by_freq: bool = False, sparse: bool = False) -> "Embedding":
         """An Embedding whose weight is `embeddings` (2-D Tensor or ndarray, shared,
         not copied, like PyTorch); `freeze=True` makes it not require grad. The
-        padding row is not zeroed."""
+        padding row is not zeroed; the other arguments are the constructor's."""
         shape = np.shape(embeddings.data if isinstance(embeddings, Tensor) else embeddings)
         if len(shape) != 2:
             raise ValueError("Embeddings parameter is expected to be 2-dimensional")
-        return cls(shape[0], shape[1], padding_idx=padding_idx, _weight=embeddings,
-                   _freeze=freeze)
+        return cls(shape[0], shape[1], padding_idx=padding_idx, max_norm=max_norm,
+                   norm_type=norm_type, scale_grad_by_freq=scale_grad_by_freq, sparse=sparse,
+                   _weight=embeddings, _freeze=freeze)
 
     def forward(self, input):
         """The rows of `weight` at the integer indices `input`."""
-        return F.embedding(input, self.weight, self.padding_idx)
+        return F.embedding(input, self.weight, self.padding_idx, self.max_norm,
+                           self.norm_type, self.scale_grad_by_freq, self.sparse)
 
     def extra_repr(self) -> str:
         """PyTorch's: sizes, then padding_idx when set."""
         s = f"{self.num_embeddings}, {self.embedding_dim}"
         if self.padding_idx is not None:
             s += f", padding_idx={self.padding_idx}"
+        if self.max_norm is not None:
+            s += f", max_norm={self.max_norm}"
+        if self.norm_type != 2:
+            s += f", norm_type={self.norm_type}"
+        if self.scale_grad_by_freq:
+            s += ", scale_grad_by_freq=True"
+        if self.sparse:
+            s += ", sparse=True"
         return s
 
 
