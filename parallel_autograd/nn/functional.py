@@ -405,12 +405,14 @@ def _generator(seed) -> np.random.Generator:
     return current_generator() if seed is None else np.random.default_rng(seed)
 
 
-def dropout(input, p: float = 0.5, training: bool = True, seed=None, rng=None):
+def dropout(input, p: float = 0.5, training: bool = True, seed=None, rng=None, *,
+            generator=None):
     """Zero each element with probability `p` and scale the rest by 1/(1-p).
 
-    The mask comes from `rng` (a numpy Generator), or a fresh generator seeded with
-    `seed` (the same seed gives the same mask), or else the default generator that
-    `pa.manual_seed` reseeds. Identity when not training or p == 0.
+    The mask comes from `generator` (or `rng`, its older name: a `pa.Generator` or numpy
+    Generator), or a fresh generator seeded with `seed` (the same seed gives the same
+    mask), or else the default generator that `pa.manual_seed` reseeds. Identity when not
+    training or p == 0.
     The node keeps a boolean mask (1 byte an element); forward and rule are 2 passes.
     """
     if not 0.0 <= p <= 1.0:
@@ -422,6 +424,10 @@ def dropout(input, p: float = 0.5, training: bool = True, seed=None, rng=None):
     if p == 1.0:
         keep, scale = _zeros(x.shape, dtype=bool), dtype.type(0.0)
     else:
+        if generator is not None:
+            if rng is not None:
+                raise TypeError("dropout: give generator= or rng= (the same thing), not both")
+            rng = generator
         rng = rng if rng is not None else _generator(seed)
         keep, scale = _keep_mask(x.shape, p, rng), dtype.type(1.0 / (1.0 - p))
     if x.dtype == dtype:                 # the loop `dtype=` would pick: numpy's result
