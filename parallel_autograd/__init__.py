@@ -1,5 +1,6 @@
 """parallel_autograd: reverse-mode autodiff on numpy with a parallel backward engine."""
 from . import allocator, autograd, distributed, intraop, memory, nn, optim, utils  # noqa: F401
+from . import backends, cuda  # noqa: F401  (torch.backends' flags, torch.cuda without CUDA)
 from .allocator import tune_allocator
 from .checkpoint import checkpoint, checkpoint_sequential
 from .anomaly import (detect_anomaly, is_anomaly_check_nan_enabled, is_anomaly_enabled,
@@ -20,7 +21,8 @@ from .engine.sequential import backward, grad
 from .engine.engine import (Engine, backward_parallel, default_engine, get_default_engine,
                             grad_parallel, set_default_engine)
 from .function import Function, FunctionCtx, once_differentiable
-from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled,
+                        no_grad, set_grad_enabled)
 from .ops.arith import (addcdiv, addcmul, atan2, clamp_max, clamp_min, float_power,
                          floor_divide, fmod, frac, hypot, lerp, nan_to_num, remainder, sgn,
                          signbit, true_divide)
@@ -53,6 +55,10 @@ from .primitive import exports as _exports
 from .primitive import primitive, record
 from .profiler import profile
 from .random import default_generator, manual_seed
+from .runtime import (are_deterministic_algorithms_enabled, get_float32_matmul_precision,
+                      get_num_interop_threads, get_num_threads,
+                      is_deterministic_algorithms_warn_only_enabled, set_float32_matmul_precision,
+                      set_num_interop_threads, set_num_threads, use_deterministic_algorithms)
 from .serialization import load, save
 from .tensor import Tensor
 from .testing import gradcheck, gradgradcheck
@@ -67,8 +73,12 @@ _BUILTINS = {"abs", "all", "any", "max", "min", "pow", "round", "sum",
 # PyTorch's names made by this package beyond the ops: dtypes, factories, devices
 _TORCH_NAMES = [n for n in _dtypes.__all__ if n not in ("as_dtype", "to_numpy")] + [
     "as_tensor", "device", "empty", "empty_like", "eye", "from_numpy", "full", "full_like",
-    "Generator", "linspace", "logspace", "meshgrid", "multinomial", "normal", "ones_like",
-    "rand", "rand_like", "randint", "randint_like", "randn_like", "randperm", "zeros_like"]
+    "Generator", "inference_mode", "is_inference_mode_enabled", "linspace", "logspace", "meshgrid", "multinomial", "normal", "ones_like",
+    "rand", "rand_like", "randint", "randint_like", "randn_like", "randperm", "zeros_like",
+    "are_deterministic_algorithms_enabled", "get_float32_matmul_precision",
+    "get_num_interop_threads", "get_num_threads", "is_deterministic_algorithms_warn_only_enabled",
+    "set_float32_matmul_precision", "set_num_interop_threads", "set_num_threads",
+    "use_deterministic_algorithms"]
 
 # What `from parallel_autograd import *` brings in: the names below. Not the submodules
 # (use pa.nn, pa.optim), and not the ops named like Python builtins (abs, max, min, pow,

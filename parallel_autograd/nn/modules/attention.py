@@ -8,6 +8,7 @@ import numpy as np
 from .. import functional as F
 from .. import init
 from ..module import Module
+from ...device import check_device
 from ...ops import elementwise as E
 from ...ops import linalg as L
 from ...ops import reduce as R
@@ -65,8 +66,7 @@ class MultiheadAttention(Module):
         if not 0.0 <= dropout <= 1.0:
             raise ValueError(f"{name}: dropout probability has to be between 0 and 1, "
                              f"got {dropout}")
-        if device not in (None, "cpu"):
-            raise ValueError(f"{name}: only the CPU exists here, got device {device!r}")
+        check_device(device, name)  # DeviceUnavailableError unless the CPU
         self._qkv_same_embed_dim = self.kdim == self.embed_dim and self.vdim == self.embed_dim
         self.dropout, self.batch_first = float(dropout), bool(batch_first)
         self.head_dim = self.embed_dim // self.num_heads
