@@ -355,3 +355,23 @@ def test_format_of_other_tensors_as_torch():
         format(p, ".2f")                      # a subclass: object's format, as torch's
     loss = (pa.tensor([1.0, 2.0], requires_grad=True) ** 2).sum()
     assert f"{loss:.4f}" == "5.0000"
+
+
+# ---- pa.load(map_location=, weights_only=) --------------------------------------------------------
+def test_load_accepts_torchs_arguments(tmp_path):
+    path = tmp_path / "ckpt"
+    pa.save({"w": pa.tensor([1.0, 2.0], requires_grad=True), "step": 3}, path)
+    for kwargs in ({"map_location": "cpu"}, {"map_location": pa.device("cpu")},
+                   {"map_location": torch.device("cpu")}, {"map_location": {"cuda:0": "cpu"}},
+                   {"map_location": lambda storage, loc: storage}, {"weights_only": True},
+                   {"weights_only": False}, {"mmap": False}, {"encoding": "latin1"},
+                   {"map_location": "cpu", "weights_only": True, "max_bytes": 1 << 20}):
+        obj = pa.load(path, **kwargs)
+        assert obj["step"] == 3 and obj["w"].requires_grad
+        np.testing.assert_array_equal(obj["w"].data, [1.0, 2.0])
+    assert pa.load(path, "cpu")["step"] == 3               # positional, as torch.load
+    for bad in ("cuda", "cuda:0", pa.device("cuda"), {"cpu": "cuda:1"}):
+        with pytest.raises(RuntimeError, match="CUDA"):
+            pa.load(path, map_location=bad)
+    with pytest.raises(TypeError, match="map_location"):
+        pa.load(path, map_location=3)
