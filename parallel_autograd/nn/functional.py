@@ -43,7 +43,7 @@ __all__ = [
     "softplus", "softsign", "mish", "elu", "selu", "celu", "hardtanh", "hardsigmoid",
     "hardswish", "logsigmoid", "prelu", "glu", "pad", "max_unpool1d", "max_unpool2d",
     "max_pool3d", "avg_pool3d", "adaptive_max_pool3d", "adaptive_avg_pool3d",
-    "lp_pool1d", "lp_pool2d", "lp_pool3d",
+    "lp_pool1d", "lp_pool2d", "lp_pool3d", "one_hot", "normalize", "relu6", "softmin",
 ]
 
 
@@ -772,3 +772,4 @@ from ._unpool import max_unpool1d, max_unpool2d  # noqa: E402
 from ._pool3d import (adaptive_avg_pool3d, adaptive_max_pool3d, avg_pool3d,  # noqa: E402
                       max_pool3d)
 from ._lppool import lp_pool1d, lp_pool2d, lp_pool3d  # noqa: E402
+from ._extras import normalize, one_hot, relu6, softmin  # noqa: E402
