@@ -22,6 +22,8 @@ from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d,
 from .attention import MultiheadAttention
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .sparse import Embedding
+from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
+                          TransformerEncoder, TransformerEncoderLayer)
 
 __all__ = [
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d",
@@ -38,5 +40,7 @@ __all__ = [
     "MSELoss", "MultiheadAttention", "NLLLoss", "ParameterDict", "ParameterList",
     "PixelShuffle", "PixelUnshuffle", "PReLU", "ReLU", "ReLU6", "RMSNorm", "RNN", "RNNBase", "RNNCell",
     "RNNCellBase", "SELU", "Sequential", "Sigmoid", "SiLU", "SmoothL1Loss", "Softmax",
-    "Softmin", "Softplus", "Softsign", "Tanh", "TripletMarginLoss", "Unfold", "Upsample",
+    "Softmin", "Softplus", "Softsign", "Tanh", "Transformer", "TransformerDecoder",
+    "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer",
+    "TripletMarginLoss", "Unfold", "Upsample",
 ]

@@ -285,12 +285,13 @@ def _merge_masks(attn_mask, kpm, n: int, heads: int, tgt: int, src: int, extra: 
             else:
                 padded.append(np.pad(m, width, constant_values=False if m.dtype == bool else 0))
         parts = padded
-    if all(_arr(m).dtype == bool for m in parts):
-        masked = parts[0] if len(parts) == 1 else np.logical_or(parts[0], parts[1])
+    if all(_arr(m).dtype == bool for m in parts):   # boolean masks carry no gradient
+        masked = _arr(parts[0]) if len(parts) == 1 else np.logical_or(_arr(parts[0]),
+                                                                      _arr(parts[1]))
         return np.logical_not(masked), None
     add = None
     for m in parts:
         if _arr(m).dtype == bool:
-            m = np.where(m, -np.inf, 0.0).astype(dtype)
+            m = np.where(_arr(m), -np.inf, 0.0).astype(dtype)
         add = m if add is None else add + m
     return None, add
