@@ -527,3 +527,16 @@ def test_dtype_arguments_accept_pa_numpy_and_strings():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert pa.ones(2).to(pa.float16).dtype == np.float16
+
+
+def test_generator_drives_the_data_utilities():
+    from parallel_autograd.utils.data import DataLoader, TensorDataset, random_split
+    ds = TensorDataset(pa.arange(10))
+
+    def order(seed):
+        return [b[0].tolist() for b in DataLoader(ds, batch_size=4, shuffle=True,
+                                                  generator=pa.Generator().manual_seed(seed))]
+
+    assert order(0) == order(0) and sorted(sum(order(0), [])) == list(range(10))
+    assert [len(s) for s in random_split(ds, [0.3, 0.7],
+                                         generator=pa.Generator().manual_seed(1))] == [3, 7]
