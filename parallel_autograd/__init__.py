@@ -1,15 +1,28 @@
 """parallel_autograd: reverse-mode autodiff on numpy with a parallel backward engine."""
 from . import allocator, autograd, distributed, intraop, memory, nn, optim, utils  # noqa: F401
+from . import backends, cuda  # noqa: F401  (torch.backends' flags, torch.cuda without CUDA)
 from .allocator import tune_allocator
 from .checkpoint import checkpoint, checkpoint_sequential
 from .anomaly import (detect_anomaly, is_anomaly_check_nan_enabled, is_anomaly_enabled,
                       set_detect_anomaly)
-from .creation import arange, ones, randn, zeros
+from . import dtypes as _dtypes
+from .creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like,
+                       linspace, logspace, meshgrid, multinomial, normal, ones, ones_like, rand,
+                       rand_like, randint, randint_like, randn, randn_like, randperm, tensor,
+                       zeros, zeros_like)
+from .device import device
+from .dtypes import (bfloat16, bool, can_cast, cdouble, cfloat, complex64,  # noqa: A004
+                     complex128, double, dtype, finfo, float, float16, float32, float64,
+                     get_default_dtype, half, iinfo, int, int8, int16, int32, int64, long,
+                     promote_types, result_type, set_default_dtype, short, uint8, uint16,
+                     uint32, uint64)
+from .generator import Generator
 from .engine.sequential import backward, grad
 from .engine.engine import (Engine, backward_parallel, default_engine, get_default_engine,
                             grad_parallel, set_default_engine)
 from .function import Function, FunctionCtx, once_differentiable
-from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled,
+                        no_grad, set_grad_enabled)
 from .ops import activations as _activations  # noqa: F401  (declares them: exported below)
 from .ops.index import einsum, take_along_axis
 from .ops.inplace_more import bernoulli
@@ -22,13 +35,27 @@ from .primitive import exports as _exports
 from .primitive import primitive, record
 from .profiler import profile
 from .random import default_generator, manual_seed
+from .runtime import (are_deterministic_algorithms_enabled, get_float32_matmul_precision,
+                      get_num_interop_threads, get_num_threads,
+                      is_deterministic_algorithms_warn_only_enabled, set_float32_matmul_precision,
+                      set_num_interop_threads, set_num_threads, use_deterministic_algorithms)
 from .serialization import load, save
-from .tensor import Tensor, tensor
+from .tensor import Tensor
 from .testing import gradcheck, gradgradcheck
 from . import methods as _methods  # noqa: F401, I001  (last: attaches Tensor's operators)
 
 __version__ = "0.1.0"
-_BUILTINS = {"abs", "all", "any", "max", "min", "pow", "round", "sum"}
+_BUILTINS = {"abs", "all", "any", "max", "min", "pow", "round", "sum",
+             "bool", "float", "int"}  # the last three: dtypes (pa.float is float32)
+# PyTorch's names made by this package beyond the ops: dtypes, factories, devices
+_TORCH_NAMES = [n for n in _dtypes.__all__ if n not in ("as_dtype", "to_numpy")] + [
+    "as_tensor", "device", "empty", "empty_like", "eye", "from_numpy", "full", "full_like",
+    "Generator", "inference_mode", "is_inference_mode_enabled", "linspace", "logspace", "meshgrid", "multinomial", "normal", "ones_like",
+    "rand", "rand_like", "randint", "randint_like", "randn_like", "randperm", "zeros_like",
+    "are_deterministic_algorithms_enabled", "get_float32_matmul_precision",
+    "get_num_interop_threads", "get_num_threads", "is_deterministic_algorithms_warn_only_enabled",
+    "set_float32_matmul_precision", "set_num_interop_threads", "set_num_threads",
+    "use_deterministic_algorithms"]
 
 # What `from parallel_autograd import *` brings in: the names below. Not the submodules
 # (use pa.nn, pa.optim), and not the ops named like Python builtins (abs, max, min, pow,
@@ -53,4 +80,5 @@ __all__ = [
 # them, and the star import takes those not named like Python builtins (abs, max, min, pow,
 # round, sum, all, any), which it would shadow silently.
 globals().update(_exports("torch"))
-__all__ = sorted(set(__all__) | {n for n in _exports("torch") if n not in _BUILTINS})
+__all__ = sorted(set(__all__) | {n for n in _exports("torch") if n not in _BUILTINS}
+                 | {n for n in _TORCH_NAMES if n not in _BUILTINS})

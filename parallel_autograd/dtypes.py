@@ -30,7 +30,7 @@ __all__ = ["dtype", "float16", "half", "float32", "float", "float64", "double", 
            "complex64", "cfloat", "complex128", "cdouble", "uint8", "int8", "int16", "short",
            "int32", "int", "int64", "long", "bool", "uint16", "uint32", "uint64",
            "get_default_dtype", "set_default_dtype", "promote_types", "result_type",
-           "as_dtype", "to_numpy"]
+           "can_cast", "finfo", "iinfo", "as_dtype", "to_numpy"]
 
 _builtin_bool, _builtin_int, _builtin_float = bool, int, float
 
@@ -248,3 +248,57 @@ def result_np(*operands) -> np.dtype:
 def result_type(tensor1, tensor2) -> dtype:
     """PyTorch's `result_type`: the dtype an arithmetic op on the two operands gives."""
     return _BY_NUMPY[result_np(tensor1, tensor2)]
+
+
+# ---- casting and limits (torch.can_cast, torch.finfo, torch.iinfo) -------------------------------
+def can_cast(from_, to) -> _builtin_bool:
+    """PyTorch's `can_cast`: whether the casting rules of in-place ops allow `from_` into
+    `to`: yes unless it would lower the category (bool < integer < float < complex);
+    within a category any width and signedness is allowed."""
+    a, b = as_dtype(from_)._np, as_dtype(to)._np
+    return _category(a.kind) <= _category(b.kind)
+
+
+class finfo:
+    """PyTorch's `finfo(type=None)`: the limits of a floating dtype (default: the default
+    dtype; a complex dtype gives its real part's): `bits eps max min tiny smallest_normal
+    resolution` (Python floats) and `dtype` (its name)."""
+
+    def __init__(self, type=None) -> None:  # noqa: A002  (PyTorch's name)
+        d = get_default_dtype() if type is None else as_dtype(type)
+        if d._np.kind not in "fc":
+            raise TypeError(f"torch.finfo() requires a floating point input type. Use "
+                            f"torch.iinfo to handle {d!r}")
+        info = np.finfo(d._np)
+        self.bits = _builtin_int(info.bits)
+        self.eps = _builtin_float(info.eps)
+        self.max = _builtin_float(info.max)
+        self.min = _builtin_float(info.min)
+        self.tiny = self.smallest_normal = _builtin_float(info.smallest_normal)
+        self.resolution = 10.0 ** -_builtin_int(info.precision)  # exact, as torch's
+        self.dtype = info.dtype.name
+
+    def __repr__(self) -> str:
+        return (f"finfo(resolution={self.resolution:g}, min={self.min:g}, max={self.max:g}, "
+                f"eps={self.eps:g}, smallest_normal={self.smallest_normal:g}, "
+                f"tiny={self.tiny:g}, dtype={self.dtype})")
+
+
+class iinfo:
+    """PyTorch's `iinfo(type)`: the limits of an integer dtype: `bits max min` (ints) and
+    `dtype` (its name). TypeError for bool and non-integer dtypes."""
+
+    def __init__(self, type) -> None:  # noqa: A002  (PyTorch's name)
+        d = as_dtype(type)
+        if d._np.kind == "b":
+            raise TypeError(f"{d!r} is not supported by torch.iinfo")
+        if d._np.kind not in "iu":
+            raise TypeError(f"torch.iinfo() requires an integer input type. Use torch.finfo "
+                            f"to handle {d!r}")
+        info = np.iinfo(d._np)
+        self.bits, self.max, self.min = (_builtin_int(v) for v in (info.bits, info.max,
+                                                                   info.min))
+        self.dtype = d._np.name
+
+    def __repr__(self) -> str:
+        return f"iinfo(min={self.min:g}, max={self.max:g}, dtype={self.dtype})"

@@ -131,3 +131,52 @@ class enable_grad(_GradModeContext):
     """Context manager / decorator: re-enables recording inside `no_grad`."""
 
     _mode = True
+
+
+# ---- inference mode (PyTorch's `inference_mode`): no_grad here ---------------------------------
+_inference: contextvars.ContextVar = contextvars.ContextVar("parallel_autograd_inference",
+                                                            default=False)
+
+
+def is_inference_mode_enabled() -> bool:
+    """True inside `inference_mode()` (this thread)."""
+    return _inference.get()
+
+
+class inference_mode:
+    """PyTorch's `inference_mode(mode=True)`: a context manager or decorator (with or
+    without parentheses). With `mode` True, ops record no graph (as `no_grad`: there is no
+    lighter mode here; tensors made inside are ordinary tensors, which PyTorch's
+    inference tensors are not) and `is_inference_mode_enabled()` is True; with `mode`
+    False, recording is on (PyTorch's) and inference mode off. Per thread; nests."""
+
+    def __new__(cls, mode=True):
+        if callable(mode) and not isinstance(mode, bool):  # @inference_mode, bare
+            return cls()(mode)
+        return super().__new__(cls)
+
+    def __init__(self, mode: bool = True) -> None:
+        self.mode = bool(mode)
+        self._prev = threading.local()
+
+    def __enter__(self) -> None:
+        self._prev.__dict__.setdefault("stack", []).append(
+            (_enabled.get(), _inference.get()))
+        set_mode(not self.mode)
+        _inference.set(self.mode)
+
+    def __exit__(self, *exc) -> bool:
+        grad, inf = self._prev.stack.pop()
+        _enabled.set(grad)
+        _inference.set(inf)
+        return False
+
+    def __call__(self, fn):
+        mode = self.mode
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with inference_mode(mode):
+                return fn(*args, **kwargs)
+
+        return wrapper

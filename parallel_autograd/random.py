@@ -54,15 +54,18 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .generator import Generator
+
 __all__ = ["default_generator", "manual_seed", "initial_seed", "seed", "get_rng_state",
            "set_rng_state", "resolve_generator", "current_generator", "generator_override",
            "check_generator", "SegmentDraws", "record_draws", "replay_draws", "use_generator"]
 
 _INITIAL_SEED = [int(np.random.SeedSequence().generate_state(1, np.uint64)[0])]
 
-#: The process-wide generator (a `numpy.random.Generator`); reseeded in place by
-#: `manual_seed`, so references to it stay valid.
-default_generator: np.random.Generator = np.random.Generator(np.random.PCG64(_INITIAL_SEED[0]))
+#: The process-wide generator (a `pa.Generator`: a `numpy.random.Generator` with torch's
+#: methods, its initial seed kept in _INITIAL_SEED); reseeded in place by `manual_seed`, so
+#: references to it stay valid.
+default_generator: Generator = Generator(seed_box=_INITIAL_SEED)
 
 # A generator that replaces the default one in this context (`generator_override`).
 _override: contextvars.ContextVar = contextvars.ContextVar("parallel_autograd_generator",

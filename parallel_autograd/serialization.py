@@ -25,6 +25,7 @@ import zipfile
 
 import numpy as np
 
+from .device import check_device, device
 from .tensor import _FLOAT_KINDS, Tensor
 
 _FORMAT = "parallel_autograd.save/1"
@@ -59,9 +60,17 @@ def save(obj, f) -> None:
         np.savez(f, **arrays)
 
 
-def load(f, *, max_bytes: int | None = None) -> object:
+def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None = None,
+         mmap: bool | None = None, max_bytes: int | None = None, **pickle_load_args) -> object:
     """Read what `save` wrote: Tensors come back as leaf Tensors (with their
     `requires_grad`), arrays as ndarrays.
+
+    PyTorch's `torch.load` arguments are accepted for ported code and change nothing:
+    `map_location` (None, "cpu", a CPU `pa.device`/`torch.device`, a dict whose targets
+    are the CPU, or a callable, which is never called: there are no storages to map) --
+    a non-CPU target raises `DeviceUnavailableError` before the file is read;
+    `weights_only` (loading never runs code from the file: always "weights only"),
+    `pickle_module`, `mmap` and `**pickle_load_args` (the format is not pickle).
 
     `f`: a path or a seekable binary file. `max_bytes`: the most the members read
     (the arrays and the manifest) may take once decompressed; default the file's own
@@ -73,6 +82,7 @@ def load(f, *, max_bytes: int | None = None) -> object:
     that is not such a file: truncated, corrupted, foreign, from a newer format, an
     array named twice, declared sizes that disagree or exceed `max_bytes`, nesting
     deeper than `MAX_DEPTH`. A path that cannot be opened raises OSError as `open`."""
+    _check_map_location(map_location)
     if max_bytes is not None:
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool):
             raise TypeError(f"load: max_bytes must be an int or None, got "
@@ -86,6 +96,18 @@ def load(f, *, max_bytes: int | None = None) -> object:
             return _load(fh, max_bytes)
         except _Bad as e:
             raise ValueError(f"load: {name} {e}") from e.__cause__
+
+
+def _check_map_location(map_location) -> None:
+    """torch.load's `map_location`, which must map everything to the CPU."""
+    if map_location is None or callable(map_location):
+        return
+    targets = map_location.values() if isinstance(map_location, dict) else [map_location]
+    for t in targets:
+        if not isinstance(t, (str, device)) and type(t).__name__ != "device":
+            raise TypeError(f"load: map_location must be a string, a device, a dict or a "
+                            f"callable, got {type(t).__name__}")
+        check_device(t, "load: map_location")
 
 
 def _load(fh, max_bytes: int | None):

@@ -15,6 +15,7 @@ import weakref
 import numpy as np
 
 from . import locks
+from .device import CPU, device
 
 _FLOAT_KINDS = "f"  # complex is rejected: no rule conjugates
 
@@ -175,6 +176,16 @@ class Tensor:
     dtype = property(lambda self: self.data.dtype)
     size = property(lambda self: self.data.size)
 
+    # --- device (CPU only: parallel_autograd.device) ----------------------------
+    @property
+    def device(self) -> device:
+        """Where the tensor lives: always `device(type='cpu')`."""
+        return CPU
+
+    is_cuda = property(lambda self: False, doc="False: there is no CUDA here.")
+    is_cpu = property(lambda self: True, doc="True: every tensor is on the CPU.")
+    is_meta = property(lambda self: False, doc="False: there are no meta tensors.")
+
     def __len__(self):
         return len(self.data)
 
@@ -248,6 +259,14 @@ class Tensor:
 
     def __float__(self):
         return float(self.data)
+
+    def __format__(self, format_spec: str) -> str:
+        """As PyTorch's: a 0-d Tensor formats its value (`f"{loss:.4f}"`); anything else
+        (a tensor with dimensions, or a subclass such as Parameter) only with an empty
+        spec, as its str; a spec then raises TypeError."""
+        if self.data.ndim == 0 and type(self) is Tensor:
+            return self.data.item().__format__(format_spec)
+        return object.__format__(self, format_spec)
 
     def __hash__(self):
         return id(self)

@@ -119,6 +119,11 @@ CASES = {
     "prelu": (F.prelu, [(2, 3, 4), (3,)]),
     "prelu_shared": (F.prelu, [(2, 3), (1,)]),
     "glu": (lambda x: F.glu(x, dim=0), [(4, 3)]),
+    "normalize": (lambda x: F.normalize(x, p=3.0, dim=1), [(3, 4)]),
+    "relu6": (lambda x: F.relu6(x * 4 + 1), [(3, 4)]),
+    "softmin": (lambda x: F.softmin(x, dim=0), [(3, 4)]),
+    # one_hot is not differentiable (int64): a constant mask here
+    "one_hot_mask": (lambda x: x * F.one_hot(pa.tensor([0, 2, 1]), 4).to(x.dtype), [(3, 4)]),
     "conv1d_groups_dilated": (lambda x, w, b: F.conv1d(x, w, b, padding=2, dilation=2, groups=2),
                               [(2, 4, 7), (6, 2, 3), (6,)]),
     "conv3d_strided": (lambda x, w: F.conv3d(x, w, stride=(1, 2, 1), padding=1),

@@ -22,7 +22,9 @@ def test_all_names_exist_and_star_import_shadows_no_builtin():
 
 def test_every_public_callable_is_exported_or_deliberately_left_out():
     shadowing = {n for n in dir(pa) if hasattr(builtins, n) and not n.startswith("_")}
-    assert shadowing == {"abs", "all", "any", "max", "min", "pow", "round", "sum"}
+    # ops named like builtins, and PyTorch's dtypes pa.bool, pa.float (float32), pa.int (int32)
+    assert shadowing == {"abs", "all", "any", "max", "min", "pow", "round", "sum", "bool",
+                         "float", "int"}
     public = {n for n in dir(pa) if not n.startswith("_")
               and not inspect.ismodule(getattr(pa, n))}
     assert public - shadowing == set(pa.__all__)

@@ -473,14 +473,17 @@ def _i(*shape):
 
 
 ERRORS = {
-    "to_cuda": (lambda: _f(2).to("cuda"), ValueError, "to: device 'cuda' is not available"),
+    # PyTorch without CUDA: AssertionError "Torch not compiled with CUDA enabled"; here an
+    # error that is both a RuntimeError and an AssertionError
+    "to_cuda": (lambda: _f(2).to("cuda"), RuntimeError, "to: Torch not compiled with CUDA"),
     "to_bad_dtype": (lambda: _f(2).to("bogus"), TypeError, "to: 'bogus' is not a dtype"),
     "to_twice": (lambda: _f(2).to(np.float32, dtype=np.float64), TypeError, "to: dtype given"),
     "to_complex_with_grad": (lambda: pa.tensor([1.0], requires_grad=True).to(np.complex128),
                              TypeError, "to: cannot convert"),
     "type_bad": (lambda: _f(2).type("torch.cuda.FloatTensor"), TypeError, "type: "),
     "new_zeros_negative": (lambda: _f(2).new_zeros(2, -1), ValueError, "new_zeros: negative"),
-    "new_ones_device": (lambda: _f(2).new_ones(2, device="cuda:0"), ValueError, "new_ones: "),
+    "new_ones_device": (lambda: _f(2).new_ones(2, device="cuda:0"), AssertionError,
+                        "new_ones: "),
     "new_full_int_grad": (lambda: _i(2).new_full((2,), 1, requires_grad=True), TypeError,
                           "only floating point"),
     "stride_dim": (lambda: _f(2).stride(3), IndexError, "stride: dimension out of range"),

@@ -3,8 +3,11 @@ names where they exist), through `mpi4py`. An optional extra: `pip install
 'parallel_autograd[mpi]'` brings mpi4py and the MPICH wheel (its `mpiexec`); launch with
 `mpiexec -n 4 python train.py`, the same command on one machine or on a cluster.
 
-- `init(comm=None)`, `is_initialized()`, `destroy_process_group()`;
-- `rank()` / `get_rank()`, `world_size()` / `get_world_size()`;
+- `init(comm=None)`, `is_initialized()`, `destroy_process_group()`; PyTorch's
+  `init_process_group(backend="gloo"|"mpi", ...)` is `init()` with torch's arguments
+  checked against MPI's world, plus `get_backend()`, `is_available()`,
+  `is_mpi_available()`, `is_gloo_available()`, `is_nccl_available()`;
+- `rank()` / `get_rank(group=None)`, `world_size()` / `get_world_size(group=None)`;
 - collectives on ndarrays or Tensors, in place: `all_reduce(t, op=ReduceOp.SUM)`,
   `broadcast(t, src=0)`, `all_gather(tensor_list, t)`, `barrier()`; `async_op=True`
   returns a `Work` to `wait()` on;
@@ -28,11 +31,15 @@ it by default).
 """
 from __future__ import annotations
 
-from ._comm import (ReduceOp, Work, abort, all_gather, all_reduce, barrier, broadcast,
-                    destroy_process_group, get_rank, get_world_size, init, is_initialized,
-                    new_group, rank, world_size)
+from ._comm import (NotInitializedError, ReduceOp, Work, abort, all_gather, all_reduce, barrier,
+                    broadcast, destroy_process_group, get_rank, get_world_size, init,
+                    is_initialized, new_group, rank, world_size)
+from ._torch import (get_backend, init_process_group, is_available, is_gloo_available,
+                     is_mpi_available, is_nccl_available)
 from ._trace import export_chrome_trace
 
-__all__ = ["ReduceOp", "Work", "abort", "all_gather", "all_reduce", "barrier", "broadcast",
-           "destroy_process_group", "export_chrome_trace", "get_rank", "get_world_size",
-           "init", "is_initialized", "new_group", "rank", "world_size"]
+__all__ = ["NotInitializedError", "ReduceOp", "Work", "abort", "all_gather", "all_reduce",
+           "barrier", "broadcast", "destroy_process_group", "export_chrome_trace",
+           "get_backend", "get_rank", "get_world_size", "init", "init_process_group",
+           "is_available", "is_gloo_available", "is_initialized", "is_mpi_available",
+           "is_nccl_available", "new_group", "rank", "world_size"]

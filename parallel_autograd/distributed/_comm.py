@@ -117,17 +117,27 @@ def is_initialized() -> bool:
     return _state is not None
 
 
-def destroy_process_group() -> None:
-    """Leave the process group (MPI itself stays up, as mpi4py finalizes it at exit)."""
+def destroy_process_group(group: _Group | None = None) -> None:
+    """Leave the process group (MPI itself stays up, as mpi4py finalizes it at exit).
+    `group` (PyTorch's argument): a group from `new_group()` is simply dropped (nothing
+    to tear down); None or the process group itself leaves the process group."""
     global _state
+    if group is not None and group is not _state:
+        return
     with _init_lock:
         _state = None
+
+
+class NotInitializedError(RuntimeError, ValueError):
+    """A collective or query before `init` (PyTorch raises ValueError there: this is both
+    a RuntimeError and a ValueError)."""
 
 
 def _group() -> _Group:
     g = _state
     if g is None:
-        raise RuntimeError("pa.distributed is not initialized: call pa.distributed.init() first")
+        raise NotInitializedError("pa.distributed is not initialized: call "
+                                  "pa.distributed.init() (or init_process_group()) first")
     return g
 
 
@@ -141,8 +151,14 @@ def world_size() -> int:
     return _group().size
 
 
-get_rank = rank  # PyTorch's names
-get_world_size = world_size
+def get_rank(group: _Group | None = None) -> int:
+    """PyTorch's name: this process's rank in `group` (default: the process group)."""
+    return (group or _group()).rank
+
+
+def get_world_size(group: _Group | None = None) -> int:
+    """PyTorch's name: how many processes `group` (default: the process group) has."""
+    return (group or _group()).size
 
 
 # ---- waiting ------------------------------------------------------------------------

@@ -137,6 +137,26 @@ def _restore():
     _target = None
 
 
+def set_threads(n: int) -> None:
+    """Set every BLAS library to `n` threads (`pa.set_num_threads`). While parallel calls
+    hold a lower limit it stays in force, and `n` is what their release restores."""
+    global _before
+    with _lock:
+        libs = _blas_libs()
+        if not _holders and _before is not None:  # left by a vanished holder
+            _restore()
+        if _before is None:
+            for lib in libs:
+                _set(lib, n)
+            return
+        _before = [(lib, n) for lib, _ in _before]
+        lowered = {id(lib) for lib, _, _ in _changed}
+        _changed[:] = [(lib, n, ours) for lib, _, ours in _changed]
+        for lib in libs:
+            if id(lib) not in lowered:
+                _set(lib, min(n, _target))
+
+
 def holders() -> int:
     """Parallel calls holding a BLAS limit right now."""
     with _lock:

@@ -32,9 +32,27 @@ from .step import commit
 from .task import CallStats, GraphTask
 
 
+# Workers of the default engine when none is asked for (None: the usable cores); set by
+# `set_default_num_workers` (PyTorch's `set_num_interop_threads`).
+_DEFAULT_WORKERS: list = [None]
+
+
+def set_default_num_workers(n: int | None) -> None:
+    """How many threads (the caller included) `Tensor.backward()` and `backward_parallel`
+    use when not told (None: the usable cores, the default). Process-wide; engines
+    already made keep their workers, the next call uses the default engine of `n`.
+    Thread-safe (one assignment)."""
+    _DEFAULT_WORKERS[0] = None if n is None else _check_workers(n)
+
+
+def default_num_workers() -> int:
+    """The threads a backward call uses when not told (`set_default_num_workers`)."""
+    return _check_workers(None)
+
+
 def _check_workers(num_workers) -> int:
     if num_workers is None:
-        return usable_cores()
+        return _DEFAULT_WORKERS[0] or usable_cores()
     if isinstance(num_workers, bool) or not isinstance(num_workers, int):
         raise TypeError(f"num_workers must be an int >= 1 or None, got {num_workers!r}")
     if num_workers < 1:

@@ -135,12 +135,17 @@ def _feature_shape(shape: tuple) -> tuple:
 # ---- the functions ------------------------------------------------------------------------
 @composite(module="torch.nn.functional")
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False, *,
-            seed=None, rng=None) -> Tensor:
+            seed=None, rng=None, generator=None) -> Tensor:
     """Zero each element with probability `p` and scale the rest by 1/(1-p); the input
-    itself when not training or p == 0. The mask comes from `rng` (a numpy Generator), or
-    a fresh generator seeded with `seed` (the same seed gives the same mask), or else the
-    default generator that `pa.manual_seed` reseeds. `inplace`: see the module docstring."""
+    itself when not training or p == 0. The mask comes from `generator` (or `rng`, its
+    older name: a `pa.Generator` or numpy Generator), or a fresh generator seeded with
+    `seed` (the same seed gives the same mask), or else the default generator that
+    `pa.manual_seed` reseeds. `inplace`: see the module docstring."""
     p = _check_p(p)
+    if generator is not None:
+        if rng is not None:
+            raise TypeError("dropout: give generator= or rng= (the same thing), not both")
+        rng = generator
     if not training or p == 0.0:
         return input
     return _dropped(input, p, np.shape(_data(input)), False, seed, rng)

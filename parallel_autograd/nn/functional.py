@@ -55,6 +55,7 @@ __all__ = [
     "binary_cross_entropy_with_logits", "kl_div", "cosine_embedding_loss",
     "margin_ranking_loss", "triplet_margin_loss", "batch_norm", "instance_norm",
     "group_norm", "local_response_norm",
+    "one_hot", "normalize", "relu6", "softmin",
 ]
 # The declared ops of PyTorch's `torch.nn.functional` (`defop(module=...)`): the activations,
 # the spatial families above, ...
@@ -257,3 +258,5 @@ def mse_loss(input, target, reduction: str = "mean"):
 from ._losses import (binary_cross_entropy, binary_cross_entropy_with_logits,  # noqa: E402
                       cosine_embedding_loss, cross_entropy, huber_loss, kl_div, l1_loss,
                       margin_ranking_loss, nll_loss, smooth_l1_loss, triplet_margin_loss)
+# More of torch.nn.functional, built on the ops (nn/_extras.py)
+from ._extras import normalize, one_hot, relu6, softmin  # noqa: E402

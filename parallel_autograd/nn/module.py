@@ -18,6 +18,8 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 import numpy as np
 
+from ..device import check_device
+from ..device import device as device_type
 from ..grad_mode import no_grad
 from ..tensor import Tensor
 from .parameter import Parameter
@@ -466,20 +468,22 @@ class Module:
         return IncompatibleKeys(missing, unexpected)
 
     # ---- dtype --------------------------------------------------------------------
-    def to(self, dtype=None, device: str | None = None) -> "Module":
-        """Cast every floating parameter, its `.grad` and every floating buffer to
-        `dtype` (in place: the Parameter objects stay the same, their arrays are
-        replaced). `device` may only be None or "cpu" (also accepted positionally:
-        `m.to("cpu")` is a no-op). Returns self."""
-        if isinstance(dtype, str) and dtype == "cpu":
-            dtype, device = None, "cpu"
-        if device not in (None, "cpu"):
-            raise ValueError(f"to: only the CPU exists here, got device {device!r}")
+    def to(self, *args, **kwargs) -> "Module":
+        """PyTorch's `Module.to`: `to(device)`, `to(dtype)`, `to(device, dtype)`,
+        `to(tensor)` (its dtype), or keywords `device=`, `dtype=`, `non_blocking=`.
+
+        Casts every floating parameter, its `.grad` and every floating buffer to the dtype
+        (in place: the Parameter objects stay the same, their arrays are replaced). The
+        device must be the CPU (a string, `pa.device` or `torch.device`); another raises
+        `DeviceUnavailableError`, as PyTorch without CUDA. Returns self."""
+        device, dtype = _to_args(args, kwargs)
+        check_device(device, "Module.to")
         if dtype is None:
             return self
         dtype = np.dtype(dtype)
         if dtype.kind != "f":
-            raise TypeError(f"to: only floating dtypes are supported, got {dtype}")
+            raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, "
+                            f"but got desired dtype={dtype}")
         for m in self.modules():
             for p in m._parameters.values():
                 if p is not None and p.data.dtype.kind == "f":
@@ -490,6 +494,19 @@ class Module:
                 if b is not None and b.data.dtype.kind == "f" and b.data.dtype != dtype:
                     m._buffers[k] = Tensor(b.data.astype(dtype), requires_grad=b.requires_grad)
         return self
+
+    def cpu(self) -> "Module":
+        """Self (everything already is on the CPU)."""
+        return self
+
+    def cuda(self, device=None) -> "Module":
+        """PyTorch's `Module.cuda`: there is no CUDA here: `DeviceUnavailableError`."""
+        check_device("cuda", "Module.cuda")
+        return self
+
+    def half(self) -> "Module":
+        """`to(float16)`."""
+        return self.to(np.float16)
 
     def double(self) -> "Module":
         """`to(np.float64)`."""
@@ -550,3 +567,26 @@ def _checked_source(key: str, value, target: Tensor, errors: list):
                       f"from checkpoint, the dtype in current model is {dst.dtype}.")
         return None
     return src
+
+
+def _to_args(args: tuple, kwargs: dict) -> tuple:
+    """(device, dtype) from `Module.to`'s forms (torch's `_parse_to`)."""
+    unknown = set(kwargs) - {"device", "dtype", "non_blocking", "memory_format", "copy"}
+    if unknown:
+        raise TypeError(f"to() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+    device, dtype = kwargs.get("device"), kwargs.get("dtype")
+    if len(args) > 3:
+        raise TypeError(f"to() takes at most 3 positional arguments, got {len(args)}")
+    for a in args:
+        if isinstance(a, bool):                   # non_blocking given positionally
+            continue
+        if isinstance(a, Tensor):
+            dtype = a.data.dtype
+        elif isinstance(a, (str, device_type)) or type(a).__name__ == "device":
+            try:
+                device = device_type(a)
+            except RuntimeError:                  # a dtype name such as "float32"
+                dtype = a
+        elif a is not None:
+            dtype = a
+    return device, dtype

@@ -11,8 +11,9 @@ Semantics are PyTorch's on a CPU-only numpy tensor:
   a complex result of a tensor that requires grad is refused (no rule here conjugates);
 - dtypes are numpy's (anything `np.dtype` takes: `np.float32`, `"float32"`, `float`); a
   `torch.dtype` is mapped by its name, so ported code passing `torch.float32` works;
-- devices: "cpu", "cpu:0" (or a `torch.device` of type cpu) are accepted and ignored,
-  anything else is refused (ValueError naming the method);
+- devices: "cpu", "cpu:0", a `pa.device` or a `torch.device` of type cpu are accepted and
+  ignored; another device (`to("cuda")`, `cuda()`) raises `device.DeviceUnavailableError`
+  (a RuntimeError and AssertionError, as torch without CUDA);
 - `type()` returns PyTorch's legacy type names ('torch.FloatTensor', 'torch.LongTensor',
   ...) so code comparing them keeps working; `type(name)` takes them back;
 - `stride()` counts elements (numpy's byte strides divided by the item size; a flipped
@@ -26,13 +27,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..device import check_device
 from ..grad_mode import is_grad_enabled
 from ..tensor import Tensor
 from . import shape as S
 from .graph import cast
 from .index import _dim, _sizes
 
-__all__ = ["to", "type_", "type_as", "tolist", "cpu", "contiguous", "new_zeros", "new_ones",
+__all__ = ["to", "type_", "type_as", "tolist", "cpu", "cuda", "contiguous", "new_zeros", "new_ones",
            "new_full", "new_empty", "new_tensor", "METHODS"]
 
 # PyTorch's legacy tensor type names (`x.type()`), by dtype
@@ -64,12 +66,15 @@ def _is_device(d) -> bool:
 
 
 def _check_device(device, op: str) -> None:
-    if device is None:
-        return
-    kind = device.split(":")[0] if isinstance(device, str) else getattr(device, "type", None)
-    if kind != "cpu":
-        raise ValueError(f"{op}: device {device!r} is not available: parallel_autograd "
-                         f"runs on the CPU only")
+    check_device(device, op)  # DeviceUnavailableError (RuntimeError) unless the CPU
+
+
+def cuda(self: Tensor, device=None, non_blocking: bool = False, memory_format=None) -> Tensor:
+    """PyTorch's `Tensor.cuda`: there is no CUDA here, so it raises
+    `DeviceUnavailableError` (a RuntimeError and an AssertionError, as torch's
+    "Torch not compiled with CUDA enabled")."""
+    check_device("cuda", "cuda")
+    return self
 
 
 def _convert(x: Tensor, dtype, copy: bool, op: str) -> Tensor:
@@ -239,7 +244,7 @@ def new_tensor(self: Tensor, data, *, dtype=None, device=None,
 
 
 METHODS = {
-    "to": to, "type": type_, "type_as": type_as, "tolist": tolist, "cpu": cpu,
+    "to": to, "type": type_, "type_as": type_as, "tolist": tolist, "cpu": cpu, "cuda": cuda,
     "contiguous": contiguous, "stride": stride, "storage_offset": storage_offset,
     "new_zeros": new_zeros, "new_ones": new_ones, "new_empty": new_empty,
     "new_full": new_full, "new_tensor": new_tensor,

@@ -3,8 +3,9 @@ semantics and arithmetic (float64 runs agree with PyTorch's to rounding).
 
 `SGD`, `Adam`, `AdamW`, `RMSprop`, `Adagrad` (subclasses of `Optimizer`) update the
 parameters' arrays in place, blockwise, allocating nothing per step beyond their state,
-and bump each updated parameter's version counter. `lr_scheduler` holds `StepLR`,
-`CosineAnnealingLR` and `LambdaLR`.
+and bump each updated parameter's version counter. `lr_scheduler` holds torch's schedulers
+(`StepLR`, `MultiStepLR`, `ExponentialLR`, `CosineAnnealingLR`, `OneCycleLR`,
+`ReduceLROnPlateau`, `SequentialLR`, ... : the list in its docstring).
 
 Thread safety: optimizers and schedulers are not locked: use each from one thread at a
 time, and do not step while a backward call may write the same `.grad` arrays.

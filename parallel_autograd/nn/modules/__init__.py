@@ -1,7 +1,7 @@
 """The layers of `parallel_autograd.nn`, one file per family (PyTorch's layout)."""
 from .activation import GELU, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh
 from .activation import (CELU, ELU, GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, LogSigmoid,
-                         Mish, PReLU, Softplus, Softsign)
+                         Mish, PReLU, ReLU6, Softmin, Softplus, Softsign)
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from .conv import (Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d,
                    ConvTranspose3d, Fold, Unfold)
@@ -22,6 +22,8 @@ from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d,
 from .attention import MultiheadAttention
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .sparse import Embedding
+from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
+                          TransformerEncoder, TransformerEncoderLayer)
 
 __all__ = [
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d",
@@ -36,7 +38,9 @@ __all__ = [
     "MarginRankingLoss", "MaxPool1d",
     "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "Mish", "ModuleDict", "ModuleList",
     "MSELoss", "MultiheadAttention", "NLLLoss", "ParameterDict", "ParameterList",
-    "PixelShuffle", "PixelUnshuffle", "PReLU", "ReLU", "RMSNorm", "RNN", "RNNBase", "RNNCell",
+    "PixelShuffle", "PixelUnshuffle", "PReLU", "ReLU", "ReLU6", "RMSNorm", "RNN", "RNNBase", "RNNCell",
     "RNNCellBase", "SELU", "Sequential", "Sigmoid", "SiLU", "SmoothL1Loss", "Softmax",
-    "Softplus", "Softsign", "Tanh", "TripletMarginLoss", "Unfold", "Upsample",
+    "Softmin", "Softplus", "Softsign", "Tanh", "Transformer", "TransformerDecoder",
+    "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer",
+    "TripletMarginLoss", "Unfold", "Upsample",
 ]

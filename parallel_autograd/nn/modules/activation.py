@@ -13,6 +13,7 @@ import numpy as np
 from ...ops import activations as _act
 from ...ops import pointwise as _pw
 from ...ops import reduce as _rd
+from .._extras import softmin as _softmin
 from ..module import Module
 from ..parameter import Parameter
 from ._utils import float_dtype, positive_int
@@ -328,6 +329,34 @@ class GLU(Module):
     def forward(self, input):
         """glu(input, dim)."""
         return _act.glu(input, self.dim)
+
+    def extra_repr(self) -> str:
+        """`dim=…`."""
+        return f"dim={self.dim}"
+
+
+class ReLU6(Hardtanh):
+    """min(max(0, x), 6) elementwise: PyTorch's `nn.ReLU6`, a `Hardtanh(0, 6)`."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__(0.0, 6.0, inplace)
+
+    def extra_repr(self) -> str:
+        """`inplace=True` when set, else nothing."""
+        return _inplace_repr(self.inplace, "")
+
+
+class Softmin(Module):
+    """softmax(-x) over `dim` (PyTorch's `nn.Softmin`; dim=None: torch's implicit
+    dimension, with its warning)."""
+
+    def __init__(self, dim: int | None = None) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        """softmin(input, dim)."""
+        return _softmin(input, self.dim, _stacklevel=5)
 
     def extra_repr(self) -> str:
         """`dim=…`."""

@@ -8,6 +8,7 @@ import numpy as np
 from .. import functional as F
 from .. import init
 from ..module import Module
+from ...device import check_device
 from ...ops import elementwise as E
 from ...ops import linalg as L
 from ...ops import reduce as R
@@ -65,8 +66,7 @@ class MultiheadAttention(Module):
         if not 0.0 <= dropout <= 1.0:
             raise ValueError(f"{name}: dropout probability has to be between 0 and 1, "
                              f"got {dropout}")
-        if device not in (None, "cpu"):
-            raise ValueError(f"{name}: only the CPU exists here, got device {device!r}")
+        check_device(device, name)  # DeviceUnavailableError unless the CPU
         self._qkv_same_embed_dim = self.kdim == self.embed_dim and self.vdim == self.embed_dim
         self.dropout, self.batch_first = float(dropout), bool(batch_first)
         self.head_dim = self.embed_dim // self.num_heads
@@ -285,12 +285,13 @@ def _merge_masks(attn_mask, kpm, n: int, heads: int, tgt: int, src: int, extra: 
             else:
                 padded.append(np.pad(m, width, constant_values=False if m.dtype == bool else 0))
         parts = padded
-    if all(_arr(m).dtype == bool for m in parts):
-        masked = parts[0] if len(parts) == 1 else np.logical_or(parts[0], parts[1])
+    if all(_arr(m).dtype == bool for m in parts):   # boolean masks carry no gradient
+        masked = _arr(parts[0]) if len(parts) == 1 else np.logical_or(_arr(parts[0]),
+                                                                      _arr(parts[1]))
         return np.logical_not(masked), None
     add = None
     for m in parts:
         if _arr(m).dtype == bool:
-            m = np.where(m, -np.inf, 0.0).astype(dtype)
+            m = np.where(_arr(m), -np.inf, 0.0).astype(dtype)
         add = m if add is None else add + m
     return None, add

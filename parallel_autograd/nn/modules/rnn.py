@@ -14,6 +14,7 @@ import numpy as np
 from .. import init
 from .._recurrent import GATES, run
 from ..module import Module
+from ...device import check_device
 from ...ops import index as IX
 from ...ops import shape as S
 from ...tensor import Tensor
@@ -33,8 +34,7 @@ def _check_args(name: str, sizes: dict, flags: dict, device) -> None:
     for what, v in flags.items():
         if not isinstance(v, bool):
             raise TypeError(f"{name}: {what} should be of type bool, got: {type(v).__name__}")
-    if device not in (None, "cpu"):
-        raise ValueError(f"{name}: only the CPU exists here, got device {device!r}")
+    check_device(device, name)  # DeviceUnavailableError unless the CPU
 
 
 class RNNBase(Module):
