@@ -214,3 +214,16 @@ def test_results_alias_their_inputs_as_in_pytorch(case, form, variant):
             assert ours == theirs, (
                 f"result {k} {'aliases' if ours else 'copies'} input {i} where PyTorch's "
                 f"{'aliases' if theirs else 'copies'} it")
+
+
+def test_functional_api_outputs_share_counters():
+    """`autograd.functional.vjp`'s detached output of a function that returns a tensor it
+    captured is that tensor's memory: it shares its counter, as `detach()` does."""
+    y = pa.tensor([1.0, 2, 3])
+    out, _ = pa.autograd.functional.vjp(lambda x: y, pa.tensor([0.0, 0, 0]),
+                                        pa.tensor([1.0, 1, 1]))
+    w = pa.ones(3, requires_grad=True)
+    loss = (out * w).sum()
+    y.mul_(10.0)
+    with pytest.raises(RuntimeError, match=VERSION_ERROR):
+        loss.backward()
