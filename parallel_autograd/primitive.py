@@ -34,6 +34,11 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
         out = np.asarray(out)
     mode = grad_mode()
     if not mode:
+        if out.base is None:  # fresh memory, or an input's very array: identity decides
+            for x in inputs:
+                if isinstance(x, Tensor) and x.data is out:
+                    return Tensor._wrap(out, None, x._vc)
+            return Tensor._wrap(out, None, None)
         return Tensor._wrap(out, None, _shared_counter(out, inputs))
     # The per-op path of every forward: one pass over the inputs, lists filled in place.
     n = len(inputs)
@@ -51,8 +56,7 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
         vcs.append(x._vc)
         if vc is None:
             d = x.data
-            if d is out or d.base is out or (root is not None and (d is root
-                                                                  or d.base is root)):
+            if d is out or (root is not None and (d is root or d.base is root)):
                 vc = x._vc
         if x._requires_grad:
             rule = joint if rules is None else vjps[i]
@@ -92,13 +96,14 @@ def _shared_counter(out: np.ndarray, inputs) -> list:
 
     numpy collapses a view's `base` to the array that owns the memory, so identity tests
     decide most cases in O(1); a view made through another object (as_strided's
-    DummyArray, a buffer) falls back to numpy's exact bounds test."""
+    DummyArray, a buffer) falls back to numpy's exact bounds test. Not recognised (no op
+    does it, and the test would cost every op): a result that is the owner of an
+    input's memory (a user primitive returning `a.base`)."""
     root = out.base
     for x in inputs:
         if isinstance(x, Tensor):
             d = x.data
-            if d is out or d.base is out or (root is not None and (d is root
-                                                                  or d.base is root)):
+            if d is out or (root is not None and (d is root or d.base is root)):
                 return x._vc
     if root is None or _owns(root):
         return [0]
