@@ -94,6 +94,15 @@ _METHODS = {
 _TABLES = (_cv, _ar, _pr, _lg, _vw, _cu, _ipm)
 
 
+def _mT(a: Tensor) -> Tensor:
+    """The last two dimensions swapped; a 0-d tensor as it is (PyTorch's deprecated
+    identity), a 1-D one refused (PyTorch's error)."""
+    if a.ndim == 1:
+        raise ValueError("mT: only supported on matrices or batches of matrices, got a 1-D "
+                         "tensor")
+    return _sh.swapaxes(a, -1, -2) if a.ndim else _sh.swapaxes(a, 0, 0)
+
+
 def attach() -> None:
     """Put the operators, op methods and `backward` on `Tensor` (idempotent)."""
     for name, fn in {**_OPERATORS, **_INPLACE}.items():
@@ -108,7 +117,7 @@ def attach() -> None:
     Tensor.view = _sh.reshape
     Tensor.matmul = _la.matmul
     Tensor.T = property(lambda a: _sh.transpose(a))
-    Tensor.mT = property(lambda a: _sh.swapaxes(a, -1, -2))
+    Tensor.mT = property(_mT)
     Tensor.backward = backward
 
 

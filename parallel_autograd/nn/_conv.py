@@ -42,6 +42,7 @@ from ..memory import empty as _empty
 from ..node import graph_input
 from ..ops import reduce as R
 from ..ops import shape as S
+from ..ops.index import einsum
 from ..primitive import record
 from ..tensor import Tensor
 from . import functional as F
@@ -554,14 +555,39 @@ def _conv_nd(nd: int, input, weight, bias, stride, padding, dilation, groups) ->
         raise ValueError(f"{name}: bias shape {np.shape(_raw(bias))} does not match {o} "
                          f"out channels")
     kernel = tuple(w.shape[2:])
-    if 0 in kernel or x.shape[0] == 0:
-        raise ValueError(f"{name}: empty kernel or batch: input {x.shape}, weight {w.shape}")
+    if 0 in kernel or o == 0:  # PyTorch refuses both too
+        raise ValueError(f"{name}: empty kernel or no output channels: weight {w.shape}")
     stride = _ntuple(stride, nd, "stride", name, 1)
     dilation = _ntuple(dilation, nd, "dilation", name, 1)
     lo, hi = _conv_padding(padding, nd, kernel, stride, dilation, name)
     out_sz = _out_sizes(name, x.shape[2:], kernel, stride, lo, hi, dilation)
+    if x.shape[0] == 0 or c == 0:  # an empty batch, or no input channels: PyTorch's too
+        return _empty_sum(input, weight, bias, (x.shape[0], o) + out_sz, groups, False)
     geom = dict(stride=stride, padding=lo, dilation=dilation, groups=groups)
     return _conv_record(name, input, weight, bias, geom, out_sz)
+
+
+def _empty_sum(input, weight, bias, out_shape: tuple, groups: int, transposed: bool):
+    """A convolution whose every output is an empty sum or that has no output: an empty
+    batch, or no input channels (then the bias, or zeros). Made of ops whose values and
+    gradients are the convolution's there: the products of the channel sums of input
+    and weight, grouped, summed over the (empty) channels, broadcast over the output
+    positions (so the weight's gradient over an empty batch is 0, as PyTorch's)."""
+    x, w = _raw(input), _raw(weight)
+    n, o = out_shape[:2]
+    xs = R.sum(input, axis=tuple(range(2, x.ndim))) if x.ndim > 2 else input
+    ws = R.sum(weight, axis=tuple(range(2, w.ndim))) if w.ndim > 2 else weight
+    xs = S.reshape(xs, (n, groups, x.shape[1] // groups))
+    if transposed:   # weight (C_in, C_out/groups, *k)
+        ws = S.reshape(ws, (groups, w.shape[0] // groups, w.shape[1]))
+        y = einsum("ngc,gcq->ngq", xs, ws)
+    else:            # weight (C_out, C_in/groups, *k)
+        ws = S.reshape(ws, (groups, o // groups, w.shape[1]))
+        y = einsum("ngc,goc->ngo", xs, ws)
+    y = S.reshape(y, (n, o) + (1,) * (len(out_shape) - 2))
+    if bias is not None:
+        y = y + S.reshape(bias, (o,) + (1,) * (len(out_shape) - 2))
+    return S.clone(S.broadcast_to(y, out_shape))
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1,
@@ -685,6 +711,9 @@ def _conv_transpose_nd(nd: int, input, weight, bias, stride, padding, output_pad
                          f"of shape {w.shape} (C_in, C_out/groups, *kernel) with "
                          f"groups={groups}")
     c_out = w.shape[1] * groups
+    if c_out == 0 or w.shape[0] == 0 or 0 in w.shape[2:]:  # PyTorch refuses these too
+        raise ValueError(f"{name}: empty kernel, or no input or output channels: weight "
+                         f"{w.shape}")
     if bias is not None and np.shape(_raw(bias)) != (c_out,):
         raise ValueError(f"{name}: bias shape {np.shape(_raw(bias))} does not match "
                          f"{c_out} out channels")
@@ -694,9 +723,11 @@ def _conv_transpose_nd(nd: int, input, weight, bias, stride, padding, output_pad
                          f"{geom['stride']} or dilation {geom['dilation']}")
     out_sz = tuple((n - 1) * s - 2 * p + d * (k - 1) + a + 1 for n, s, p, d, k, a in zip(
         x.shape[2:], geom["stride"], geom["padding"], geom["dilation"], w.shape[2:], op))
-    if any(s < 1 for s in out_sz) or 0 in x.shape:
+    if any(s < 1 for s in out_sz) or 0 in x.shape[2:]:
         raise ValueError(f"{name}: input of shape {x.shape} gives an output of size "
                          f"{out_sz}: too small")
+    if x.shape[0] == 0:  # an empty batch: PyTorch's empty result
+        return _empty_sum(input, weight, bias, (x.shape[0], c_out) + out_sz, groups, True)
     return _input_backward_record(name, input, weight, bias, (x.shape[0], c_out) + out_sz,
                                   geom)
 
@@ -737,7 +768,7 @@ def _unfold_array(x, kernel, stride, padding, dilation) -> np.ndarray:
     out = _empty((n, c) + tuple(kernel) + (_prod(out_sz),), dtype=x.dtype)
     cols = out.transpose((1,) + tuple(range(2, nd + 2)) + (0, nd + 2))   # (C, *K, N, L)
     _im2col(x, cols, _geometry(x.shape, kernel, stride, padding, dilation, out_sz), out_sz)
-    return out.reshape(n, c * _prod(kernel), -1)
+    return out.reshape(n, c * _prod(kernel), _prod(out_sz))
 
 
 def _fold_array(cols, x_shape, kernel, stride, padding, dilation) -> np.ndarray:

@@ -146,7 +146,10 @@ def _bn_compute(x3, w, b, training: bool, running_mean, running_var, eps: float)
     the centring and the squares' sum (per block), the scale and the shift; the output
     is the only full-size allocation."""
     y = _empty(x3.shape, x3.dtype)
-    if training:
+    if training and x3.shape[0] * x3.shape[2] == 0:  # no value per channel: no statistics
+        mean = np.full(x3.shape[1], np.nan, x3.dtype)  # (the output is empty)
+        var = mean.copy()
+    elif training:
         mean = x3.mean(axis=_AXES)
         var = _center_and_dot(x3, mean, y) / (x3.shape[0] * x3.shape[2])
     else:   # copies: the node must not see later updates of the running statistics
@@ -196,7 +199,10 @@ def _bn_vjp_x(g, x3, mean, rstd, w, shape, train, eps):
 
 def _bn_vjp_w(g, x3, mean, rstd, w, shape, train, eps):
     # sum over samples and positions of g (x - mean) rstd, the centring in a block
-    # temporary: 3 passes over a block, nothing full-size
+    # temporary: 3 passes over a block, nothing full-size. No value: 0, as PyTorch's
+    # (not 0 times the NaN statistics of an empty batch)
+    if x3.size == 0:
+        return np.zeros(x3.shape[1], np.result_type(g, x3))
     return _center_and_dot(x3, mean, None, F._reshape(g, x3.shape))[1] * rstd
 
 
@@ -250,11 +256,12 @@ _bn_vjp_b.graph_node = lambda g, node: R.sum(S.reshape(g, node.saved[0].shape), 
 
 # ---- running statistics ---------------------------------------------------------------------
 def _update_running(running_mean, running_var, mean, unbiased_var, momentum,
-                    counter=None) -> None:
+                    counter=None, seen: bool = True) -> None:
     """running = (1 - f) running + f batch for both, in place, atomically (one lock),
     each write bumping the tensor's version counter. f is `momentum`; with a `counter`
     (a module's num_batches_tracked) the counter is incremented first, and momentum None
-    means the cumulative average f = 1 / count (PyTorch's BatchNorm)."""
+    means the cumulative average f = 1 / count (PyTorch's BatchNorm). An empty batch
+    (`seen` False) only counts, as in PyTorch: the statistics stay as they are."""
     with _UPDATES._lock:
         factor = 0.0 if momentum is None else momentum
         if counter is not None:
@@ -264,6 +271,8 @@ def _update_running(running_mean, running_var, mean, unbiased_var, momentum,
                 version.bump(counter)
             if momentum is None:
                 factor = 1.0 / float(c)
+        if not seen:
+            return
         for r, new in ((running_mean, mean), (running_var, unbiased_var)):
             d = _raw(r)
             d *= 1.0 - factor
@@ -282,7 +291,7 @@ def _batch_norm(name, input, running_mean, running_var, weight, bias, training, 
     _check_running(name, running_mean, running_var, c)
     training = bool(training)
     eps = _check_eps(name, eps, training)
-    if training and n * s <= 1:
+    if training and n * s == 1:  # PyTorch's check: an empty batch passes (empty output)
         raise ValueError(f"{name}: expected more than 1 value per channel when training, "
                          f"got input size {x.shape}")
     if not training and running_mean is None:
@@ -291,7 +300,7 @@ def _batch_norm(name, input, running_mean, running_var, weight, bias, training, 
     y, mean, var, rstd = _bn_compute(x3, w, b, training, running_mean, running_var, eps)
     if training and running_mean is not None:
         _update_running(running_mean, running_var, mean, var * (n * s / (n * s - 1)),
-                        momentum, counter)
+                        momentum, counter, seen=n * s > 0)
     return _bn_record(name, input, weight, bias, y, x3, x.shape, mean, rstd, w, training, eps)
 
 
@@ -345,7 +354,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
         return _batch_norm(name, input, running_mean, running_var, weight, bias, False,
                            momentum, eps)
     eps = _check_eps(name, eps, True)
-    if s <= 1:
+    if s == 1:  # PyTorch's check: no position at all passes (empty output)
         raise ValueError(f"{name}: expected more than 1 spatial element when training, "
                          f"got input size {x.shape}")
     flat = S.reshape(input, (1, n * c, s))
@@ -353,7 +362,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     w = None if wr is None else _raw(wr)
     y, mean, var, rstd = _bn_compute(flat.data, w, None if br is None else _raw(br), True,
                                      None, None, eps)
-    if running_mean is not None:
+    if running_mean is not None and n * s:  # nothing seen: left as they are
         _update_running(running_mean, running_var, mean.reshape(n, c).mean(axis=0),
                         (var * (s / (s - 1))).reshape(n, c).mean(axis=0), momentum)
     out = _bn_record(name, flat, wr, br, y, flat.data, flat.shape, mean, rstd, w, True, eps)

@@ -21,6 +21,7 @@ from ..engine.cost import gemm_cost
 from ..memory import empty as _empty
 from ..memory import pooled as P
 from ..ops import reduce as _rd
+from ..ops import shape as S
 from ..ops.elementwise import gelu, leaky_relu, relu, sigmoid, silu, tanh
 from ..ops.unary import (celu, elu, glu, hardsigmoid, hardswish, hardtanh, logsigmoid, mish,
                          prelu, selu, softplus, softsign)
@@ -67,7 +68,9 @@ def _copy(a) -> np.ndarray:
 
 def _reshape(a, shape) -> np.ndarray:
     """`a.reshape(shape)`: a view when numpy can make one, else numpy's copy (C order)
-    made in cached memory."""
+    made in cached memory. An empty `a` folds into `(-1, 0)` too (`shape.fold`)."""
+    if a.size == 0:
+        shape = S.fold(shape, a.shape)
     try:
         return a.reshape(shape, copy=False)
     except TypeError:                                 # numpy < 2.1: no copy keyword
@@ -187,7 +190,8 @@ def _norm_operands(name, input, normalized_shape, params) -> tuple:
     d = int(np.prod(ns))
     dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
     flat = [None if p is None else _raw(p).reshape(d) for _, p in params]
-    return _reshape(x, (-1, d)), ns, flat, dtype
+    rows = int(np.prod(x.shape[:x.ndim - len(ns)]))  # not -1: either may be 0
+    return _reshape(x, (rows, d)), ns, flat, dtype
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
@@ -277,7 +281,7 @@ def _weighted_column_sums(g2, x2, mean, scale) -> np.ndarray:
 
 
 def _norm_vjp_b(g, x2, *_, shape, ns, eps):
-    return _reshape(g, (-1, x2.shape[1])).sum(axis=0).reshape(ns)
+    return _reshape(g, x2.shape).sum(axis=0).reshape(ns)
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
@@ -312,7 +316,7 @@ def _norm_rule_setup(g, x2, w):
     out = _empty(x2.shape, dtype=np.result_type(g, x2))
     rb, blocks = _row_blocks(x2.shape[0], d * out.itemsize)
     hbuf = None if w is None else _empty((rb, d), dtype=out.dtype)
-    return _reshape(g, (-1, d)), out, blocks, hbuf
+    return _reshape(g, x2.shape), out, blocks, hbuf
 
 
 def _rms_norm_vjp_x(g, x2, rr, w, shape, ns, eps):
@@ -605,7 +609,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     A boolean `attn_mask` marks positions that may be attended (True = keep); a
     float mask is added to the scores. `is_causal` masks the upper triangle.
     `scale` defaults to 1/sqrt(E). A query that may attend nothing gets zeros, as in
-    PyTorch. Dropout on the attention weights uses `seed`/`rng`.
+    PyTorch (no keys at all, S = 0, included; with E = 0 the scores are 0: each query
+    averages the values). Dropout on the attention weights uses `seed`/`rng`.
     `enable_gqa`: grouped-query attention, PyTorch's semantics: query (..., Hq, L, E),
     key (..., Hk, S, E) and value (..., Hv, S, Ev) with Hk and Hv dividing Hq; query head
     i reads key head i // (Hq / Hk) (and value head i // (Hq / Hv)).
@@ -626,11 +631,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
                          "is_causal, not both")
     heads = _gqa_heads(q, k, v) if enable_gqa else None
     hk, hv = heads if heads is not None else (None, None)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    e = q.shape[-1]
+    scale = (1.0 / math.sqrt(e) if e else math.inf) if scale is None else scale
     p = memory.matmul(_heads_folded(q, hk), np.swapaxes(k, -1, -2))
     if hk is not None:
         p = _heads_unfolded(p, q.shape[-3])
-    p *= scale
+    if e:  # E = 0: the scores are empty sums, 0 (PyTorch scales q and k, never 0 * inf)
+        p *= scale
     if is_causal:                                    # tril(ones): keep column j <= row i
         attn_mask = np.greater_equal(np.arange(p.shape[-2])[:, None], np.arange(p.shape[-1]),
                                      out=_empty(p.shape[-2:], bool))
@@ -700,6 +707,8 @@ def _attention_weights(s, mask):
             np.copyto(s, -np.inf, where=P.invert(mask))
         else:
             s = P.add(s, mask) if grows else np.add(s, mask, out=s)
+    if s.shape[-1] == 0:                             # no keys: nothing to weigh
+        return s
     m = s.max(axis=-1, keepdims=True)
     m[~np.isfinite(m)] = 0
     s -= m

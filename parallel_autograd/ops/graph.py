@@ -238,7 +238,13 @@ _set(R._max, _extremum(R._max.vjps[0]))
 _set(R._min, _extremum(R._min.vjps[0]))
 _set(R._var, lambda g, ans, x, axis, keepdims, ddof:
      _kept(g, x.shape, axis, keepdims) * (x - R.mean(x, axis=axis, keepdims=True))
-     * (2.0 / (_count(x, ans) - ddof)))
+     * _dof_scale(_count(x, ans), ddof))
+
+
+def _dof_scale(n: float, ddof) -> np.float64:
+    """2 / (n - ddof); n == ddof gives inf, as PyTorch's (var's rule in ops/reduce.py)."""
+    with np.errstate(divide="ignore"):
+        return np.float64(2.0) / (n - ddof)
 _set(R._lse, lambda g, ans, x, axis, keepdims:
      _kept(g, x.shape, axis, keepdims) * E.exp(x - _kept(ans, x.shape, axis, keepdims)))
 _set(R._softmax_op, lambda g, ans, x, axis:

@@ -212,7 +212,9 @@ def flip(input, *dims) -> Tensor:
     a copy, as in PyTorch."""
     if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
         dims = tuple(dims[0])
-    return _flip(input, dims=_dims(dims, np.ndim(_data(input)), "flip"))
+    nd = np.ndim(_data(input))
+    dims = _dims(dims, nd, "flip")
+    return _flip(input, dims=dims if nd else ())  # 0-d: dim 0 or -1 flips nothing
 
 
 def _negated(shifts):

@@ -6,6 +6,7 @@ import numpy as np
 from ..engine.cost import gemm_cost
 from ..memory import matmul as _mm
 from ..primitive import primitive
+from .shape import fold
 
 
 def _as_matrices(g, a, b):
@@ -25,9 +26,14 @@ def _folds(a, b):
     return a.ndim > 2 and b.ndim == 2
 
 
+def _rows(a):
+    """`a` with its batch dimensions folded into rows (any of them may be 0)."""
+    return a.reshape(fold((-1, a.shape[-1]), a.shape))
+
+
 def _matmul_vjp_a(g, ans, a, b):
     if _folds(a, b):
-        return _mm(g.reshape(-1, g.shape[-1]), b.T).reshape(a.shape)
+        return _mm(_rows(g), b.T).reshape(a.shape)
     g2, a2, b2 = _as_matrices(g, a, b)
     r = _mm(g2, np.swapaxes(b2, -1, -2))
     return r[..., 0, :] if a.ndim == 1 else r   # batch dims are summed by the node
@@ -35,7 +41,7 @@ def _matmul_vjp_a(g, ans, a, b):
 
 def _matmul_vjp_b(g, ans, a, b):
     if _folds(a, b):
-        return _mm(a.reshape(-1, a.shape[-1]).T, g.reshape(-1, g.shape[-1]))
+        return _mm(_rows(a).T, _rows(g))
     g2, a2, b2 = _as_matrices(g, a, b)
     r = _mm(np.swapaxes(a2, -1, -2), g2)
     return r[..., 0] if b.ndim == 1 else r

@@ -221,12 +221,12 @@ def matrix_power(input, n: int) -> Tensor:
 
 def diag(input, diagonal: int = 0) -> Tensor:
     """A 1-D tensor: the square matrix with it on the `diagonal`-th diagonal; a matrix:
-    its `diagonal`-th diagonal (1-D)."""
+    its `diagonal`-th diagonal (1-D), a copy as in PyTorch (`diagonal` is the view)."""
     nd = len(_shape(input))
     if nd == 1:
         return ix.diag_embed(input, offset=diagonal)
-    if nd == 2:
-        return ix.diagonal(input, offset=diagonal)
+    if nd == 2:  # a copy: a write into the result must not reach the matrix (PyTorch's)
+        return S.clone(ix.diagonal(input, offset=diagonal))
     raise ValueError(f"diag: supports 1-D or 2-D tensors, got {nd}-D")
 
 

@@ -91,10 +91,14 @@ def _share(g, ans, x, axis, keepdims, nan_wins: bool):
 
 
 def _var_vjp(g, ans, x, axis, keepdims, ddof):
-    # (x - mean) * g * 2 / (n - ddof): 2 passes (and the mean's), one buffer
+    # (x - mean) * g * 2 / (n - ddof): 2 passes (and the mean's), one buffer. As PyTorch:
+    # n == ddof (an empty slice included) divides by 0 (NaN where the variance is NaN,
+    # nothing where the slice is empty), and n < ddof by the negative n - ddof
     n = _count(x.shape, axis)
-    t = _buf(P.subtract(x, x.mean(axis=axis, keepdims=True)))
-    t *= _restore(g, x.shape, axis, keepdims) * (2.0 / (n - ddof))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = _buf(P.subtract(x, x.mean(axis=axis, keepdims=True)) if x.size else
+                 np.zeros(x.shape, x.dtype))
+        t *= _restore(g, x.shape, axis, keepdims) * (np.float64(2.0) / (n - ddof))
     return t
 
 
@@ -149,14 +153,34 @@ def max(x, axis=None, keepdims: bool = False, *, dim=_UNSET, keepdim: bool = Fal
     `(values, indices)` of the first maximum along `dim`, which gets the gradient."""
     if dim is not _UNSET:
         return _along("max", x, axis, dim, keepdim)
-    return _max(x, axis=_axis(axis, x, "max"), keepdims=keepdims)
+    axis = _axis(axis, x, "max")
+    nonempty_extremum("max", x, axis)
+    return _max(x, axis=axis, keepdims=keepdims)
 
 
 def min(x, axis=None, keepdims: bool = False, *, dim=_UNSET, keepdim: bool = False):
     """Minimum over `axis`, as `max` (`dim=`: PyTorch's `(values, indices)`)."""
     if dim is not _UNSET:
         return _along("min", x, axis, dim, keepdim)
-    return _min(x, axis=_axis(axis, x, "min"), keepdims=keepdims)
+    axis = _axis(axis, x, "min")
+    nonempty_extremum("min", x, axis)
+    return _min(x, axis=axis, keepdims=keepdims)
+
+
+def nonempty_extremum(name: str, x, axis) -> None:
+    """A maximum or minimum has no value over no element: refuse to reduce an empty
+    dimension (or, with `axis` None, an empty tensor), as PyTorch does; reducing a
+    tensor that is empty along other dimensions gives an empty result."""
+    shape = np.shape(x.data if isinstance(x, _Tensor) else x)
+    if axis is None:
+        if 0 in shape:
+            raise ValueError(f"{name}: the tensor is empty (shape {shape}): a maximum or "
+                             f"minimum over no element has no value; give a dimension")
+        return
+    for a in (axis if isinstance(axis, tuple) else (axis,)):
+        if -len(shape) <= a < len(shape) and shape[a] == 0:  # (numpy names a bad axis)
+            raise ValueError(f"{name}: dimension {a % len(shape)} is empty (shape {shape}): a "
+                             f"maximum or minimum over no element has no value")
 
 
 def _along(name, x, axis, dim, keepdim):

@@ -397,16 +397,18 @@ _amin = primitive("amin", lambda x, axis, keepdims: np.min(x, axis=axis, keepdim
 def amax(input, axis=None, keepdims: bool = False) -> Tensor:
     """The maximum over `axis` (None: all; an int or a tuple); ties share the gradient
     evenly, and a slice whose maximum is NaN gets a NaN gradient (PyTorch's amax)."""
-    return _amax(input, axis=_axes("amax", np.ndim(_raw(input)), axis),
-                 keepdims=bool(keepdims))
+    axis = _axes("amax", np.ndim(_raw(input)), axis)
+    R.nonempty_extremum("amax", input, axis)
+    return _amax(input, axis=axis, keepdims=bool(keepdims))
 
 
 @R.torch_names
 def amin(input, axis=None, keepdims: bool = False) -> Tensor:
     """The minimum over `axis` (None: all; an int or a tuple); ties share the gradient
     evenly, and a slice whose minimum is NaN gets a NaN gradient (PyTorch's amin)."""
-    return _amin(input, axis=_axes("amin", np.ndim(_raw(input)), axis),
-                 keepdims=bool(keepdims))
+    axis = _axes("amin", np.ndim(_raw(input)), axis)
+    R.nonempty_extremum("amin", input, axis)
+    return _amin(input, axis=axis, keepdims=bool(keepdims))
 
 
 def _nonempty(name: str, x: np.ndarray, ax) -> None:
@@ -730,6 +732,7 @@ def extreme_along(name: str, input, dim: int, keepdim: bool = False) -> tuple[Te
     arg = np.argmax if name == "max" else np.argmin
 
     def select(x, ax):
+        _nonempty(name, x, ax)  # PyTorch: "Expected reduction dim to have non-zero size"
         return np.expand_dims(arg(x, axis=ax), ax), x.shape[ax] == 1
 
     values, indices = _selection(name, input, dim, select, squeeze=not keepdim)

@@ -35,6 +35,24 @@ def _reshaped(a, shape):
     return out
 
 
+def fold(shape, have: tuple) -> tuple:
+    """`shape` with its -1 made explicit where numpy cannot infer it: an empty array
+    (`have`, its shape) reshaped to a shape whose other dimensions multiply to 0, such
+    as `(-1, 0)` (Linear with 0 out features folding its batch dimensions). The -1 then
+    stands for the dimensions of `have` the given ones leave out (they match `have` at
+    the front and the back); any other shape is returned as it is, for numpy to judge.
+    Internal callers only: user reshapes refuse the ambiguity, as PyTorch does."""
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if shape.count(-1) != 1:
+        return shape
+    i = shape.index(-1)
+    head, tail = shape[:i], shape[i + 1:]
+    if len(head) + len(tail) > len(have) or have[:len(head)] != head \
+            or have[len(have) - len(tail):] != tail:
+        return shape
+    return head + (int(np.prod(have[len(head):len(have) - len(tail)])),) + tail
+
+
 _reshape = primitive("reshape", lambda x, shape: _reshaped(x, shape),
                      lambda g, ans, x, shape: _reshaped(g, x.shape))
 
@@ -68,9 +86,13 @@ def flatten(x, start_dim: int = 0, end_dim: int = -1):
     """Dimensions `start_dim`..`end_dim` merged into one (PyTorch's flatten; a 0-d
     tensor becomes shape (1,))."""
     s = x.shape
+    for d in (start_dim, end_dim):
+        _check_dim(d, len(s), "flatten")
     if not s:
         return reshape(x, (1,))  # PyTorch: a 0-d tensor flattens to shape (1,)
     start, end = start_dim % len(s), end_dim % len(s)
+    if start > end:
+        raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
     return reshape(x, s[:start] + (int(np.prod(s[start:end + 1])),) + s[end + 1:])
 
 
@@ -102,9 +124,21 @@ def permute(x, *dims) -> Tensor:
     return _transpose(x, axes=tuple(dims))
 
 
+def _check_dim(d, nd: int, op: str) -> None:
+    """PyTorch's range for a dimension: [-nd, nd), a 0-d tensor's [-1, 0]."""
+    lo, hi = -max(nd, 1), max(nd, 1) - 1
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not lo <= d <= hi:
+        raise IndexError(f"{op}: dimension out of range (expected to be in range of "
+                         f"[{lo}, {hi}], but got {d!r})")
+
+
 def swapaxes(x, a: int, b: int):
     """Dimensions `a` and `b` exchanged (a view)."""
     nd = np.ndim(x.data if isinstance(x, Tensor) else x)
+    _check_dim(a, nd, "transpose")
+    _check_dim(b, nd, "transpose")
+    if nd == 0:
+        return _transpose(x, axes=())  # the one dimension a 0-d tensor has, with itself
     axes = list(range(nd))
     axes[a], axes[b] = axes[b], axes[a]
     return _transpose(x, axes=tuple(axes))
@@ -127,6 +161,9 @@ def expand(x, *shape) -> Tensor:
         shape = tuple(shape[0])
     xs = x.shape
     lead = len(shape) - len(xs)
+    if lead < 0 or any(s == -1 for s in shape[:lead]):
+        raise ValueError(f"expand: the expanded size {list(shape)} has fewer dimensions than "
+                         f"the tensor ({list(xs)}), or -1 in a new leading dimension")
     shape = tuple(xs[i - lead] if s == -1 else s for i, s in enumerate(shape))
     return _broadcast(x, shape=shape)
 
@@ -273,12 +310,15 @@ def _on_tensors(rule):
 
 def split(x, split_size_or_sections, axis: int = 0):
     """PyTorch's split: an int is a chunk size, a list gives each chunk's size."""
+    if not x.ndim:
+        raise ValueError("split: expects at least a 1-dimensional tensor")
+    _check_dim(axis, x.ndim, "split")
     n = x.shape[axis]
     if isinstance(split_size_or_sections, int):
         if split_size_or_sections <= 0:
             raise ValueError("split: chunk size must be positive")
         sizes = [split_size_or_sections] * (n // split_size_or_sections)
-        if n % split_size_or_sections:
+        if n % split_size_or_sections or not n:  # an empty dimension: one empty piece
             sizes.append(n % split_size_or_sections)
     else:
         sizes = list(split_size_or_sections)
