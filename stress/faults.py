@@ -25,6 +25,8 @@ Kinds (`KINDS`, all on by default; `stall` is opt-in):
                each other, memory of large branches): see `stress.hazards`.
 - checkpoint_rng: checkpointed dropout while another thread draws: see
                `stress.randomness`.
+- optim_interrupt: Ctrl+C during a threaded optimizer step -> all or nothing, no write
+               after step() raised: see `stress.optimsteps`.
 
 With create_graph (`CREATE_GRAPH_KINDS`, half the units of a family in
 `Config.create_graph`) both sides run `backward`/`grad` with `create_graph=True`: a rule
@@ -46,12 +48,13 @@ import numpy as np
 import parallel_autograd as pa
 from parallel_autograd.node import graph_saved, next_seq, no_graph_rule_message
 
-from . import graphs, hazards, higher, randomness
+from . import graphs, hazards, higher, optimsteps, randomness
 from .checks import (INTERRUPT_TAG, Outcome, diff_all, leaf_diffs, make_priors,  # noqa: F401
                      set_grads, snapshot, unchanged)
 
 KINDS = ("node_error", "hook_error", "nan", "reentrant", "interrupt", "freed_graph") + hazards.KINDS \
     + randomness.KINDS
+    + optimsteps.KINDS
 OPT_IN = ("stall",)
 ALL_KINDS = KINDS + OPT_IN
 # kinds also run with create_graph=True (on the families in Config.create_graph), in
@@ -683,6 +686,7 @@ RUNNERS = {
     "stall": run_stall,
     **hazards.RUNNERS,
     **randomness.RUNNERS,
+    **optimsteps.RUNNERS,
 }
 
 
