@@ -23,6 +23,8 @@ Kinds (`KINDS`, all on by default; `stall` is opt-in):
 - interrupt_commit, fork_busy, cross_close, memory: hazards of the process around a
                call (Ctrl+C in the write-back, fork from a busy process, engines closing
                each other, memory of large branches): see `stress.hazards`.
+- alloc_work:  the caching allocator's work per request (lines of Python run) at
+               8-16x more blocks in use -> the same: see `stress.alloc`.
 
 With create_graph (`CREATE_GRAPH_KINDS`, half the units of a family in
 `Config.create_graph`) both sides run `backward`/`grad` with `create_graph=True`: a rule
@@ -44,11 +46,12 @@ import numpy as np
 import parallel_autograd as pa
 from parallel_autograd.node import graph_saved, next_seq, no_graph_rule_message
 
-from . import graphs, hazards, higher
+from . import alloc, graphs, hazards, higher
 from .checks import (INTERRUPT_TAG, Outcome, diff_all, leaf_diffs, make_priors,  # noqa: F401
                      set_grads, snapshot, unchanged)
 
-KINDS = ("node_error", "hook_error", "nan", "reentrant", "interrupt", "freed_graph") + hazards.KINDS
+KINDS = (("node_error", "hook_error", "nan", "reentrant", "interrupt", "freed_graph")
+         + hazards.KINDS + alloc.KINDS)
 OPT_IN = ("stall",)
 ALL_KINDS = KINDS + OPT_IN
 # kinds also run with create_graph=True (on the families in Config.create_graph), in
@@ -679,6 +682,7 @@ RUNNERS = {
     "freed_graph": run_freed_graph,
     "stall": run_stall,
     **hazards.RUNNERS,
+    **alloc.RUNNERS,
 }
 
 

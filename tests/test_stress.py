@@ -1,9 +1,10 @@
 """The stress harness: a short profile of every family and fault kind passes on the
 real engine, and deliberately broken engines (built here, never by editing the
 engine) are caught: out-of-order and unlocked accumulation, hangs, lost errors,
-leaked threads and memory; calls with several roots finished before all of them ran;
-and for create_graph passes, a recorded graph numbered differently, a write-back that is
-not all-or-nothing, recorded graphs kept alive."""
+leaked threads and memory, an allocator whose requests scan its blocks in use; calls with
+several roots finished before all of them ran; and for create_graph passes, a recorded
+graph numbered differently, a write-back that is not all-or-nothing, recorded graphs kept
+alive."""
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 import parallel_autograd as pa
+from parallel_autograd import memory
 from conftest import assert_bitwise
 from parallel_autograd.engine import blas
 from parallel_autograd.engine import engine as engine_module
@@ -237,6 +239,27 @@ def test_detects_lost_errors(monkeypatch):
     kinds = {f.kind for f in rep.failures}
     assert "lost-fault" in kinds, rep.summary()
     assert any(f.replay and "--faults node_error" in f.replay for f in rep.failures)
+
+
+class _ScanningAllocator(memory.CachingAllocator):
+    """Issue 25, item 5 re-introduced: each request looks at every block in use of its
+    size (as the search for a block nobody referenced did) before taking a free one."""
+
+    def _block(self, size):
+        looked = 0
+        for blk in list(self._leased.values()):
+            if blk.size == size:
+                looked += 1
+        return super()._block(size)
+
+
+def test_detects_an_allocator_whose_requests_scan_the_blocks_in_use(monkeypatch):
+    monkeypatch.setattr(memory, "CachingAllocator", _ScanningAllocator)
+    rep = run(quick(iterations=2, families=("wide",), faults=("alloc_work",), threads=1,
+                    workers=(2,), variants=("queue",), tracemalloc=False))
+    found = [f for f in rep.failures if f.kind == "alloc_work"]
+    assert found and "grows with the blocks in use" in found[0].message, rep.summary()
+    assert found[0].replay and "--faults alloc_work" in found[0].replay
 
 
 class _LeakyEngine(pa.Engine):
