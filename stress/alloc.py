@@ -33,6 +33,8 @@ import numpy as np
 
 from parallel_autograd import memory
 
+from .watchdog import drop_pending_async_exc
+
 KINDS = ("alloc_work",)
 PAGE_ELEMS = 512  # float64 elements of one 4 KiB page: the private allocator's smallest block
 PATTERNS = ("random", "chain", "mixed")
@@ -54,6 +56,9 @@ def count_lines(fn) -> int:
     def tracer(frame, event, arg):
         return None if frame.f_code.co_filename == __file__ else local
 
+    # (a flag left set by PyThreadState_SetAsyncExc(tid, NULL) would make a traced call
+    # loop forever on 3.11: see watchdog.drop_pending_async_exc; none is pending here)
+    drop_pending_async_exc()
     prev, was_on = sys.gettrace(), gc.isenabled()
     gc.disable()
     sys.settrace(tracer)
