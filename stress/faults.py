@@ -27,6 +27,8 @@ Kinds (`KINDS`, all on by default; `stall` is opt-in):
                `stress.randomness`.
 - optim_interrupt: Ctrl+C during a threaded optimizer step -> all or nothing, no write
                after step() raised: see `stress.optimsteps`.
+- alloc_work:  the caching allocator's work per request (lines of Python run) at
+               8-16x more blocks in use -> the same: see `stress.alloc`.
 
 With create_graph (`CREATE_GRAPH_KINDS`, half the units of a family in
 `Config.create_graph`) both sides run `backward`/`grad` with `create_graph=True`: a rule
@@ -48,13 +50,12 @@ import numpy as np
 import parallel_autograd as pa
 from parallel_autograd.node import graph_saved, next_seq, no_graph_rule_message
 
-from . import graphs, hazards, higher, optimsteps, randomness
+from . import alloc, graphs, hazards, higher, optimsteps, randomness
 from .checks import (INTERRUPT_TAG, Outcome, diff_all, leaf_diffs, make_priors,  # noqa: F401
                      set_grads, snapshot, unchanged)
 
-KINDS = ("node_error", "hook_error", "nan", "reentrant", "interrupt", "freed_graph") + hazards.KINDS \
-    + randomness.KINDS
-    + optimsteps.KINDS
+KINDS = (("node_error", "hook_error", "nan", "reentrant", "interrupt", "freed_graph")
+         + hazards.KINDS + randomness.KINDS + optimsteps.KINDS + alloc.KINDS)
 OPT_IN = ("stall",)
 ALL_KINDS = KINDS + OPT_IN
 # kinds also run with create_graph=True (on the families in Config.create_graph), in
@@ -687,6 +688,7 @@ RUNNERS = {
     **hazards.RUNNERS,
     **randomness.RUNNERS,
     **optimsteps.RUNNERS,
+    **alloc.RUNNERS,
 }
 
 

@@ -1,20 +1,25 @@
 """The stress harness: a short profile of every family and fault kind passes on the
 real engine, and deliberately broken engines (built here, never by editing the
 engine) are caught: out-of-order and unlocked accumulation, hangs, lost errors,
-leaked threads and memory; calls with several roots finished before all of them ran;
-an optimizer step a Ctrl+C leaves half done; and for create_graph passes, a recorded graph numbered differently, a write-back that is
+leaked threads and memory, an allocator whose requests scan its blocks in use; calls with
+several roots finished before all of them ran; an optimizer step a Ctrl+C leaves half done;
+and for create_graph passes, a recorded graph numbered differently, a write-back that is
 not all-or-nothing, recorded graphs kept alive."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import queue
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 
 import parallel_autograd as pa
+from parallel_autograd import memory
 from conftest import assert_bitwise
 from parallel_autograd.engine import blas
 from parallel_autograd.engine import engine as engine_module
@@ -31,6 +36,7 @@ from stress.leaks import blas_counts, set_blas_counts
 from stress.harness import Config, run
 from stress.watchdog import HangDetected, Watchdog
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = dict(profile="quick", progress=False, checkpoint_every=30.0)
 
 
@@ -237,6 +243,27 @@ def test_detects_lost_errors(monkeypatch):
     kinds = {f.kind for f in rep.failures}
     assert "lost-fault" in kinds, rep.summary()
     assert any(f.replay and "--faults node_error" in f.replay for f in rep.failures)
+
+
+class _ScanningAllocator(memory.CachingAllocator):
+    """Issue 25, item 5 re-introduced: each request looks at every block in use of its
+    size (as the search for a block nobody referenced did) before taking a free one."""
+
+    def _block(self, size):
+        looked = 0
+        for blk in list(self._leased.values()):
+            if blk.size == size:
+                looked += 1
+        return super()._block(size)
+
+
+def test_detects_an_allocator_whose_requests_scan_the_blocks_in_use(monkeypatch):
+    monkeypatch.setattr(memory, "CachingAllocator", _ScanningAllocator)
+    rep = run(quick(iterations=2, families=("wide",), faults=("alloc_work",), threads=1,
+                    workers=(2,), variants=("queue",), tracemalloc=False))
+    found = [f for f in rep.failures if f.kind == "alloc_work"]
+    assert found and "grows with the blocks in use" in found[0].message, rep.summary()
+    assert found[0].replay and "--faults alloc_work" in found[0].replay
 
 
 class _LeakyEngine(pa.Engine):
@@ -774,6 +801,35 @@ def test_watchdog_breaks_a_waiting_call_and_dumps_stacks():
         assert not g2.fired
     finally:
         wd.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_fired_guard_leaves_no_asynchronous_exception_pending():
+    """A guard that fired drops its undelivered HangDetected by taking delivery of a stand-in:
+    PyThreadState_SetAsyncExc(tid, NULL) left CPython 3.11's interpreter-wide flag set for
+    good, after which any call under sys.settrace looped forever (the alloc_work kind, which
+    counts lines with it, hung in the suite after a test that makes the watchdog fire)."""
+    code = """if True:
+        import sys, time
+        from stress.watchdog import HangDetected, Watchdog
+        wd = Watchdog().start()
+        g = wd.guard(0.05, "t")
+        try:
+            with g:
+                time.sleep(1.0)   # a C-level wait: HangDetected is delivered after it
+        except HangDetected:
+            pass
+        assert g.fired
+        wd.stop()
+        sys.settrace(lambda *a: None)
+        (lambda: 1)()
+        sys.settrace(None)
+        print("traced call returned")
+    """
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, text=True,
+                          capture_output=True, timeout=60, check=False)
+    assert proc.stdout.strip() == "traced call returned", proc.stderr[-2000:]
 
 
 def test_cli_help_lists_the_options(capsys):
