@@ -546,3 +546,79 @@ def test_ctrl_c_at_every_line_of_a_sequential_backward_leaves_grad_mode_and_grad
         changed = all(not np.array_equal(a, b) for a, b in zip(old, new))
         assert same or changed, f"partial write-back after a Ctrl+C at line {n}"
     assert outcomes == {"completed", "interrupted"}
+
+
+# ---- Ctrl+C around a parallel call: BLAS limits and intra-op splitting undone -------------
+@pytest.fixture
+def blas_at_two(monkeypatch):
+    """BLAS at 2 threads with nobody holding threadpoolctl's control of OpenBLAS, and the
+    engine believing it has 2 cores, so a 2-worker call lowers BLAS to 1 thread. Every
+    library's count is put back afterwards."""
+    from stress.leaks import blas_counts as counts_by_lib
+    from stress.leaks import set_blas_counts
+    start = counts_by_lib()
+    if not start:
+        pytest.skip("threadpoolctl finds no BLAS")
+    monkeypatch.setattr(engine_module, "usable_cores", lambda: 2)
+    if set(set_blas_counts({p: 2 for p in start}).values()) != {2}:
+        set_blas_counts(start)
+        pytest.skip("BLAS cannot be set to 2 threads here")
+    try:
+        yield
+    finally:
+        set_blas_counts(start)
+
+
+@needs_blas
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason="signals reach the main thread only")
+@pytest.mark.timeout(600)
+def test_ctrl_c_at_every_line_around_a_parallel_call_restores_blas_and_splitting(blas_at_two):
+    # A SIGINT at the n-th line the caller runs in the call's set-up and tear-down
+    # (engine.py, blas.py, threadpoolctl, intraop's engine_running, the SIGINT hold), for
+    # every n: right after the call (completed or interrupted) BLAS is back at 2 threads,
+    # no call holds a limit and kernels may split again. Before: an interrupt inside
+    # threadpoolctl's change (blas._lower) left BLAS at 1 thread for good, unrecorded, so
+    # later calls never restored it; one in the `finally` before the release kept it
+    # lowered until the call's task was collected; one in engine_running's exit turned
+    # intra-op splitting off for good.
+    from parallel_autograd import intraop
+    from stress.checks import LineTrigger, in_call_bracket
+
+    if not LineTrigger.available():
+        pytest.skip("another trace function is set (coverage?)")
+    libs = [lib for lib in threadpoolctl_controller().lib_controllers
+            if lib.user_api == "blas"]
+    eng = pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0,
+                    max_blas_share=1.0)
+
+    def graph():
+        xs = [pa.tensor(np.full(4, float(i)), requires_grad=True) for i in range(4)]
+        return _scaled_sum(xs, lambda i: 2.0)
+
+    assert eng.backward(graph(), stats=True).blas_threads == 1  # the call lowers BLAS
+    with LineTrigger(in_call_bracket) as t:
+        eng.backward(graph())
+    total = t.count
+    assert total > 100, total
+    outcomes = set()
+    for n in range(1, total + 10):
+        loss = graph()
+        trig = LineTrigger(in_call_bracket, interrupt_at=n)
+        try:
+            with trig:
+                eng.backward(loss)
+            outcomes.add("completed")
+        except KeyboardInterrupt:
+            outcomes.add("interrupted")
+        where = f"Ctrl+C at line {n} of {total} ({trig.fired_at})"
+        assert [lib.num_threads for lib in libs] == [2] * len(libs), where
+        assert blas.holders() == 0, where
+        assert intraop._running_engines[0] == 0, where
+    assert outcomes == {"completed", "interrupted"}
+    eng.close()
+
+
+def threadpoolctl_controller():
+    from threadpoolctl import ThreadpoolController
+    return ThreadpoolController()

@@ -28,7 +28,7 @@ from .plan import collect, plan_call
 from .pool import WorkerPool, on_worker_thread
 from .sequential import backward as sequential_backward
 from .sequential import run_plan
-from .step import commit
+from .step import _InterruptsDeferred, commit
 from .task import CallStats, GraphTask
 
 
@@ -197,20 +197,30 @@ class Engine:
         else:
             ready = task.prepare_ranked(decision.order)
         try:
-            try:
-                if self.limit_blas:  # never more than the caller had (blas.py)
-                    st.blas_threads = blas.acquire(task, max(1, usable_cores() //
-                                                             self.num_workers))
-                with intraop.engine_running():  # no kernel split while the workers run
-                    task.run_to_completion(ready)
-            finally:
-                if self.limit_blas:
-                    blas.release(task)
+            self._run_limited(task, ready, st)
             callbacks.finish(calls)  # queue_callback's, on this thread, before commit
         except BaseException as e:
             callbacks.fail(calls, e)
             raise
         return task
+
+    def _run_limited(self, task: GraphTask, ready: list, st: CallStats) -> None:
+        """Run `task` with BLAS limited and intra-op splitting off, both undone however
+        the call ends. Setting them up and undoing them is done with Ctrl+C held back
+        (`_InterruptsDeferred`): an interrupt inside threadpoolctl's change, between the
+        acquire and the `try`, or in the `finally` before the release used to leave BLAS
+        lowered (or kernels unsplit) for good. Only the call itself takes it at once."""
+        limit = self.limit_blas
+        with _InterruptsDeferred() as held:
+            if limit:  # never more than the caller had (blas.py)
+                st.blas_threads = blas.acquire(task, max(1, usable_cores() //
+                                                         self.num_workers))
+            try:
+                with intraop.engine_running():  # no kernel split while the workers run
+                    held.allowing(task.run_to_completion, ready)
+            finally:
+                if limit:
+                    blas.release(task)
 
 
 # ---- default engines ------------------------------------------------------------

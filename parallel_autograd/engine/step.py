@@ -289,11 +289,29 @@ class _InterruptsDeferred:
     def _hold(self, signum, frame):
         self.caught = (signum, frame)
 
+    def allowing(self, fn, *args):
+        """`fn(*args)` inside the block with SIGINT delivered as usual (one held so far
+        first), the hold back in place however it ends. Both swaps are inside the
+        `try` and the first thing its `finally` does: an interrupt between them cannot
+        leave the rest of the block unprotected (a pending one reaches the handler
+        only after a swap has returned, and then it is the handler just set)."""
+        if self.old is None:
+            return fn(*args)
+        try:
+            signal.signal(signal.SIGINT, self.old)
+            caught, self.caught = self.caught, None
+            if caught is not None:
+                self.old(*caught)  # the default handler raises KeyboardInterrupt
+            return fn(*args)
+        finally:
+            signal.signal(signal.SIGINT, self._hold)
+
     def __exit__(self, *exc):
         if self.old is not None:
             signal.signal(signal.SIGINT, self.old)
-            if self.caught is not None:
-                self.old(*self.caught)  # the default handler raises KeyboardInterrupt
+            caught, self.caught = self.caught, None
+            if caught is not None:
+                self.old(*caught)  # the default handler raises KeyboardInterrupt
         return False
 
 
