@@ -28,7 +28,7 @@ from .plan import collect, plan_call
 from .pool import WorkerPool, on_worker_thread
 from .sequential import backward as sequential_backward
 from .sequential import run_plan
-from .step import _InterruptsDeferred, commit
+from .step import _InterruptsDeferred, commit, release_frames
 from .task import CallStats, GraphTask
 
 
@@ -175,8 +175,18 @@ class Engine:
         st.total_cost, st.critical_path = d.total_cost, d.critical_path
         # rules and hooks record nothing; the caller's grad mode is untouched however
         # the call ends (run_without_grad: a copy of its context, which workers copy)
-        result = run_plan(plan) if d.order is None else \
-            run_without_grad(self._run_parallel, plan, d, st)
+        if d.order is None:
+            result = run_plan(plan)
+        else:
+            try:
+                result = run_without_grad(self._run_parallel, plan, d, st)
+            except BaseException as e:
+                # The frames the call ran (on workers and here) are in the traceback,
+                # and their locals hold the graph, the task and its error (a cycle): a
+                # failed call must not keep them alive past its return (reliability
+                # issue, item 12), so they are cleared; the lines stay for the report.
+                release_frames(e.__traceback__.tb_next)
+                raise
         if plan.made:  # create_graph: number the nodes the pass made (engine/graph.py)
             renumber(plan.made)
         st.elapsed = time.perf_counter() - t0
@@ -201,6 +211,7 @@ class Engine:
             callbacks.finish(calls)  # queue_callback's, on this thread, before commit
         except BaseException as e:
             callbacks.fail(calls, e)
+            task.release()  # every thread has left the call (run_to_completion waits)
             raise
         return task
 

@@ -391,6 +391,24 @@ def annotate(exc: BaseException, node, where: str = "the backward of") -> None:
     anomaly.add_trace_note(exc, node)  # where the op was created, if detect_anomaly noted it
 
 
+def release_frames(tb) -> None:
+    """Clear the locals of every frame of traceback `tb` that has finished (the frames a
+    failed call ran, below the one handling its error), keeping the file, line and
+    function each traceback entry shows. A frame still executing is left alone.
+
+    Why: those locals hold the call's graph (nodes, saved arrays, gradients) and its
+    GraphTask, whose `error` is the exception holding the traceback, so a failed parallel
+    call would keep its whole graph alive until the cycle collector ran, or for good if
+    anything kept the exception. Not thread-safe for frames another thread still runs
+    (the engine calls it once every thread of the call has left it)."""
+    while tb is not None:
+        try:
+            tb.tb_frame.clear()
+        except RuntimeError:  # still executing
+            pass
+        tb = tb.tb_next
+
+
 def add_note(exc: BaseException, msg: str) -> None:
     """`exc.add_note(msg)` on Python 3.11+. On 3.10 the same `__notes__` list is kept
     (for code that reads it), and the note is appended to a string message too, since
