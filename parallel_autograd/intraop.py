@@ -127,6 +127,9 @@ def _helper(tasks: queue.SimpleQueue) -> None:
             done.put(None)
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             done.put(e)
+        # the job's closure holds the kernel's input and output arrays: an idle helper
+        # must not keep them alive until its next job
+        fn = done = None
 
 
 def _ensure_helpers(k: int) -> list:

@@ -16,7 +16,9 @@ Kinds (`KINDS`, all on by default; `stall` is opt-in):
                gradients exact.
 - interrupt:   the caller is interrupted mid-call (SIGINT via _thread.interrupt_main
                when a worker runs the node and the caller is the main thread;
-               KeyboardInterrupt raised directly otherwise) -> KeyboardInterrupt.
+               KeyboardInterrupt raised directly otherwise) -> KeyboardInterrupt, and
+               BLAS threads back right after the call (raised above the harness's pin
+               for it: `leaks.RaisedBlas`).
 - freed_graph: a second backward through a freed graph -> RuntimeError.
 - stall:       a node sleeps past a short deadline -> the watchdog fires, dumps the
                stacks and breaks the call; the engine keeps serving (watchdog self-test).
@@ -50,7 +52,7 @@ import numpy as np
 import parallel_autograd as pa
 from parallel_autograd.node import graph_saved, next_seq, no_graph_rule_message
 
-from . import alloc, graphs, hazards, higher, optimsteps, randomness
+from . import alloc, graphs, hazards, higher, leaks, optimsteps, randomness
 from .checks import (INTERRUPT_TAG, Outcome, diff_all, leaf_diffs, make_priors,  # noqa: F401
                      set_grads, snapshot, unchanged)
 
@@ -594,21 +596,24 @@ def run_interrupt(fr):
     _arm_both(fr, seq, par, arm)
     so = seq.run()
     old = signal.signal(signal.SIGINT, on_sigint) if use_signal else None
-    try:
-        delivered.clear()
-        state["armed"] = True
-        po = par.run()
-        state["armed"] = False
-        for _ in range(1000):  # let a still-pending SIGINT reach our (now inert) handler
-            pass
-        time.sleep(0.001)
-    finally:
-        state["armed"] = False
-        if use_signal:
-            signal.signal(signal.SIGINT, old)
+    # BLAS above the harness's pin for the interrupted call, checked right after it
+    with leaks.RaisedBlas(fr) as raised:
+        try:
+            delivered.clear()
+            state["armed"] = True
+            po = par.run()
+            state["armed"] = False
+            for _ in range(1000):  # let a still-pending SIGINT reach our (now inert) handler
+                pass
+            time.sleep(0.001)
+        finally:
+            state["armed"] = False
+            if use_signal:
+                signal.signal(signal.SIGINT, old)
+        blas_ok = raised.check(f"a call interrupted by {par.via or 'nothing'}")
     fr.h.report.notes_counter(f"interrupt: {par.via or 'hook not reached'}")
     ok = _expect_error(fr, seq, par, so, po, KeyboardInterrupt, INTERRUPT_TAG)
-    return ok and fr.keeps_serving(seq, par)
+    return ok and blas_ok and fr.keeps_serving(seq, par)
 
 
 def run_freed_graph(fr):

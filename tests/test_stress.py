@@ -387,6 +387,33 @@ def test_detects_a_call_raising_the_callers_blas_limit(monkeypatch):
     assert blas_counts() == start  # the harness's pin ended, nothing left raised
 
 
+def _release_only_on_success(self, task, ready, st):
+    """Broken Engine._run_limited: releases its BLAS limit only when the call succeeds,
+    as an interrupt between the acquire and the release used to leave it (item 11)."""
+    st.blas_threads = blas.acquire(task, max(1, engine_module.usable_cores() //
+                                             self.num_workers))
+    task.run_to_completion(ready)
+    blas.release(task)
+
+
+@pytest.mark.skipif(not blas_counts(), reason="threadpoolctl finds no BLAS")
+@pytest.mark.parametrize("kind", ["interrupt", "interrupt_commit"])
+def test_interrupt_kinds_detect_blas_left_lowered_by_an_interrupted_call(monkeypatch, kind):
+    """Under the harness's pin (BLAS at 1 thread) no call lowers anything; the interrupt
+    kinds raise BLAS to 2 around their interrupted calls and check it right after each."""
+    monkeypatch.setattr(engine_module.Engine, "_run_limited", _release_only_on_success)
+    start = blas_counts()
+    rep = run(quick(iterations=6, families=("shared", "random", "wide"), faults=(kind,),
+                    threads=1, workers=(2,), variants=("queue",), multi_root=0,
+                    tracemalloc=False))
+    found = [f for f in rep.failures if f.kind == "blas-threads"
+             and f"fault:{kind}" in f.message and "interrupted" in f.message]
+    assert found, rep.summary()
+    assert any("2 -> 1" in f.message for f in found), [f.message for f in found]
+    assert f"--faults {kind}" in found[0].replay
+    assert blas_counts() == start, "BLAS not back to where the run started"
+
+
 def test_simulated_cores_is_restored_on_error_and_when_nested():
     real = engine_module.usable_cores
     with pytest.raises(KeyError):
