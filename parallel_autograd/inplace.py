@@ -83,15 +83,20 @@ def _sub(d, other, alpha=1):
     np.subtract(d, other if alpha == 1 else np.multiply(other, alpha), out=d)
 
 
+def _array(a) -> np.ndarray:
+    """A ufunc's result as an array to write into (0-d operands give a numpy scalar)."""
+    return a if type(a) is np.ndarray else np.asarray(a)
+
+
 def _addcmul(d, t1, t2, value=1):
-    prod = np.multiply(t1, t2)  # one temporary (PyTorch's addcmul_ fuses it away)
+    prod = _array(np.multiply(t1, t2))  # one temporary (PyTorch's addcmul_ fuses it away)
     if value != 1:
         np.multiply(prod, value, out=prod)
     np.add(d, prod, out=d)
 
 
 def _lerp(d, end, weight):
-    step = np.subtract(end, d)  # one temporary: d + weight * (end - d)
+    step = _array(np.subtract(end, d))  # one temporary: d + weight * (end - d)
     np.multiply(step, weight, out=step)
     np.add(d, step, out=d)
 

@@ -88,6 +88,15 @@ _OPERATORS = {
 _TABLES = (_cv, _ipm)
 
 
+def _mT(a: Tensor) -> Tensor:
+    """The last two dimensions swapped; a 0-d tensor as it is (PyTorch's deprecated
+    identity), a 1-D one refused (PyTorch's error)."""
+    if a.ndim == 1:
+        raise ValueError("mT: only supported on matrices or batches of matrices, got a 1-D "
+                         "tensor")
+    return _sh.swapaxes(a, -1, -2) if a.ndim else _sh.swapaxes(a, 0, 0)
+
+
 def attach() -> None:
     """Put the operators, op methods and `backward` on `Tensor` (idempotent)."""
     for name, fn in {**_OPERATORS, **_INPLACE}.items():

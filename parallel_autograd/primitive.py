@@ -85,8 +85,12 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
         out = np.asarray(out)
     mode = grad_mode()
     if not mode:
-        return Tensor._wrap(out, None,
-                            None if out.base is None else _shared_counter(out, inputs))
+        if out.base is None:  # fresh memory, or an input's very array: identity decides
+            for x in inputs:
+                if isinstance(x, Tensor) and x.data is out:
+                    return Tensor._wrap(out, None, x._vc)
+            return Tensor._wrap(out, None, None)
+        return Tensor._wrap(out, None, _shared_counter(out, inputs))
     # The per-op path of every forward: one pass over the inputs, lists filled in place.
     n = len(inputs)
     nexts = [None] * n
@@ -94,11 +98,17 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
     rules = None if vjps is None else [None] * n
     vcs = []  # version counters of every tensor input, then the output's
     tracked = False
+    root = out.base
+    vc = None  # the output's: an input's when it aliases that input (see _shared_counter)
     for i in range(n):
         x = inputs[i]
         if not isinstance(x, Tensor):
             continue
         vcs.append(x._vc)
+        if vc is None:
+            d = x.data
+            if d is out or (root is not None and (d is root or d.base is root)):
+                vc = x._vc
         if x._requires_grad:
             rule = joint if rules is None else vjps[i]
             if rule is None:
@@ -110,7 +120,8 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
             if rules is not None:
                 rules[i] = rule
             tracked = True
-    vc = [0] if out.base is None else _shared_counter(out, inputs)
+    if vc is None:
+        vc = [0] if root is None or _owns(root) else _shared_counter(out, inputs)
     if not tracked:
         return Tensor._wrap(out, None, vc)
     vcs.append(vc)
@@ -129,16 +140,29 @@ anomaly_mode = anomaly.mode
 
 
 def _shared_counter(out: np.ndarray, inputs) -> list:
-    """The version counter of the input whose memory `out` views (reshape, indexing,
-    transpose...: writing into one writes into the other), else a fresh one."""
+    """The version counter of the input whose memory `out` is or views (squeeze or
+    `to` that change nothing, reshape, indexing, transpose...: writing into one writes
+    into the other, so a write through either must invalidate what a graph saved of the
+    other), else a fresh one.
+
+    numpy collapses a view's `base` to the array that owns the memory, so identity tests
+    decide most cases in O(1); a view made through another object (as_strided's
+    DummyArray, a buffer) falls back to numpy's exact bounds test. Not recognised (no op
+    does it, and the test would cost every op): a result that is the owner of an
+    input's memory (a user primitive returning `a.base`)."""
     root = out.base
     if type(root) is not np.ndarray and root is not None:  # as_strided's wrapper (unfold)
         root = getattr(root, "base", root)
     for x in inputs:
         if isinstance(x, Tensor):
             d = x.data
-            if d is root or (d.base is not None and d.base is root):
+            if d is out or (root is not None and (d is root or d.base is root)):
                 return x._vc
+    if root is None or _owns(root):
+        return [0]
+    for x in inputs:
+        if isinstance(x, Tensor) and np.may_share_memory(out, x.data):
+            return x._vc
     return [0]
 
 
@@ -613,6 +637,12 @@ def _aliased(fn, sig: inspect.Signature):
 
 
 # ---- the extension API ----------------------------------------------------------------------
+def _owns(root) -> bool:
+    """`root` (an array's base) owns its memory: an array viewing it views nothing
+    else, and the identity tests of `_shared_counter` saw every input that shares it."""
+    return type(root) is np.ndarray and root.flags.owndata
+
+
 def primitive(name: str, forward, *vjps, cost=None, threaded: bool = False):
     """Make an op from `forward(*arrays, **kwargs)` and one first-order rule per positional
     input, `rule(g, ans, *arrays, **kwargs)` (None: no gradient there). Not registered.

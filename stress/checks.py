@@ -3,7 +3,10 @@ Ctrl+C on demand."""
 from __future__ import annotations
 
 import _thread
+import dis
+import os
 import signal
+import sys
 import threading
 import time
 
@@ -319,3 +322,115 @@ class Interrupter:
         # ours, landed in the block outside the caller's try (e.g. a timer of ~0 s
         # firing before it): swallowed, like one caught there
         return isinstance(exc[1], KeyboardInterrupt) and str(exc[1]) == self.tag
+
+
+def in_call_bracket(code) -> bool:
+    """Code a parallel call runs on its caller's thread around the pass itself: the set-up
+    and tear-down in engine/engine.py (`_run_parallel`, `_run_limited`), the BLAS limits
+    (engine/blas.py, and threadpoolctl under it), intra-op's `engine_running` (intraop.py)
+    and the SIGINT hold (`_InterruptsDeferred` in engine/step.py). Where an interrupt used
+    to leave BLAS lowered for good (reliability issue, item 11)."""
+    name = code.co_filename
+    if name.endswith(("threadpoolctl.py", os.path.join("engine", "blas.py"),
+                      os.path.join("parallel_autograd", "intraop.py"))):
+        return True
+    if name.endswith(os.path.join("engine", "engine.py")):
+        return code.co_name in ("_run_parallel", "_run_limited")
+    return (name.endswith(os.path.join("engine", "step.py"))
+            and code.co_name in ("__enter__", "__exit__", "allowing", "_hold"))
+
+
+def _checks_signals_after(opname: str) -> bool:
+    """Whether CPython (3.11+) handles pending signals right after this instruction: a
+    call (a C function's return; a Python function's start is its own `call` event) or a
+    jump back. Nowhere else: e.g. not between a `with` block's last statement and the
+    call that releases its lock."""
+    return (opname.startswith("CALL") and not opname.startswith("CALL_INTRINSIC")) \
+        or opname.startswith("JUMP_BACKWARD")
+
+
+class LineTrigger:
+    """Counts the lines the calling thread executes in code `where(code)` says is in scope
+    (a trace function, so only where no other tracer is set: `available()`), and with
+    `interrupt_at=n` sends SIGINT (`_thread.interrupt_main`) as line n starts, delivered
+    where CPython would handle a real one arriving then: at the next point where it
+    handles signals (after a call returns, at a Python function's start, at a jump back;
+    opcode tracing finds it), in whatever frame execution has reached by then, through
+    the handler in force there (a held-back SIGINT stays held). Raising at the line itself
+    would land where no signal can (before a `with` block's lock is released, say).
+    `count` is the lines seen; `fired_at` is `(file, line, function)` of line n. Main
+    thread only."""
+
+    def __init__(self, where, interrupt_at: int | None = None):
+        self.where = where
+        self.at = interrupt_at
+        self.count = 0
+        self.fired_at = None
+        self.armed = False     # line n started: deliver at the next handling point
+        self._scope = {}       # code -> in scope (a dict lookup per call, not a path check)
+        self._prev = {}        # frame -> the opcode it ran last, once armed
+        self._traced = []      # frames given opcode tracing when armed
+
+    @staticmethod
+    def available() -> bool:
+        return sys.gettrace() is None
+
+    def _call(self, frame, event, arg):
+        if self.armed:
+            return self._deliver(frame)  # a Python function's start handles signals
+        code = frame.f_code
+        inside = self._scope.get(code)
+        if inside is None:
+            inside = self._scope[code] = bool(self.where(code))
+        return self._line if inside else None
+
+    def _line(self, frame, event, arg):
+        if self.armed:
+            return self._opcode(frame, event, arg)
+        if event == "line":
+            self.count += 1
+            if self.count == self.at:
+                c = frame.f_code
+                self.fired_at = (os.path.basename(c.co_filename), frame.f_lineno, c.co_name)
+                self._arm(frame)
+        return self._line
+
+    def _arm(self, frame):
+        self.armed = True
+        f = frame
+        while f is not None:  # execution may return to any caller before the point
+            f.f_trace = self._opcode
+            f.f_trace_opcodes = True
+            self._traced.append(f)
+            f = f.f_back
+
+    def _opcode(self, frame, event, arg):
+        if not self.armed:
+            return None
+        if event == "opcode":
+            prev = self._prev.get(frame)
+            if prev is not None and _checks_signals_after(prev):
+                return self._deliver(frame)
+            self._prev[frame] = dis.opname[frame.f_code.co_code[frame.f_lasti]]
+        return self._opcode
+
+    def _deliver(self, frame) -> None:
+        """Send the SIGINT; handled right here, in the trace function, so its exception
+        (if the handler in force raises) comes out where the traced code is now. Returns
+        None: this frame is traced no more."""
+        self.armed = False
+        self._prev.clear()
+        _thread.interrupt_main()
+
+    def __enter__(self):
+        sys.settrace(self._call)
+        return self
+
+    def __exit__(self, *exc):
+        sys.settrace(None)
+        self.armed = False
+        for f in self._traced:
+            f.f_trace_opcodes = False
+            f.f_trace = None
+        self._traced.clear()
+        return False

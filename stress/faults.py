@@ -16,7 +16,9 @@ Kinds (`KINDS`, all on by default; `stall` is opt-in):
                gradients exact.
 - interrupt:   the caller is interrupted mid-call (SIGINT via _thread.interrupt_main
                when a worker runs the node and the caller is the main thread;
-               KeyboardInterrupt raised directly otherwise) -> KeyboardInterrupt.
+               KeyboardInterrupt raised directly otherwise) -> KeyboardInterrupt, and
+               BLAS threads back right after the call (raised above the harness's pin
+               for it: `leaks.RaisedBlas`).
 - freed_graph: a second backward through a freed graph -> RuntimeError.
 - stall:       a node sleeps past a short deadline -> the watchdog fires, dumps the
                stacks and breaks the call; the engine keeps serving (watchdog self-test).
@@ -25,6 +27,10 @@ Kinds (`KINDS`, all on by default; `stall` is opt-in):
                each other, memory of large branches): see `stress.hazards`.
 - checkpoint_rng: checkpointed dropout while another thread draws: see
                `stress.randomness`.
+- optim_interrupt: Ctrl+C during a threaded optimizer step -> all or nothing, no write
+               after step() raised: see `stress.optimsteps`.
+- alloc_work:  the caching allocator's work per request (lines of Python run) at
+               8-16x more blocks in use -> the same: see `stress.alloc`.
 
 With create_graph (`CREATE_GRAPH_KINDS`, half the units of a family in
 `Config.create_graph`) both sides run `backward`/`grad` with `create_graph=True`: a rule
@@ -47,12 +53,12 @@ import parallel_autograd as pa
 from parallel_autograd.node import next_seq
 from parallel_autograd.ops.forms import graph_saved, no_graph_rule_message, run_formulas
 
-from . import graphs, hazards, higher, randomness
+from . import alloc, graphs, hazards, higher, leaks, optimsteps, randomness
 from .checks import (INTERRUPT_TAG, Outcome, diff_all, leaf_diffs, make_priors,  # noqa: F401
                      set_grads, snapshot, unchanged)
 
-KINDS = ("node_error", "hook_error", "nan", "reentrant", "interrupt", "freed_graph") + hazards.KINDS \
-    + randomness.KINDS
+KINDS = (("node_error", "hook_error", "nan", "reentrant", "interrupt", "freed_graph")
+         + hazards.KINDS + randomness.KINDS + optimsteps.KINDS + alloc.KINDS)
 OPT_IN = ("stall",)
 ALL_KINDS = KINDS + OPT_IN
 # kinds also run with create_graph=True (on the families in Config.create_graph), in
@@ -598,21 +604,24 @@ def run_interrupt(fr):
     _arm_both(fr, seq, par, arm)
     so = seq.run()
     old = signal.signal(signal.SIGINT, on_sigint) if use_signal else None
-    try:
-        delivered.clear()
-        state["armed"] = True
-        po = par.run()
-        state["armed"] = False
-        for _ in range(1000):  # let a still-pending SIGINT reach our (now inert) handler
-            pass
-        time.sleep(0.001)
-    finally:
-        state["armed"] = False
-        if use_signal:
-            signal.signal(signal.SIGINT, old)
+    # BLAS above the harness's pin for the interrupted call, checked right after it
+    with leaks.RaisedBlas(fr) as raised:
+        try:
+            delivered.clear()
+            state["armed"] = True
+            po = par.run()
+            state["armed"] = False
+            for _ in range(1000):  # let a still-pending SIGINT reach our (now inert) handler
+                pass
+            time.sleep(0.001)
+        finally:
+            state["armed"] = False
+            if use_signal:
+                signal.signal(signal.SIGINT, old)
+        blas_ok = raised.check(f"a call interrupted by {par.via or 'nothing'}")
     fr.h.report.notes_counter(f"interrupt: {par.via or 'hook not reached'}")
     ok = _expect_error(fr, seq, par, so, po, KeyboardInterrupt, INTERRUPT_TAG)
-    return ok and fr.keeps_serving(seq, par)
+    return ok and blas_ok and fr.keeps_serving(seq, par)
 
 
 def run_freed_graph(fr):
@@ -691,6 +700,8 @@ RUNNERS = {
     "stall": run_stall,
     **hazards.RUNNERS,
     **randomness.RUNNERS,
+    **optimsteps.RUNNERS,
+    **alloc.RUNNERS,
 }
 
 

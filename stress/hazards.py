@@ -3,12 +3,22 @@ each guards a bug adversarial testing found (issue: reliability holes).
 
 - interrupt_commit: Ctrl+C lands while the engine writes `.grad` (SIGINT sent from
                inside the write-back, at a random leaf, or by a timer aimed at the
+<<<<<<< HEAD
                last part of the call; with create_graph now and then) -> every leaf
                updated, or none.
 - fork_busy:   `os.fork()` while another thread records ops, runs a parallel backward
                or draws random numbers (`pa.randn`, layer init, dropout), or (in a fresh
                interpreter) runs the process's first parallel call -> the child can
                record, draw, init a layer, run dropout and both engines, and exit in time.
+=======
+               last part of the call; with create_graph now and then), or around the
+               pass (then three calls a unit, each at a random line of the call's set-up
+               and tear-down on its caller) -> every leaf updated, or none; and BLAS threads back
+               right after each call (raised above the harness's pin for them).
+- fork_busy:   `os.fork()` while another thread records ops or runs a parallel
+               backward, or (in a fresh interpreter) runs the process's first parallel
+               call -> the child can record, run both engines and exit in time.
+>>>>>>> r3-engine
 - cross_close: two engines whose workers each `close()` the other mid-call -> both
                calls finish, gradients exact, no deadlock.
 - memory:      branches with large arrays sending one shared input their
@@ -19,6 +29,7 @@ Each runner takes a `faults.FaultRun` and returns True (surfaced correctly), Fal
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
@@ -34,8 +45,9 @@ import numpy as np
 import parallel_autograd as pa
 from parallel_autograd import memory
 
-from .checks import (INTERRUPT_TAG, Interrupter, Outcome, diff, leaf_diffs, set_grads, snapshot,
-                     unchanged)
+from . import leaks
+from .checks import (INTERRUPT_TAG, Interrupter, LineTrigger, Outcome, diff, in_call_bracket,
+                     leaf_diffs, set_grads, snapshot, unchanged)
 
 KINDS = ("interrupt_commit", "fork_busy", "cross_close", "memory")
 _FORKS = 8  # forks per fork_busy unit
@@ -63,6 +75,9 @@ class _TripGrad(np.ndarray):
         return result
 
 
+LINE_CALLS = 3  # calls a unit interrupts at a random line around the pass
+
+
 def run_interrupt_commit(fr):
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
@@ -74,29 +89,63 @@ def run_interrupt_commit(fr):
     so = seq.run()
     if not fr.check_outcome(so, seq, "sequential call"):
         return False
-    expected = [t.grad for t in seq.case.leaves]
+    expected = [[t.grad for t in seq.case.leaves]]
     at_leaf = fr.rng.random() < 0.5
-    length = None
-    if not at_leaf:  # time the call once, to aim the timer at its end
-        t0 = time.perf_counter()
-        if not fr.check_outcome(par.run(), par, "engine call (timing)"):
+    # BLAS above the harness's pin for the interrupted calls, checked right after each
+    with leaks.RaisedBlas(fr) as raised:
+        if raised.active:  # a sequential fallback computes with its 2 BLAS threads
+            set_grads(seq.case.leaves, fr.priors)
+            if not fr.check_outcome(seq.run(), seq, "sequential call (BLAS raised)"):
+                return False
+            expected.append([t.grad for t in seq.case.leaves])
+        length = None
+        if not at_leaf:  # time the call once, to aim the timer at its end
+            t0 = time.perf_counter()
+            if not fr.check_outcome(par.run(), par, "engine call (timing)"):
+                return False
+            length = time.perf_counter() - t0
+        mode = "leaf" if at_leaf else "timer"
+        if not _interrupt_once(fr, par, mode, length, expected, raised):
             return False
-        length = time.perf_counter() - t0
+        if LineTrigger.available():  # then at random lines around the pass
+            counter = LineTrigger(in_call_bracket)
+            with counter:
+                out = par.run()
+            if not fr.check_outcome(out, par, "engine call (counting its lines)"):
+                return False
+            for _ in range(LINE_CALLS if counter.count else 0):
+                if not _interrupt_once(fr, par, "line", counter.count, expected, raised):
+                    return False
+    return True
+
+
+def _interrupt_once(fr, par, mode, measure, expected, raised) -> bool:
+    """One interrupted call (`_interrupted_call`), then its checks: BLAS back right after
+    it, and its write-back all or nothing."""
     _arm_trips(par, fr.priors)
-    po, via = _interrupted_call(fr, par, length)
+    po, via = _interrupted_call(fr, par, mode, measure)
     fr.h.report.notes_counter(f"interrupt_commit: {via.split(' ')[0]}")
+    return (raised.check(f"a call interrupted at {via}")
+            and _all_or_nothing(fr, par, po, via, expected))
+
+
+def _all_or_nothing(fr, par, po, via, expected) -> bool:
+    """After an interrupted call: every leaf has its gradient (one of the `expected`
+    sets: the call completed, the interrupt came during or after the write-back), or
+    none changed (it came before) and the call raised."""
     if po.hang or (po.exc is not None and INTERRUPT_TAG not in str(po.exc)):
         return fr.check_outcome(po, par, f"interrupted engine call ({via})")
     got = [t.grad for t in par.case.leaves]
-    updated = sum(diff(e, g, "gradient") is None for e, g in zip(expected, got))
+    updated = max(sum(diff(e, g, "gradient") is None for e, g in zip(exp, got))
+                  for exp in expected)
     if updated == len(got):
-        return True  # completed: the interrupt came during or after the write-back
+        return True
     problems = unchanged(par.case.leaves, par.before_objs, par.before_vals)
     if po.exc is None or problems:
         fr.fail("mismatch", f"interrupt ({via}) left a partial write-back: {updated} of "
                 f"{len(got)} leaves updated", {"problems": problems[:20]})
         return False
-    return True  # interrupted before the write-back: nothing changed
+    return True
 
 
 def _arm_trips(par, priors):
@@ -108,13 +157,17 @@ def _arm_trips(par, priors):
     par.before_objs, par.before_vals = snapshot(par.case.leaves)
 
 
-def _interrupted_call(fr, par, length):
-    """Run `par` with SIGINT armed: at a random `+=` of the write-back (`length` None),
-    or from a timer aimed at the last 15% of a call `length` seconds long, up to 2%
-    past its end. Returns (outcome, how it was sent)."""
+def _interrupted_call(fr, par, mode, measure):
+    """Run `par` with SIGINT armed: at a random `+=` of the write-back (mode "leaf"),
+    from a timer aimed at the last 15% of a call `measure` seconds long, up to 2% past
+    its end ("timer"), or at a random one of the `measure` lines the call runs around
+    the pass on its caller ("line": its set-up and tear-down, `checks.in_call_bracket`,
+    delivered where a real Ctrl+C then would be: `checks.LineTrigger`). Returns
+    (outcome, how it was sent)."""
     po = Outcome()
+    trigger = contextlib.nullcontext()
     with Interrupter(f"{INTERRUPT_TAG} (commit)") as irq:
-        if length is None:
+        if mode == "leaf":
             n = sum(isinstance(t.grad, np.ndarray) for t in par.case.leaves)
             k = int(fr.rng.integers(n))
             count = [0]
@@ -125,17 +178,24 @@ def _interrupted_call(fr, par, length):
                     irq.send()
             _TripGrad.trip = trip
             via = f"write-back, at leaf {k + 1} of {n}"
-        else:
-            delay = length * fr.rng.uniform(0.85, 1.02)
+        elif mode == "timer":
+            delay = measure * fr.rng.uniform(0.85, 1.02)
             irq.after(delay)
-            via = f"timer at {delay * 1e3:.2f} of {length * 1e3:.2f} ms"
+            via = f"timer at {delay * 1e3:.2f} of {measure * 1e3:.2f} ms"
+        else:
+            k = int(fr.rng.integers(max(measure, 1))) + 1
+            trigger = LineTrigger(in_call_bracket, interrupt_at=k)
+            via = f"line {k} of {measure} around the pass"
         try:
-            po = par.run()
+            with trigger:
+                po = par.run()
         except KeyboardInterrupt:  # arrived after the call returned: it completed
             pass
         finally:
             _TripGrad.trip = None
     _TripGrad.trip = None  # even if the interrupt landed in the finally above
+    if mode == "line":
+        return po, via + (f" {trigger.fired_at}" if trigger.fired_at else ", not reached")
     return po, via + ("" if irq.fired.is_set() else ", not delivered")
 
 

@@ -17,7 +17,7 @@ from parallel_autograd.engine import engine as engine_module
 from parallel_autograd.grad_mode import grad_mode
 
 from . import graphs
-from .checks import diff_all, take_blas_raises, underlying
+from .checks import diff_all, simulated_cores, take_blas_raises, underlying
 
 
 def rss_bytes() -> int | None:
@@ -67,6 +67,67 @@ def pinned_blas(n: int):
         yield
     finally:
         set_blas_counts(start)
+
+
+class RaisedBlas:
+    """Around interrupted calls of a fault run `fr`: BLAS at 2 threads (above the
+    harness's pin, which would hide a lowering left behind) and the engine believing it
+    has as many cores as the call's workers, so a parallel call lowers BLAS to 1 thread.
+    `check(what)` after each call: BLAS must be back at 2 and no call may hold a limit,
+    right after the call however it ended (engine/blas.py, invariant 2; a Ctrl+C used to
+    leave BLAS lowered for good: reliability issue, item 11); a difference is a
+    `blas-threads` failure (False). On exit the pin is put back. `active` is False
+    (nothing done, every check passes) without BLAS, where BLAS cannot be set to 2, for the
+    `many_cores` variant (it simulates its own cores) and for engines not made from a
+    pa.Engine. A sequential fallback inside computes with 2 BLAS threads: results of the
+    block's calls are compared with that in mind (`hazards`)."""
+
+    THREADS = 2
+
+    def __init__(self, fr):
+        self.fr = fr
+        self.active = False
+        self.start = self.raised = None
+        self._cores = None
+
+    def __enter__(self):
+        fr = self.fr
+        start = blas_counts()
+        if not start or fr.variant == "many_cores" or underlying(fr.engine) is None:
+            return self
+        raised = set_blas_counts({p: self.THREADS for p in start})
+        if set(raised.values()) != {self.THREADS}:
+            set_blas_counts(start)
+            return self
+        self.start, self.raised = start, raised
+        self._cores = simulated_cores(fr.workers)
+        self._cores.__enter__()
+        self.active = True
+        return self
+
+    def check(self, what: str) -> bool:
+        """BLAS back at 2 threads and no limit held after `what` (a call that returned)."""
+        if not self.active:
+            return True
+        problems = []
+        if not wait_for(lambda: blas.holders() == 0, 2.0):
+            problems.append(f"{blas.holders()} call(s) still hold a BLAS limit after {what}")
+        now = blas_counts()
+        if now != self.raised:
+            problems.append(f"BLAS threads not restored after {what}: "
+                            f"{describe_counts(self.raised, now)}")
+            set_blas_counts(self.raised)  # report each change once
+        fr = self.fr
+        for p in problems:
+            fr.fail("blas-threads", p, {"start": self.raised, "now": now})
+            fr.h.report.fam(fr.family).leaks += 1
+        return not problems
+
+    def __exit__(self, *exc):
+        if self.active:
+            self._cores.__exit__(None, None, None)
+            set_blas_counts(self.start)
+        return False
 
 
 def describe_counts(start: dict, now: dict) -> str:

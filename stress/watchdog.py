@@ -66,6 +66,27 @@ def _async_raise(tid: int, exc_type) -> int:
         ctypes.c_ulong(tid), ctypes.py_object(exc_type) if exc_type is not None else None)
 
 
+class _Dropped(BaseException):
+    """Stands in for an undelivered asynchronous exception, delivered and swallowed."""
+
+
+def drop_pending_async_exc() -> None:
+    """Drop an asynchronous exception not yet delivered to this thread.
+
+    Not by `PyThreadState_SetAsyncExc(tid, NULL)`: on CPython 3.11 that signals the
+    interpreter-wide "asynchronous exception pending" flag, which only the delivery of one
+    clears, so it stays set for good: every thread then handles "pending work" at every call
+    and backward jump, and a call made under `sys.settrace` loops forever at its first
+    instruction (the `alloc_work` kind hung so after a guard had fired). Replacing it with
+    `_Dropped` and taking delivery here clears both."""
+    try:
+        if _async_raise(threading.get_ident(), _Dropped) == 1:
+            while True:  # delivered at the first backward jump
+                pass
+    except _Dropped:
+        pass
+
+
 class Guard:
     def __init__(self, wd, seconds, label):
         self.wd = wd
@@ -98,7 +119,7 @@ class Guard:
                     self.wd._active.pop(id(self), None)
                     fired = self.fired
                 if fired:
-                    _async_raise(self.tid, None)  # drop it if not delivered yet
+                    drop_pending_async_exc()  # (in the guarded thread: self.tid)
                 break
             except HangDetected:
                 continue

@@ -22,8 +22,9 @@ from parallel_autograd.engine.accumulate import backward_order
 from parallel_autograd.engine.cost import gil_enabled
 from parallel_autograd.engine.plan import plan_call
 from stress import compare
-from stress.compare import (bound, children, cli, measure, report, report_pythons, samples,
-                            schedule, stats, step, synthetic, targets, workloads)
+from stress.compare import (alloc_scaling, bound, children, cli, measure, report,
+                            report_pythons, samples, schedule, stats, step, synthetic,
+                            targets, workloads)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--size", "tiny", "--retries", "0", "--budget", "0"]
@@ -487,6 +488,7 @@ def test_every_workload_from_the_command_line(tmp_path):
     check_measurements(raw, proc.stdout)
     assert result["torch_child"] is None
     assert result["targets"] == targets.evaluate_all(result["settings"])  # from the JSON alone
+    check_alloc_scaling(raw, proc.stdout)
     for t in result["targets"]["default"]:
         assert f"- {t['status']:4s} {t['id']}. {t['target']}: {t['detail']}" in proc.stdout
     try:
@@ -496,6 +498,42 @@ def test_every_workload_from_the_command_line(tmp_path):
         assert not (tmp_path / "r.png").exists()
     else:
         assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def check_alloc_scaling(raw, text):
+    """The caching allocator's row (issue 25): every operation at every live count with
+    the cache on and off, and the report's table made from the JSON alone."""
+    m = raw["workloads"][alloc_scaling.WORKLOAD]["alloc_scaling"]
+    assert m["live"] == list(alloc_scaling.LIVE["tiny"])
+    for op in alloc_scaling.OPERATIONS:
+        for n in m["live"]:
+            s = m["samples"][op][str(n)]
+            assert len(s["on"]) == len(s["off"]) == raw["reps"]
+            assert all(t > 0 for t in s["on"] + s["off"])
+            assert f"| {op} | {n:,} | " in text
+    assert "\n".join(alloc_scaling.section(raw)) in text
+
+
+def test_alloc_scaling_table_shows_cache_on_off_and_growth_with_intervals():
+    def pair(on, off):
+        return {"on": series(on * 1e-6), "off": series(off * 1e-6)}
+
+    m = {"live": [1000, 4000], "elems": 8192, "contention": 0.1,
+         "ops_per_sample": {"replace": 1000, "chain step": 40},
+         "samples": {"replace": {"1000": pair(2.0, 1.0), "4000": pair(8.0, 1.0)},
+                     "chain step": {"1000": pair(500.0, 500.0), "4000": pair(500.0, 500.0)}}}
+    lines = alloc_scaling.section(raw(**{"mlp-chain": dict(row(), alloc_scaling=m)}))
+    text = "\n".join(lines)
+    assert lines[0] == "## The caching allocator against the blocks in use"
+    assert "| replace | 1,000 | 2.0 | 1.0 | 2.00x [2.00, 2.00] |  |  |" in text
+    assert ("| replace | 4,000 | 8.0 | 1.0 | 8.00x [8.00, 8.00] | 4.00x [4.00, 4.00] | "
+            "1.00x [1.00, 1.00] |") in text
+    assert "| chain step | 4,000 | 500.0 | 500.0 | 1.00x [1.00, 1.00] | 1.00x" in text
+    assert "Other load meanwhile 0.10 cores" in text
+    assert alloc_scaling.section(raw(**{"cnn": row()})) == []  # not measured: no section
+    skipped = dict(row(), alloc_scaling={"skipped": "the caching allocator is off"})
+    assert "Not measured: the caching allocator is off." in \
+        alloc_scaling.section(raw(**{"mlp-chain": skipped}))
 
 
 def run_main(argv, tmp_path, monkeypatch, capsys):

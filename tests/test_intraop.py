@@ -94,3 +94,85 @@ def test_a_fork_child_makes_its_own_helpers(threads):
         return 0 if memory.pooled.sin(x).tobytes() == want.tobytes() else 3
 
     assert fork_call(child, timeout=30) == 0
+
+
+# ---- floating-point errors (np.errstate) --------------------------------------------------
+N_FPE = 200_000  # split in 4 ranges of 50,048 elements under threads(4)
+
+
+def _bad_input(name, where):
+    """An input for `name` whose bad values sit in the caller's range ("first"), a
+    helper's ("last"), both with different errors ("mixed": the caller's range gets the
+    later-reported kind), or nowhere ("none")."""
+    x = np.ones(N_FPE) if name == "log" else np.zeros(N_FPE)
+    first, last = {"log": (0.0, -1.0), "exp": (1000.0, -1000.0)}[name]
+    if where == "first":
+        x[3] = first
+    elif where == "last":
+        x[-5] = first
+    elif where == "mixed":  # invalid (log) / underflow (exp) first, divide / overflow later
+        x[3], x[-5] = last, first
+    return x
+
+
+def _observe(compute, capfd, **modes):
+    """Everything numpy's error handling did during `compute()` under `modes`: the
+    exception, the warnings, the errcall calls, the log lines, what went to stderr."""
+    import warnings
+
+    calls, lines = [], []
+
+    class Log:
+        def write(self, message):
+            lines.append(message)
+
+    mode = next(iter(modes.values()))
+    call = (lambda kind, flags: calls.append((kind, flags))) if mode == "call" else \
+        Log() if mode == "log" else None
+    capfd.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        error = None
+        try:
+            with np.errstate(call=call, **modes):
+                compute()
+        except (FloatingPointError, NameError) as e:
+            error = (type(e).__name__, str(e))
+    return error, [str(w.message) for w in caught], calls, lines, capfd.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["log", "exp"])
+@pytest.mark.parametrize("where", ["first", "last", "mixed", "none"])
+@pytest.mark.parametrize("modes", [dict(all="raise"), dict(all="warn"), dict(all="call"),
+                                   dict(all="log"), dict(all="print"), dict(all="ignore"),
+                                   dict(divide="warn", over="raise", invalid="raise",
+                                        under="warn")],
+                         ids=lambda m: ",".join(f"{k}={v}" for k, v in m.items()))
+def test_split_kernels_handle_floating_point_errors_as_numpy(name, where, modes, threads,
+                                                             capfd):
+    """Issue 25, item 7: helper threads ran with numpy's default modes, so under
+    errstate(all="raise") a bad value in a helper's range gave -inf/inf and no error
+    (and warnings came from the helpers, one per range). Now every mode gives exactly
+    what numpy gives for the unsplit call."""
+    threads(4)
+    assert intraop.threads_for(N_FPE) == 4
+    x = _bad_input(name, where)
+    f = getattr(np, name)
+    want = _observe(lambda: f(x), capfd, **modes)
+    got = _observe(lambda: getattr(memory.pooled, name)(x), capfd, **modes)
+    assert got == want
+    t = pa.tensor(x)
+    assert _observe(lambda: getattr(pa, name)(t), capfd, **modes) == want
+
+
+def test_the_error_comes_after_every_range_wrote_its_output(threads):
+    """numpy writes an `out=` array, then raises: so do the split kernels."""
+    threads(4)
+    x = _bad_input("log", "mixed")
+    out = np.full(N_FPE, 7.0)
+    with pytest.raises(FloatingPointError, match="divide by zero encountered in log"):
+        with np.errstate(all="raise"):
+            intraop.unary(np.log, x, out)
+    with np.errstate(all="ignore"):
+        assert_bitwise([np.log(x)], [out], "output")
+

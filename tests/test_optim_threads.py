@@ -83,3 +83,116 @@ def test_each_thread_gets_its_own_scratch():
     t.start()
     t.join()
     assert seen[0] is not opt._scratch and opt._scratch is opt._scratch
+
+
+# ---- Ctrl+C during a step (issue 25, item 4) ----------------------------------------------
+def _twins(name="Adam", sizes=(5000, 4000, 3000)):
+    """An optimizer with state and gradients, and an identical copy (the twin)."""
+    import copy
+
+    rng = np.random.default_rng(3)
+    params = [pa.tensor(rng.standard_normal(n), requires_grad=True) for n in sizes]
+    opt = getattr(optim, name)(params, lr=0.01)
+    for _ in range(2):
+        for p in params:
+            p.grad = rng.standard_normal(p.shape)
+        opt.step()
+    for p in params:
+        p.grad = rng.standard_normal(p.shape)
+    twin_params, twin = copy.deepcopy((params, opt))
+    for p, q in zip(params, twin_params):
+        q.grad = p.grad.copy()
+    return params, opt, twin_params, twin
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["caller", "helper", "one thread"])
+def test_ctrl_c_during_a_step_is_delivered_after_every_write(where, monkeypatch):
+    """SIGINT lands while a step writes (from inside a parameter's update, on the caller
+    or on a helper thread, the helper then holding back its own writes until the caller
+    has raised, or 1 s): step() used to raise at once, leaving the helper writing after it
+    had returned (5-7 of 30 randomly interrupted steps) and the other parameters half
+    done. Now the step completes, every parameter and state as the uninterrupted twin's,
+    and only then raises KeyboardInterrupt; nothing is written after it raised."""
+    import _thread
+    import signal
+    import time
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("needs Python's default SIGINT handler")
+    monkeypatch.setattr(optimizer_module, "_cores", lambda: 1 if where == "one thread" else 2)
+    params, opt, twin_params, twin = _twins()
+    twin.step()
+    opt.parallel_min_elements = 0
+    raised, helper_wrote = threading.Event(), threading.Event()
+    real = optim.Adam._update
+    on_caller = threading.get_ident()
+
+    def update(self, p, g, group):
+        mine = threading.get_ident() == on_caller
+        if p is params[1]:  # caller's share: params[0] (largest); helper's: the others
+            _thread.interrupt_main()
+            if not mine:
+                raised.wait(1.0)  # the caller raises now, or (fixed) holds it back
+        real(self, p, g, group)
+        if not mine:
+            helper_wrote.set()
+
+    monkeypatch.setattr(optim.Adam, "_update", update)
+    if where == "caller":  # the caller's own share gets the interrupting parameter
+        params[0], params[1] = params[1], params[0]
+        twin_params[0], twin_params[1] = twin_params[1], twin_params[0]
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            opt.step()
+        except KeyboardInterrupt:
+            raised.set()
+            wrote_before = helper_wrote.is_set() or where != "helper"
+            snapshot = [p.data.copy() for p in params]
+            time.sleep(0.05)
+            raise
+    assert wrote_before, "step() raised while a helper thread had yet to write"
+    assert all(np.array_equal(s, p.data) for s, p in zip(snapshot, params))
+    assert_bitwise([q.data for q in twin_params], [p.data for p in params], "parameter")
+    for p, q in zip(params, twin_params):
+        assert opt.state[p]["step"] == twin.state[q]["step"]
+        assert_bitwise([twin.state[q]["exp_avg"]], [opt.state[p]["exp_avg"]], "exp_avg")
+
+
+# ---- np.errstate in a step (issue 25, item 7: the optimizer's threads) ----------------------
+@pytest.mark.parametrize("where", ["caller", "helper", "one thread"])
+def test_floating_point_errors_surface_after_the_whole_step(where, monkeypatch):
+    """A gradient whose square overflows, under errstate(all="raise"): the helper thread
+    ran with numpy's default modes (a warning there, no error), and on the caller the
+    error stopped the step halfway. Now every parameter and state is updated (as numpy's
+    in-place ufuncs write before raising), then the error is raised with numpy's message;
+    under "warn" one warning, from the caller's line."""
+    import warnings
+
+    monkeypatch.setattr(optimizer_module, "_cores", lambda: 1 if where == "one thread" else 2)
+    params, opt, twin_params, twin = _twins()
+    opt.parallel_min_elements = 0
+    k = 0 if where == "caller" else 1  # the caller's share holds params[0], the largest
+    for grads in (p.grad for p in params), (q.grad for q in twin_params):
+        list(grads)[k][7] = 1e200
+    for mode in ("raise", "warn"):
+        with np.errstate(all="ignore"):
+            twin.step()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with np.errstate(all=mode):
+                try:
+                    opt.step()
+                    error = None
+                except FloatingPointError as e:
+                    error = str(e)
+        assert_bitwise([q.data for q in twin_params], [p.data for p in params], "parameter")
+        for p, q in zip(params, twin_params):
+            assert opt.state[p]["step"] == twin.state[q]["step"]
+            assert_bitwise([twin.state[q]["exp_avg_sq"]], [opt.state[p]["exp_avg_sq"]])
+        if mode == "raise":
+            assert error == "overflow encountered in multiply" and not caught
+        else:
+            assert error is None
+            assert [(str(w.message), w.filename) for w in caught] == \
+                [("overflow encountered in multiply", __file__)]

@@ -705,3 +705,142 @@ def test_ctrl_c_at_every_line_of_a_sequential_backward_leaves_grad_mode_and_grad
         changed = all(not np.array_equal(a, b) for a, b in zip(old, new))
         assert same or changed, f"partial write-back after a Ctrl+C at line {n}"
     assert outcomes == {"completed", "interrupted"}
+
+
+# ---- Ctrl+C around a parallel call: BLAS limits and intra-op splitting undone -------------
+@pytest.fixture
+def blas_at_two(monkeypatch):
+    """BLAS at 2 threads with nobody holding threadpoolctl's control of OpenBLAS, and the
+    engine believing it has 2 cores, so a 2-worker call lowers BLAS to 1 thread. Every
+    library's count is put back afterwards."""
+    from stress.leaks import blas_counts as counts_by_lib
+    from stress.leaks import set_blas_counts
+    start = counts_by_lib()
+    if not start:
+        pytest.skip("threadpoolctl finds no BLAS")
+    monkeypatch.setattr(engine_module, "usable_cores", lambda: 2)
+    if set(set_blas_counts({p: 2 for p in start}).values()) != {2}:
+        set_blas_counts(start)
+        pytest.skip("BLAS cannot be set to 2 threads here")
+    try:
+        yield
+    finally:
+        set_blas_counts(start)
+
+
+@needs_blas
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason="signals reach the main thread only")
+@pytest.mark.timeout(600)
+def test_ctrl_c_at_every_line_around_a_parallel_call_restores_blas_and_splitting(blas_at_two):
+    # A SIGINT at the n-th line the caller runs in the call's set-up and tear-down
+    # (engine.py, blas.py, threadpoolctl, intraop's engine_running, the SIGINT hold), for
+    # every n: right after the call (completed or interrupted) BLAS is back at 2 threads,
+    # no call holds a limit and kernels may split again. Before: an interrupt inside
+    # threadpoolctl's change (blas._lower) left BLAS at 1 thread for good, unrecorded, so
+    # later calls never restored it; one in the `finally` before the release kept it
+    # lowered until the call's task was collected; one in engine_running's exit turned
+    # intra-op splitting off for good.
+    from parallel_autograd import intraop
+    from stress.checks import LineTrigger, in_call_bracket
+
+    if not LineTrigger.available():
+        pytest.skip("another trace function is set (coverage?)")
+    libs = [lib for lib in threadpoolctl_controller().lib_controllers
+            if lib.user_api == "blas"]
+    eng = pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0,
+                    max_blas_share=1.0)
+
+    def graph():
+        xs = [pa.tensor(np.full(4, float(i)), requires_grad=True) for i in range(4)]
+        return _scaled_sum(xs, lambda i: 2.0)
+
+    assert eng.backward(graph(), stats=True).blas_threads == 1  # the call lowers BLAS
+    with LineTrigger(in_call_bracket) as t:
+        eng.backward(graph())
+    total = t.count
+    assert total > 100, total
+    outcomes = set()
+    for n in range(1, total + 10):
+        loss = graph()
+        trig = LineTrigger(in_call_bracket, interrupt_at=n)
+        try:
+            with trig:
+                eng.backward(loss)
+            outcomes.add("completed")
+        except KeyboardInterrupt:
+            outcomes.add("interrupted")
+        where = f"Ctrl+C at line {n} of {total} ({trig.fired_at})"
+        assert [lib.num_threads for lib in libs] == [2] * len(libs), where
+        assert blas.holders() == 0, where
+        assert intraop._running_engines[0] == 0, where
+    assert outcomes == {"completed", "interrupted"}
+    eng.close()
+
+
+def threadpoolctl_controller():
+    from threadpoolctl import ThreadpoolController
+    return ThreadpoolController()
+
+
+# ---- a failed parallel call keeps nothing of its graph alive (item 12) -------------------
+class _Raises(pa.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, g):
+        raise ValueError("planted failure")
+
+
+def _branches(fail: bool, n: int = 8, size: int = 1 << 14):
+    """`n` branches of exp/sin ops on one leaf, one of them through `_Raises` when `fail`;
+    returns the loss and weak references to every intermediate array."""
+    x = pa.tensor(np.linspace(0.0, 1.0, size), requires_grad=True)
+    outs, arrays = [], []
+    for i in range(n):
+        h = (x * float(i + 1)).exp()
+        h = (h * h).sin()
+        if fail and i == 3:
+            h = _Raises.apply(h)
+        arrays.append(h.data)
+        outs.append(h.sum())
+    loss = outs[0]
+    for o in outs[1:]:
+        loss = loss + o
+    import weakref
+    return loss, [weakref.ref(a) for a in arrays] + [weakref.ref(x.data)]
+
+
+@pytest.mark.timeout(300)
+def test_a_failed_parallel_call_keeps_nothing_of_its_graph_alive():
+    # A rule raising on a worker: after the call raised and the caller dropped the loss,
+    # every array of the graph is freed at once, by reference counting alone (the cycle
+    # collector off). Before: the error's traceback held the frames the call ran (the
+    # graph among their locals) and the GraphTask whose `error` is that exception, a
+    # cycle only the collector could free; a worker's frame finishing after the caller
+    # had moved on kept the failed item's node for good in 4 of 12 runs of the issue.
+    others = [pa.Engine(2, min_nodes=0, min_work=0, min_width=0),
+              pa.Engine(4, min_nodes=0, min_work=0, min_width=0)]
+    eng = pa.Engine(3, min_nodes=0, min_work=0, min_width=0, inline_below=0)
+    import gc
+    gc.collect()
+    gc.disable()
+    try:
+        for k in range(20):
+            for other in others:  # the same process ran the graph on other engines
+                loss, _ = _branches(False)
+                other.backward(loss)
+                del loss
+            loss, refs = _branches(True)
+            with pytest.raises(ValueError, match="planted failure") as info:
+                eng.backward(loss)
+            assert info.value.__traceback__ is not None  # the report keeps its lines
+            del loss, info
+            alive = sum(r() is not None for r in refs)
+            assert alive == 0, f"run {k}: {alive} of {len(refs)} arrays still alive"
+    finally:
+        gc.enable()
+        for e in (*others, eng):
+            e.close()

@@ -1,20 +1,25 @@
 """The stress harness: a short profile of every family and fault kind passes on the
 real engine, and deliberately broken engines (built here, never by editing the
 engine) are caught: out-of-order and unlocked accumulation, hangs, lost errors,
-leaked threads and memory; calls with several roots finished before all of them ran;
+leaked threads and memory, an allocator whose requests scan its blocks in use; calls with
+several roots finished before all of them ran; an optimizer step a Ctrl+C leaves half done;
 and for create_graph passes, a recorded graph numbered differently, a write-back that is
 not all-or-nothing, recorded graphs kept alive."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import queue
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 
 import parallel_autograd as pa
+from parallel_autograd import memory
 from conftest import assert_bitwise
 from parallel_autograd.engine import blas
 from parallel_autograd.engine import engine as engine_module
@@ -31,6 +36,7 @@ from stress.leaks import blas_counts, set_blas_counts
 from stress.harness import Config, run
 from stress.watchdog import HangDetected, Watchdog
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = dict(profile="quick", progress=False, checkpoint_every=30.0)
 
 
@@ -239,6 +245,27 @@ def test_detects_lost_errors(monkeypatch):
     assert any(f.replay and "--faults node_error" in f.replay for f in rep.failures)
 
 
+class _ScanningAllocator(memory.CachingAllocator):
+    """Issue 25, item 5 re-introduced: each request looks at every block in use of its
+    size (as the search for a block nobody referenced did) before taking a free one."""
+
+    def _block(self, size):
+        looked = 0
+        for blk in list(self._leased.values()):
+            if blk.size == size:
+                looked += 1
+        return super()._block(size)
+
+
+def test_detects_an_allocator_whose_requests_scan_the_blocks_in_use(monkeypatch):
+    monkeypatch.setattr(memory, "CachingAllocator", _ScanningAllocator)
+    rep = run(quick(iterations=2, families=("wide",), faults=("alloc_work",), threads=1,
+                    workers=(2,), variants=("queue",), tracemalloc=False))
+    found = [f for f in rep.failures if f.kind == "alloc_work"]
+    assert found and "grows with the blocks in use" in found[0].message, rep.summary()
+    assert found[0].replay and "--faults alloc_work" in found[0].replay
+
+
 class _LeakyEngine(pa.Engine):
     """close() forgets to stop the workers."""
 
@@ -358,6 +385,33 @@ def test_detects_a_call_raising_the_callers_blas_limit(monkeypatch):
     in_unit = [f for f in found if f.seed is not None]  # the others: the warm-up's calls
     assert in_unit and "--variants many_cores" in in_unit[0].replay, rep.summary()
     assert blas_counts() == start  # the harness's pin ended, nothing left raised
+
+
+def _release_only_on_success(self, task, ready, st):
+    """Broken Engine._run_limited: releases its BLAS limit only when the call succeeds,
+    as an interrupt between the acquire and the release used to leave it (item 11)."""
+    st.blas_threads = blas.acquire(task, max(1, engine_module.usable_cores() //
+                                             self.num_workers))
+    task.run_to_completion(ready)
+    blas.release(task)
+
+
+@pytest.mark.skipif(not blas_counts(), reason="threadpoolctl finds no BLAS")
+@pytest.mark.parametrize("kind", ["interrupt", "interrupt_commit"])
+def test_interrupt_kinds_detect_blas_left_lowered_by_an_interrupted_call(monkeypatch, kind):
+    """Under the harness's pin (BLAS at 1 thread) no call lowers anything; the interrupt
+    kinds raise BLAS to 2 around their interrupted calls and check it right after each."""
+    monkeypatch.setattr(engine_module.Engine, "_run_limited", _release_only_on_success)
+    start = blas_counts()
+    rep = run(quick(iterations=6, families=("shared", "random", "wide"), faults=(kind,),
+                    threads=1, workers=(2,), variants=("queue",), multi_root=0,
+                    tracemalloc=False))
+    found = [f for f in rep.failures if f.kind == "blas-threads"
+             and f"fault:{kind}" in f.message and "interrupted" in f.message]
+    assert found, rep.summary()
+    assert any("2 -> 1" in f.message for f in found), [f.message for f in found]
+    assert f"--faults {kind}" in found[0].replay
+    assert blas_counts() == start, "BLAS not back to where the run started"
 
 
 def test_simulated_cores_is_restored_on_error_and_when_nested():
@@ -505,6 +559,37 @@ def test_detects_a_create_graph_write_back_that_is_not_all_or_nothing(monkeypatc
     partial = [f for f in rep.failures if "partial write-back" in f.message]
     assert partial and "create_graph" in partial[0].message, rep.summary()
     assert "--faults interrupt_commit" in partial[0].replay
+
+
+class _NoDeferral:
+    """Broken: a step's writes no longer hold Ctrl+C back (as before issue 25's fix)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_detects_an_optimizer_step_interrupted_halfway(monkeypatch):
+    """optim_interrupt: with a step's writes no longer deferring SIGINT, step() raises in
+    the middle of the caller's share (a step partly done) or from its join while a helper
+    still writes (parameters written after it raised): 2-4 of 6 units find it (measured),
+    so 12 run (all missing it: ~1 in 10,000). Right: no unit finds anything."""
+    from parallel_autograd.optim import optimizer as optimizer_module
+
+    cfg = quick(iterations=12, families=("random",), faults=("optim_interrupt",), threads=1,
+                workers=(2,), variants=("queue",), tracemalloc=False, multi_root=0,
+                create_graph=())
+    rep = run(cfg)
+    assert rep.ok and list(rep.faults_by_kind["optim_interrupt"]) == [12, 12], rep.summary()
+    monkeypatch.setattr(optimizer_module, "_InterruptsDeferred", _NoDeferral)
+    rep = run(cfg)
+    found = [f for f in rep.failures if "optim_interrupt" in f.message and
+             ("partly" in f.message or "not as the uninterrupted twin" in f.message
+              or "written after step() raised" in f.message)]
+    assert found, rep.summary()
+    assert "--faults optim_interrupt" in found[0].replay
 
 
 def _gen_add_tree(ctx):
@@ -743,6 +828,35 @@ def test_watchdog_breaks_a_waiting_call_and_dumps_stacks():
         assert not g2.fired
     finally:
         wd.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_fired_guard_leaves_no_asynchronous_exception_pending():
+    """A guard that fired drops its undelivered HangDetected by taking delivery of a stand-in:
+    PyThreadState_SetAsyncExc(tid, NULL) left CPython 3.11's interpreter-wide flag set for
+    good, after which any call under sys.settrace looped forever (the alloc_work kind, which
+    counts lines with it, hung in the suite after a test that makes the watchdog fire)."""
+    code = """if True:
+        import sys, time
+        from stress.watchdog import HangDetected, Watchdog
+        wd = Watchdog().start()
+        g = wd.guard(0.05, "t")
+        try:
+            with g:
+                time.sleep(1.0)   # a C-level wait: HangDetected is delivered after it
+        except HangDetected:
+            pass
+        assert g.fired
+        wd.stop()
+        sys.settrace(lambda *a: None)
+        (lambda: 1)()
+        sys.settrace(None)
+        print("traced call returned")
+    """
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, text=True,
+                          capture_output=True, timeout=60, check=False)
+    assert proc.stdout.strip() == "traced call returned", proc.stderr[-2000:]
 
 
 def test_cli_help_lists_the_options(capsys):

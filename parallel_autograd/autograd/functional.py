@@ -46,7 +46,7 @@ def _prepare(inputs: tuple, create_graph: bool) -> tuple:
 
 
 def _constant(t, create_graph: bool):
-    return t if create_graph or t is None else Tensor._wrap(t.data)
+    return t if create_graph or t is None else t.detach()  # shares t's version counter
 
 
 def _grads(outputs: tuple, inputs: tuple, grad_outputs, create_graph: bool, strict: bool,

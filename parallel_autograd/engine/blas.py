@@ -12,9 +12,11 @@ let go restores them. Invariants (each has a test in tests/test_reliability.py):
    this module lowered is set back to the count it had, unless someone else changed
    it since (their setting is kept). After every call has returned, BLAS threads are
    as before the first one started.
-3. A holder that vanishes without a release (a call cut short by Ctrl+C between
-   acquire and release) holds nothing: holders are weak references, and the next
-   acquire or release restores if none is left.
+3. A holder that vanishes without a release holds nothing: holders are weak
+   references, and the next acquire or release restores if none is left. (The engine
+   itself acquires and releases with Ctrl+C held back, `Engine._run_limited`: an
+   interrupt inside threadpoolctl's change used to leave BLAS lowered and unrecorded, so
+   no later call restored it. A change is also recorded before it is made.)
 4. Which thread changes a count does not matter. threadpoolctl (3.8+) lets only one
    "controlling" thread change OpenBLAS's (pthreads) count and silently ignores the
    others: the thread that first set a limit keeps control while it lives. So every
@@ -87,8 +89,8 @@ def acquire(token, threads: int) -> int:
     the threads in force for the call now (never more than were in force before).
 
     `token` is a unique weak-referenceable object (the call). Registering it is a
-    single store and release is idempotent, so a Ctrl+C anywhere around these calls
-    cannot leak or double-count a holder.
+    single store and release is idempotent. Not safe against an exception raised inside
+    (Ctrl+C): callers on the main thread hold SIGINT back around both (the engine does).
     """
     global _target, _before
     with _lock:
@@ -105,15 +107,22 @@ def acquire(token, threads: int) -> int:
 
 
 def _lower(threads: int) -> None:
-    # caller holds _lock. Lower every library above `threads` (invariant 1).
+    # caller holds _lock. Lower every library above `threads` (invariant 1). A change
+    # is recorded before it is made (and the record undone if it did not take effect),
+    # so an exception in the middle of threadpoolctl's change cannot lose it.
     for lib, before in _before:
-        if lib.num_threads > threads and _set(lib, threads):
-            for i, (other, first, _) in enumerate(_changed):
-                if other is lib:
-                    _changed[i] = (lib, first, threads)
-                    break
-            else:
-                _changed.append((lib, before, threads))
+        if lib.num_threads <= threads:
+            continue
+        for i, (other, first, ours) in enumerate(_changed):
+            if other is lib:
+                _changed[i] = (lib, first, threads)
+                if not _set(lib, threads):
+                    _changed[i] = (lib, first, ours)
+                break
+        else:
+            _changed.append((lib, before, threads))
+            if not _set(lib, threads):
+                _changed.pop()
 
 
 def release(token) -> None:

@@ -28,7 +28,7 @@ from .plan import collect, plan_call
 from .pool import WorkerPool, on_worker_thread
 from .sequential import backward as sequential_backward
 from .sequential import run_plan
-from .step import commit
+from .step import _InterruptsDeferred, commit, release_frames
 from .task import CallStats, GraphTask
 
 
@@ -193,8 +193,18 @@ class Engine:
         st.total_cost, st.critical_path = d.total_cost, d.critical_path
         # rules and hooks record nothing; the caller's grad mode is untouched however
         # the call ends (run_without_grad: a copy of its context, which workers copy)
-        result = run_plan(plan) if d.order is None else \
-            run_without_grad(self._run_parallel, plan, d, st)
+        if d.order is None:
+            result = run_plan(plan)
+        else:
+            try:
+                result = run_without_grad(self._run_parallel, plan, d, st)
+            except BaseException as e:
+                # The frames the call ran (on workers and here) are in the traceback,
+                # and their locals hold the graph, the task and its error (a cycle): a
+                # failed call must not keep them alive past its return (reliability
+                # issue, item 12), so they are cleared; the lines stay for the report.
+                release_frames(e.__traceback__.tb_next)
+                raise
         if plan.made:  # create_graph: number the nodes the pass made (engine/graph.py)
             renumber(plan.made)
         st.elapsed = time.perf_counter() - t0
@@ -215,20 +225,31 @@ class Engine:
         else:
             ready = task.prepare_ranked(decision.order)
         try:
-            try:
-                if self.limit_blas:  # never more than the caller had (blas.py)
-                    st.blas_threads = blas.acquire(task, max(1, usable_cores() //
-                                                             self.num_workers))
-                with intraop.engine_running():  # no kernel split while the workers run
-                    task.run_to_completion(ready)
-            finally:
-                if self.limit_blas:
-                    blas.release(task)
+            self._run_limited(task, ready, st)
             callbacks.finish(calls)  # queue_callback's, on this thread, before commit
         except BaseException as e:
             callbacks.fail(calls, e)
+            task.release()  # every thread has left the call (run_to_completion waits)
             raise
         return task
+
+    def _run_limited(self, task: GraphTask, ready: list, st: CallStats) -> None:
+        """Run `task` with BLAS limited and intra-op splitting off, both undone however
+        the call ends. Setting them up and undoing them is done with Ctrl+C held back
+        (`_InterruptsDeferred`): an interrupt inside threadpoolctl's change, between the
+        acquire and the `try`, or in the `finally` before the release used to leave BLAS
+        lowered (or kernels unsplit) for good. Only the call itself takes it at once."""
+        limit = self.limit_blas
+        with _InterruptsDeferred() as held:
+            if limit:  # never more than the caller had (blas.py)
+                st.blas_threads = blas.acquire(task, max(1, usable_cores() //
+                                                         self.num_workers))
+            try:
+                with intraop.engine_running():  # no kernel split while the workers run
+                    held.allowing(task.run_to_completion, ready)
+            finally:
+                if limit:
+                    blas.release(task)
 
 
 # ---- default engines ------------------------------------------------------------

@@ -290,11 +290,29 @@ class _InterruptsDeferred:
     def _hold(self, signum, frame):
         self.caught = (signum, frame)
 
+    def allowing(self, fn, *args):
+        """`fn(*args)` inside the block with SIGINT delivered as usual (one held so far
+        first), the hold back in place however it ends. Both swaps are inside the
+        `try` and the first thing its `finally` does: an interrupt between them cannot
+        leave the rest of the block unprotected (a pending one reaches the handler
+        only after a swap has returned, and then it is the handler just set)."""
+        if self.old is None:
+            return fn(*args)
+        try:
+            signal.signal(signal.SIGINT, self.old)
+            caught, self.caught = self.caught, None
+            if caught is not None:
+                self.old(*caught)  # the default handler raises KeyboardInterrupt
+            return fn(*args)
+        finally:
+            signal.signal(signal.SIGINT, self._hold)
+
     def __exit__(self, *exc):
         if self.old is not None:
             signal.signal(signal.SIGINT, self.old)
-            if self.caught is not None:
-                self.old(*self.caught)  # the default handler raises KeyboardInterrupt
+            caught, self.caught = self.caught, None
+            if caught is not None:
+                self.old(*caught)  # the default handler raises KeyboardInterrupt
         return False
 
 
@@ -372,6 +390,24 @@ def annotate(exc: BaseException, node, where: str = "the backward of") -> None:
         pass
     add_note(exc, msg)
     anomaly.add_trace_note(exc, node)  # where the op was created, if detect_anomaly noted it
+
+
+def release_frames(tb) -> None:
+    """Clear the locals of every frame of traceback `tb` that has finished (the frames a
+    failed call ran, below the one handling its error), keeping the file, line and
+    function each traceback entry shows. A frame still executing is left alone.
+
+    Why: those locals hold the call's graph (nodes, saved arrays, gradients) and its
+    GraphTask, whose `error` is the exception holding the traceback, so a failed parallel
+    call would keep its whole graph alive until the cycle collector ran, or for good if
+    anything kept the exception. Not thread-safe for frames another thread still runs
+    (the engine calls it once every thread of the call has left it)."""
+    while tb is not None:
+        try:
+            tb.tb_frame.clear()
+        except RuntimeError:  # still executing
+            pass
+        tb = tb.tb_next
 
 
 def add_note(exc: BaseException, msg: str) -> None:

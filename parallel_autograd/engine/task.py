@@ -307,6 +307,9 @@ class GraphTask:
             if self.error is None:
                 self.context.copy().run(execute, self, first)
         except BaseException as e:  # e.g. Ctrl+C outside a rule: the call fails
+            # This frame stays in the error's traceback, and the worker loop holds the
+            # same list: drop the node (and through it the graph) from both now.
+            first.clear()
             self.fail(e)
             raise
         finally:
@@ -404,6 +407,20 @@ class GraphTask:
             wake = done or (not self.runners and self.full)
         if wake:
             self.pool.wake(self)
+
+    def release(self) -> None:
+        """Drop everything the failed call holds (its plan and through it the graph,
+        gradients in slots, staged and captured results, its error), once no thread runs
+        its items any more: frames of the call stay in the error's traceback with this
+        task among their locals, and the task must not keep the graph alive through them
+        (reliability issue, item 12). The task is finished for good after this."""
+        with self.lock:
+            self.finished = True
+            self.error = None
+            self.plan = self.calls = self.context = None
+            self.slots, self.edges, self.pending, self.totals = {}, {}, {}, {}
+            self.staged, self.captured = [], {}
+            self.shared.clear()
 
     def abandon(self) -> None:
         """The calling thread stops working on this call (after Ctrl+C): drop its

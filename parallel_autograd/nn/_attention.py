@@ -110,6 +110,8 @@ def _attention_weights(s, mask):
             np.copyto(s, -np.inf, where=P.invert(mask))
         else:
             s = P.add(s, mask) if grows else np.add(s, mask, out=s)
+    if s.shape[-1] == 0:                             # no keys: nothing to weigh
+        return s
     m = s.max(axis=-1, keepdims=True)
     m[~np.isfinite(m)] = 0
     s -= m
@@ -252,6 +254,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
         keep = keep_mask(scores, dropout_p, draws_from(seed, rng)) if dropout_p < 1 \
             else zeros(scores, bool)
         dscale = 0.0 if dropout_p >= 1 else 1.0 / (1.0 - dropout_p)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if scale is None:  # E = 0: the scores are empty sums, 0 whatever the scale (PyTorch's
+        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0  # 1/sqrt(0) never
+        # multiplies them: no 0 * inf)
     return attention(query, key, value, attn_mask, keep, dscale, bool(is_causal), scale,
                      bool(enable_gqa))

@@ -722,6 +722,9 @@ def _transpose_args(nd: int, x, w, bias, stride, padding, output_padding, groups
                          f"of shape {w.shape} (C_in, C_out/groups, *kernel) with "
                          f"groups={groups}")
     c_out = w.shape[1] * groups
+    if c_out == 0 or w.shape[0] == 0 or 0 in w.shape[2:]:  # PyTorch refuses these too
+        raise ValueError(f"{name}: empty kernel, or no input or output channels: weight "
+                         f"{w.shape}")
     if bias is not None and np.shape(bias) != (c_out,):
         raise ValueError(f"{name}: bias shape {np.shape(bias)} does not match "
                          f"{c_out} out channels")
@@ -815,7 +818,7 @@ def _unfold_array(x, kernel, stride, padding, dilation) -> np.ndarray:
     out = empty((n, c) + tuple(kernel) + (prod(out_sz),), dtype=x.dtype)
     cols = out.transpose((1,) + tuple(range(2, nd + 2)) + (0, nd + 2))   # (C, *K, N, L)
     _im2col(x, cols, _geometry(x.shape, kernel, stride, padding, dilation, out_sz), out_sz)
-    return out.reshape(n, c * prod(kernel), -1)
+    return out.reshape(n, c * prod(kernel), prod(out_sz))
 
 
 def _fold_array(cols, x_shape, kernel, stride, padding, dilation) -> np.ndarray:

@@ -655,7 +655,7 @@ def _soft_cross_entropy(input, target, weight, reduction: str,
         t = target if target.dtype == x.dtype else cast(target, dtype=x.dtype)
     else:
         t = Tensor._wrap(np.ascontiguousarray(_raw(target), dtype=x.dtype))
-    if label_smoothing:
+    if label_smoothing and c:  # no class: nothing to smooth
         t = t * (1.0 - label_smoothing) + label_smoothing / c
     if w is not None:
         t = t * w
@@ -663,6 +663,9 @@ def _soft_cross_entropy(input, target, weight, reduction: str,
     per = -R.sum(logp * t, axis=cdim)
     if reduction == "none":
         return per
+    if reduction == "mean" and c == 0:  # PyTorch divides the sum by numel / C: 0 / 0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return R.sum(per) / 0.0
     return R.sum(per) if reduction == "sum" else R.mean(per)
 
 
@@ -738,8 +741,11 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
         raise ValueError(f"{name}: p must be positive (or inf), got {p}")
     _same_ndim(name, ("anchor", anchor), ("positive", positive), ("negative", negative))
     a = _raw(anchor)
-    if a.ndim == 0:
-        raise ValueError(f"{name}: expected inputs with at least one dimension")
+    if a.ndim == 0:  # PyTorch's: three 0-d inputs are vectors of one element
+        anchor, positive, negative = (S.reshape(t, (1,)) if isinstance(t, Tensor)
+                                      else np.reshape(t, (1,))
+                                      for t in (anchor, positive, negative))
+        a = _raw(anchor)
     _broadcast(name, a, _raw(positive), _raw(negative))
     d_pos = _pairwise_distance(anchor, positive, p, eps)
     d_neg = _pairwise_distance(anchor, negative, p, eps)

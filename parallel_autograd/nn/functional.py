@@ -22,6 +22,7 @@ from ..memory import pooled as P
 from ..ops import reduce as _rd
 from ..ops.reduce import log_softmax, softmax  # torch.nn.functional's too
 from ..ops import activations as _activations  # noqa: F401  (declares F's activations)
+from ..ops import shape as S
 from ..primitive import exports as _exports
 from ..primitive import record
 from ..tensor import Tensor
@@ -83,7 +84,9 @@ def _copy(a) -> np.ndarray:
 
 def _reshape(a, shape) -> np.ndarray:
     """`a.reshape(shape)`: a view when numpy can make one, else numpy's copy (C order)
-    made in cached memory."""
+    made in cached memory. An empty `a` folds into `(-1, 0)` too (`shape.fold`)."""
+    if a.size == 0:
+        shape = S.fold(shape, a.shape)
     try:
         return a.reshape(shape, copy=False)
     except TypeError:                                 # numpy < 2.1: no copy keyword

@@ -46,7 +46,7 @@ class Adagrad(Optimizer):
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         for p in group["params"]:
-            self._init_state(p, group)
+            self.state[p].update(self._new_state(p, group, self.state.get(p)))
 
     def _check_group(self, group: dict[str, Any]) -> None:
         check_real("Adagrad", "lr", group["lr"])
@@ -56,16 +56,14 @@ class Adagrad(Optimizer):
         check_real("Adagrad", "eps", group["eps"])
         check_flag("Adagrad", "maximize", group["maximize"])
 
-    def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Any]:
-        state = self.state[p]
-        if "sum" not in state:
-            state["step"] = 0.0
-            state["sum"] = np.full(p.data.shape, group["initial_accumulator_value"],
-                                   dtype=p.data.dtype)
-        return state
+    def _state_keys(self, group: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return ("sum",), ()
+
+    def _initial(self, p: Tensor, group: dict[str, Any], key: str) -> np.ndarray:
+        return np.full(p.data.shape, group["initial_accumulator_value"], dtype=p.data.dtype)
 
     def _update(self, p: Tensor, grad: np.ndarray, group: dict[str, Any]) -> None:
-        state = self._init_state(p, group)
+        state = self.state[p]
         state["step"] += 1
         clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
         eps = group["eps"]

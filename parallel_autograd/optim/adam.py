@@ -62,15 +62,12 @@ class Adam(Optimizer):
         for flag in ("amsgrad", "maximize", "decoupled_weight_decay"):
             check_flag(name, flag, group[flag])
 
+    def _state_keys(self, group: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return ("exp_avg", "exp_avg_sq"), ("max_exp_avg_sq",) if group["amsgrad"] else ()
+
     def _update(self, p: Tensor, grad: np.ndarray, group: dict[str, Any]) -> None:
         state = self.state[p]
         amsgrad = group["amsgrad"]
-        if "step" not in state:
-            state["step"] = 0.0
-            state["exp_avg"] = np.zeros(p.data.shape, p.data.dtype)
-            state["exp_avg_sq"] = np.zeros(p.data.shape, p.data.dtype)
-        if amsgrad and "max_exp_avg_sq" not in state:
-            state["max_exp_avg_sq"] = np.zeros(p.data.shape, p.data.dtype)
         state["step"] += 1
         step = state["step"]
         lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]

@@ -2,11 +2,27 @@
 
 Parameter groups, per-parameter state, `zero_grad`, `step(closure)` and
 `state_dict()` / `load_state_dict()` behave like PyTorch's. A subclass validates its
-hyperparameters (`_check_group`) and updates one parameter (`_update`); the base class
-checks every gradient before writing anything, then updates each parameter's array in
-place (`p.data`, which views and other references share) and bumps its version counter
-once (`parallel_autograd.version.bump`), so a graph that saved the old values refuses to
-run backward, as after PyTorch's in-place updates.
+hyperparameters (`_check_group`), names its state arrays (`_state_keys`) and updates one
+parameter (`_update`); the base class updates each parameter's array in place (`p.data`,
+which views and other references share) and bumps its version counter once
+(`parallel_autograd.version.bump`), so a graph that saved the old values refuses to run
+backward, as after PyTorch's in-place updates.
+
+A step is all or nothing. Before the first write it checks every gradient, every group's
+hyperparameters and every parameter's state (`_check_state`: the arrays the step updates
+exist and have the parameter's shape and dtype, `"step"` is a finite count), and
+allocates the state a first step makes and every thread's scratch buffers; a failure
+there changes nothing (PyTorch's step fails on such state halfway, after updating the
+parameters before the bad one). The writes then run with Ctrl+C held back
+(`engine.step._InterruptsDeferred`, the engine's write-back deferral): a SIGINT arriving
+meanwhile raises KeyboardInterrupt once every parameter and state is updated and every
+thread of the step has finished, never while a thread still writes. Floating-point
+errors under `np.errstate` are handled after the writes too (`fperrors`, in the order a
+one-thread step meets them): under "raise" the step completes (numpy's in-place ufuncs
+also write their output before raising) and then raises numpy's FloatingPointError. What
+remains: a bug in a subclass's `_update` raising midway, or the process being killed.
+`load_state_dict` casts state arrays of real numbers to the parameter's dtype as PyTorch
+does, refuses the rest and checks the state as `step` will, changing nothing on error.
 
 A large step runs on several threads: when the parameters to update hold at least
 `Optimizer.parallel_min_elements` elements (2**18) and the process may use more than one
@@ -22,11 +38,13 @@ Thread safety: an optimizer is not locked. Call its methods from one thread at a
 and do not step while a backward call may write the same `.grad` arrays (the step reads
 them without the engine's gradient locks). `zero_grad` writes each `.grad` under the
 engine's lock for that tensor. The threads of one step each have their own scratch
-buffers; the step returns (or raises) only after all of them finished.
+buffers and run under the caller's `np.errstate`; the step returns (or raises, a
+Ctrl+C included) only after all of them finished.
 """
 from __future__ import annotations
 
 import copy
+import math
 import numbers
 import os
 import threading
@@ -36,10 +54,12 @@ from typing import Any, Callable, Iterable, Optional, Union
 
 import numpy as np
 
-from .. import locks, version
+from .. import fperrors, locks, version
+# the engine's write-back deferral of Ctrl+C, reused so that both work the same way
+from ..engine.step import _InterruptsDeferred
 from ..grad_mode import enable_grad
 from ..tensor import Tensor
-from ._blocks import Scratch
+from ._blocks import BLOCK_BYTES, Scratch
 
 ParamsT = Union[Iterable[Tensor], Iterable[dict], Iterable[tuple]]
 
@@ -61,6 +81,19 @@ def _deal(work: list, n: int) -> list[list]:
         shares[i].append(item)
         loads[i] += item[1].data.size
     return [s for s in shares if s]
+
+
+def _reserve(scratch: Scratch, share: list) -> None:
+    """Allocate the scratch buffers `_blocks.blocks` will take for each parameter of
+    `share` (so that no allocation can fail once the step writes)."""
+    need: dict[np.dtype, int] = {}
+    for item in share:
+        arr = item[1].data
+        n = min(BLOCK_BYTES // arr.itemsize or 1, arr.size)
+        if n > need.get(arr.dtype, -1):
+            need[arr.dtype] = n
+    for dtype, n in need.items():
+        scratch.get(dtype, n)
 
 
 def _is_flag(value: Any) -> bool:
@@ -125,6 +158,7 @@ class Optimizer:
         self.param_groups: list[dict[str, Any]] = []
         self._local = threading.local()
         self._opt_called = False
+        self._made: dict[Tensor, dict[str, Any]] = {}  # what the running step made
         groups = list(params)
         if not groups:
             raise ValueError(f"{name}: optimizer got an empty parameter list")
@@ -146,13 +180,32 @@ class Optimizer:
         return s
 
     # --- subclass interface ------------------------------------------------------
+    _counts_steps: bool = True
+    """Whether the per-parameter state holds a `"step"` count (SGD's does not)."""
+
     def _check_group(self, group: dict[str, Any]) -> None:
         """Validate a group's hyperparameters (raise TypeError/ValueError naming the
         argument). Subclasses override."""
 
+    def _state_keys(self, group: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The names of the state arrays a step of `group` updates: `(required,
+        optional)`. A parameter's state is empty before its first step (the step makes
+        `"step"` and every array); after, it must hold every required array, and an
+        optional one that is missing or None is made (e.g. a momentum turned on later).
+        Subclasses override."""
+        return (), ()
+
+    def _initial(self, p: Tensor, group: dict[str, Any], key: str) -> np.ndarray:
+        """A new state array `key` for `p` (zeros of its shape and dtype; subclasses
+        override for other starting values)."""
+        return np.zeros(p.data.shape, p.data.dtype)
+
     def _update(self, p: Tensor, grad: np.ndarray, group: dict[str, Any]) -> None:
-        """Update `p.data` in place from `grad` with `group`'s hyperparameters (the base
-        class bumps `p`'s version counter afterwards). Subclasses override."""
+        """Update `p.data` and `self.state[p]` in place from `grad` with `group`'s
+        hyperparameters. Called only once everything was checked and the state is
+        complete (`_state_keys`; `self._made.get(p)`: the entries this step made); it
+        must not fail. The base class bumps `p`'s version counter afterwards.
+        Subclasses override."""
         raise NotImplementedError
 
     # --- parameter groups --------------------------------------------------------
@@ -242,6 +295,17 @@ class Optimizer:
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         """Update every parameter whose `.grad` is not None, in place, once.
 
+        All or nothing: everything that can fail is done before the first write (the
+        gradients, the state and the hyperparameters are checked, new state and scratch
+        buffers allocated); a Ctrl+C that arrives during the writes is delivered when
+        every parameter and its state are updated and every thread of the step has
+        finished (the engine's write-back deferral), so an interrupted step either
+        changed nothing or is complete. Floating-point errors under `np.errstate` are
+        handled after the whole step (`fperrors`): under "raise" the step completes,
+        then the first error a one-thread run would meet is raised with numpy's message,
+        as numpy's in-place ufuncs write their output before raising; under "warn" each
+        kind is warned once from the caller.
+
         Args:
             closure: optional; called first with grad mode on (it should zero the
                 gradients, recompute the loss, call backward and return the loss).
@@ -251,56 +315,97 @@ class Optimizer:
 
         Raises:
             ValueError: a `.grad` is not an ndarray of the parameter's shape and dtype,
-                a parameter's array is read-only, or its state has another shape; raised
-                before any parameter is written.
+                a parameter's array is read-only, a state array has another shape or
+                dtype or is missing, a hyperparameter is out of range.
+            TypeError: a state entry or a hyperparameter has the wrong type.
+            All raised before any parameter or state is written.
         """
         loss = None
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        work = self._collect()
+        work, made = self._collect()
         n = min(_cores(), len(work))
-        if n > 1 and sum(w[1].data.size for w in work) >= self.parallel_min_elements:
-            self._run_threads(_deal(work, n))
-        else:
-            self._run_share(work)
-        self._opt_called = True
+        threaded = n > 1 and sum(w[1].data.size for w in work) >= self.parallel_min_elements
+        shares = _deal(work, n) if threaded else [work]
+        scratches = [self._scratch] + [Scratch() for _ in shares[1:]]
+        for share, scratch in zip(shares, scratches):
+            _reserve(scratch, share)
+        fpe = fperrors.Deferred()
+        with _InterruptsDeferred():
+            for p, new in made.items():
+                self.state[p].update(new)
+            self._made = made
+            try:
+                self._run_shares(shares, scratches, fpe)
+            finally:
+                self._made = {}
+                self._opt_called = True
+        fpe.replay(merged=False, stacklevel=2)
         return loss
 
-    def _run_share(self, share: list) -> None:
-        for group, p, g in share:
-            self._update(p, g, group)
-            version.bump(p)
+    def _new_state(self, p: Tensor, group: dict[str, Any],
+                   state: Optional[dict[str, Any]]) -> dict[str, Any]:
+        """The state entries `p`'s step must make (allocated here, installed by the
+        step): everything on the first step, else the optional arrays missing (None)."""
+        required, optional = self._state_keys(group)
+        new: dict[str, Any] = {}
+        if not state:
+            if self._counts_steps:
+                new["step"] = 0.0
+            new.update((k, self._initial(p, group, k)) for k in required)
+        new.update((k, self._initial(p, group, k)) for k in optional
+                   if (state or {}).get(k) is None)
+        return new
 
-    def _run_threads(self, shares: list[list]) -> None:
-        """Run the first share here and the others on threads of their own; wait for
-        all of them (also when this thread is interrupted), then raise the first error."""
+    def _run_share(self, share: list, scratch: Scratch, fpe: fperrors.Deferred) -> None:
+        self._local.scratch = scratch
+        with fpe.recording() as rec:
+            for group, p, g, tag in share:
+                rec.log.tag = tag  # a one-thread step meets the parameters in this order
+                self._update(p, g, group)
+                version.bump(p)
+
+    def _run_shares(self, shares: list[list], scratches: list[Scratch],
+                    fpe: fperrors.Deferred) -> None:
+        """Run the first share here and the others on threads of their own (here too if
+        a thread cannot be started); wait for all of them, then raise the first error."""
         errors: list[BaseException] = []
 
-        def run(share):
+        def run(share, scratch):
             try:
-                self._run_share(share)
+                self._run_share(share, scratch, fpe)
             except BaseException as e:  # noqa: BLE001 - re-raised by the caller
                 errors.append(e)
 
-        threads = [threading.Thread(target=run, args=(sh,), name="pa-optim", daemon=True)
-                   for sh in shares[1:]]
-        for t in threads:
-            t.start()
+        threads = []
         try:
-            self._run_share(shares[0])
+            for share, scratch in zip(shares[1:], scratches[1:]):
+                t = threading.Thread(target=run, args=(share, scratch), name="pa-optim",
+                                     daemon=True)
+                try:
+                    t.start()
+                except RuntimeError:  # no more threads: this one does it
+                    run(share, scratch)
+                    continue
+                threads.append(t)
+            run(shares[0], scratches[0])
         finally:
             for t in threads:
                 t.join()
         if errors:
             raise errors[0]
 
-    def _collect(self) -> list[tuple[dict[str, Any], Tensor, np.ndarray]]:
-        """(group, parameter, gradient) for each parameter with a gradient, after
-        checking all of them (so that a bad one fails the step before any write)."""
-        work = []
-        state = self.state
+    def _collect(self) -> tuple[list[tuple[dict[str, Any], Tensor, np.ndarray, int]],
+                                dict[Tensor, dict[str, Any]]]:
+        """(group, parameter, gradient, position) for each parameter with a gradient,
+        after checking the gradients, the groups' hyperparameters and the parameters'
+        state (so that anything bad fails the step before any write); and the state
+        entries the step must make, per parameter (`_new_state`, allocated here)."""
+        work, made = [], {}
+        name = type(self).__name__
         for gi, group in enumerate(self.param_groups):
+            keys = None
             for pi, p in enumerate(group["params"]):
                 g = p.grad
                 if g is None:
@@ -309,15 +414,42 @@ class Optimizer:
                 if not (isinstance(g, np.ndarray) and g.shape == arr.shape
                         and g.dtype == arr.dtype and arr.flags.writeable):
                     raise ValueError(self._bad_param(gi, pi, p, g))
-                if p in state:
-                    for key, value in state[p].items():
-                        if isinstance(value, np.ndarray) and value.shape != arr.shape:
-                            raise ValueError(
-                                f"{type(self).__name__}.step: parameter {pi} of group {gi}: "
-                                f"state {key!r} has shape {value.shape}, the parameter "
-                                f"{arr.shape} (was p.data replaced?)")
-                work.append((group, p, g))
-        return work
+                if keys is None:
+                    self._check_group(group)
+                    keys = self._state_keys(group)
+                    where = f"{name}.step: parameter {{}} of group {gi}"
+                state = self.state.get(p)
+                if state:
+                    self._check_state(where, pi, p, keys, state)
+                if not state or keys[1] and any(state.get(k) is None for k in keys[1]):
+                    made[p] = self._new_state(p, group, state)
+                work.append((group, p, g, len(work)))
+        return work, made
+
+    def _check_state(self, where: str, key: Any, p: Tensor,
+                     keys: tuple[tuple[str, ...], tuple[str, ...]],
+                     state: dict[str, Any]) -> None:
+        """Raise unless `state` (not empty) is what a step can update: a finite `"step"`
+        >= 0 (if `_counts_steps`), and for `keys = _state_keys(group)` every required
+        array, and each array the step uses a writeable ndarray of `p`'s shape and
+        dtype. The message starts with `where.format(key)`. ~1 us a parameter."""
+        if self._counts_steps:
+            step = state.get("step")
+            if type(step) is not float or not 0.0 <= step < math.inf:  # NaN fails too
+                _check_step(where.format(key), state)
+        required, optional = keys
+        arr = p.data
+        shape, dtype = arr.shape, arr.dtype
+        for k in required:
+            v = state.get(k)
+            if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype \
+                    or not v.flags.writeable:
+                _check_array(where.format(key), k, v, arr, state, False)
+        for k in optional:
+            v = state.get(k)
+            if v is not None and (type(v) is not np.ndarray or v.shape != shape
+                                  or v.dtype != dtype or not v.flags.writeable):
+                _check_array(where.format(key), k, v, arr, state, True)
 
     def _bad_param(self, gi: int, pi: int, p: Tensor, g: Any) -> str:
         """The message for a parameter `step` cannot update."""
@@ -349,12 +481,19 @@ class Optimizer:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load what `state_dict()` returned (or `pa.load` read back): the groups'
         hyperparameters and the per-parameter state, matched to this optimizer's
-        parameters by position. Arrays are copied (and cast to the parameter's dtype).
+        parameters by position. Arrays are copied; as in PyTorch, every array of real
+        numbers (bool, integer or floating) is cast to the dtype of its floating-point
+        parameter, and `"step"` is kept as a number (a float). Then each parameter's
+        state is checked as `step` will check it (`_check_state`), so that a state dict
+        `step` could not use is refused here, with nothing changed.
 
         Raises:
             ValueError: the number of groups, a group's size, a group's hyperparameters,
-                a state's index or an array's shape does not fit this optimizer; nothing
-                is changed then.
+                a state's index, an array's shape or kind (complex, object...) does not
+                fit this optimizer, `"step"` is not a finite number >= 0, a state lacks an
+                array its group's step updates.
+            TypeError: a state entry its group's step updates is not an array.
+            Nothing is changed when it raises.
         """
         name = type(self).__name__
         if not isinstance(state_dict, dict) or not {"state", "param_groups"} <= state_dict.keys():
@@ -374,6 +513,7 @@ class Optimizer:
                 new["param_names"] = group["param_names"]
             self._check_group(new)
             groups.append(new)
+        group_of = {id(p): g for g in groups for p in g["params"]}
         state: defaultdict[Tensor, dict[str, Any]] = defaultdict(dict)
         for k, v in state_dict["state"].items():
             if k not in id_map:
@@ -381,6 +521,9 @@ class Optimizer:
                                  f"no saved group lists")
             p = id_map[k]
             state[p] = _load_param_state(name, k, p, v)
+            if state[p]:
+                self._check_state(f"{name}.load_state_dict: parameter {{!r}}", k, p,
+                                  self._state_keys(group_of[id(p)]), state[p])
         self.state, self.param_groups = state, groups
 
     def _match_groups(self, saved: Any) -> dict[Any, Tensor]:
@@ -414,6 +557,7 @@ class Optimizer:
         self.__dict__.update(state)
         self._local = threading.local()
         self._opt_called = False
+        self._made = {}
 
     def __repr__(self) -> str:
         """PyTorch's layout: the class, then each group's hyperparameters, sorted."""
@@ -425,28 +569,79 @@ class Optimizer:
         return "\n".join(lines) + "\n)"
 
 
+def _check_step(where: str, state: dict[str, Any]) -> None:
+    """Raise unless `state["step"]` is a real number, finite and >= 0."""
+    if "step" not in state:
+        raise ValueError(f"{where}: its state has no 'step' (it holds "
+                         f"{sorted(map(str, state))}; an empty state starts afresh)")
+    step = state["step"]
+    if isinstance(step, (bool, np.bool_)) or not isinstance(step, numbers.Real):
+        raise TypeError(f"{where}: state 'step' must be a real number, got "
+                        f"{type(step).__name__} {step!r}")
+    if not (math.isfinite(step) and step >= 0):
+        raise ValueError(f"{where}: state 'step' must be finite and >= 0, got {step!r}")
+
+
+def _check_array(where: str, key: str, value: Any, arr: np.ndarray, state: dict[str, Any],
+                 optional: bool) -> None:
+    """Raise unless `value`, state `key`, is an array a step can update in place with
+    `arr` (an optional one may be None)."""
+    if value is None:
+        if optional:
+            return
+        raise ValueError(f"{where}: its state lacks {key!r} (it holds "
+                         f"{sorted(map(str, state))})")
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"{where}: state {key!r} must be an ndarray, got "
+                        f"{type(value).__name__}")
+    if value.shape != arr.shape or value.dtype != arr.dtype:
+        raise ValueError(f"{where}: state {key!r} is a {value.dtype} array of shape "
+                         f"{value.shape}, the parameter a {arr.dtype} one of shape "
+                         f"{arr.shape} (was p.data replaced?)")
+    if not value.flags.writeable:
+        raise ValueError(f"{where}: state {key!r} is read-only")
+
+
 def _copy_value(value: Any) -> Any:
     return value.copy() if isinstance(value, np.ndarray) else copy.deepcopy(value)
 
 
 def _load_param_state(owner: str, key: Any, p: Tensor, saved: Any) -> dict[str, Any]:
     """A copy of one parameter's saved state: arrays (or Tensors) of the parameter's
-    shape become C-contiguous arrays of its dtype, `step` a float."""
+    shape become C-contiguous arrays, of its dtype when it is floating point (PyTorch's
+    `_process_value_according_to_param_policy`), `step` a float."""
     if not isinstance(saved, dict):
         raise ValueError(f"{owner}.load_state_dict: state {key!r} must be a dict, got "
                          f"{type(saved).__name__}")
+    arr = p.data
     out = {}
     for k, v in saved.items():
         if isinstance(v, Tensor):
             v = v.data
         if k == "step":
-            out[k] = float(np.asarray(v))
+            out[k] = _load_step(owner, key, v)
         elif isinstance(v, np.ndarray):
-            if v.shape != p.data.shape:
-                raise ValueError(f"{owner}.load_state_dict: state {k!r} of parameter {key!r} "
-                                 f"has shape {v.shape}, the parameter {p.data.shape}")
-            dtype = p.data.dtype if v.dtype.kind == "f" else v.dtype
+            where = f"{owner}.load_state_dict: state {k!r} of parameter {key!r}"
+            if v.shape != arr.shape:
+                raise ValueError(f"{where} has shape {v.shape}, the parameter {arr.shape}")
+            if v.dtype.kind not in "biuf":  # PyTorch drops an imaginary part, with a warning
+                raise ValueError(f"{where} is a {v.dtype} array: only real numbers can be "
+                                 f"cast to the parameter's {arr.dtype}")
+            dtype = arr.dtype if arr.dtype.kind == "f" else v.dtype
             out[k] = np.array(v, dtype=dtype, order="C", copy=True)
         else:
             out[k] = copy.deepcopy(v)
     return out
+
+
+def _load_step(owner: str, key: Any, v: Any) -> float:
+    """A saved `"step"` (a number, or a 0-d array as PyTorch saves it) as a float."""
+    a = None if isinstance(v, (str, bytes)) else np.asarray(v)
+    if a is None or a.shape != () or a.dtype.kind not in "iuf":
+        raise ValueError(f"{owner}.load_state_dict: state 'step' of parameter {key!r} must "
+                         f"be a number, got {type(v).__name__} {v!r}")
+    step = float(a)
+    if not (np.isfinite(step) and step >= 0):
+        raise ValueError(f"{owner}.load_state_dict: state 'step' of parameter {key!r} must be "
+                         f"finite and >= 0, got {step!r}")
+    return step

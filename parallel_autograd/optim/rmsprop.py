@@ -49,27 +49,15 @@ class RMSprop(Optimizer):
         check_flag("RMSprop", "centered", group["centered"])
         check_flag("RMSprop", "maximize", group["maximize"])
 
-    def _state(self, p: Tensor, group: dict[str, Any]) -> tuple[dict[str, Any], list]:
-        """`p`'s state (created on the first step) and the arrays to update, in the
-        order square_avg, [grad_avg], [momentum_buffer]."""
-        state = self.state[p]
-        shape, dtype = p.data.shape, p.data.dtype
-        if "step" not in state:
-            state["step"] = 0.0
-            state["square_avg"] = np.zeros(shape, dtype)
-        arrays = [state["square_avg"]]
-        if group["centered"]:
-            if "grad_avg" not in state:
-                state["grad_avg"] = np.zeros(shape, dtype)
-            arrays.append(state["grad_avg"])
-        if group["momentum"] > 0:
-            if "momentum_buffer" not in state:
-                state["momentum_buffer"] = np.zeros(shape, dtype)
-            arrays.append(state["momentum_buffer"])
-        return state, arrays
+    def _state_keys(self, group: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        optional = ("grad_avg",) if group["centered"] else ()
+        return ("square_avg",), optional + (("momentum_buffer",) if group["momentum"] > 0
+                                            else ())
 
     def _update(self, p: Tensor, grad: np.ndarray, group: dict[str, Any]) -> None:
-        state, arrays = self._state(p, group)
+        state = self.state[p]
+        required, optional = self._state_keys(group)
+        arrays = [state[k] for k in required + optional]  # square_avg, [grad_avg], [buffer]
         state["step"] += 1
         lr, alpha, eps, momentum = group["lr"], group["alpha"], group["eps"], group["momentum"]
         centered = group["centered"]

@@ -51,18 +51,22 @@ class SGD(Optimizer):
                              f"dampening (got momentum={group['momentum']}, "
                              f"dampening={group['dampening']})")
 
+    _counts_steps = False
+
+    def _state_keys(self, group: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return (), ("momentum_buffer",) if group["momentum"] != 0 else ()
+
+    def _initial(self, p: Tensor, group: dict[str, Any], key: str) -> np.ndarray:
+        return np.empty(p.data.shape, p.data.dtype)  # its first step copies the gradient in
+
     def _update(self, p: Tensor, grad: np.ndarray, group: dict[str, Any]) -> None:
         lr, wd, maximize = group["lr"], group["weight_decay"], group["maximize"]
         momentum = group["momentum"]
         arrays = [p.data, grad]
         first = False
         if momentum != 0:
-            state = self.state[p]
-            buf = state.get("momentum_buffer")
-            if buf is None:
-                buf = state["momentum_buffer"] = np.empty(p.data.shape, p.data.dtype)
-                first = True
-            arrays.append(buf)
+            arrays.append(self.state[p]["momentum_buffer"])
+            first = "momentum_buffer" in self._made.get(p, ())  # torch: buf = grad
         # Per block, in cache: up to 2 passes (effective gradient), 3 (momentum buffer), 2
         # (nesterov), 2 (update): at most 9. From memory: one read of p, grad (buffer), one
         # write of p (buffer).

@@ -21,7 +21,9 @@ forward, backward and whole step are timed, with the cyclic GC off:
 - the bound `max(work / cores, critical path)` from a profiled sequential walk
   (`stress.compare.bound`) and the efficiency `bound / parallel time`;
 - the peak traced memory (tracemalloc) of the backward pass, both engines;
-- minor page faults per backward pass (getrusage) and the engine's decision (`stats`).
+- minor page faults per backward pass (getrusage) and the engine's decision (`stats`);
+- once (in the default setting's child of mlp-chain) the caching allocator's cost per
+  operation at 1,000 and 4,000 blocks in use, cache on and off (`alloc_scaling`).
 
 Every workload runs in a fresh child process per kind, back to back, the order rotated
 per workload (`schedule`): glibc's default malloc, `tune_allocator()` (`--allocator
@@ -54,7 +56,8 @@ Modules: `cli` (options, main), `schedule` (which child when, re-measuring),
 `children` (the child processes), `measure` (timing in a child), `step` (one training
 step on persistent parameters), `samples` (a workload's samples, merging batches),
 `probes` (memory, timeline, torch's node count, the kernel gap), `machine` (other
-processes' load, the numpy threading ceiling, versions), `stats` (bootstrap, decisions),
+processes' load, the numpy threading ceiling, versions), `alloc_scaling` (the caching
+allocator against the blocks in use), `stats` (bootstrap, decisions),
 `ratios` (every ratio's interval from the raw JSON), `targets` (PASS/MISS/unresolved),
 `report`, `report_torch` and `report_pythons` (markdown, JSON, progress), `plot`
 (matplotlib), `workloads` (the registry) with `backend`, `synthetic` and `models` (one

@@ -10,7 +10,9 @@ is off for the step and its parts are timed on their own. Then, unless
 `--timing-only` (a batch of more rounds for a workload measured before): the bound from
 a profiled sequential walk, the peak traced memory of both engines, the timeline of
 profiled `backward_parallel` calls, torch's node count and, in the PyTorch child on
-wide-elementwise, numpy's per-element kernel gap to torch.
+wide-elementwise, numpy's per-element kernel gap to torch; in the default setting's
+child of mlp-chain, the caching allocator's cost against the blocks in use
+(`alloc_scaling`).
 
 Configurations: "seq" (the sequential engine), "parN" (`backward_parallel` with N
 workers), "shared" (without the GIL only: `Engine(share_cheap=True, min_work=0)`) and
@@ -28,6 +30,7 @@ import time
 import parallel_autograd as pa
 from parallel_autograd.engine.cost import gil_enabled, usable_cores
 
+from . import alloc_scaling
 from .bound import profile_graph
 from .machine import Contention, environment, numpy_scaling, wait_quiet
 from .probes import kernel_gap, peak_memory, timeline, torch_nodes
@@ -87,6 +90,14 @@ def run_setting(args, setting: str) -> dict:
     raw = _raw(args, setting, cores, workers, torch, tuned)
     _measure_each(args, raw, lambda w: measure_workload(
         w, args, workers, cores, torch, keep_timeline=(w.name == args.timeline)))
+    if (setting == "default" and alloc_scaling.WORKLOAD in raw["workloads"]
+            and not getattr(args, "timing_only", False)):
+        t0 = time.perf_counter()
+        rounds = args.reps if args.size == "tiny" else max(args.reps, 5 if args.quick else 7)
+        raw["workloads"][alloc_scaling.WORKLOAD]["alloc_scaling"] = alloc_scaling.measure(
+            args.size, rounds, args.seed)
+        log(f"[{setting}] the caching allocator against the blocks in use: "
+            f"{time.perf_counter() - t0:.1f} s")
     raw["env"]["gil_enabled"] = raw["env"]["gil_enabled"] or gil_enabled()  # still off?
     if args.numpy_scaling:
         raw["numpy_scaling"] = numpy_scaling(cores, steps=3000 if args.size == "full" else 300)

@@ -155,6 +155,7 @@ def _header(result: dict, first: dict) -> list:
 def report(result: dict) -> str:
     """The report of one interpreter: tables and targets per malloc setting, the settings
     side by side, PyTorch in this process against its own process."""
+    from .alloc_scaling import section as alloc_scaling_section
     from .report_torch import allocator_table, torch_section
     raws, torch = result["settings"], result.get("torch_child")
     parts = _header(result, next(iter(raws.values())))
@@ -164,4 +165,5 @@ def report(result: dict) -> str:
         parts += ["## Allocator settings side by side", "", allocator_table(raws), ""]
     if torch:
         parts += torch_section(raws.get("default"), torch)
+    parts += alloc_scaling_section(raws.get("default"))
     return "\n".join(parts)

@@ -51,10 +51,15 @@ def _folds(a, b) -> bool:
     return a.ndim > 2 and b.ndim == 2
 
 
+def _rows(a):
+    """`a` with its batch dimensions folded into rows (any of them may be 0)."""
+    return a.reshape(S.fold((-1, a.shape[-1]), a.shape))
+
+
 def _input_kernel(g, ans, input, other):
     a, b = np.asarray(input), np.asarray(other)
     if _folds(a, b):
-        return _mm(g.reshape(-1, g.shape[-1]), b.T).reshape(a.shape)
+        return _mm(_rows(g), b.T).reshape(a.shape)
     g2, _, b2 = _as_matrices(g, a, b)
     r = _mm(g2, np.swapaxes(b2, -1, -2))
     return r[..., 0, :] if a.ndim == 1 else r   # batch dims are summed by the node
@@ -63,7 +68,7 @@ def _input_kernel(g, ans, input, other):
 def _other_kernel(g, ans, input, other):
     a, b = np.asarray(input), np.asarray(other)
     if _folds(a, b):
-        return _mm(a.reshape(-1, a.shape[-1]).T, g.reshape(-1, g.shape[-1]))
+        return _mm(_rows(a).T, _rows(g))
     g2, a2, _ = _as_matrices(g, a, b)
     r = _mm(np.swapaxes(a2, -1, -2), g2)
     return r[..., 0] if b.ndim == 1 else r
@@ -306,12 +311,12 @@ def kron(input: Tensor, other: Tensor) -> Tensor:
 @composite(method=True)
 def diag(input: Tensor, diagonal: int = 0) -> Tensor:
     """A 1-D tensor: the square matrix with it on the `diagonal`-th diagonal; a matrix:
-    its `diagonal`-th diagonal (1-D)."""
+    its `diagonal`-th diagonal (1-D), a copy as in PyTorch (`diagonal` is the view)."""
     nd = np.ndim(data(input))
     if nd == 1:
         return ix.diag_embed(input, offset=diagonal)
-    if nd == 2:
-        return ix.diagonal(input, offset=diagonal)
+    if nd == 2:  # a copy: a write into the result must not reach the matrix (PyTorch's)
+        return S.clone(ix.diagonal(input, offset=diagonal))
     raise RuntimeError(f"diag: supports 1-D or 2-D tensors, got {nd}-D")
 
 
