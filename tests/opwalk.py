@@ -211,14 +211,20 @@ UNARY = ("abs acos acosh asin asinh atan atanh ceil cos cosh erf erfc exp exp2 e
          "silu sin sinh sqrt square tan tanh trunc isfinite isinf isnan isneginf isposinf "
          "nan_to_num logical_not clone msort gelu leaky_relu celu selu")
 add(UNARY, ["ij"])
-add("positive", ["ij"], where="m")
+add("positive", ["ij"])
+add("absolute arccos arccosh arcsin arcsinh arctan arctanh fix negative ravel", ["ij"])
 add("bitwise_not", ["ij"], dtypes="i")
 BINARY = ("add sub mul div maximum minimum pow atan2 hypot fmod remainder floor_divide "
           "float_power true_divide eq ne lt le gt ge isclose allclose equal logical_and "
           "logical_or logical_xor")
 add(BINARY, ["ij", "ij"])
 add("arctan2 divide multiply subtract greater greater_equal less less_equal not_equal",
-    ["ij", "ij"], where="m")
+    ["ij", "ij"])
+add("copysign logaddexp logaddexp2", ["ij", "ij"])
+add("bitwise_left_shift bitwise_right_shift", ["ij", "ij"], lambda m, x, y: (x, y % 3),
+    dtypes="ii")
+add("__lshift__ __rshift__ __rlshift__ __rrshift__", ["ij", "ij"],
+    lambda m, x, y: (x, y % 3), where="o", dtypes="ii")
 add("add sub mul div pow maximum", ["ij", "j"], label="broadcast")
 add("add mul", ["ij"], lambda m, x: (x, 2.0), label="scalar")
 add("bitwise_and bitwise_or bitwise_xor", ["ij", "ij"], dtypes="ii")
@@ -257,9 +263,9 @@ add("sum mean prod amax amin logsumexp argmax argmin std norm median count_nonze
 add("max min", ["ij"], lambda m, x: (x, KW(dim=1)), label="dim")  # pa: axis= gives values
 add("sum mean prod amax amin max min argmax argmin std norm median count_nonzero", ["ij"],
     label="all")
-add("var", ["ij"], lambda m, x: (x, 1, KW(correction=0) if m.torch else KW(ddof=0)),
-    label="dim")
+add("var", ["ij"], lambda m, x: (x, 1, KW(correction=0)), label="dim")
 add("var", ["ij"], lambda m, x: (x, KW(correction=0) if m.torch else KW()), label="all")
+add("var_mean std_mean", ["ij"], lambda m, x: (x, 1), where="f")
 add("sum mean amax", ["ij"], lambda m, x: (x, 0, True), label="keepdim")
 add("max", ["ij"], lambda m, x: (x, KW(dim=0, keepdim=True)), label="keepdim")
 add("cumsum cumprod logcumsumexp cummax cummin softmax log_softmax", ["ij"],
@@ -311,7 +317,7 @@ add("transpose swapaxes", ["ijk"], lambda m, x: (x, 0, 2))
 add("transpose", ["ij"], lambda m, x: (x, 0, 0), label="noop")
 add("permute", ["ijk"], lambda m, x: (x, (2, 0, 1)))
 add("permute", ["ijk"], lambda m, x: (x, (0, 1, 2)), label="noop")
-add("movedim", ["ijk"], lambda m, x: (x, 0, 2))
+add("movedim moveaxis swapdims", ["ijk"], lambda m, x: (x, 0, 2))
 add("movedim", ["ijk"], lambda m, x: (x, 1, 1), label="noop")
 add("t", ["ij"])
 add("t", ["i"], label="1-D")
@@ -362,7 +368,7 @@ add("tril triu", ["ij"], lambda m, x: (x, -1), label="offset")
 add("diag_embed", ["ij"])
 add("pad", ["ij"], lambda m, x: (x, ((1, 0), (0, 2))), where="f", tname=None)
 add("pad", ["ij"], lambda m, x: (x, ((0, 0), (0, 0))), where="f", label="zero")
-add("concat cat stack", ["ij", "ij"], lambda m, x, y: ([x, y], 1), where="f")
+add("concat concatenate cat stack", ["ij", "ij"], lambda m, x, y: ([x, y], 1), where="f")
 add("concat cat", ["ij"], lambda m, x: ([x], 0), where="f", label="one")
 add("stack", ["ij"], lambda m, x: ([x],), where="f", label="one")
 add("masked_fill", ["ij"], lambda m, x: (x, m.mask(x.shape), 0.5))
@@ -385,6 +391,8 @@ add("sum_to_size", ["ij"], lambda m, x: (x, tuple(x.shape)), label="same")
 add("det inverse slogdet", ["ii"], init=_spd)
 add("pinverse", ["ij"])
 add("cholesky det slogdet inv", ["ii"], where="L", init=_spd)
+add("cross", ["i3", "i3"], where="L", label="linalg")
+add("matrix_power", ["ii"], lambda m, x: (x, 2), where="L", label="linalg")
 add("eigh", ["ii"], where="L", init=_spd, exact=False)  # vectors: up to sign
 add("qr svd svdvals pinv", ["ij"], where="L")
 add("solve", ["ii", "ik"], where="L", init=_spd)
@@ -397,6 +405,24 @@ add("matrix_norm", ["ij"], where="L")
 add("zeros ones", [], lambda m: (2, 3, KW(dtype=m.dtype("float64"))), where="f")
 add("arange", [], lambda m: (5,), where="f")
 add("randn", [], lambda m: (2, 3, KW(dtype=m.dtype("float64"))), where="f", exact=False)
+add("empty rand", [], lambda m: (2, 3, KW(dtype=m.dtype("float64"))), where="f", exact=False)
+add("full", [], lambda m: ((2, 3), 1.5, KW(dtype=m.dtype("float64"))), where="f")
+add("eye", [], lambda m: (3, KW(dtype=m.dtype("float64"))), where="f")
+add("linspace logspace", [], lambda m: (0.0, 1.0, 5, KW(dtype=m.dtype("float64"))),
+    where="f")
+add("randint", [], lambda m: (0, 5, (2, 3)), where="f", exact=False)
+add("randperm", [], lambda m: (4,), where="f", exact=False)
+add("normal", [], lambda m: (0.0, 1.0, (2, 3)), where="f", exact=False)
+add("zeros_like ones_like", ["ij"], where="f")
+add("empty_like rand_like randn_like", ["ij"], where="f", exact=False)
+add("full_like", ["ij"], lambda m, x: (x, 2.0), where="f")
+add("randint_like", ["ij"], lambda m, x: (x, 5), where="f", exact=False)
+add("multinomial", ["ij"], lambda m, x: (x, 2), where="f", init=_prob, exact=False,
+    grad=False)
+add("meshgrid", ["i", "j"], lambda m, x, y: (x, y, KW(indexing="ij")), where="f")
+add("as_tensor", ["ij"], lambda m, x: (x.data if not m.torch else x.detach(),), where="f")
+add("from_numpy", ["ij"], lambda m, x: (x.data.copy() if not m.torch else
+                                        x.detach().numpy().copy(),), where="f")
 add("tensor", ["ij"], lambda m, x: (x.data if not m.torch else x.detach(),), where="f")
 add("bernoulli", ["ij"], init=_prob, grad=False, exact=False)
 add("new_zeros new_ones", ["ij"], lambda m, x: (x, (2, 3)), where="m")
@@ -453,18 +479,18 @@ add("linear", ["bi", "oi", "o"], where="F")
 add("linear", ["bi", "oi"], where="F", label="nobias")
 add("dropout", ["ij"], lambda m, x: (x, 0.0), where="F", label="p=0")
 add("dropout", ["ij"], lambda m, x: (x, 0.5, False), where="F", label="eval")
-add("conv1d", ["bcw", "oc3"], where="F")
-add("conv2d", ["bcww", "oc33"], where="F")
-add("conv3d", ["bcwww", "oc333"], where="F", sizes={"w": 4})
-add("conv_transpose1d", ["bcw", "co3"], where="F")
-add("conv_transpose2d", ["bcww", "co33"], where="F")
-add("conv_transpose3d", ["bcwww", "co333"], where="F", sizes={"w": 3})
+add("conv1d", ["bcw", "oc3"], where="Ff")
+add("conv2d", ["bcww", "oc33"], where="Ff")
+add("conv3d", ["bcwww", "oc333"], where="Ff", sizes={"w": 4})
+add("conv_transpose1d", ["bcw", "co3"], where="Ff")
+add("conv_transpose2d", ["bcww", "co33"], where="Ff")
+add("conv_transpose3d", ["bcwww", "co333"], where="Ff", sizes={"w": 3})
 add("unfold", ["bcww"], lambda m, x: (x, 2), where="F")
 add("fold", ["bct"], lambda m, x: (x, (3, 3), 2), where="F", sizes={"c": 4})
-add("max_pool1d avg_pool1d", ["bcw"], lambda m, x: (x, 2), where="F")
-add("max_pool2d avg_pool2d", ["bcww"], lambda m, x: (x, 2), where="F")
-add("max_pool3d avg_pool3d", ["bcwww"], lambda m, x: (x, 2), where="F", sizes={"w": 4})
-add("adaptive_max_pool1d adaptive_avg_pool1d", ["bcw"], lambda m, x: (x, 2), where="F")
+add("max_pool1d avg_pool1d", ["bcw"], lambda m, x: (x, 2), where="Ff")
+add("max_pool2d avg_pool2d", ["bcww"], lambda m, x: (x, 2), where="Ff")
+add("max_pool3d avg_pool3d", ["bcwww"], lambda m, x: (x, 2), where="Ff", sizes={"w": 4})
+add("adaptive_max_pool1d adaptive_avg_pool1d", ["bcw"], lambda m, x: (x, 2), where="Ff")
 add("adaptive_max_pool2d adaptive_avg_pool2d", ["bcww"], lambda m, x: (x, 2), where="F")
 add("adaptive_max_pool3d adaptive_avg_pool3d", ["bcwww"], lambda m, x: (x, 2), where="F",
     sizes={"w": 4})
@@ -479,8 +505,8 @@ add("max_unpool2d", ["bctt"], lambda m, x: (x, m.idx(np.broadcast_to(
 add("interpolate upsample", ["bcw"], lambda m, x: (x, None, 2.0), where="F")
 add("interpolate", ["bcww"], lambda m, x: (x, None, 2.0, "bilinear", False), where="F",
     label="bilinear")
-add("pixel_shuffle", ["b4ww"], lambda m, x: (x, 2), where="F")
-add("pixel_unshuffle", ["bc44"], lambda m, x: (x, 2), where="F")
+add("pixel_shuffle", ["b4ww"], lambda m, x: (x, 2), where="Ff")
+add("pixel_unshuffle", ["bc44"], lambda m, x: (x, 2), where="Ff")
 add("layer_norm", ["bij", "ij", "ij"], lambda m, x, w, b: (x, tuple(x.shape[1:]), w, b),
     where="F")
 add("rms_norm", ["bij", "ij"], lambda m, x, w: (x, tuple(x.shape[1:]), w), where="F")
@@ -492,6 +518,20 @@ add("local_response_norm", ["bcw"], lambda m, x: (x, 2), where="F")
 add("embedding", ["n", "ie"], lambda m, i, w: (m.idx(index_array(i.shape, w.shape[0])), w),
     where="F", grad=True)
 add("pad", ["bcw"], lambda m, x: (x, (1, 2)), where="F")
+add("embedding", ["n", "ie"], lambda m, i, w: (w, m.idx(index_array(i.shape, w.shape[0]))),
+    where="f", label="torch", grad=True)
+add("dropout1d", ["bcw"], lambda m, x: (x, 0.5, False), where="F", label="eval")
+add("dropout2d", ["bcww"], lambda m, x: (x, 0.5, False), where="F", label="eval")
+add("dropout3d", ["bcwww"], lambda m, x: (x, 0.5, False), where="F", label="eval")
+add("alpha_dropout feature_alpha_dropout", ["bcw"], lambda m, x: (x, 0.5, False), where="F",
+    label="eval")
+add("bilinear", ["bi", "bj", "oij", "o"], where="F")
+add("normalize relu6", ["ij"], where="F")
+add("unfold", ["ij"], lambda m, x: (x, 1, 2, 1), where="m", label="windows")
+add("softmin", ["ij"], lambda m, x: (x, 1), where="F")
+add("one_hot", ["i"], lambda m, x: (m.idx(index_array(x.shape, 4)), 4), where="F", grad=False)
+add("upsample_nearest", ["bcww"], lambda m, x: (x, None, 2), where="F")
+add("upsample_bilinear", ["bcww"], lambda m, x: (x, None, 2), where="F")
 add("pad", ["bcw"], lambda m, x: (x, (0, 0)), where="F", label="zero")
 add("pad", ["bcw"], lambda m, x: (x, (1, 1), "reflect"), where="F", label="reflect",
     sizes={"w": 4})
@@ -527,6 +567,16 @@ SKIP = {
     "default_generator", "tune_allocator", "profile", "save", "load",
     # op-making helpers (tested with the primitive case below) and decorators
     "record", "once_differentiable",
+}
+# PyTorch's process settings and dtype queries (pa.runtime, pa.dtypes): no tensor input
+# or output (tests/test_torch_runtime.py, test_dtypes.py); the device model's attributes
+_SETTINGS = {
+    "are_deterministic_algorithms_enabled", "use_deterministic_algorithms",
+    "is_deterministic_algorithms_warn_only_enabled", "get_float32_matmul_precision",
+    "set_float32_matmul_precision", "get_num_interop_threads", "set_num_interop_threads",
+    "get_num_threads", "set_num_threads", "is_inference_mode_enabled", "get_default_dtype",
+    "set_default_dtype", "can_cast", "promote_types", "result_type",
+    "cuda", "device", "is_cpu", "is_cuda", "is_meta", "__format__",
 }
 
 
@@ -571,5 +621,6 @@ def uncovered() -> dict:
     for c in CASES:
         for w in forms(c):
             covered["m" if w in "moa" else "f" if w == "x" else w].add(c.name)
-    return {k: sorted(v - covered[k] - SKIP) for k, v in namespaces().items()
-            if v - covered[k] - SKIP}
+    left = SKIP | _SETTINGS
+    return {k: sorted(v - covered[k] - left) for k, v in namespaces().items()
+            if v - covered[k] - left}

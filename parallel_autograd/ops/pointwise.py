@@ -943,8 +943,13 @@ def minimum(input: Tensor, other: Tensor) -> Tensor:
 def where(condition: Tensor, input: Tensor, other: Tensor) -> Tensor:
     """`input` where `condition` else `other`, the three broadcast (`input` and `other`
     may be numbers); the condition gets no gradient. The method is `x.where(condition,
-    y)`, PyTorch's, which is `where(condition, x, y)`."""
-    return np.where(np.asarray(condition, dtype=bool), weak(input), weak(other))
+    y)`, PyTorch's, which is `where(condition, x, y)`. A condition that is not boolean is
+    PyTorch's RuntimeError."""
+    c = np.asarray(condition)
+    if c.dtype != np.bool_:
+        raise RuntimeError(f"where: expected condition to be a boolean tensor, but got a "
+                           f"tensor with dtype {c.dtype}")
+    return np.where(c, weak(input), weak(other))
 
 
 def _inside(x, lo, hi):

@@ -674,7 +674,10 @@ def tile(input: Tensor, dims, *more) -> Tensor:
 
 
 def _flip_dims(ds, ndim: int) -> tuple:
-    return dims(index_sizes((ds,), "flip"), ndim, "flip") if ndim else ()
+    """flip's dims, checked as PyTorch's (a 0-d tensor has the one dim 0 or -1, which
+    flips nothing)."""
+    checked = dims(index_sizes((ds,), "flip"), max(ndim, 1), "flip")
+    return checked if ndim else ()
 
 
 @defop(formula=lambda g, ans, input, dims: flip(g, dims),
