@@ -228,7 +228,9 @@ add("__lshift__ __rshift__ __rlshift__ __rrshift__", ["ij", "ij"],
 add("add sub mul div pow maximum", ["ij", "j"], label="broadcast")
 add("add mul", ["ij"], lambda m, x: (x, 2.0), label="scalar")
 add("bitwise_and bitwise_or bitwise_xor", ["ij", "ij"], dtypes="ii")
-add("where", ["ij", "ij", "ij"], lambda m, c, x, y: (c, x, y), dtypes="bff")
+add("where", ["ij", "ij", "ij"], lambda m, c, x, y: (c, x, y), dtypes="bff", where="f")
+add("where", ["ij", "ij", "ij"], lambda m, x, c, y: (x, c, y), dtypes="fbf", where="m",
+    label="method")  # x.where(condition, y)
 add("clamp clip", ["ij"], lambda m, x: (x, -0.5, 0.5))
 add("clamp_min", ["ij"], lambda m, x: (x, -0.5))
 add("clamp_max", ["ij"], lambda m, x: (x, 0.5))
@@ -264,7 +266,7 @@ add("max min", ["ij"], lambda m, x: (x, KW(dim=1)), label="dim")  # pa: axis= gi
 add("sum mean prod amax amin max min argmax argmin std norm median count_nonzero", ["ij"],
     label="all")
 add("var", ["ij"], lambda m, x: (x, 1, KW(correction=0)), label="dim")
-add("var", ["ij"], lambda m, x: (x, KW(correction=0) if m.torch else KW()), label="all")
+add("var", ["ij"], lambda m, x: (x, KW(correction=0)), label="all")
 add("var_mean std_mean", ["ij"], lambda m, x: (x, 1), where="f")
 add("sum mean amax", ["ij"], lambda m, x: (x, 0, True), label="keepdim")
 add("max", ["ij"], lambda m, x: (x, KW(dim=0, keepdim=True)), label="keepdim")
@@ -412,7 +414,8 @@ add("linspace logspace", [], lambda m: (0.0, 1.0, 5, KW(dtype=m.dtype("float64")
     where="f")
 add("randint", [], lambda m: (0, 5, (2, 3)), where="f", exact=False)
 add("randperm", [], lambda m: (4,), where="f", exact=False)
-add("normal", [], lambda m: (0.0, 1.0, (2, 3)), where="f", exact=False)
+add("normal", [], lambda m: (0.0, 1.0, (2, 3), KW(dtype=m.dtype("float64"))), where="f",
+    exact=False)
 add("zeros_like ones_like", ["ij"], where="f")
 add("empty_like rand_like randn_like", ["ij"], where="f", exact=False)
 add("full_like", ["ij"], lambda m, x: (x, 2.0), where="f")
@@ -420,7 +423,7 @@ add("randint_like", ["ij"], lambda m, x: (x, 5), where="f", exact=False)
 add("multinomial", ["ij"], lambda m, x: (x, 2), where="f", init=_prob, exact=False,
     grad=False)
 add("meshgrid", ["i", "j"], lambda m, x, y: (x, y, KW(indexing="ij")), where="f")
-add("as_tensor", ["ij"], lambda m, x: (x.data if not m.torch else x.detach(),), where="f")
+add("as_tensor", ["ij"], lambda m, x: (x,), where="f")  # a tensor: itself
 add("from_numpy", ["ij"], lambda m, x: (x.data.copy() if not m.torch else
                                         x.detach().numpy().copy(),), where="f")
 add("tensor", ["ij"], lambda m, x: (x.data if not m.torch else x.detach(),), where="f")

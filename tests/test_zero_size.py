@@ -55,6 +55,9 @@ DIFFERENT = {
     # group_norm over empty groups: PyTorch's weight gradient is NaN (its formula scales
     # empty sums by the NaN statistics); here 0, the sum over no element
     ("group_norm", "w=0"): "PyTorch artifact", ("GroupNorm", "w=0"): "PyTorch artifact",
+    # bilinear with no in1 or in2 features: PyTorch refuses to reshape its empty operand
+    # to (-1, 0) (a bug: the sum over no feature is 0); here the bias, broadcast
+    ("bilinear", "i=0"): "PyTorch bug", ("bilinear", "j=0"): "PyTorch bug",
 }
 
 

@@ -190,8 +190,10 @@ def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
 
 @composite(method=True)
 def ravel(input: Tensor) -> Tensor:
-    """The elements as a 1-D tensor (a view where the layout allows)."""
-    return reshape(input, (-1,))
+    """The elements as a 1-D tensor: a view of a C-contiguous tensor, else a copy (as
+    PyTorch's, whose ravel is `contiguous().view(-1)`, even where a strided view exists)."""
+    x = input.data if isinstance(input, Tensor) else np.asarray(input)
+    return reshape(input if x.flags.c_contiguous else clone(input), (-1,))
 
 
 @composite(method=True)

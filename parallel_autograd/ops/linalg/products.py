@@ -261,6 +261,9 @@ def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta=1, alpha=1) -
 # ---- cross, kron -----------------------------------------------------------------------------
 def _cross_dim(sa: tuple, sb: tuple, dim) -> int:
     """The dimension of the 3-vectors (PyTorch's rules), checked."""
+    if not sa or not sb:
+        raise RuntimeError(f"cross: inputs must have at least one dimension (of length 3), "
+                           f"got shapes {sa} and {sb}")
     if len(sa) != len(sb):
         raise RuntimeError(f"cross: inputs must have the same number of dimensions, got "
                            f"{len(sa)} and {len(sb)}")
