@@ -435,6 +435,8 @@ def _weight_grad(g, cols, x, w_shape, x_shape, stride, padding, dilation, groups
 def _bias_grad(g, *_, **__):
     # one pass over g (contiguous row sums), then a small (N, O) sum
     n, o = g.shape[:2]
+    if g.size == 0:  # an empty batch or output: -1 cannot be inferred
+        return np.zeros(o, g.dtype)
     return reshaped(g, (n, o, -1)).sum(axis=2).sum(axis=0)
 
 
@@ -472,6 +474,8 @@ def _apply(x, w, geom: dict, out_sz, keep: bool = False) -> tuple:
     """(B(x, w) as (N, O, *out_sz) or unbatched (O, *out_sz), its columns or None)."""
     nd = w.ndim - 2
     xb = _batched(x, nd)
+    if xb.shape[0] == 0:  # an empty batch (PyTorch accepts it): nothing to compute
+        return np.zeros((0, w.shape[0]) + tuple(out_sz), np.result_type(x, w)), None
     out, cols = _conv_forward(xb, w, tuple(out_sz), keep, **geom)
     out = out.reshape((xb.shape[0], w.shape[0]) + tuple(out_sz))
     return _as_input(out, x.ndim == nd + 1), cols
@@ -482,6 +486,8 @@ def _input_of(g, w, x_shape, geom: dict) -> np.ndarray:
     nd = w.ndim - 2
     unbatched = len(x_shape) == nd + 1
     shape = (1,) + tuple(x_shape) if unbatched else tuple(x_shape)
+    if shape[0] == 0:  # an empty batch
+        return np.zeros(shape, np.result_type(g, w))
     return _as_input(_input_grad(_batched(g, nd), w, shape, **geom), unbatched)
 
 
@@ -489,6 +495,8 @@ def _weight_of(g, cols, x, w_shape, geom: dict) -> np.ndarray:
     """Bw*(x, g) of shape `w_shape`, from the columns when kept."""
     nd = len(w_shape) - 2
     xb = _batched(x, nd)
+    if xb.shape[0] == 0:  # an empty batch contributes nothing
+        return np.zeros(tuple(w_shape), np.result_type(g, x))
     return _weight_grad(_batched(g, nd), cols, xb, tuple(w_shape), xb.shape, **geom)
 
 
@@ -622,8 +630,8 @@ def _conv_args(nd: int, x, w, bias, stride, padding, dilation, groups) -> tuple:
         raise ValueError(f"{name}: bias shape {np.shape(bias)} does not match {o} "
                          f"out channels")
     kernel = tuple(w.shape[2:])
-    if 0 in kernel or (x.ndim == nd + 2 and x.shape[0] == 0):
-        raise ValueError(f"{name}: empty kernel or batch: input {x.shape}, weight {w.shape}")
+    if 0 in kernel:
+        raise ValueError(f"{name}: empty kernel: input {x.shape}, weight {w.shape}")
     stride = ntuple(stride, nd, "stride", name, 1)
     dilation = ntuple(dilation, nd, "dilation", name, 1)
     lo, hi = _conv_padding(padding, nd, kernel, stride, dilation, name)
@@ -734,7 +742,7 @@ def _transpose_args(nd: int, x, w, bias, stride, padding, output_padding, groups
                          f"{geom['stride']} or dilation {geom['dilation']}")
     out_sz = tuple((n - 1) * s - 2 * p + d * (k - 1) + a + 1 for n, s, p, d, k, a in zip(
         x.shape[-nd:], geom["stride"], geom["padding"], geom["dilation"], w.shape[2:], op))
-    if any(s < 1 for s in out_sz) or 0 in x.shape:
+    if any(s < 1 for s in out_sz) or 0 in x.shape[-nd - 1:]:  # an empty batch is fine
         raise ValueError(f"{name}: input of shape {x.shape} gives an output of size "
                          f"{out_sz}: too small")
     return geom, x.shape[:-nd - 1] + (c_out,) + out_sz
