@@ -204,3 +204,13 @@ def test_the_shell_check_catches_a_wrong_command():
     assert _check_command(["python", "examples/no_such_script.py"])
     assert _check_command(["python", "-m", "stress", "--no-such-option"])
     assert not _check_command(["make", "test", "PARITY=1"])
+
+
+def test_relative_links_point_at_files_that_exist():
+    broken = []
+    for doc in DOCS:
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()):
+            path = target.split("#")[0]
+            if path and not re.match(r"\w+://", path) and not (doc.parent / path).exists():
+                broken.append(f"{doc.relative_to(ROOT)}: {target}")
+    assert not broken, broken
