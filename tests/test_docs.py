@@ -36,7 +36,7 @@ ROOT = pathlib.Path(__file__).parents[1]
 DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 KINDS = {"python", "python mpi", "python no-run", "sh", "text"}
 MAX_NO_RUN = 3
-MPI_ENV = dict(UCX_TLS="self,sm", UCX_NET_DEVICES="lo")
+MPI_ENV = {"UCX_TLS": "self,sm", "UCX_NET_DEVICES": "lo"}
 
 
 @dataclass(frozen=True)
@@ -116,13 +116,13 @@ def test_python_block_runs_as_printed(block, tmp_path, monkeypatch):
             pytest.skip("needs the [mpi] extra")
         env = dict(os.environ, **MPI_ENV, PYTHONPATH=str(ROOT))
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              env=env, timeout=100)
+                              env=env, timeout=100, check=False)
         assert proc.returncode == 0, proc.stderr
         printed = proc.stdout.splitlines()
     else:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            exec(compile(code, str(block), "exec"), {"__name__": "__docs__"})
+            exec(compile(code, str(block), "exec"), {"__name__": "__docs__"})  # noqa: S102
         printed = out.getvalue().splitlines()
     claims = _claims(code)
     trues = [ln for ln in printed if ln.split()[:1] == ["True"]]
@@ -131,18 +131,18 @@ def test_python_block_runs_as_printed(block, tmp_path, monkeypatch):
 
 # ---- sh blocks: commands that take minutes are not run; what they name must exist ----
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _make_targets() -> frozenset:
     text = (ROOT / "Makefile").read_text()
-    return frozenset(m for line in re.findall(r"^([\w./-][\w./ -]*):(?!=)", text, re.M)
+    return frozenset(m for line in re.findall(r"^([\w./-][\w./ -]*):(?!=)", text, re.MULTILINE)
                      for m in line.split())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _help(*command: str) -> str:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, *command, "--help"], capture_output=True,
-                          text=True, cwd=ROOT, env=env, timeout=90)
+                          text=True, cwd=ROOT, env=env, timeout=90, check=False)
     assert proc.returncode == 0, f"{' '.join(command)} --help failed:\n{proc.stderr}"
     return proc.stdout
 
