@@ -54,7 +54,8 @@ def write(tensors: dict, fh, metadata: dict | None = None) -> None:
     arrays = {name: _array_of(name, value) for name, value in tensors.items()}
     header, offset = {}, 0
     for name, a in arrays.items():
-        header[name] = {"dtype": _NAMES[a.dtype.newbyteorder("<")], "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        header[name] = {"dtype": _NAMES[a.dtype.newbyteorder("<")], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
         offset += a.nbytes
     if metadata:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):

@@ -369,7 +369,7 @@ def _plan(z, members: dict, refs: dict, limit: int, how: str) -> dict:
     member's size. Returns {key: (ZipInfo, where, shape, dtype)}."""
     infos = {}
     total = members[_MANIFEST + ".npy"].file_size
-    for key, (kind, where, _) in refs.items():
+    for key, (_, where, _) in refs.items():
         infos[key] = members.get(key + ".npy")
         if infos[key] is None:
             raise _damaged(where, f"names the array {_short(key)}, which the file does not hold")

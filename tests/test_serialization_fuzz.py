@@ -19,8 +19,8 @@ import pytest
 import parallel_autograd as pa
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings  # noqa: E402 (after the skip)
+from hypothesis import strategies as st  # noqa: E402
 
 # Peak allocation allowed per byte the load may read (the file, or max_bytes): array
 # data takes at most 1x, the manifest's JSON objects ~30x its length (measured <= 31x
