@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test bench bench-quick stress example example-mpi bench-mpi clean freethreaded test-ft stress-ft bench-ft
+.PHONY: test lint bench bench-quick stress example example-mpi bench-mpi clean freethreaded test-ft stress-ft bench-ft
 
 # Free-threaded CPython 3.13t (GIL disabled): see tools/build_freethreaded.sh. The venv lives in
 # $(FT_CACHE); the interpreter build is cached per machine (FT_BUILD_CACHE, ~/.cache/...).
@@ -23,6 +23,11 @@ $(VENV)/.installed: pyproject.toml
 test: $(VENV)/.installed
 	$(if $(PARITY),$(PY) -m pip install --quiet -e '.[parity]')
 	$(if $(PARITY),PA_REQUIRE_TORCH=1) $(PY) -m pytest
+
+# ruff with pyproject's rules ([tool.ruff.lint]); the [lint] extra installs the pinned ruff.
+lint: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[lint]'
+	$(PY) -m ruff check .
 
 # The PyTorch columns need torch in .venv: `make bench TORCH=1` installs the [parity] extra
 # (torch's CPU build) first; without torch the report says so and how to get them.

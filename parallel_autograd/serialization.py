@@ -25,6 +25,7 @@ import zipfile
 
 import numpy as np
 
+from . import safetensors_format
 from .tensor import _FLOAT_KINDS, Tensor
 
 _FORMAT = "parallel_autograd.save/1"
@@ -43,11 +44,20 @@ class _Bad(ValueError):
     """What is wrong with the file, worded to follow 'load: <file> '."""
 
 
-def save(obj, f) -> None:
+def save(obj, f, *, format: str | None = None) -> None:
     """Write `obj` (a state dict: nested dicts with str or int keys, lists, tuples,
     Tensors, ndarrays, Python numbers, strings, booleans and None) to `f` (a path or a
     binary file). Raises TypeError naming the first value it cannot store, ValueError
-    if containers nest more than `MAX_DEPTH` deep (which `load` would refuse)."""
+    if containers nest more than `MAX_DEPTH` deep (which `load` would refuse).
+
+    `format`: "npz" (this library's, any state dict) or "safetensors" (a flat dict of
+    tensors such as a model's `state_dict()`, which PyTorch and others read); default:
+    "safetensors" for a path ending in .safetensors, else "npz"."""
+    if _format(f, format, "save") == "safetensors":
+        with open(f, "wb") if isinstance(f, (str, os.PathLike)) \
+                else contextlib.nullcontext(f) as fh:
+            safetensors_format.write(obj, fh)
+        return
     arrays = {}
     tree = _encode(obj, arrays, "obj", 0)
     manifest = json.dumps({"format": _FORMAT, "tree": tree}, allow_nan=True)
@@ -59,9 +69,33 @@ def save(obj, f) -> None:
         np.savez(f, **arrays)
 
 
-def load(f, *, max_bytes: int | None = None) -> object:
+def _format(f, format: str | None, who: str) -> str:
+    if format is None:
+        return "safetensors" if safetensors_format.is_safetensors_path(f) else "npz"
+    if format not in ("npz", "safetensors"):
+        raise ValueError(f"{who}: format must be 'npz', 'safetensors' or None, got {format!r}")
+    return format
+
+
+def _check_map_location(map_location) -> None:
+    """torch.load's `map_location`, accepted for compatibility: every tensor here lives
+    in CPU memory, so only None and the CPU ("cpu", torch.device("cpu")) make sense."""
+    if map_location is None or (isinstance(map_location, str) and map_location == "cpu"):
+        return
+    if not isinstance(map_location, (dict, str)) and not callable(map_location) \
+            and str(map_location) == "cpu":  # torch.device("cpu") and the like
+        return
+    raise ValueError(f"load: map_location={map_location!r}: parallel_autograd keeps every "
+                     "tensor in CPU memory; pass None or 'cpu'")
+
+
+def load(f, map_location=None, *, max_bytes: int | None = None,
+         format: str | None = None) -> object:
     """Read what `save` wrote: Tensors come back as leaf Tensors (with their
-    `requires_grad`), arrays as ndarrays.
+    `requires_grad`), arrays as ndarrays. A safetensors file (`format`, default by the
+    .safetensors extension as in `save`) gives a dict of leaf Tensors that do not
+    require grad. `map_location`: as torch.load's, accepted for compatibility: None,
+    "cpu" or torch.device("cpu") (every tensor here is in CPU memory; else ValueError).
 
     `f`: a path or a seekable binary file. `max_bytes`: the most the members read
     (the arrays and the manifest) may take once decompressed; default the file's own
@@ -73,6 +107,8 @@ def load(f, *, max_bytes: int | None = None) -> object:
     that is not such a file: truncated, corrupted, foreign, from a newer format, an
     array named twice, declared sizes that disagree or exceed `max_bytes`, nesting
     deeper than `MAX_DEPTH`. A path that cannot be opened raises OSError as `open`."""
+    _check_map_location(map_location)
+    kind = _format(f, format, "load")
     if max_bytes is not None:
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool):
             raise TypeError(f"load: max_bytes must be an int or None, got "
@@ -83,8 +119,10 @@ def load(f, *, max_bytes: int | None = None) -> object:
     name = os.fspath(f) if path else getattr(f, "name", "the file")
     with open(f, "rb") if path else contextlib.nullcontext(f) as fh:
         try:
+            if kind == "safetensors":
+                return _load_safetensors(fh, max_bytes)
             return _load(fh, max_bytes)
-        except _Bad as e:
+        except (_Bad, safetensors_format.Malformed) as e:
             raise ValueError(f"load: {name} {e}") from e.__cause__
 
 
@@ -105,6 +143,14 @@ def _load(fh, max_bytes: int | None):
         plans = _plan(z, members, refs, limit, how)
         arrays = {key: _read_array(z, plan) for key, plan in plans.items()}
     return _walk(tree, lambda t, node, where: _value(t, node, arrays))
+
+
+def _load_safetensors(fh, max_bytes: int | None) -> dict:
+    size = _stream_size(fh)
+    if max_bytes is not None and size > max_bytes:  # everything read is in the file
+        raise _Bad(f"would take up to {size} bytes, more than the limit of {max_bytes} "
+                   "bytes (max_bytes)")
+    return safetensors_format.read(fh, size)
 
 
 def _stream_size(fh) -> int:
@@ -323,7 +369,7 @@ def _plan(z, members: dict, refs: dict, limit: int, how: str) -> dict:
     member's size. Returns {key: (ZipInfo, where, shape, dtype)}."""
     infos = {}
     total = members[_MANIFEST + ".npy"].file_size
-    for key, (kind, where, _) in refs.items():
+    for key, (_, where, _) in refs.items():
         infos[key] = members.get(key + ".npy")
         if infos[key] is None:
             raise _damaged(where, f"names the array {_short(key)}, which the file does not hold")

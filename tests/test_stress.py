@@ -175,7 +175,7 @@ def test_detects_unlocked_accumulation(monkeypatch):
 
 def test_detects_unlocked_leaf_accumulation_under_concurrency(monkeypatch):
     def racy_commit(staged):
-        for t, g, owned in staged:
+        for t, g, _owned in staged:
             old = t.grad
             time.sleep(0.002)  # widen the read-modify-write window
             t.grad = g.copy() if old is None else old + g

@@ -321,7 +321,8 @@ def test_zero_size_layers_follow_pytorch(layer, letter):
     if tm is None:
         _, terr = _attempt(lambda: _modules(layer, sizes))
         _, perr = _attempt(lambda: getattr(nn, layer.name)(*layer.make(sizes), **layer.kwargs))
-        assert perr is not None, f"PyTorch refuses to build it ({terr}); parallel_autograd builds it"
+        assert perr is not None, \
+            f"PyTorch refuses to build it ({terr}); parallel_autograd builds it"
         _same_category(terr, perr)
         return
     tins = [T.t(a, requires_grad=a.dtype.kind == "f") for a in arrays]

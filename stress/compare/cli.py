@@ -8,6 +8,7 @@ import shutil
 import sys
 import time
 
+from ..helpformat import HelpFormatter
 from .children import MALLOC_ENV, ROOT, run_pythons
 from .measure import run_setting, run_torch
 from .plot import plot
@@ -26,7 +27,7 @@ TORCH_HINT = ("no PyTorch columns: torch does not import here. `make bench TORCH
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m stress.compare", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="python -m stress.compare", formatter_class=HelpFormatter,
         description="The comparison of `backward_parallel` against the sequential engine "
                     "(and PyTorch).")
     p.add_argument("--quick", action="store_true",
@@ -34,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="FILE.json", help="write all measurements as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="write a PNG (needs matplotlib)")
     p.add_argument("--workloads", default=",".join(WORKLOADS),
-                   help="comma-separated subset of: " + ", ".join(WORKLOADS))
+                   help="comma-separated subset of: " + ", ".join(WORKLOADS) + " (default: all)")
     p.add_argument("--reps", type=int, default=None,
                    help="timed repetitions per configuration (default 7, --quick 3)")
     p.add_argument("--allocator", choices=("default", "tuned", "both"), default=None,
@@ -46,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
                         "($FT_CACHE/venv/bin/python), or give an interpreter's path")
     p.add_argument("--size", choices=SIZES, default=None,
                    help="workload sizes (default full, --quick quick; tiny is for tests)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the workloads' data")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch column")
     p.add_argument("--timeline", metavar="WORKLOAD", default=None,
                    help="workload whose profiled parallel call is kept for the plot "
@@ -55,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="measure a workload again when other processes used more than "
                         "this many cores meanwhile (default 0.25)")
     p.add_argument("--retries", type=int, default=None,
-                   help="how many times at most (default 1, --quick 0)")
+                   help="how many times at most a noisy workload is measured again "
+                        "(default 1, --quick 0)")
     p.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                    help="before timing a workload, wait up to this long for other "
                         "processes to use less than --noisy cores (default 0: no wait)")
