@@ -160,6 +160,7 @@ def run_jacobian(reps: int, inner: int, seed: int, n: int = 64, hidden: int = 12
                    for v in (False, True)}
         configs.update({f"torch-vec{v:d}": (lambda v=v: t_fn(f_t, x_t, vectorize=v))
                         for v in (False, True)})
+        configs["pa-one-by-one"] = lambda: _one_by_one(pa_fn, f_pa, x_pa)
         samples = {k: [] for k in configs}
         keys = list(configs)
         for r in range(reps + 1):
@@ -176,6 +177,17 @@ def run_jacobian(reps: int, inner: int, seed: int, n: int = 64, hidden: int = 12
     return out
 
 
+def _one_by_one(fn, f, x):
+    """`fn(f, x)` with the rows one after the other (what it did before issue 28)."""
+    from parallel_autograd.autograd import functional as PF
+    keep = PF.CONCURRENT_MIN_SECONDS
+    PF.CONCURRENT_MIN_SECONDS = float("inf")
+    try:
+        return fn(f, x)
+    finally:
+        PF.CONCURRENT_MIN_SECONDS = keep
+
+
 def _jac_text(name: str, r: dict, seed: int) -> list:
     lines = []
     for v in (0, 1):
@@ -185,6 +197,8 @@ def _jac_text(name: str, r: dict, seed: int) -> list:
                      f"{np.median(theirs) * 1e3:.2f} ms, ours / torch {ratio_text(iv)}")
     iv = ratio_interval(r["pa-vec1"], r["torch-vec0"], seed_for(seed, name, "x"), True)
     lines.append(f"ours vectorize=True / torch vectorize=False {ratio_text(iv)}")
+    iv = ratio_interval(r["pa-vec0"], r["pa-one-by-one"], seed_for(seed, name, "rows"), True)
+    lines.append(f"ours concurrent / ours one by one {ratio_text(iv)}")
     return lines
 
 
@@ -215,6 +229,9 @@ def report(result: dict, seed: int) -> str:
                 lines.append(f"| {name} (n={r['n']}, hidden {r['hidden']}) | {bool(v)} | "
                              f"{np.median(ours) * 1e3:.2f} ms | "
                              f"{np.median(theirs) * 1e3:.2f} ms | {ratio_text(iv)} |")
+            iv = ratio_interval(r["pa-vec0"], r["pa-one-by-one"], seed_for(seed, name, "rows"),
+                                True)
+            lines.append(f"| {name}: rows concurrent / one by one | | | | {ratio_text(iv)} |")
         lines.append("")
     return "\n".join(lines)
 
