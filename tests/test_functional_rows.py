@@ -83,7 +83,8 @@ def test_concurrent_rows_are_bitwise_the_one_by_one_rows(monkeypatch):
     real = PF._grads
 
     def spy(*a, **k):
-        threads.add(threading.get_ident())
+        # Thread objects, not get_ident(): a finished thread's ident is reused
+        threads.add(threading.current_thread())
         return real(*a, **k)
     monkeypatch.setattr(PF, "_grads", spy)
     monkeypatch.setattr(PF, "CONCURRENT_MIN_SECONDS", 0.0)
