@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 # values, gradients and dtypes with PyTorch run instead of skipping (CI does this once).
 test: $(VENV)/.installed
 	$(if $(PARITY),$(PY) -m pip install --quiet -e '.[parity]')
-	$(if $(PARITY),PA_REQUIRE_TORCH=1) $(PY) -m pytest
+	$(if $(PARITY),PA_REQUIRE_TORCH=1) $(PY) -m pytest $(PYTEST_ARGS)
 
 # ruff with pyproject's rules ([tool.ruff.lint]); the [lint] extra installs the pinned ruff.
 lint: $(VENV)/.installed
@@ -77,7 +77,7 @@ freethreaded:
 	@bash tools/build_freethreaded.sh
 
 test-ft: freethreaded
-	$(FT_RUN) -m pytest
+	$(FT_RUN) -m pytest $(PYTEST_ARGS)
 
 stress-ft: freethreaded
 	$(FT_RUN) -m stress --duration 60
