@@ -31,7 +31,8 @@ import parallel_autograd as pa
 import parallel_autograd.nn as nn
 from opwalk import torch
 
-pytestmark = pytest.mark.skipif(torch is None, reason="PyTorch is the oracle")
+pytestmark = [pytest.mark.skipif(torch is None, reason="PyTorch is the oracle"),
+              pytest.mark.walk]  # the op walk (`-m "not walk"` leaves it out)
 
 P = W.Lib("pa")
 T = W.Lib("torch") if torch is not None else None  # the module is skipped then

@@ -138,10 +138,11 @@ def jacobian(func, inputs, create_graph: bool = False, strict: bool = False,
     The rows are independent passes over one retained graph. Without `create_graph`,
     when there are enough of them and they take long enough to pay for threads
     (`_concurrent_rows`: rows of at least 1 ms, 5 ms in all), they run concurrently on
-    the usable cores (BLAS limited to one thread each meanwhile); each is the sequential engine's pass, so the result is
-    bitwise the one-by-one result. `vectorize=True` is accepted for PyTorch's API but
-    does not batch the cotangents into one pass (PyTorch's vmap): the rules here take
-    no batch dimension, so it runs the same concurrent passes as `vectorize=False`.
+    the usable cores (BLAS limited to one thread each meanwhile); each is the sequential
+    engine's pass, so the result is bitwise the one-by-one result. `vectorize=True` is
+    accepted for PyTorch's API but does not batch the cotangents into one pass
+    (PyTorch's vmap): the rules here take no batch dimension, so it runs the same
+    concurrent passes as `vectorize=False`.
     With `create_graph=True` the rows run one by one (their recorded nodes are numbered
     in row order, so differentiating the result again is deterministic).
     Thread safety: as the module's; the passes only read the shared graph."""

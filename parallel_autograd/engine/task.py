@@ -427,7 +427,10 @@ class GraphTask:
         gradients in slots, staged and captured results, its error), once no thread runs
         its items any more: frames of the call stay in the error's traceback with this
         task among their locals, and the task must not keep the graph alive through them
-        (reliability issue, item 12). The task is finished for good after this."""
+        (reliability issue, item 12). The task is finished for good after this. A
+        worker that took one of its items off the queue just before still holds it until
+        it sees the error and skips it (microseconds, unless the machine is loaded)."""
+        self.pool.discard(self)  # queued items still hold their nodes and gradients
         with self.lock:
             self.finished = True
             self.error = None

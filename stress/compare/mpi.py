@@ -253,6 +253,24 @@ def model_rows(compute1: float, window1: float, copies: float, nbytes: int, last
 
 
 # ---- report ---------------------------------------------------------------------------------
+def hidden_meaning(hidden: Interval) -> str:
+    """One line on what the hidden share's interval says (it is a difference of noisy step
+    times over another: below 0 the overlapped step was the slower one, not a bug)."""
+    if hidden.hi < 0:
+        return ("Below 0: the overlapped DDP step was slower than the serial one, so overlap "
+                "cost more than it hid (on loopback the all-reduces are CPU copies competing "
+                "with the backward for the same cores).")
+    if hidden.lo < 0:
+        return ("The interval includes 0 and negative values: no measurable share is hidden "
+                "(a negative value means the overlapped step was the slower one; noise or "
+                "the copies competing with the backward for the cores).")
+    if hidden.lo > 1:
+        return ("Above 1: the overlapped step was faster than the step without any "
+                "communication: noise between rounds; measure again on a quiet machine.")
+    return (f"Overlap hid {hidden.lo:.0%} to {hidden.hi:.0%} of what synchronising costs "
+            "(0: nothing, 1: all of it).")
+
+
 def ms(iv: Interval) -> str:
     return f"{iv.point * 1e3:.2f} ms [{iv.lo * 1e3:.2f}, {iv.hi * 1e3:.2f}]"
 
@@ -289,6 +307,7 @@ def report(args, w, sizes, over, single, prof, step) -> dict:
     speed = interval(boot["serial"] / boot["ddp"], med["serial"] / med["ddp"])
     print(f"\nhidden share of the synchronisation: {ratio_text(hidden, 2, '')} "
           f"((serial - ddp) / (serial - local)); serial / ddp: {ratio_text(speed)}")
+    print(hidden_meaning(hidden))
     if prof:
         print(f"profiled ddp step (trace: {prof['trace']}): the first all-reduce started with "
               f"{prof['backward_after_first_start']:.0%} of the backward still to run; "
