@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test bench bench-quick stress example example-mpi bench-mpi clean freethreaded test-ft stress-ft bench-ft
+.PHONY: test lint bench bench-quick stress example example-mpi bench-mpi clean freethreaded test-ft stress-ft bench-ft
 
 # Free-threaded CPython 3.13t (GIL disabled): see tools/build_freethreaded.sh. The venv lives in
 # $(FT_CACHE); the interpreter build is cached per machine (FT_BUILD_CACHE, ~/.cache/...).
@@ -22,18 +22,26 @@ $(VENV)/.installed: pyproject.toml
 # values, gradients and dtypes with PyTorch run instead of skipping (CI does this once).
 test: $(VENV)/.installed
 	$(if $(PARITY),$(PY) -m pip install --quiet -e '.[parity]')
-	$(if $(PARITY),PA_REQUIRE_TORCH=1) $(PY) -m pytest
+	$(if $(PARITY),PA_REQUIRE_TORCH=1) $(PY) -m pytest $(PYTEST_ARGS)
 
+# ruff with pyproject's rules ([tool.ruff.lint]); the [lint] extra installs the pinned ruff.
+lint: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[lint]'
+	$(PY) -m ruff check .
+
+# The [compare] extra (matplotlib) is installed for the plot the summary names.
 # The PyTorch columns need torch in .venv: `make bench TORCH=1` installs the [parity] extra
 # (torch's CPU build) first; without torch the report says so and how to get them.
 # BENCH_ARGS: more options, e.g. BENCH_ARGS="--check --out bench.json". Then the data-parallel
 # part on 2 MPI ranks (stress/compare/mpi.py; BENCH_MPI_ARGS, e.g. "--out mpi.json").
 bench: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[compare]'
 	$(if $(TORCH),$(PY) -m pip install --quiet -e '.[parity]')
 	$(PY) -m stress.compare $(BENCH_ARGS)
 	$(MPIEXEC) -n 2 $(PY) -m stress.compare.mpi $(BENCH_MPI_ARGS)
 
 bench-quick: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[compare]'
 	$(if $(TORCH),$(PY) -m pip install --quiet -e '.[parity]')
 	$(PY) -m stress.compare --quick $(BENCH_ARGS)
 	$(MPIEXEC) -n 2 $(PY) -m stress.compare.mpi --quick $(BENCH_MPI_ARGS)
@@ -69,7 +77,7 @@ freethreaded:
 	@bash tools/build_freethreaded.sh
 
 test-ft: freethreaded
-	$(FT_RUN) -m pytest
+	$(FT_RUN) -m pytest $(PYTEST_ARGS)
 
 stress-ft: freethreaded
 	$(FT_RUN) -m stress --duration 60

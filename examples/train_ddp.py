@@ -27,7 +27,7 @@ import parallel_autograd.distributed as dist
 import parallel_autograd.optim as optim
 from parallel_autograd.nn import functional as F
 from parallel_autograd.nn.parallel import DistributedDataParallel
-from train_digits import make_model  # this script's directory is on sys.path
+from train_digits import HelpFormatter, make_model  # this script's directory is on sys.path
 
 
 def make_data(n: int, seed: int):
@@ -120,26 +120,38 @@ def digest(model) -> np.ndarray:
     return np.frombuffer(h.digest(), np.uint8).copy()
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
-    p.add_argument("--steps", type=int, default=20)
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="train_ddp.py", formatter_class=HelpFormatter,
+                                description=" ".join(__doc__.split("\n\n")[0].split()))
+    p.add_argument("--model", choices=("mlp", "cnn"), default="mlp", help="the network")
+    p.add_argument("--steps", type=int, default=20, help="training steps")
     p.add_argument("--batch", type=int, default=64, help="global batch (all ranks)")
-    p.add_argument("--samples", type=int, default=1024)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--workers", type=int, default=None, help="engine threads per rank")
-    p.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    p.add_argument("--samples", type=int, default=1024, help="size of the synthetic data set")
+    p.add_argument("--lr", type=float, default=2e-3, help="Adam's learning rate")
+    p.add_argument("--workers", type=int, default=None,
+                   help="engine threads per rank (default: pa.Engine's, all cores)")
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's bucket size, MB")
     p.add_argument("--timeout", type=float, default=1800.0, help="DDP all-reduce timeout, s")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--check", action="store_true", help="compare with one process")
-    p.add_argument("--tol", type=float, default=1e-10)
-    p.add_argument("--trace", help="write the last step's Chrome trace (all ranks) here")
-    p.add_argument("--fault-rank", type=int, default=-1)
-    p.add_argument("--fault-step", type=int, default=1)
-    p.add_argument("--fault-where", choices=("early", "middle"), default="middle")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data, weights and batches")
+    p.add_argument("--check", action="store_true",
+                   help="rank 0 then trains the same model in one process and compares")
+    p.add_argument("--tol", type=float, default=1e-10,
+                   help="largest loss or parameter difference --check accepts")
+    p.add_argument("--trace", metavar="FILE.json",
+                   help="write the last step's Chrome trace (all ranks) here")
+    p.add_argument("--fault-rank", type=int, default=-1,
+                   help="rank whose backward raises (tests that the job ends); -1: none")
+    p.add_argument("--fault-step", type=int, default=1, help="step of --fault-rank's fault")
+    p.add_argument("--fault-where", choices=("early", "middle"), default="middle",
+                   help="early: before any parameter's gradient is ready; middle: after the last "
+                        "layers' gradients went to DDP")
     p.add_argument("--fault-catch", action="store_true",
                    help="the faulty rank catches the error and hangs (tests the timeout)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     dist.init()
     r, w = dist.rank(), dist.world_size()
     if args.batch % w:

@@ -88,18 +88,36 @@ def train(args) -> float:
     return test_acc
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=("mlp", "cnn"), default="cnn")
-    p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--workers", type=int, default=None, help="threads (default: all cores)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--target", type=float, default=0.95, help="required test accuracy")
+class HelpFormatter(argparse.HelpFormatter):
+    """Appends "(default: X)" to an option's help unless it states its default already, or
+    the option is a flag or defaults to None (stress/helpformat.py has the same one)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.nargs == 0 or action.default is None or "default" in text.lower():
+            return text
+        return text + " (default: %(default)s)"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="train_digits.py", formatter_class=HelpFormatter,
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", choices=("mlp", "cnn"), default="cnn", help="the network")
+    p.add_argument("--epochs", type=int, default=20, help="passes over the training set")
+    p.add_argument("--batch", type=int, default=64, help="samples per step")
+    p.add_argument("--lr", type=float, default=2e-3, help="Adam's learning rate")
+    p.add_argument("--workers", type=int, default=None,
+                   help="engine threads (default: all cores)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and batch order")
+    p.add_argument("--target", type=float, default=0.95,
+                   help="test accuracy to reach, else the exit status is 1")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no per-batch progress line (the default when not on a terminal)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     args.progress = args.progress and sys.stdout.isatty()
     acc = train(args)
     ok = acc >= args.target

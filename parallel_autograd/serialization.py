@@ -26,6 +26,7 @@ import zipfile
 import numpy as np
 
 from .device import check_device, device
+from . import safetensors_format
 from .tensor import _FLOAT_KINDS, Tensor
 
 _FORMAT = "parallel_autograd.save/1"
@@ -44,11 +45,20 @@ class _Bad(ValueError):
     """What is wrong with the file, worded to follow 'load: <file> '."""
 
 
-def save(obj, f) -> None:
+def save(obj, f, *, format: str | None = None) -> None:
     """Write `obj` (a state dict: nested dicts with str or int keys, lists, tuples,
     Tensors, ndarrays, Python numbers, strings, booleans and None) to `f` (a path or a
     binary file). Raises TypeError naming the first value it cannot store, ValueError
-    if containers nest more than `MAX_DEPTH` deep (which `load` would refuse)."""
+    if containers nest more than `MAX_DEPTH` deep (which `load` would refuse).
+
+    `format`: "npz" (this library's, any state dict) or "safetensors" (a flat dict of
+    tensors such as a model's `state_dict()`, which PyTorch and others read); default:
+    "safetensors" for a path ending in .safetensors, else "npz"."""
+    if _format(f, format, "save") == "safetensors":
+        with open(f, "wb") if isinstance(f, (str, os.PathLike)) \
+                else contextlib.nullcontext(f) as fh:
+            safetensors_format.write(obj, fh)
+        return
     arrays = {}
     tree = _encode(obj, arrays, "obj", 0)
     manifest = json.dumps({"format": _FORMAT, "tree": tree}, allow_nan=True)
@@ -60,10 +70,21 @@ def save(obj, f) -> None:
         np.savez(f, **arrays)
 
 
+def _format(f, format: str | None, who: str) -> str:
+    if format is None:
+        return "safetensors" if safetensors_format.is_safetensors_path(f) else "npz"
+    if format not in ("npz", "safetensors"):
+        raise ValueError(f"{who}: format must be 'npz', 'safetensors' or None, got {format!r}")
+    return format
+
+
 def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None = None,
-         mmap: bool | None = None, max_bytes: int | None = None, **pickle_load_args) -> object:
+         mmap: bool | None = None, max_bytes: int | None = None, format: str | None = None,
+         **pickle_load_args) -> object:
     """Read what `save` wrote: Tensors come back as leaf Tensors (with their
-    `requires_grad`), arrays as ndarrays.
+    `requires_grad`), arrays as ndarrays. A safetensors file (`format`, default by the
+    .safetensors extension as in `save`) gives a dict of leaf Tensors that do not
+    require grad.
 
     PyTorch's `torch.load` arguments are accepted for ported code and change nothing:
     `map_location` (None, "cpu", a CPU `pa.device`/`torch.device`, a dict whose targets
@@ -83,6 +104,7 @@ def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None 
     array named twice, declared sizes that disagree or exceed `max_bytes`, nesting
     deeper than `MAX_DEPTH`. A path that cannot be opened raises OSError as `open`."""
     _check_map_location(map_location)
+    kind = _format(f, format, "load")
     if max_bytes is not None:
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool):
             raise TypeError(f"load: max_bytes must be an int or None, got "
@@ -93,8 +115,10 @@ def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None 
     name = os.fspath(f) if path else getattr(f, "name", "the file")
     with open(f, "rb") if path else contextlib.nullcontext(f) as fh:
         try:
+            if kind == "safetensors":
+                return _load_safetensors(fh, max_bytes)
             return _load(fh, max_bytes)
-        except _Bad as e:
+        except (_Bad, safetensors_format.Malformed) as e:
             raise ValueError(f"load: {name} {e}") from e.__cause__
 
 
@@ -127,6 +151,14 @@ def _load(fh, max_bytes: int | None):
         plans = _plan(z, members, refs, limit, how)
         arrays = {key: _read_array(z, plan) for key, plan in plans.items()}
     return _walk(tree, lambda t, node, where: _value(t, node, arrays))
+
+
+def _load_safetensors(fh, max_bytes: int | None) -> dict:
+    size = _stream_size(fh)
+    if max_bytes is not None and size > max_bytes:  # everything read is in the file
+        raise _Bad(f"would take up to {size} bytes, more than the limit of {max_bytes} "
+                   "bytes (max_bytes)")
+    return safetensors_format.read(fh, size)
 
 
 def _stream_size(fh) -> int:
@@ -345,7 +377,7 @@ def _plan(z, members: dict, refs: dict, limit: int, how: str) -> dict:
     member's size. Returns {key: (ZipInfo, where, shape, dtype)}."""
     infos = {}
     total = members[_MANIFEST + ".npy"].file_size
-    for key, (kind, where, _) in refs.items():
+    for key, (_, where, _) in refs.items():
         infos[key] = members.get(key + ".npy")
         if infos[key] is None:
             raise _damaged(where, f"names the array {_short(key)}, which the file does not hold")

@@ -4,8 +4,9 @@ Every tensor has a counter `t._vc`, a one-element list holding the epoch of the 
 in-place write to its memory (0: never). Tensors that view the same memory (`detach()`,
 and ops whose result is a numpy view of an input, such as reshape or basic indexing, or
 the input's very array, such as a squeeze that removes nothing) share one counter:
-`primitive.record` gives a result the counter of the input whose memory it aliases. `EPOCH[0]` is the latest epoch handed out; `bump(t)` hands out the
-next one and stamps it on `t`'s counter.
+`primitive.record` gives a result the counter of the input whose memory it aliases.
+`EPOCH[0]` is the latest epoch handed out; `bump(t)` hands out the next one and stamps it
+on `t`'s counter.
 
 A node records the counters of its tensor inputs and of its output (`Node.versions`)
 and the epoch at its creation (`Node.epoch`). Before its rule runs, backward checks

@@ -7,10 +7,24 @@ import sys
 from . import faults, graphs, higher
 from .checks import VARIANTS
 from .harness import PROFILES, Config, run
+from .helpformat import HelpFormatter
 
 
-def _list(text, cast=str):
+def _list(text: str, cast=str) -> tuple:
     return tuple(cast(x.strip()) for x in text.split(",") if x.strip())
+
+
+def int_list(text: str) -> tuple:
+    """`--workers`' type: comma-separated positive integers (argparse names the option and
+    prints this message when the text is not one)."""
+    try:
+        out = _list(text, int)
+    except ValueError:
+        out = ()
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers such as 1,2,4, got {text!r}")
+    return out
 
 
 def _kinds(text):
@@ -23,9 +37,14 @@ def _kinds(text):
     return tuple(out)
 
 
-def parse_args(argv=None):
+def parse_args(argv=None) -> argparse.Namespace:
+    """The options of `python -m stress` (argparse exits with status 2 on bad ones)."""
+    return _parser().parse_args(argv)
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m stress",
+        prog="python -m stress", formatter_class=HelpFormatter,
         description="Stress the parallel backward engine: random and model graphs compared "
                     "bitwise with the sequential engine, concurrent callers sharing leaves, "
                     "injected faults, a hang watchdog and leak checks. Exits non-zero on any "
@@ -34,7 +53,7 @@ def parse_args(argv=None):
     _workload_args(p)
     _watch_args(p)
     _output_args(p)
-    return p.parse_args(argv)
+    return p
 
 
 def _budget_args(p):
@@ -49,17 +68,17 @@ def _budget_args(p):
                         help="re-run the unit with this graph seed (from a failure line) for "
                              "each of --families and --faults")
     p.add_argument("--seed", type=int, default=0, metavar="K",
-                   help="master seed: unit i uses graph seed K*1000000+i (default 0)")
+                   help="master seed: unit i uses graph seed K*1000000+i")
 
 
 def _workload_args(p):
     """What runs: engines, callers, graph families and sizes, faults."""
-    p.add_argument("--workers", type=lambda s: _list(s, int), default=(1, 2, 4),
+    p.add_argument("--workers", type=int_list, default=(1, 2, 4),
                    metavar="1,2,4", help="worker counts to compare (default 1,2,4)")
     p.add_argument("--threads", type=int, default=4, metavar="T",
-                   help="caller threads in the concurrency check; 1 turns it off (default 4)")
+                   help="caller threads in the concurrency check; 1 turns it off")
     p.add_argument("--rounds", type=int, default=2, metavar="R",
-                   help="calls per concurrency caller (default 2)")
+                   help="calls per concurrency caller")
     p.add_argument("--families", type=_list, default=tuple(graphs.FAMILIES),
                    metavar="F1,F2", help="graph families (default all: "
                                          + ",".join(graphs.FAMILIES) + ")")
@@ -90,16 +109,17 @@ def _workload_args(p):
                         f"engine target and unit; 0: no multi-root step (default "
                         f"{Config.multi_root})")
     p.add_argument("--profile", choices=sorted(PROFILES), default="default",
-                   help="graph sizes: default (100,000-node chains) or quick (small graphs)")
+                   help="graph sizes: 'default' (100,000-node chains) or 'quick' (small graphs); "
+                        "default: default")
     p.add_argument("--scale", type=float, default=None,
-                   help="override the profile's graph size factor")
+                   help="override the profile's graph size factor (default: the profile's)")
 
 
 def _watch_args(p):
     """Deadlines, what to do on a hang or failure, leak checks, BLAS threads."""
     p.add_argument("--deadline", type=float, default=30.0, metavar="S",
                    help="seconds an engine call may take (plus 0.2 ms per node) before the "
-                        "watchdog dumps all stacks and counts a hang (default 30)")
+                        "watchdog dumps all stacks and counts a hang")
     p.add_argument("--on-hang", choices=("continue", "stop"), default="continue",
                    help="after a hang: go on with the next check, or stop the run")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failure")
@@ -108,11 +128,12 @@ def _watch_args(p):
     p.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false",
                    help="skip the tracemalloc leak probe at checkpoints")
     p.add_argument("--rss-limit-mb", type=float, default=1024.0,
-                   help="RSS growth over the warmed-up baseline counted as a leak")
+                   help="RSS growth over the warmed-up baseline counted as a leak, MB")
     p.add_argument("--switch-interval", type=float, default=None, metavar="S",
                    help="sys.setswitchinterval(S) for the run: a tiny value (1e-6) makes "
                         "the GIL switch threads far more often, widening race windows "
-                        "(the multi-root step uses 1e-6 for its calls unless this is set)")
+                        "(default: Python's, 0.005; the multi-root step uses 1e-6 for its calls "
+                        "unless this is set)")
     p.add_argument("--blas-threads", type=int, default=1,
                    help="pin BLAS threads (OpenBLAS GEMM bits depend on its thread count, so "
                         "the engines are compared under one limit); 0: leave as is")

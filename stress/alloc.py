@@ -128,9 +128,9 @@ def _step(pattern: str, live: _Live, rng, n: int):
 
 def request_work(pattern: str, n: int, rng, elems: int = PAGE_ELEMS,
                  steps: int = 16, al=None) -> tuple:
-    """Lines of Python (`count_lines`) per request while `pattern` runs `steps` steps with `n` (chain:
-    n + 64) arrays of `elems` float64 live, after as many steps as warm-up; and the
-    problems seen (list of str)."""
+    """Lines of Python (`count_lines`) per request while `pattern` runs `steps` steps with
+    `n` (chain: n + 64) arrays of `elems` float64 live, after as many steps as warm-up; and
+    the problems seen (list of str)."""
     al = al if al is not None else memory.CachingAllocator(min_bytes=PAGE_ELEMS * 8)
     live = _Live(al, elems, n)
     step = _step(pattern, live, rng, n)

@@ -349,7 +349,7 @@ def gen_diamond(ctx):
     x = ctx.leaf(shape)
     w1, w2 = ctx.leaf(shape[-1:]), ctx.leaf(shape[-1:])
     shared = [pa.tanh(x * w1)]
-    for i in range(levels):
+    for _ in range(levels):
         a = pa.tanh(x * w1) if ctx.coin() else pa.sin(x + w2)
         b = pa.sigmoid(x - w2) if ctx.coin() else pa.cos(x) * 0.5
         x = pa.tanh(a * b + (a - b) * 0.5)

@@ -243,7 +243,8 @@ def test_hooks_on_a_shared_captured_weight_run_once_on_the_full_gradient(engine)
             w.register_hook(lambda g, calls=calls: calls.append(g.copy()))
             h = pa.tensor(np.random.default_rng(9).standard_normal((2, 4)), requires_grad=True)
             for _ in range(3):  # the same weight in three checkpointed segments
-                f = (lambda a: pa.tanh(a @ w))
+                def f(a, w=w):
+                    return pa.tanh(a @ w)
                 h = pa.checkpoint(f, h) if ckpt else f(h)
             _backward(h.sum(), eng)
             assert len(calls) == 1
@@ -264,7 +265,8 @@ def test_reentrant_supports_arguments_only():
     for ckpt in (False, True):
         w = pa.tensor(layer.weight.data, requires_grad=True)
         b = pa.tensor(layer.bias.data, requires_grad=True)
-        g = (lambda a, w, b: pa.tanh(F.linear(a, w, b)))
+        def g(a, w, b):
+            return pa.tanh(F.linear(a, w, b))
         y = pa.checkpoint(g, x, w, b, use_reentrant=True) if ckpt else g(x, w, b)
         grads.append(pa.grad(y.sum(), [x, w, b]))
     assert_bitwise(*grads)
@@ -412,7 +414,8 @@ def test_draws_from_a_given_generator_are_replayed_and_advance_it_once(engine):
         drop = pa.nn.Dropout(0.5, generator=g)
 
         def seg(h):
-            noise = pa.randn(*h.shape, rng=g) + pa.bernoulli(pa.tensor(np.full(h.shape, 0.5)), generator=g)
+            noise = pa.randn(*h.shape, rng=g) + pa.bernoulli(pa.tensor(np.full(h.shape, 0.5)),
+                                                             generator=g)
             return drop(pa.tanh(h) * noise)
 
         x = pa.tensor(np.random.default_rng(4).standard_normal((5, 7)), requires_grad=True)

@@ -24,10 +24,11 @@ from parallel_autograd.engine.plan import plan_call
 from stress import compare
 from stress.compare import (alloc_scaling, bound, children, cli, measure, report,
                             report_pythons, samples, schedule, stats, step, synthetic,
-                            targets, workloads)
+                            targets, verdict, workloads)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--size", "tiny", "--retries", "0", "--budget", "0"]
+FULL = ["--report", "-", "--no-plot"]  # the full tables on stdout (after the verdict), no PNG
 
 
 def plan_nodes(loss) -> int:
@@ -479,8 +480,8 @@ def test_every_workload_from_the_command_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run([sys.executable, "-m", "stress.compare", *TINY, "--reps", "2",
                            "--allocator", "default", "--no-torch", "--out", str(out), "--plot",
-                           str(tmp_path / "r.png")], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+                           str(tmp_path / "r.png"), "--report", "-"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     raw = result["settings"]["default"]
@@ -494,7 +495,7 @@ def test_every_workload_from_the_command_line(tmp_path):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        assert "--plot needs matplotlib" in proc.stderr
+        assert proc.stderr.count("no plot: matplotlib is not installed") == 1
         assert not (tmp_path / "r.png").exists()
     else:
         assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -542,7 +543,8 @@ def run_main(argv, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PYTHONPATH", raising=False)
     out = tmp_path / "r.json"
-    assert compare.main(TINY + ["--reps", "1", "--no-torch", "--out", str(out), *argv]) == 0
+    assert compare.main(TINY + FULL + ["--reps", "1", "--no-torch", "--out", str(out),
+                                       *argv]) == 0
     return json.loads(out.read_text()), capsys.readouterr().out
 
 
@@ -661,11 +663,11 @@ def fake_run(monkeypatch, par, spread):
     (1.5, 0.0, 1, "MISS"), (1.0, 0.3, 0, "unresolved"), (0.5, 0.0, 0, "PASS")])
 def test_check_fails_on_miss_only(monkeypatch, capsys, par, spread, code, status):
     fake_run(monkeypatch, par, spread)
-    assert compare.main(["--check", "--workloads", "mlp-chain"]) == code
+    assert compare.main(FULL + ["--check", "--workloads", "mlp-chain"]) == code
     out, err = capsys.readouterr()
     assert f"- {status:4s} 3. backward_parallel faster than PyTorch's backward" in out
     assert ("--check: MISS: default target 3" in err) == (code == 1)
-    assert compare.main(["--workloads", "mlp-chain"]) == 0  # without --check: always 0
+    assert compare.main(FULL + ["--workloads", "mlp-chain"]) == 0  # without --check: always 0
 
 
 def test_tiny_run_with_forward_step_and_the_pytorch_child(tmp_path):
@@ -674,7 +676,7 @@ def test_tiny_run_with_forward_step_and_the_pytorch_child(tmp_path):
     names = ["tiny-nodes", "wide-elementwise"]
     proc = subprocess.run([sys.executable, "-m", "stress.compare", *TINY, "--reps", "2",
                            "--allocator", "default", "--workloads", ",".join(names),
-                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                           "--out", str(out), *FULL], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -697,7 +699,7 @@ def test_without_torch_the_report_says_how_to_get_its_columns(monkeypatch, capsy
     monkeypatch.setattr(cli, "torch_available", lambda args: False)
     monkeypatch.setattr(cli, "measure_all", lambda args, argv: (
         {"default": raw(**{"mlp-chain": row(1.0)})}, {}))
-    assert compare.main(["--check", "--workloads", "mlp-chain"]) == 0
+    assert compare.main(FULL + ["--check", "--workloads", "mlp-chain"]) == 0
     out, err = capsys.readouterr()
     assert "make bench TORCH=1" in err and "Note: no PyTorch columns" in out
     assert "- n/a  3. backward_parallel faster than PyTorch's backward" in out
@@ -710,10 +712,140 @@ def test_a_broken_torch_drops_the_pytorch_columns_not_the_run(tmp_path):
     (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('broken for a test')\n")
     out = tmp_path / "r.json"
     proc = subprocess.run([sys.executable, "-m", "stress.compare", *TINY, "--reps", "1",
-                           "--allocator", "default", "--workloads", "tiny-nodes", "--out",
-                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+                           "--allocator", "default", "--workloads", "tiny-nodes,wide-elementwise",
+                           "--out", str(out), *FULL], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONPATH=str(tmp_path)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "the PyTorch child failed" in proc.stderr
+    # the reason once (the PyTorch child's), not once per child and workload
+    assert proc.stderr.count("torch does not import: ImportError: broken for a test") == 1
+    assert proc.stderr.count("torch does not import") == 1
     result = json.loads(out.read_text())
     assert result["torch_child"] is None and "Note: no PyTorch columns" in proc.stdout
+
+
+# ---- the first screen: verdict, torch once, schema, progress (issue 29) ------------------
+def fake_result(par=0.5, spread=0.0, contention=0.0, torch=True, lstm=1.5):
+    """A result of main()'s layout from canned measurements: cnn and lstm, PyTorch 1.0 s."""
+    wls = {"cnn": row(1.0, par, spread=spread, contention=contention), "lstm": row(1.0, lstm)}
+    settings = {"default": raw(**wls)}
+    tc = raw("torch", **{n: torch_row(1.0, spread) for n in wls}) if torch else None
+    return {"meta": {"date": "D", "command": "c", "torch_hint": None if torch else "HINT"},
+            "settings": settings, "torch_child": tc,
+            "targets": targets.evaluate_all(settings, tc)}
+
+
+def test_workload_verdict_from_the_targets_checks():
+    def check(name, st):
+        return {"workload": name, "status": st}
+    ts = [{"id": 1, "checks": [check("a", "PASS"), check("b", "noisy"), check("c", "PASS")]},
+          {"id": 3, "checks": [check("a", "PASS"), check("b", "PASS"), check("c", "MISS")]},
+          {"id": 7, "checks": [check("c", "unresolved"), check("d", "unresolved")]}]
+    assert verdict.workload_verdict("a", ts) == ("PASS", [])
+    assert verdict.workload_verdict("b", ts) == ("unresolved", [1])  # noisy: not scored
+    assert verdict.workload_verdict("c", ts) == ("MISS", [3])  # a MISS decides it
+    assert verdict.workload_verdict("d", ts) == ("unresolved", [7])
+    assert verdict.workload_verdict("e", ts) == ("n/a", [])
+    assert verdict.verdict_cell("MISS", [3, 7], False) == "MISS (targets 3, 7)"
+    assert verdict.verdict_cell("unresolved", [1], False) == "unresolved (target 1)"
+    assert verdict.verdict_cell("unresolved", [1, 3], True) == \
+        "unresolved (noisy: measured under other load, not scored)"
+    assert verdict.verdict_cell("PASS", [], False) == "PASS"
+
+
+def test_verdict_table_leads_with_ratios_and_verdicts():
+    text = verdict.verdict(fake_result(), {"Plot": "p.png"})
+    lines = text.splitlines()
+    assert lines[0].startswith("# Verdict: backward_parallel against the sequential engine")
+    assert lines[2] == ("| workload | speedup over sequential (2 cores) | time / PyTorch's "
+                        "(below 1: faster) | verdict |")
+    # cnn: 2x over seq, half PyTorch's time; lstm slower than seq and than PyTorch
+    assert "| cnn | 2.00x [2.00, 2.00] | 0.50x [0.50, 0.50] | PASS |" in lines
+    lstm = next(x for x in lines if x.startswith("| lstm |"))
+    assert lstm.startswith("| lstm | 0.67x [0.67, 0.67] | 1.50x [1.50, 1.50] | MISS (targets 1")
+    assert "Plot: p.png" in lines
+    assert any(x.startswith("Targets: ") and " MISS, " in x for x in lines)
+    assert "wait-quiet" not in text  # nothing noisy: no hint
+
+
+def test_verdict_without_torch_says_so_once_and_hints_at_a_quiet_run():
+    text = verdict.verdict(fake_result(contention=1.0, torch=False, lstm=0.5), {})
+    assert "PyTorch" not in text.splitlines()[2]  # no column
+    assert text.count("No torch: HINT.") == 1 and text.count("torch") == 1
+    assert "| cnn | 2.00x [2.00, 2.00] | unresolved (noisy: measured under other load" in text
+    summary = next(x for x in text.splitlines() if x.startswith("Targets: "))
+    assert "because rows were measured under other load" in summary
+    assert "`make bench BENCH_ARGS='--wait-quiet 120'`" in summary
+    c = verdict.counts(fake_result(contention=1.0, torch=False, lstm=0.5)["targets"])
+    assert c["noisy"] >= 1 and sum(c[k] for k in ("PASS", "MISS", "unresolved", "n/a")) == 9
+
+
+def test_eta_and_progress_lines():
+    assert [verdict.eta_text(s) for s in (None, -1, 0, 44.6, 60, 130, 3599, 3725)] == \
+        ["?", "?", "0s", "45s", "1m00s", "2m10s", "59m59s", "1h02m"]
+    assert verdict.progress_line(0, 12, "cnn", 0.0) == "[1/12] cnn ... ETA ?"
+    assert verdict.progress_line(2, 12, "lstm", 26.0) == "[3/12] lstm ... ETA 2m10s"
+
+
+def test_torch_missing_is_said_once_and_the_children_are_told(monkeypatch, capsys, tmp_path):
+    seen = {}
+
+    def measure_all(args, argv):
+        seen["no_torch"] = args.no_torch
+        return {"default": raw(**{"mlp-chain": row(1.0)})}, {}
+    monkeypatch.setattr(cli, "torch_available", lambda args: False)
+    monkeypatch.setattr(cli, "measure_all", measure_all)
+    out = tmp_path / "r.json"
+    assert compare.main(["--no-plot", "--report", str(tmp_path / "r.md"), "--out", str(out),
+                         "--workloads", "mlp-chain"]) == 0
+    stdout, err = capsys.readouterr()
+    assert seen["no_torch"] and err.count("torch is not installed") == 1
+    assert "make bench TORCH=1" in err and stdout.count("make bench TORCH=1") == 1
+    assert f"Full tables (markdown): {tmp_path / 'r.md'}" in stdout
+    assert "## Allocator: default" in (tmp_path / "r.md").read_text()
+    assert "## Allocator: default" not in stdout  # the tables went to the file
+    # the children get --no-torch, so none of them tries (and says so) again
+    cmds = []
+    monkeypatch.setattr(children.subprocess, "run", lambda cmd, **kw: cmds.append(cmd))
+    monkeypatch.setattr(children.json, "load", lambda f: {})
+    args = cli.parse_args(["--no-torch"])
+    children.run_child(args, "default", [], workloads=["cnn"])
+    assert "--no-torch" in cmds[0]
+    assert children.passed_on(["--no-plot", "--report", "x.md", "--seed", "1"]) == ["--seed", "1"]
+
+
+def test_the_json_has_a_schema_version(monkeypatch, capsys, tmp_path):
+    fake_run(monkeypatch, 0.5, 0.0)
+    out = tmp_path / "sub" / "r.json"  # its directory is made
+    assert compare.main(FULL + ["--out", str(out), "--workloads", "mlp-chain"]) == 0
+    result = json.loads(out.read_text())
+    assert result["schema_version"] == cli.SCHEMA_VERSION == 1
+    assert f"All measurements (JSON): {out}" in capsys.readouterr().out
+
+
+def test_no_matplotlib_is_said_once_and_the_run_goes_on(monkeypatch, capsys, tmp_path):
+    import builtins
+    real = builtins.__import__
+
+    def no_mpl(name, *a, **k):
+        if name.startswith("matplotlib"):
+            raise ImportError("no matplotlib for a test")
+        return real(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", no_mpl)
+    fake_run(monkeypatch, 0.5, 0.0)
+    png = tmp_path / "p.png"
+    assert compare.main(["--report", "-", "--plot", str(png), "--workloads", "mlp-chain"]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("no plot: matplotlib is not installed") == 1 and not png.exists()
+    assert "Plot: not written: matplotlib is not installed" in out
+    assert cli.parse_args([]).plot == cli.DEFAULT_PLOT  # on by default
+    assert cli.parse_args(["--no-plot"]).plot is None
+
+
+@pytest.mark.parametrize("lo,hi,words", [
+    (-0.3, -0.1, "Below 0: the overlapped DDP step was slower"),
+    (-0.15, 0.14, "no measurable share is hidden"),
+    (1.1, 1.3, "Above 1"), (0.12, 0.2, "Overlap hid 12% to 20%")])
+def test_mpi_hidden_share_is_explained(lo, hi, words):
+    from stress.compare import mpi
+    assert words in mpi.hidden_meaning(stats.Interval((lo + hi) / 2, lo, hi))

@@ -10,7 +10,6 @@ import sys
 import sysconfig
 import textwrap
 
-import numpy as np
 import pytest
 
 import parallel_autograd as pa

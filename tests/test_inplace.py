@@ -130,7 +130,7 @@ def test_the_check_still_applies_on_a_second_backward_with_retain_graph():
     assert np.array_equal(x.grad, [3.0, 4.0])
 
 
-# ---- the index writes: scatter_, scatter_add_, index_add_, index_fill_, masked_fill_ --------------
+# ---- the index writes: scatter_, scatter_add_, index_add_, index_fill_, masked_fill_ -----------
 def _index_cases():
     rng = np.random.default_rng(11)
     x = rng.standard_normal((3, 4))

@@ -468,7 +468,7 @@ def test_linear_memory():
     x, w, b = leaf(rand((8, 64, 128), 1)), leaf(rand((96, 128), 2)), leaf(rand(96, 3))
     y, extra = temporary_bytes(F.linear, x, w, b)
     assert extra <= SLACK                        # one GEMM into the output, bias in place
-    for gi, extra in _rules(y):
+    for _, extra in _rules(y):
         assert extra <= SLACK                    # one GEMM (or a reduction) each
 
 
@@ -479,7 +479,7 @@ def test_norm_memory(op, affine):
     params = [leaf(rand(256, 2)), leaf(rand(256, 3))][:(2 if op == "layer_norm" else 1)]
     y, extra = temporary_bytes(getattr(F, op), x, 256, *(params if affine else []))
     assert extra <= 2 * 8 * 64 * 32 + SLACK      # per-row mean and 1/std (1/rms) kept
-    for gi, extra in _rules(y):
+    for _, extra in _rules(y):
         assert extra <= BLOCK + SLACK            # g * weight or x-hat in one row block
 
 

@@ -125,7 +125,7 @@ def test_setattr_registers_and_reassigns_like_torch():
     assert "sub" not in m._modules and names(m.named_parameters()) == ["sub"]
     del m.sub
     with pytest.raises(AttributeError, match="'Module' object has no attribute 'sub'"):
-        m.sub
+        m.sub  # noqa: B018 (the attribute access is what raises)
     m.register_buffer("b", pa.zeros(1))
     with pytest.raises(TypeError, match="buffer 'b'"):
         m.b = np.zeros(1)

@@ -232,7 +232,7 @@ def test_layers_train_and_evaluate_like_torch(layer, shape, kwargs):
     params_p, params_t = list(pm.parameters()), list(tm.parameters())
     opt_p = pa.optim.SGD(params_p, lr=0.1) if params_p else None
     opt_t = torch.optim.SGD(params_t, lr=0.1) if params_t else None
-    for step in range(3):
+    for _ in range(3):
         x = _data(shape, c_axis)
         xp, xt = pa.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
         seed = RNG.standard_normal(shape)

@@ -102,7 +102,8 @@ def _run(lib, name, key, kind, torch=None):
                             for k, v in s.items()} for i, s in sd["state"].items()}
         sd, make = tsd, (lambda: _torch(torch, name, now))
     else:
-        make = (lambda: _pa(name, now))
+        def make():
+            return _pa(name, now)
     bad = _bad(kind, np.asarray(sd["state"][1][key]))
     if bad is DELETE:
         del sd["state"][1][key]

@@ -19,8 +19,8 @@ import pytest
 import parallel_autograd as pa
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings  # noqa: E402 (after the skip)
+from hypothesis import strategies as st  # noqa: E402
 
 # Peak allocation allowed per byte the load may read (the file, or max_bytes): array
 # data takes at most 1x, the manifest's JSON objects ~30x its length (measured <= 31x
@@ -118,12 +118,12 @@ def _well_formed(obj, most: int) -> bool:
     return True
 
 
-def _check_load(data: bytes, max_bytes=None) -> bool:
+def _check_load(data: bytes, max_bytes=None, format=None) -> bool:
     """Load `data`; assert it is a well-formed result or exactly one ValueError and
     that the peak allocation is bounded. True if it loaded."""
     tracemalloc.start()
     try:
-        got = pa.load(io.BytesIO(data), max_bytes=max_bytes)
+        got = pa.load(io.BytesIO(data), max_bytes=max_bytes, format=format)
     except Exception as e:  # noqa: BLE001 - asserted below
         got = e
     finally:
@@ -135,6 +135,8 @@ def _check_load(data: bytes, max_bytes=None) -> bool:
     else:
         assert _well_formed(got, max(len(data), max_bytes or 0)), got
     assert peak <= _PER_BYTE * max(len(data), max_bytes or 0) + _FIXED, (peak, len(data))
+    if format == "safetensors" and not isinstance(got, BaseException):
+        assert all(isinstance(k, str) and isinstance(v, pa.Tensor) for k, v in got.items())
     return not isinstance(got, BaseException)
 
 
@@ -281,3 +283,75 @@ def _npy(arr) -> bytes:
     buf = io.BytesIO()
     np.lib.format.write_array(buf, np.asarray(arr), allow_pickle=False)
     return buf.getvalue()
+
+
+# ---- the safetensors reader (pa.load(..., format="safetensors"), *.safetensors) ---------
+def _safetensors_files() -> list:
+    rng = np.random.default_rng(1)
+    model = pa.nn.Sequential(pa.nn.Linear(4, 3), pa.nn.BatchNorm1d(3), pa.nn.Linear(3, 2))
+    dtypes = [np.float16, np.float32, np.float64, np.int8, np.int64, np.uint16, np.bool_]
+    files = []
+    for sd in (model.state_dict(),
+               {np.dtype(d).name: (rng.standard_normal((2, 3)) * 5).astype(d) for d in dtypes},
+               {"s": np.array(1.5), "e": np.zeros((0, 2)), "f": np.ones((3, 1), np.float32)}):
+        buf = io.BytesIO()
+        pa.save(sd, buf, format="safetensors")
+        files.append(buf.getvalue())
+    return files
+
+
+def _mutate_header(data: bytes, rng) -> bytes:
+    """A few characters of the JSON header changed to ones that matter to it (digits,
+    brackets, quotes, commas), the header length kept or set to an extreme."""
+    b = bytearray(data)
+    n = int.from_bytes(b[:8], "little")
+    for at in rng.integers(8, 8 + n, size=rng.integers(1, 4)):
+        b[at] = int(rng.choice([ord(c) for c in '0123456789[]{}",:-. e']))
+    if rng.integers(4) == 0:
+        lengths = [0, 1, n - 1, n + 1, n + 8, 2**63, 2**64 - 1]
+        b[:8] = lengths[rng.integers(len(lengths))].to_bytes(8, "little")
+    return bytes(b)
+
+
+@pytest.mark.timeout(300)
+def test_fuzz_safetensors_bytes_and_headers():
+    files = _safetensors_files()
+    for data in files:
+        assert _check_load(data, format="safetensors")
+    rng = np.random.default_rng(2025)
+    loaded = refused = 0
+    for n in range(1200):
+        data = files[n % len(files)]
+        bad = _mutate_bytes(data, rng) if n % 2 else _mutate_header(data, rng)
+        if _check_load(bad, format="safetensors"):
+            loaded += 1
+        else:
+            refused += 1
+    assert refused > 600 and loaded > 0  # the mutations do reach the checks
+
+
+_COUNT = st.one_of(st.integers(-2, 40), st.just(2**64), st.floats(0, 8), st.booleans(),
+                   st.none(), st.text(max_size=2))
+_ST_ENTRY = st.one_of(
+    st.fixed_dictionaries({
+        "dtype": st.one_of(st.sampled_from(["F64", "F32", "F16", "BF16", "I8", "U8", "BOOL",
+                                            "F8_E4M3", "C64", "f64"]), st.integers()),
+        "shape": st.one_of(st.lists(_COUNT, max_size=3), _COUNT),
+        "data_offsets": st.one_of(st.lists(_COUNT, max_size=3), _COUNT)}),
+    st.dictionaries(st.sampled_from(["dtype", "shape", "data_offsets", "x"]), _COUNT,
+                    max_size=4),
+    st.lists(_COUNT, max_size=2), _COUNT)
+
+
+@pytest.mark.timeout(300)
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(entries=st.lists(st.tuples(st.sampled_from(["a", "b", "c", "__metadata__"]),
+                                  _ST_ENTRY), max_size=4),
+       data=st.binary(max_size=64), pad=st.sampled_from([0, 0, 1, 7, 300]))
+def test_fuzz_crafted_safetensors_headers(entries, data, pad):
+    # duplicate names are kept in the text (json.dumps of a dict would merge them)
+    text = "{" + ",".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in entries) + "}"
+    text = "[" * pad + text + "]" * pad if pad > 100 else text + " " * pad
+    raw = text.encode()
+    _check_load(len(raw).to_bytes(8, "little") + raw + data, format="safetensors")

@@ -34,6 +34,10 @@ P = W.Lib("pa")
 
 # every case in every form it has (cases without a tensor result run too: the walk
 # stays complete)
+# The op walk: thousands of small cases, interpreter-independent; `-m "not walk"` leaves
+# them out (.ci/run does for the extra CPython versions; the parity run has them all).
+pytestmark = pytest.mark.walk
+
 PARAMS = [pytest.param(c, f, id=f"{c.id}-{f}") for c in W.CASES for f in W.forms(c)]
 
 
@@ -191,8 +195,10 @@ def test_results_alias_their_inputs_as_in_pytorch(case, form, variant):
     result is a view where PyTorch's is, and a copy where PyTorch's is (`diag` of a
     matrix copied, `diagonal` views). numpy's read-only views (broadcast_to, expand) refuse
     the write PyTorch allows: a clear error, not a different value."""
+    if torch is None:
+        pytest.skip("PyTorch is the oracle")
     run = _run(case, form, variant)
-    if run is None or torch is None:
+    if run is None:
         return
     ins, outs = run
     T = W.Lib("torch")

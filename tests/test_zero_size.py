@@ -31,7 +31,8 @@ import parallel_autograd as pa
 import parallel_autograd.nn as nn
 from opwalk import torch
 
-pytestmark = pytest.mark.skipif(torch is None, reason="PyTorch is the oracle")
+pytestmark = [pytest.mark.skipif(torch is None, reason="PyTorch is the oracle"),
+              pytest.mark.walk]  # the op walk (`-m "not walk"` leaves it out)
 
 P = W.Lib("pa")
 T = W.Lib("torch") if torch is not None else None  # the module is skipped then
@@ -324,7 +325,8 @@ def test_zero_size_layers_follow_pytorch(layer, letter):
     if tm is None:
         _, terr = _attempt(lambda: _modules(layer, sizes))
         _, perr = _attempt(lambda: getattr(nn, layer.name)(*layer.make(sizes), **layer.kwargs))
-        assert perr is not None, f"PyTorch refuses to build it ({terr}); parallel_autograd builds it"
+        assert perr is not None, \
+            f"PyTorch refuses to build it ({terr}); parallel_autograd builds it"
         _same_category(terr, perr)
         return
     tins = [T.t(a, requires_grad=a.dtype.kind == "f") for a in arrays]

@@ -38,21 +38,29 @@ def gil_enabled() -> bool:
 class Decision:
     """What `decide` concluded for one call.
 
-    mode: "sequential" or "parallel"; reason: why, in words.
+    mode: "sequential" or "parallel"; reason: why, in words (formatted when read: the
+    sequential verdict of a chain is on the per-call path, its text is not).
     order: the running nodes in decreasing seq (parallel only, else None).
     accumulation: "ranked" or "keyed" (parallel only, else None).
     total_cost, critical_path: the estimates it was based on (0 where not computed).
     """
 
-    __slots__ = ("mode", "reason", "order", "accumulation", "total_cost", "critical_path")
+    __slots__ = ("mode", "_reason", "_args", "order", "accumulation", "total_cost",
+                 "critical_path")
 
-    def __init__(self, reason: str, total_cost: float = 0, critical_path: float = 0):
+    def __init__(self, reason: str, total_cost: float = 0, critical_path: float = 0,
+                 *args):
         self.mode = "sequential"
-        self.reason = reason
+        self._reason = reason  # a str.format template when args are given
+        self._args = args
         self.order = None
         self.accumulation = None
         self.total_cost = total_cost
         self.critical_path = critical_path
+
+    @property
+    def reason(self) -> str:
+        return self._reason.format(*self._args) if self._args else self._reason
 
 
 def decide(plan, cfg) -> Decision:
@@ -61,9 +69,10 @@ def decide(plan, cfg) -> Decision:
     share_cheap, max_parked)."""
     nodes = plan.in_degree
     if cfg.num_workers == 1:
-        return Decision("num_workers=1")
+        return _NUM_WORKERS_1
     if len(nodes) < cfg.min_nodes:
-        return Decision(f"small graph ({len(nodes)} nodes < min_nodes={cfg.min_nodes})")
+        return Decision("small graph ({} nodes < min_nodes={})", 0, 0, len(nodes),
+                        cfg.min_nodes)
     total = biggest = 0
     for n in nodes:
         c = n.cost
@@ -72,20 +81,20 @@ def decide(plan, cfg) -> Decision:
             biggest = c
     all_cheap = biggest < cfg.inline_below
     if all_cheap and not cfg.share_cheap and len({n for n, _ in plan.roots}) <= 1:
-        return Decision(f"every node is cheap (< inline_below={cfg.inline_below:.3g}): "
-                        "one thread would run them all", total)
+        return Decision("every node is cheap (< inline_below={:.3g}): one thread would "
+                        "run them all", total, 0, cfg.inline_below)
     if total < cfg.min_work:
-        return Decision(f"little work ({total:.3g} < min_work={cfg.min_work:.3g})", total)
+        return Decision("little work ({:.3g} < min_work={:.3g})", total, 0, total,
+                        cfg.min_work)
     threaded = sum(n.cost for n in nodes if n.threaded)
     if threaded > cfg.max_blas_share * total and blas.available_threads() > 1:
-        return Decision(f"BLAS-bound ({threaded / total:.0%} of the work is in multithreaded "
-                        f"BLAS kernels, which already use the cores)", total)
+        return Decision(BLAS_BOUND, total, 0, threaded / total)
     order = backward_order(nodes if plan.runs is None else plan.runs)
     cp = critical_path(order)
     width = total / cp if cp else 0.0
     if width < cfg.min_width:
-        return Decision(f"no width (work / critical path = {width:.2f} < {cfg.min_width})",
-                        total, cp)
+        return Decision("no width (work / critical path = {:.2f} < {})", total, cp, width,
+                        cfg.min_width)
     d = Decision(f"width {width:.2f}", total, cp)
     d.mode, d.order = "parallel", order
     # create_graph sums by rank (recorded adds tagged by rank: engine/graph.py)
@@ -93,6 +102,76 @@ def decide(plan, cfg) -> Decision:
              and keyed_fits(plan, cfg))
     d.accumulation = "keyed" if keyed else "ranked"
     return d
+
+
+_NUM_WORKERS_1 = Decision("num_workers=1")
+BLAS_BOUND = ("BLAS-bound ({:.0%} of the work is in multithreaded BLAS kernels, which "
+              "already use the cores)")
+
+
+class DecisionCache:
+    """The sequential verdicts of one engine, by graph shape: a training loop builds
+    the same graph every step, and a chain's verdict ("no width", "BLAS-bound", ...)
+    costs `decide` a pass over every node (about 50 ns a node, 1-2% of a chain of small
+    nodes). A call whose shape (`shape_key`: node and root counts, the root's op and
+    sizes around it, pruning, create_graph, the thresholds) had a sequential verdict
+    reuses it, and every `RECHECK`-th such call decides again in full, so a graph whose
+    costs changed under the same shape is found out within that many calls; a
+    "BLAS-bound" verdict is reused only while BLAS still has several threads. Parallel
+    verdicts are never reused (their node order is per call, and such calls are long).
+
+    A wrong reuse can only cost time: both modes give bitwise the same results.
+    Thread safety: dict reads and writes are atomic; concurrent calls may race on an
+    entry's hit count, which only moves when the next full check happens.
+    """
+
+    RECHECK = 32   # every RECHECK-th hit of an entry decides again in full
+    SIZE = 64      # shapes kept; the cache is emptied when full
+
+    def __init__(self):
+        self._entries = {}  # shape_key -> [Decision, hits]
+
+    def decide(self, plan, cfg) -> Decision:
+        """`decide(plan, cfg)`, or the verdict of the last call of this shape."""
+        if cfg.num_workers == 1 or len(plan.in_degree) < cfg.min_nodes or not plan.roots:
+            return decide(plan, cfg)  # O(1) verdicts, or nothing to key on
+        key = shape_key(plan, cfg)
+        entry = self._entries.get(key)
+        if entry is not None:
+            entry[1] += 1
+            d = entry[0]
+            if entry[1] % self.RECHECK and (d._reason is not BLAS_BOUND_AGAIN
+                                            or blas.available_threads() > 1):
+                return d
+        d = decide(plan, cfg)
+        if d.order is not None:
+            self._entries.pop(key, None)
+            return d
+        again = Decision(_AGAIN.get(d._reason, d._reason + " (as before for this graph "
+                                    "shape)"), d.total_cost, d.critical_path, *d._args)
+        if entry is not None:
+            entry[0] = again
+        else:
+            if len(self._entries) >= self.SIZE:
+                self._entries.clear()
+            self._entries[key] = [again, 0]
+        return d
+
+
+def shape_key(plan, cfg) -> tuple:
+    """What identifies a graph's shape for `DecisionCache`, in O(1): the counts of
+    nodes, roots and running nodes, the first root's op and size and its inputs'
+    sizes (they change with the batch), create_graph, and the engine's thresholds."""
+    root = plan.roots[0][0]
+    return (len(plan.in_degree), len(plan.roots), root.name, root.size,
+            tuple([-1 if n is None else n.size for n in root.next_nodes]),
+            -1 if plan.runs is None else len(plan.runs), plan.positions is None,
+            cfg.min_work, cfg.min_width, cfg.inline_below, cfg.max_blas_share,
+            cfg.share_cheap)
+
+
+BLAS_BOUND_AGAIN = BLAS_BOUND + " (as before for this graph shape)"
+_AGAIN = {BLAS_BOUND: BLAS_BOUND_AGAIN}
 
 
 def critical_path(order, costs: dict | None = None) -> float:

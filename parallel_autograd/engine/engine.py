@@ -22,7 +22,7 @@ import weakref
 from .. import intraop, locks
 from ..grad_mode import run_without_grad
 from . import blas, callbacks
-from .cost import decide, gil_enabled, usable_cores
+from .cost import DecisionCache, gil_enabled, usable_cores
 from .graph import renumber
 from .plan import collect, plan_call
 from .pool import WorkerPool, on_worker_thread
@@ -113,6 +113,7 @@ class Engine:
         self._calls = 0
         self._fallbacks = 0
         self.last_stats = None
+        self._decisions = DecisionCache()  # a chain is decided once per graph shape
 
     # ---- lifecycle --------------------------------------------------------------
     def close(self) -> None:
@@ -188,8 +189,10 @@ class Engine:
         st.workers = self.num_workers
         st.nodes = len(plan.in_degree)
         t0 = time.perf_counter()
-        d = decide(plan, self)
-        st.mode, st.reason, st.accumulation = d.mode, d.reason, d.accumulation
+        d = self._decisions.decide(plan, self)
+        # a sequential verdict's text is formatted only when read (it holds no nodes)
+        st.mode, st.accumulation = d.mode, d.accumulation
+        st.reason = d if d.order is None else d.reason
         st.total_cost, st.critical_path = d.total_cost, d.critical_path
         # rules and hooks record nothing; the caller's grad mode is untouched however
         # the call ends (run_without_grad: a copy of its context, which workers copy)
@@ -307,8 +310,27 @@ def tensor_backward(root, grad=None, retain_graph: bool | None = None,
     if target == "sequential":
         sequential_backward(root, grad, retain_graph=retain_graph, create_graph=create_graph)
     else:
-        eng = default_engine() if target == "parallel" else target
+        eng = _tensor_default() if target == "parallel" else target
         eng.backward(root, grad, retain_graph=retain_graph, create_graph=create_graph)
+
+
+_TENSOR_DEFAULT = [None, 0]  # the engine Tensor.backward() ran on, calls since looked up
+_RECOUNT = 256
+
+
+def _tensor_default() -> Engine:
+    """`default_engine()` for `Tensor.backward()`, without counting the usable cores (a
+    system call, about 1 us: 1% of a small chain's backward) on every call: the engine
+    is looked up again every `_RECOUNT` calls (so a changed CPU affinity is seen within
+    that many) and whenever it was closed. Races between threads only cause an extra
+    lookup."""
+    eng, calls = _TENSOR_DEFAULT
+    if eng is None or calls >= _RECOUNT or eng.closed:
+        eng = default_engine()
+        _TENSOR_DEFAULT[:] = [eng, 0]
+    else:
+        _TENSOR_DEFAULT[1] = calls + 1
+    return eng
 
 
 def backward_parallel(root, grad=None, num_workers: int | None = None,

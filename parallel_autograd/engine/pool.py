@@ -137,6 +137,12 @@ class WorkerPool:
         if sleeper is not None:
             sleeper.put(None)
 
+    def discard(self, task) -> None:
+        """Drop every queued item of `task` (a failed call: they would be skipped, and
+        each holds its node and gradient until a worker gets to it)."""
+        with self._lock:
+            self._queues.pop(task, None)
+
     def wake(self, task) -> None:
         """`task` became runnable again or finished: every waiter re-checks."""
         with self._lock:

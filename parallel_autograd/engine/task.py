@@ -74,10 +74,11 @@ _LINGER = 200e-6  # seconds a thread out of work spins on a share_cheap call's `
 class CallStats:
     """What one parallel call did; returned by `Engine.backward(..., stats=True)`."""
 
-    __slots__ = ("mode", "reason", "nodes", "workers", "elapsed", "nodes_per_thread",
-                 "busy_per_thread", "queue_wait", "inline_runs", "queued_runs",
-                 "total_cost", "critical_path", "blas_threads", "accumulation",
-                 "parked_peak")
+    FIELDS = ("mode", "reason", "nodes", "workers", "elapsed", "nodes_per_thread",
+              "busy_per_thread", "queue_wait", "inline_runs", "queued_runs",
+              "total_cost", "critical_path", "blas_threads", "accumulation",
+              "parked_peak")
+    __slots__ = tuple(f for f in FIELDS if f != "reason") + ("_reason",)
 
     def __init__(self):
         self.nodes_per_thread = {}
@@ -90,6 +91,19 @@ class CallStats:
         self.parked_peak = 0  # most bytes held parked at once (ranked accumulation)
         self.total_cost = 0
         self.critical_path = 0
+        self._reason = None
+
+    @property
+    def reason(self) -> str:
+        """Why the call ran as it did, in words (formatted when read: a `Decision`'s
+        text costs microseconds, a chain's whole fixed cost is a few)."""
+        r = self._reason
+        return r if r is None or isinstance(r, str) else r.reason
+
+    @reason.setter
+    def reason(self, value) -> None:
+        """A str, or an object with a `reason` attribute (a `cost.Decision`)."""
+        self._reason = value
 
     @property
     def fell_back(self) -> bool:
@@ -98,7 +112,7 @@ class CallStats:
 
     def as_dict(self) -> dict:
         """Every field, plus `fell_back`."""
-        d = {k: getattr(self, k, None) for k in self.__slots__}
+        d = {k: getattr(self, k, None) for k in self.FIELDS}
         d["fell_back"] = self.fell_back
         return d
 
@@ -413,7 +427,10 @@ class GraphTask:
         gradients in slots, staged and captured results, its error), once no thread runs
         its items any more: frames of the call stay in the error's traceback with this
         task among their locals, and the task must not keep the graph alive through them
-        (reliability issue, item 12). The task is finished for good after this."""
+        (reliability issue, item 12). The task is finished for good after this. A
+        worker that took one of its items off the queue just before still holds it until
+        it sees the error and skips it (microseconds, unless the machine is loaded)."""
+        self.pool.discard(self)  # queued items still hold their nodes and gradients
         with self.lock:
             self.finished = True
             self.error = None

@@ -1,7 +1,8 @@
 """The comparison of parallel_autograd (`backward_parallel` and the sequential engine)
 against itself and PyTorch: forward, backward and training step.
 
-    python -m stress.compare [--quick] [--out f.json] [--plot f.png]
+    python -m stress.compare [--quick] [--out f.json] [--plot f.png | --no-plot]
+                             [--report f.md | -] [--wait-quiet SECONDS]
                              [--workloads a,b] [--reps N] [--allocator default|tuned|both]
                              [--budget SECONDS] [--check] [--python ft|PATH]
 
@@ -33,9 +34,13 @@ recomputable from the JSON). The targets (`targets`) are PASS or MISS only when 
 interval is entirely on one side of the threshold, otherwise unresolved; those
 workloads (and rows measured under other load, which are marked and not scored) are
 measured again, `--reps` more rounds at a time, within `--budget` seconds. `--check`:
-exit status 1 when a target is MISS. Output: markdown on stdout (progress on stderr),
-JSON with `--out`, and with matplotlib a PNG with `--plot` (speedup against workers, and
-the timeline of one profiled `backward_parallel` call, one lane per thread).
+exit status 1 when a target is MISS. Output (`verdict`): on stdout a verdict table (per
+workload the speedup over the sequential engine, the time over PyTorch's and
+PASS/MISS/unresolved), the targets' count and where the files went; progress with an ETA
+on stderr; the full markdown tables in `--report` (default bench-out/compare.md), with
+matplotlib a PNG in `--plot` (default bench-out/compare.png: speedup against workers,
+and the timeline of one profiled `backward_parallel` call, one lane per thread), JSON
+(`schema_version` 1) with `--out`.
 
 `--python ft` (`make bench-ft`) measures this interpreter (the "GIL" build) and the
 free-threaded one, `$FT_CACHE/venv/bin/python` (default `.cache/freethreaded`, made by
@@ -59,7 +64,8 @@ step on persistent parameters), `samples` (a workload's samples, merging batches
 processes' load, the numpy threading ceiling, versions), `alloc_scaling` (the caching
 allocator against the blocks in use), `stats` (bootstrap, decisions),
 `ratios` (every ratio's interval from the raw JSON), `targets` (PASS/MISS/unresolved),
-`report`, `report_torch` and `report_pythons` (markdown, JSON, progress), `plot`
+`verdict` (the first screen, progress lines), `report`, `report_torch` and
+`report_pythons` (markdown, JSON, progress), `plot`
 (matplotlib), `workloads` (the registry) with `backend`, `synthetic` and `models` (one
 definition per workload for both libraries), `bound` (the parallel bound).
 """

@@ -25,8 +25,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MALLOC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 # options the parent handles itself (with their values): not passed on to a child
 _NOT_PASSED_ON = ("--out", "--plot", "--allocator", "--raw-out", "--python", "--workloads",
-                  "--timeline", "--reps", "--budget")
-_FLAGS_NOT_PASSED_ON = ("--check", "--timing-only", "--torch-only", "--numpy-scaling")
+                  "--timeline", "--reps", "--budget", "--report")
+_FLAGS_NOT_PASSED_ON = ("--check", "--timing-only", "--torch-only", "--numpy-scaling",
+                        "--no-plot", "--no-torch")
 TORCH = "torch"  # the kind of the PyTorch child
 
 
@@ -69,6 +70,8 @@ def run_child(args, kind: str, argv, python=None, workloads=None, reps=None,
     cmd = [python or sys.executable, "-m", "stress.compare", *passed_on(argv),
            "--allocator", *setting, "--workloads", ",".join(workloads or args.workloads),
            "--reps", str(reps or args.reps), "--timeline", args.timeline, *extra,
+           # the parent's --no-torch, or set by it when torch is missing (said once there)
+           *(("--no-torch",) if args.no_torch else ()),
            "--raw-out", path]
     try:
         subprocess.run(cmd, env=child_env(python is not None), check=True, cwd=ROOT)

@@ -8,6 +8,7 @@ import shutil
 import sys
 import time
 
+from ..helpformat import HelpFormatter
 from .children import MALLOC_ENV, ROOT, run_pythons
 from .measure import run_setting, run_torch
 from .plot import plot
@@ -16,25 +17,38 @@ from .report_pythons import report_pythons
 from .schedule import measure_all, split, torch_available
 from .stats import MISS
 from .targets import evaluate_all, evaluate_ft_targets
+from .verdict import verdict
 from .workloads import SIZES, WORKLOADS
 
 BUDGET = {"full": 120.0, "quick": 20.0, "tiny": 0.0}  # default --budget per --size
-TORCH_HINT = ("no PyTorch columns: torch does not import here. `make bench TORCH=1` "
-              "installs its CPU build into .venv (from download.pytorch.org), or: "
+TORCH_HINT = ("no PyTorch columns: torch is not installed for " + sys.executable + ". "
+              "`make bench TORCH=1` installs its CPU build into .venv (from "
+              "download.pytorch.org), or: "
               "pip install torch --index-url https://download.pytorch.org/whl/cpu")
+# the JSON of --out: bump when a key is renamed, removed or changes meaning (docs/benchmarks.md)
+SCHEMA_VERSION = 1
+OUT_DIR = "bench-out"  # default place of the plot and the full report (git-ignored)
+DEFAULT_PLOT = os.path.join(OUT_DIR, "compare.png")
+DEFAULT_REPORT = os.path.join(OUT_DIR, "compare.md")
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m stress.compare", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="python -m stress.compare", formatter_class=HelpFormatter,
         description="The comparison of `backward_parallel` against the sequential engine "
                     "(and PyTorch).")
     p.add_argument("--quick", action="store_true",
                    help="smaller sizes and 3 repetitions (under a minute)")
     p.add_argument("--out", metavar="FILE.json", help="write all measurements as JSON")
-    p.add_argument("--plot", metavar="FILE.png", help="write a PNG (needs matplotlib)")
+    p.add_argument("--plot", metavar="FILE.png", default=DEFAULT_PLOT,
+                   help="where the PNG goes (needs matplotlib; default %(default)s)")
+    p.add_argument("--no-plot", dest="plot", action="store_const", const=None,
+                   help="write no PNG")
+    p.add_argument("--report", metavar="FILE.md", default=DEFAULT_REPORT,
+                   help="where the full markdown tables go; '-': on stdout after the "
+                        "verdict (default %(default)s)")
     p.add_argument("--workloads", default=",".join(WORKLOADS),
-                   help="comma-separated subset of: " + ", ".join(WORKLOADS))
+                   help="comma-separated subset of: " + ", ".join(WORKLOADS) + " (default: all)")
     p.add_argument("--reps", type=int, default=None,
                    help="timed repetitions per configuration (default 7, --quick 3)")
     p.add_argument("--allocator", choices=("default", "tuned", "both"), default=None,
@@ -46,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
                         "($FT_CACHE/venv/bin/python), or give an interpreter's path")
     p.add_argument("--size", choices=SIZES, default=None,
                    help="workload sizes (default full, --quick quick; tiny is for tests)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the workloads' data")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch column")
     p.add_argument("--timeline", metavar="WORKLOAD", default=None,
                    help="workload whose profiled parallel call is kept for the plot "
@@ -55,7 +69,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="measure a workload again when other processes used more than "
                         "this many cores meanwhile (default 0.25)")
     p.add_argument("--retries", type=int, default=None,
-                   help="how many times at most (default 1, --quick 0)")
+                   help="how many times at most a noisy workload is measured again "
+                        "(default 1, --quick 0)")
     p.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                    help="before timing a workload, wait up to this long for other "
                         "processes to use less than --noisy cores (default 0: no wait)")
@@ -133,12 +148,18 @@ def main(argv=None) -> int:
         return 0
     if args.python:
         return _main_pythons(args, argv, t0)
+    hint = None
     if not args.no_torch and not torch_available(args):
-        log(TORCH_HINT)
+        log(TORCH_HINT)  # once: the children are told --no-torch
+        hint, args.no_torch = TORCH_HINT, True
+    no_torch_given = args.no_torch and hint is None
     raws, extra = measure_all(args, argv)
     settings, torch = split(raws)
-    result = {"meta": _meta(argv, budget=args.budget, extra_batches=extra,
-                            torch_hint=None if torch or args.no_torch else TORCH_HINT),
+    if torch is None and not no_torch_given and hint is None:
+        hint = ("no PyTorch columns: torch is installed but does not import (its error is "
+                "above); `make bench TORCH=1` reinstalls its CPU build into .venv")
+    result = {"schema_version": SCHEMA_VERSION,
+              "meta": _meta(argv, budget=args.budget, extra_batches=extra, torch_hint=hint),
               "settings": settings, "torch_child": torch,
               "targets": evaluate_all(settings, torch)}
     return _finish(args, result, report, t0)
@@ -148,6 +169,7 @@ def _main_pythons(args, argv, t0) -> int:
     interp = run_pythons(args, argv)
     other = list(interp.values())[1]
     result = {
+        "schema_version": SCHEMA_VERSION,
         "meta": _meta(argv, python=args.python),
         "interpreters": interp,
         "ft_targets": {s: evaluate_ft_targets(raw, other["label"])
@@ -172,14 +194,41 @@ def missed(result: dict) -> list:
     return [(s, t["id"]) for s, ts in lists.items() for t in ts if t["status"] == MISS]
 
 
-def _finish(args, result, render, t0) -> int:
-    """Print the report, write --out and --plot; the exit status."""
-    result["meta"]["seconds"] = time.perf_counter() - t0
-    print(render(result), flush=True)
-    if args.out:
-        write_json(args.out, result, indent=1)
+def _write_files(args, result, full: str) -> dict:
+    """Write --plot, --report and --out; {label: path or why not} for the summary."""
+    files = {}
     if args.plot:
-        plot(result, args.plot)
+        _mkdir_for(args.plot)
+        files["Plot"] = args.plot if plot(result, args.plot) else \
+            "not written: matplotlib is not installed (pip install 'parallel_autograd[compare]')"
+    if args.report != "-":
+        _mkdir_for(args.report)
+        with open(args.report, "w") as f:
+            f.write(full + "\n")
+        files["Full tables (markdown)"] = args.report
+    if args.out:
+        _mkdir_for(args.out)
+        write_json(args.out, result, indent=1)
+        files["All measurements (JSON)"] = args.out
+    return files
+
+
+def _mkdir_for(path: str) -> None:
+    if os.path.dirname(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+
+
+def _finish(args, result, render, t0) -> int:
+    """Print the verdict (the full report without one), write the files; the exit status."""
+    result["meta"]["seconds"] = time.perf_counter() - t0
+    full = render(result)
+    files = _write_files(args, result, full)
+    if "settings" in result:
+        print(verdict(result, files), flush=True)
+        if args.report == "-":
+            print("\n" + full, flush=True)
+    else:  # --python: no verdict table; the side-by-side report is the answer
+        print(full + "\n\n" + "\n".join(f"{k}: {v}" for k, v in files.items()), flush=True)
     log(f"done in {result['meta']['seconds']:.0f} s")
     if args.check and missed(result):
         log("--check: MISS: " + ", ".join(f"{s} target {i}" for s, i in missed(result)))

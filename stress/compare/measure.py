@@ -43,12 +43,14 @@ SETTINGS = ("default", "tuned")  # malloc: glibc's defaults, tune_allocator()
 TORCH_WARMUP = 3  # the PyTorch child's warm-up steps per workload
 
 
-def import_torch(cores: int):
-    """torch with `cores` intra-op threads, or None when it does not import."""
+def import_torch(cores: int, quiet: bool = False):
+    """torch with `cores` intra-op threads, or None when it does not import (said on
+    stderr unless `quiet`)."""
     try:
         import torch
     except Exception as e:  # not installed, or installed but broken (a missing library)
-        log(f"torch does not import: {type(e).__name__}: {e}")
+        if not quiet:
+            log(f"torch does not import: {type(e).__name__}: {e}")
         return None
     torch.set_num_threads(cores)
     return torch
@@ -85,7 +87,8 @@ def run_setting(args, setting: str) -> dict:
         tuned = tune_allocator()
         log(f"[{setting}] tune_allocator() -> {tuned}")
     cores = usable_cores()
-    torch = None if args.no_torch or setting != "default" else import_torch(cores)
+    # quiet: the PyTorch child says why torch does not import (once, not per workload)
+    torch = None if args.no_torch or setting != "default" else import_torch(cores, quiet=True)
     workers = sorted({1, 2, cores, 2 * cores})
     raw = _raw(args, setting, cores, workers, torch, tuned)
     _measure_each(args, raw, lambda w: measure_workload(
@@ -110,7 +113,7 @@ def run_torch(args) -> dict:
     cores = usable_cores()
     torch = import_torch(cores)
     if torch is None:
-        raise SystemExit("--torch-only: torch does not import")
+        raise SystemExit("--torch-only: no PyTorch measurements")
     raw = _raw(args, "torch", cores, [], torch)
     _measure_each(args, raw, lambda w: measure_torch(w, args, torch, cores))
     return raw

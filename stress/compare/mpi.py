@@ -48,6 +48,7 @@ import parallel_autograd.distributed as dist
 from parallel_autograd.nn import functional as F
 from parallel_autograd.nn.parallel import DistributedDataParallel
 
+from ..helpformat import HelpFormatter
 from .stats import Interval, boot_medians, interval, median_interval, ratio_text, seed_for
 
 SIZES = [2**k for k in range(13, 26, 2)]  # 8 KiB .. 32 MiB
@@ -207,12 +208,16 @@ def plot_trace(trace: dict, path: str) -> None:
     plt.close(fig)
 
 
-def profiled(step: Step, path: str, plot: str | None = None) -> dict:
-    """One profiled ddp step: the merged trace, and what it says about overlap."""
+def profiled(step: Step, path: str | None, plot: str | None = None) -> dict:
+    """One profiled ddp step: the merged trace (written by rank 0 to `path`, or to a new
+    temporary file when None), and what it says about overlap."""
     with pa.profile() as prof:
         t0 = prof.now()
         step.backward()
         t1 = prof.now()
+    if path is None and dist.rank() == 0:  # a fresh name: runs never overwrite each other
+        fd, path = tempfile.mkstemp(prefix="parallel_autograd_mpi_trace_", suffix=".json")
+        os.close(fd)
     trace = dist.export_chrome_trace(prof, path)
     if trace is None:
         return {}
@@ -248,6 +253,24 @@ def model_rows(compute1: float, window1: float, copies: float, nbytes: int, last
 
 
 # ---- report ---------------------------------------------------------------------------------
+def hidden_meaning(hidden: Interval) -> str:
+    """One line on what the hidden share's interval says (it is a difference of noisy step
+    times over another: below 0 the overlapped step was the slower one, not a bug)."""
+    if hidden.hi < 0:
+        return ("Below 0: the overlapped DDP step was slower than the serial one, so overlap "
+                "cost more than it hid (on loopback the all-reduces are CPU copies competing "
+                "with the backward for the same cores).")
+    if hidden.lo < 0:
+        return ("The interval includes 0 and negative values: no measurable share is hidden "
+                "(a negative value means the overlapped step was the slower one; noise or "
+                "the copies competing with the backward for the cores).")
+    if hidden.lo > 1:
+        return ("Above 1: the overlapped step was faster than the step without any "
+                "communication: noise between rounds; measure again on a quiet machine.")
+    return (f"Overlap hid {hidden.lo:.0%} to {hidden.hi:.0%} of what synchronising costs "
+            "(0: nothing, 1: all of it).")
+
+
 def ms(iv: Interval) -> str:
     return f"{iv.point * 1e3:.2f} ms [{iv.lo * 1e3:.2f}, {iv.hi * 1e3:.2f}]"
 
@@ -284,6 +307,7 @@ def report(args, w, sizes, over, single, prof, step) -> dict:
     speed = interval(boot["serial"] / boot["ddp"], med["serial"] / med["ddp"])
     print(f"\nhidden share of the synchronisation: {ratio_text(hidden, 2, '')} "
           f"((serial - ddp) / (serial - local)); serial / ddp: {ratio_text(speed)}")
+    print(hidden_meaning(hidden))
     if prof:
         print(f"profiled ddp step (trace: {prof['trace']}): the first all-reduce started with "
               f"{prof['backward_after_first_start']:.0%} of the backward still to run; "
@@ -324,24 +348,45 @@ def report(args, w, sizes, over, single, prof, step) -> dict:
     return out
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--reps", type=int, default=15)
-    p.add_argument("--quick", action="store_true", help="5 rounds, a smaller MLP")
-    p.add_argument("--width", type=int, default=1024)
-    p.add_argument("--layers", type=int, default=6)
-    p.add_argument("--batch", type=int, default=128, help="per rank")
-    p.add_argument("--bucket-cap-mb", type=float, default=25.0)
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m stress.compare.mpi", formatter_class=HelpFormatter,
+        description="The data-parallel benchmark, run under MPI with 2 or more ranks: "
+                    "`mpiexec -n 2 python -m stress.compare.mpi` (`make bench-mpi`). "
+                    "All-reduce throughput, the share of DDP's synchronisation hidden "
+                    "behind the backward, a profiled step's merged trace and a scaling "
+                    "model; rank 0 prints the report (markdown). See the module docstring "
+                    "(stress/compare/mpi.py) for the method.")
+    p.add_argument("--reps", type=int, default=15,
+                   help="rounds of each measurement (after a warm-up round)")
+    p.add_argument("--quick", action="store_true",
+                   help="5 rounds, a smaller MLP (--reps 5 --width 512 --layers 4)")
+    p.add_argument("--width", type=int, default=1024, help="hidden width of the MLP")
+    p.add_argument("--layers", type=int, default=6, help="hidden layers (Linear + Tanh) of the MLP")
+    p.add_argument("--batch", type=int, default=128, help="samples per rank and step")
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0,
+                   help="DDP's bucket size, MB (as in PyTorch)")
     p.add_argument("--bucket-view", action="store_true",
                    help="DDP(gradient_as_bucket_view=True): no copy into .grad")
-    p.add_argument("--workers", type=int, default=1, help="engine threads per rank")
-    p.add_argument("--net-gbps", type=float, default=10.0)
-    p.add_argument("--net-latency-us", type=float, default=20.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--trace", default=os.path.join(tempfile.gettempdir(),
-                                                   "parallel_autograd_mpi_trace.json"))
-    p.add_argument("--out", help="write every sample as JSON here")
-    p.add_argument("--plot", help="draw the profiled step's timeline (PNG, needs matplotlib)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="engine threads per rank (1 also pins BLAS to one thread)")
+    p.add_argument("--net-gbps", type=float, default=10.0,
+                   help="bandwidth of the assumed network of the scaling model, Gb/s")
+    p.add_argument("--net-latency-us", type=float, default=20.0,
+                   help="latency of the assumed network of the scaling model, us")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and data")
+    p.add_argument("--trace", metavar="FILE.json", default=None,
+                   help="where rank 0 writes the profiled step's merged Chrome trace "
+                        "(default: a new file parallel_autograd_mpi_trace_*.json in the "
+                        "temporary directory; the report names it)")
+    p.add_argument("--out", metavar="FILE.json", help="write every sample as JSON here")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="draw the profiled step's timeline (PNG, needs matplotlib)")
+    return p
+
+
+def main(argv=None) -> int:
+    p = _parser()
     args = p.parse_args(argv)
     if args.quick:
         args.reps, args.width, args.layers = 5, 512, 4

@@ -6,15 +6,17 @@ from __future__ import annotations
 from .report import log
 
 
-def plot(result: dict, path: str) -> None:
-    """Write the PNG of `result` to `path` (a note on stderr without matplotlib)."""
+def plot(result: dict, path: str) -> bool:
+    """Write the PNG of `result` to `path`; False (and one note on stderr) without
+    matplotlib."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        log("--plot needs matplotlib: pip install 'parallel_autograd[compare]'")
-        return
+        log("no plot: matplotlib is not installed (pip install 'parallel_autograd[compare]'"
+            "; --no-plot: do not try)")
+        return False
     if "interpreters" in result:  # --python: every (interpreter, setting) as one series
         raws = {f"{i['label']}, {s}": raw for i in result["interpreters"].values()
                 for s, raw in i["settings"].items()}
@@ -28,6 +30,7 @@ def plot(result: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return True
 
 
 def _plot_speedups(ax, raws) -> None:

@@ -18,6 +18,7 @@ from .measure import SETTINGS
 from .report import log
 from .samples import merge_batch
 from .targets import evaluate_all
+from .verdict import eta_text, progress_line
 
 MAX_EXTRA_BATCHES = 4
 CHILD_START = 1.5  # seconds to start a child and import its libraries (torch: most of it)
@@ -46,8 +47,10 @@ def measure_all(args, argv) -> tuple:
     workload -> number of extra batches)."""
     ks = kinds(args)
     raws, seconds = {}, {}
+    start = time.perf_counter()
     for i, name in enumerate(args.workloads):
         t0 = time.perf_counter()
+        log(progress_line(i, len(args.workloads), name, t0 - start))
         for k in rotated(ks, i):
             try:
                 child = run_child(args, k, argv, workloads=[name])
@@ -55,7 +58,8 @@ def measure_all(args, argv) -> tuple:
                 if k != TORCH:
                     raise
                 log("the PyTorch child failed (torch installed but not importable?): "
-                    "no PyTorch columns")
+                    "no PyTorch columns; `make bench TORCH=1` reinstalls it")
+                args.no_torch = True  # the next children: no attempt, no message
                 ks.remove(TORCH)
                 raws.pop(TORCH, None)
                 continue
@@ -92,8 +96,9 @@ def remeasure(args, argv, raws: dict, ks: list, seconds: dict) -> dict:
         for n in todo:
             if time.perf_counter() + seconds[n] > deadline:
                 continue
+            left = eta_text(deadline - time.perf_counter())
             log(f"{n}: a target is unresolved or the row was noisy: {args.reps} more "
-                f"rounds (batch {extra[n] + 2})")
+                f"rounds (batch {extra[n] + 2}; re-measuring budget left {left})")
             t0 = time.perf_counter()
             for k in rotated(ks, extra[n] + 1):
                 batch = run_child(args, k, argv, workloads=[n], extra=("--timing-only",))
