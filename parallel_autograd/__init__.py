@@ -50,7 +50,8 @@ _BUILTINS = {"abs", "all", "any", "max", "min", "pow", "round", "sum",
 # PyTorch's names made by this package beyond the ops: dtypes, factories, devices
 _TORCH_NAMES = [n for n in _dtypes.__all__ if n not in ("as_dtype", "to_numpy")] + [
     "as_tensor", "device", "empty", "empty_like", "eye", "from_numpy", "full", "full_like",
-    "Generator", "inference_mode", "is_inference_mode_enabled", "linspace", "logspace", "meshgrid", "multinomial", "normal", "ones_like",
+    "Generator", "inference_mode", "is_inference_mode_enabled", "linspace", "logspace", "meshgrid",
+    "multinomial", "normal", "ones_like",
     "rand", "rand_like", "randint", "randint_like", "randn_like", "randperm", "zeros_like",
     "are_deterministic_algorithms_enabled", "get_float32_matmul_precision",
     "get_num_interop_threads", "get_num_threads", "is_deterministic_algorithms_warn_only_enabled",

@@ -111,7 +111,7 @@ def gradgradcheck(fn, inputs, grad_outputs=None, eps: float = 1e-6, atol: float 
     return gradcheck(first_order, [*inputs, grad_outputs], eps, atol, rtol, seed)
 
 
-# ---- assert_close (torch.testing.assert_close) ----------------------------------------------------
+# ---- assert_close (torch.testing.assert_close) ---------------------------------------------------
 # default (rtol, atol) by dtype, torch's table; other dtypes (integers, bool) compare equal
 _PRECISIONS = {np.dtype(np.float16): (1e-3, 1e-5), np.dtype(np.float32): (1.3e-6, 1e-5),
                np.dtype(np.float64): (1e-7, 1e-7), np.dtype(np.complex64): (1.3e-6, 1e-5),

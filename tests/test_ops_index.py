@@ -439,7 +439,7 @@ def test_scatter_reduce_ties_and_reduce_argument_match_torch():
         pa.scatter_reduce(pa.tensor(x), 0, idx + 3, src, "sum")
 
 
-# ---- scatter_reduce "prod", scatter(reduce="multiply"), dtypes (issue 27) -------------------------
+# ---- scatter_reduce "prod", scatter(reduce="multiply"), dtypes (issue 27) ------------------------
 def _both(fn, *arrays):
     """fn on pa and on torch: results and the leaves (float arrays require grad)."""
     xs = [pa.tensor(a, requires_grad=a.dtype.kind == "f") for a in arrays]

@@ -194,7 +194,7 @@ def test_from_numpy_shares_memory_and_as_tensor():
     assert pa.as_tensor(3).dtype == np.int64
 
 
-# ---- filled factories ------------------------------------------------------------------------------
+# ---- filled factories ----------------------------------------------------------------------------
 FILLED = {
     "zeros_ints": lambda m: m.zeros(2, 3),
     "zeros_tuple": lambda m: m.zeros((2, 3)),

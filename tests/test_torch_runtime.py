@@ -328,7 +328,7 @@ def test_inference_mode_restores_after_an_exception():
     assert pa.is_grad_enabled() and not pa.is_inference_mode_enabled()
 
 
-# ---- Tensor.__format__ ----------------------------------------------------------------------------
+# ---- Tensor.__format__ ---------------------------------------------------------------------------
 FORMATS = [(1.5, ".4f"), (1.5, ""), (3, ""), (3, "d"), (3, ".2f"), (2.0, ">8"), (True, ""),
            (-0.000123, ".3e"), (7, "05d")]
 
@@ -357,7 +357,7 @@ def test_format_of_other_tensors_as_torch():
     assert f"{loss:.4f}" == "5.0000"
 
 
-# ---- pa.load(map_location=, weights_only=) --------------------------------------------------------
+# ---- pa.load(map_location=, weights_only=) -------------------------------------------------------
 def test_load_accepts_torchs_arguments(tmp_path):
     path = tmp_path / "ckpt"
     pa.save({"w": pa.tensor([1.0, 2.0], requires_grad=True), "step": 3}, path)

@@ -108,7 +108,7 @@ def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = Fals
     return (np.maximum if s <= 1 else np.minimum)(t, input, out=t)
 
 
-# ---- sigmoid, silu, logsigmoid ---------------------------------------------------------------------
+# ---- sigmoid, silu, logsigmoid -------------------------------------------------------------------
 def _sigmoid_array(x):
     # 1 / (1 + exp(-x)), PyTorch's formula; exp overflows to inf for x < -709, giving
     # the exact limit 0. 4 passes, one buffer.

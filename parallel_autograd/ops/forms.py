@@ -28,8 +28,8 @@ from ..primitive import Joint, defop
 from ..tensor import Tensor
 from ..version import EPOCH
 
-__all__ = ["graph_grads", "run_formulas", "graph_input", "graph_saved", "graph_fit", "cast", "sum_to",
-           "expand_to", "zeros_of", "depends_on", "connect", "piecewise",
+__all__ = ["graph_grads", "run_formulas", "graph_input", "graph_saved", "graph_fit", "cast",
+           "sum_to", "expand_to", "zeros_of", "depends_on", "connect", "piecewise",
            "no_graph_rule_message"]
 
 

@@ -407,7 +407,7 @@ def index_accumulate(input: Tensor, index, shape: tuple) -> Tensor:
     return Saved(out, plan)
 
 
-# ---- gather, scatter_add: each other's adjoint ----------------------------------------------------
+# ---- gather, scatter_add: each other's adjoint ---------------------------------------------------
 def _as1d(x: np.ndarray, idx: np.ndarray):
     """A 0-d input (and its index) as 1-D, as PyTorch treats them in gather and scatter."""
     return (x.reshape(1), idx.reshape(-1)) if x.ndim == 0 else (x, idx)
@@ -481,7 +481,7 @@ def _pad_to(t, shape: tuple):
     return t if have == tuple(shape) else index_accumulate(t, lead(have), tuple(shape))
 
 
-# ---- scatter: src written, or a value --------------------------------------------------------------
+# ---- scatter: src written, or a value ------------------------------------------------------------
 def _last_writes(shape: tuple, d: int, index: np.ndarray):
     """None when `index` (along `d`, into `shape`) names each element once; else a
     boolean mask of index's shape: True at the last write to each element."""
@@ -596,7 +596,7 @@ def scatter(input: Tensor, dim: int, index: Tensor, src=None, value=None, *,
     return scatter_src(input, dim, index, src)
 
 
-# ---- scatter_reduce --------------------------------------------------------------------------------
+# ---- scatter_reduce ------------------------------------------------------------------------------
 _REDUCES = ("sum", "prod", "mean", "amax", "amin")
 _UFUNCS = {"sum": np.add, "mean": np.add, "prod": np.multiply, "amax": np.maximum,
            "amin": np.minimum}
@@ -732,7 +732,7 @@ def delayed_error(input: Tensor, message: str) -> Tensor:
     return input
 
 
-# ---- index_select, index_add: each other's adjoint ------------------------------------------------
+# ---- index_select, index_add: each other's adjoint -----------------------------------------------
 def _index_select_kernel(g, ans, input, dim, index):
     x = np.asarray(input)
     x1 = x.reshape(1) if x.ndim == 0 else x
@@ -898,7 +898,7 @@ def masked_select(input: Tensor, mask: Tensor) -> Tensor:
     return getitem(input, np.broadcast_to(m, full))
 
 
-# ---- take_along_dim -------------------------------------------------------------------------------
+# ---- take_along_dim ------------------------------------------------------------------------------
 @composite(method=True)
 def take_along_dim(input: Tensor, indices: Tensor, dim: int | None = None) -> Tensor:
     """The values of `input` at `indices` along `dim` (numpy's take_along_axis): `input` and
@@ -936,7 +936,7 @@ def take_along_axis(input: Tensor, indices: Tensor, axis: int | None = None) -> 
     return take_along_dim(input, indices, dim=axis)
 
 
-# ---- diagonal, diag_embed, diagonal_backward --------------------------------------------------------
+# ---- diagonal, diag_embed, diagonal_backward -----------------------------------------------------
 def _write_diagonal(out: np.ndarray, d: np.ndarray, offset: int, dim1: int, dim2: int):
     """`d`'s last dimension written on the `offset` diagonal of `out`'s (dim1, dim2)."""
     m = np.moveaxis(out, (dim1, dim2), (-2, -1))  # a view: the other dims keep their order

@@ -129,7 +129,7 @@ def isneginf(input: Tensor) -> Tensor:
     return np.isneginf(input)
 
 
-# ---- logic ----------------------------------------------------------------------------------------
+# ---- logic ---------------------------------------------------------------------------------------
 @defop(inputs=_BINARY, method=True)
 def logical_and(input: Tensor, other: Tensor) -> Tensor:
     """Elementwise logical and (nonzero is True), broadcast; a bool tensor."""
@@ -217,7 +217,7 @@ def _shift_operands(input, other):
     return input, other
 
 
-# ---- reductions to bool and counts ----------------------------------------------------------------
+# ---- reductions to bool and counts ---------------------------------------------------------------
 def _dims(ds, ndim: int, op: str):
     """None (all), or the dimensions as a tuple (IndexError out of range, RuntimeError when
     repeated); a 0-d tensor's one dimension 0 / -1 is all of it."""

@@ -915,8 +915,12 @@ def _tie_split(g, ans, a, b, loser):
 
 
 def _tie_rules(loser):
-    first = lambda g, ans, input, other: _tie_split(g, ans, input, other, loser)
-    second = lambda g, ans, input, other: _tie_split(g, ans, other, input, loser)
+    def first(g, ans, input, other):
+        return _tie_split(g, ans, input, other, loser)
+
+    def second(g, ans, input, other):
+        return _tie_split(g, ans, other, input, loser)
+
     return (first, second), (piecewise(first), piecewise(second))
 
 

@@ -38,7 +38,8 @@ from .index import sizes as index_sizes
 __all__ = ["reshape", "view", "view_dtype", "permute", "transpose", "swapaxes", "swapdims",
            "t", "mT", "movedim", "broadcast_to", "expand", "expand_as", "squeeze",
            "unsqueeze", "flatten", "unflatten", "ravel", "view_as", "reshape_as", "clone",
-           "cat", "concat", "concatenate", "stack", "split", "chunk", "tensor_split", "unbind", "narrow",
+           "cat", "concat", "concatenate", "stack", "split", "chunk", "tensor_split", "unbind",
+           "narrow",
            "select", "unfold", "unfold_backward", "repeat", "tile", "flip", "roll", "tril",
            "triu", "repeat_interleave", "sum_to_size", "pad", "getitem", "reshaped", "fold"]
 
@@ -47,7 +48,7 @@ def _shape(x) -> tuple:
     return np.shape(raw(x))
 
 
-# ---- reshape, view --------------------------------------------------------------------------------
+# ---- reshape, view -------------------------------------------------------------------------------
 def reshaped(a, shape):
     """`np.reshape(a, shape)`: a view when numpy can make one, else a C-order copy into
     cached memory (one pass). `shape` as numpy takes it (numpy's errors)."""
@@ -580,7 +581,7 @@ def unbind(input: Tensor, dim: int = 0) -> tuple:
     return tuple(getitem(input, (slice(None),) * d + (i,)) for i in range(shape[d]))
 
 
-# ---- unfold: sliding windows (a view) and its adjoint ----------------------------------------------
+# ---- unfold: sliding windows (a view) and its adjoint --------------------------------------------
 def _windows(shape: tuple, dimension, size: int, step: int) -> tuple:
     """(the dim, the number of windows), PyTorch's checks for `Tensor.unfold`."""
     d = one_dim(dimension, len(shape), "unfold")
@@ -633,7 +634,7 @@ def unfold_backward(input: Tensor, shape: tuple, dimension: int, size: int,
     return out
 
 
-# ---- repeat, tile, flip, roll, tril, triu ---------------------------------------------------------
+# ---- repeat, tile, flip, roll, tril, triu --------------------------------------------------------
 def _interleaved(reps: tuple, shape: tuple) -> tuple:
     return tuple(v for s, n in zip(reps, shape) for v in (s, n))
 
@@ -773,7 +774,7 @@ def triu(input: Tensor, diagonal: int = 0) -> Tensor:
     return np.triu(_triangle(np.asarray(input), "triu"), int(diagonal))
 
 
-# ---- repeat_interleave, sum_to_size, pad -----------------------------------------------------------
+# ---- repeat_interleave, sum_to_size, pad ---------------------------------------------------------
 def _repeat_counts(repeats, n: int) -> np.ndarray:
     if isinstance(repeats, (int, np.integer)) and not isinstance(repeats, bool):
         r = np.full(n, int(repeats))

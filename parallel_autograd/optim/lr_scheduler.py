@@ -263,7 +263,7 @@ class LambdaLR(LRScheduler):
                 f.__dict__.update(saved)
 
 
-# ---- more of torch's schedulers (the same Python float arithmetic as torch 2.13) -------------------
+# ---- more of torch's schedulers (the same Python float arithmetic as torch 2.13) -----------------
 def _lrs(optimizer: Optimizer) -> list:
     return [group["lr"] for group in optimizer.param_groups]
 
