@@ -197,4 +197,5 @@ def _attention(rng):
                    normal(rng, (1, 1, 5, 3)), enable_gqa=True, is_causal=True)]
 
 
-INTERNAL = {"scaled_dot_product_attention": _attention, "batch_norm": _normalize_channels, "dropout": _apply_mask, "embedding_backward": _embedding_backward}
+INTERNAL = {"scaled_dot_product_attention": _attention, "batch_norm": _normalize_channels,
+            "dropout": _apply_mask, "embedding_backward": _embedding_backward}

@@ -1,9 +1,9 @@
 """Samples of the reductions, scans and selections (ops/reduce.py, ops/scan.py; see
 tests/op_samples.py for how samples work; arguments that are not tensors are keywords, as
-gradcheck makes every positional argument a tensor): every dim form (None, an int, negative, a tuple,
-(), a 0-d input's 0 and -1), keepdim, integer inputs where the result dtype is PyTorch's choice. Values are distinct
-where a derivative is piecewise (extrema, norms, selections: finite differences must not
-reorder them) and away from zero where it has a kink.
+gradcheck makes every positional argument a tensor): every dim form (None, an int, negative, a
+tuple, (), a 0-d input's 0 and -1), keepdim, integer inputs where the result dtype is PyTorch's
+choice. Values are distinct where a derivative is piecewise (extrema, norms, selections: finite
+differences must not reorder them) and away from zero where it has a kink.
 
 Besides the declared ops the registry test walks, `COMPOSITES` holds samples of the
 composite ops (max, min, var_mean, std_mean, cummax, cummin, sort, topk, kthvalue, median:

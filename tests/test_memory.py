@@ -3,7 +3,6 @@ array uses them, limits hold, the ufunc/matmul wrappers give numpy's results, an
 training loop stops allocating after its first steps."""
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys

@@ -552,5 +552,5 @@ def test_zero_dim_inputs_of_the_index_ops_match_pytorch():
         "take_along_dim": lambda L, x, s: L.take_along_dim(x, _idx(L, [0, 0])),
         "masked_fill": lambda L, x, s: L.masked_fill(x, B(L, np.array(True)), s),
     }
-    for name, call in calls.items():
+    for _name, call in calls.items():
         _same_values_and_grads(call, np.array(1.5), np.array(-2.0))

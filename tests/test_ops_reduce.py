@@ -139,7 +139,8 @@ def test_float32_keeps_dtype(name):
 
 def test_every_public_reduce_op_is_declared_and_sampled():
     public = {n for n in dir(pa) if not n.startswith("_")  # sum/max/min: not in __all__
-              and getattr(rd, n, None) is getattr(pa, n) and n not in ("primitive", "record", "Tensor")}
+              and getattr(rd, n, None) is getattr(pa, n)
+              and n not in ("primitive", "record", "Tensor")}
     assert public == {"sum", "mean", "max", "min", "var", "std", "var_mean", "std_mean",
                       "norm", "amax", "amin", "argmax", "argmin", "logsumexp", "softmax",
                       "log_softmax"}

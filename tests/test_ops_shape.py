@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 import parallel_autograd as pa
-from parallel_autograd.ops import shape as sh
 
 
 def rand(shape, seed=0):

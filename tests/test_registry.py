@@ -79,7 +79,9 @@ def test_gradcheck_and_gradgradcheck(op):
         args, want = _tensors(op, sample)
         if not want:
             continue
-        fn = (lambda *a: _call(op, a, sample))
+        def fn(*a):
+            return _call(op, a, sample)
+
         assert pa.gradcheck(fn, args), sample
         assert pa.gradgradcheck(fn, args), sample
 
@@ -261,7 +263,9 @@ def test_composite_gradcheck_gradgradcheck_and_kernels(op):
         args, want = _tensors(op, sample)
         if not want or not _differentiable(_call(op, args, sample)):
             continue
-        fn = (lambda *a: _flat(_call(op, a, sample)))
+        def fn(*a):
+            return _flat(_call(op, a, sample))
+
         assert pa.gradcheck(fn, args), sample
         assert pa.gradgradcheck(fn, args), sample
         for node in _recorded(_differentiable(_call(op, args, sample))):

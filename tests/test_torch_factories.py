@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import parallel_autograd as pa
-from parallel_autograd import dtypes as D
 
 torch = pytest.importorskip("torch")
 

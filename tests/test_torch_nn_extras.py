@@ -89,7 +89,8 @@ def test_softmin_dtype_argument():
     np.testing.assert_allclose(a.data, t.numpy(), rtol=1e-6)
 
 
-@pytest.mark.parametrize("values,num_classes", [([0, 2, 1], -1), ([0, 2, 1], 5), ([[1, 0], [2, 2]], -1),
+@pytest.mark.parametrize("values,num_classes", [([0, 2, 1], -1), ([0, 2, 1], 5),
+                                                 ([[1, 0], [2, 2]], -1),
                                                  ([3], 4), (5, -1), ([], 3)])
 def test_one_hot_matches_torch(values, num_classes):
     a = F.one_hot(pa.tensor(values, dtype=pa.int64), num_classes)

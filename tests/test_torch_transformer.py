@@ -122,7 +122,8 @@ def test_decoder_matches_torch(cfg, mask):
             dict(tgt_mask=ptm, tgt_key_padding_mask=ptk,
                  memory_key_padding_mask=pa.tensor(mem_pad), memory_mask=pa.tensor(data(t, s))),
             dict(tgt_mask=ttm, tgt_key_padding_mask=ttk,
-                 memory_key_padding_mask=torch.tensor(mem_pad), memory_mask=torch.tensor(data(t, s))))
+                 memory_key_padding_mask=torch.tensor(mem_pad),
+                 memory_mask=torch.tensor(data(t, s))))
 
 
 @pytest.mark.parametrize("cfg", ["post_norm", "norm_first", "batch_first", "gelu"])

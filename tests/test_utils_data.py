@@ -31,7 +31,7 @@ def test_sequential_batches_and_len_equal_torchs(kw):
     dl = DataLoader(_ds(), **kw)
     assert _ids(dl) == [b[1].tolist() for b in tdl]
     assert len(dl) == len(tdl)
-    for (x, y), (tx, ty) in zip(dl, tdl):
+    for (x, _y), (tx, _ty) in zip(dl, tdl):
         np.testing.assert_array_equal(x.data, tx.numpy())
         assert str(x.dtype) == str(tx.dtype).replace("torch.", "")
 
