@@ -81,7 +81,9 @@ def pytest_configure(config):
 # Tests measured at 2.5 s or more each (most spawn processes, fuzz, or run the stress
 # harness; `--durations`, 2026-11-27, 2 loaded cores), marked `slow`. CI runs them once, in
 # the GIL step with the PyTorch parity tests; the free-threaded and the extra CPython
-# versions' steps leave them out (`-m "not walk and not slow"`) to keep CI in its budget.
+# versions' steps leave them out (`-m "not walk and not slow"`) to keep CI in its budget;
+# those steps keep two MPI tests (test_api_and_ddp_checks, test_training_matches_one_process)
+# as their check of mpi4py on that interpreter.
 SLOW = frozenset({
     "tests/test_cli.py::test_bad_worker_list_names_the_option_and_the_format",
     "tests/test_compare.py::test_a_broken_torch_drops_the_pytorch_columns_not_the_run",
@@ -89,10 +91,26 @@ SLOW = frozenset({
     "tests/test_compare.py::test_every_workload_from_the_command_line",
     "tests/test_compare.py::test_forced_parallel_run_reports_parallel_and_its_own_speedup",
     "tests/test_compare.py::test_second_interpreter_side_by_side",
+    "tests/test_distributed.py::test_a_rank_that_hangs_makes_the_others_time_out_and_abort",
     "tests/test_distributed.py::test_bitwise_reproducible_across_runs_and_worker_counts",
+    "tests/test_distributed.py::test_fault_in_one_rank_ends_the_job",
+    "tests/test_distributed.py::test_init_accepts_an_mpi_the_program_started",
+    "tests/test_distributed_attacks.py::test_a_fault_on_one_rank_ends_the_job",
+    "tests/test_distributed_attacks.py::test_bucket_view_failed_backward_keeps_grad",
+    "tests/test_distributed_attacks.py::test_bucket_view_unused_parameter_keeps_grad_bitwise",
+    "tests/test_distributed_attacks.py::test_collective_edge_cases",
+    "tests/test_distributed_attacks.py::test_every_collective_of_ddp_has_the_timeout",
     "tests/test_distributed_attacks.py::test_gradients_of_unusual_models_are_rank_averages",
+    "tests/test_distributed_attacks.py::test_no_sync_with_unused_parameters",
     "tests/test_distributed_attacks.py::test_protocol_misuse",
+    "tests/test_distributed_attacks.py::test_ranks_that_build_different_models_or_ddps_fail_at_construction_by_name",
+    "tests/test_distributed_attacks.py::test_sigint_mid_training_ends_the_job",
+    "tests/test_distributed_attacks.py::test_sigterm_to_one_rank_ends_the_job",
+    "tests/test_distributed_attacks.py::test_split_communicator",
+    "tests/test_distributed_attacks.py::test_two_ddp_instances_in_one_parallel_backward",
+    "tests/test_distributed_attacks.py::test_unused_on_some_ranks_only",
     "tests/test_distributed_attacks.py::test_work_polled_from_two_threads",
+    "tests/test_distributed_attacks.py::test_xfail_sys_exit_on_one_rank_ends_the_job_at_once",
     "tests/test_docs.py::test_python_block_runs_as_printed",
     "tests/test_docs.py::test_shell_block_names_what_exists",
     "tests/test_engine_semantics.py::test_deep_chain_no_recursion_error",
