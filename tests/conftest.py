@@ -152,3 +152,25 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid.split("[", 1)[0] in SLOW:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def blas_two_threads(monkeypatch):
+    """BLAS at 2 threads (test_stress, test_reliability) with nobody holding
+    threadpoolctl's control of OpenBLAS (so calls on any thread can lower it), the
+    engine believing it has 2 cores (so 2 workers ask for 1 BLAS thread); every
+    library's count is put back afterwards."""
+    from stress.leaks import blas_counts, set_blas_counts
+
+    from parallel_autograd.engine import engine as engine_module
+    start = blas_counts()
+    if not start:
+        pytest.skip("threadpoolctl finds no BLAS")
+    monkeypatch.setattr(engine_module, "usable_cores", lambda: 2)
+    if set(set_blas_counts({p: 2 for p in start}).values()) != {2}:
+        set_blas_counts(start)
+        pytest.skip("BLAS cannot be set to 2 threads here")
+    try:
+        yield start
+    finally:
+        assert set_blas_counts(start) == start
