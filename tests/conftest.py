@@ -76,3 +76,101 @@ def pytest_configure(config):
             raise pytest.UsageError(
                 f"PA_REQUIRE_TORCH=1 but torch does not import ({e!r}): the parity tests "
                 f"would all skip; install the [parity] extra") from e
+
+
+# Tests measured at 2.5 s or more each (most spawn processes, fuzz, or run the stress
+# harness; `--durations`, 2026-11-27, 2 loaded cores), marked `slow`. CI runs them once, in
+# the GIL step with the PyTorch parity tests; the free-threaded and the extra CPython
+# versions' steps leave them out (`-m "not walk and not slow"`) to keep CI in its budget;
+# those steps keep two MPI tests (test_api_and_ddp_checks, test_training_matches_one_process)
+# as their check of mpi4py on that interpreter.
+SLOW = frozenset({
+    "tests/test_cli.py::test_bad_worker_list_names_the_option_and_the_format",
+    "tests/test_compare.py::test_a_broken_torch_drops_the_pytorch_columns_not_the_run",
+    "tests/test_compare.py::test_both_allocator_settings_in_children",
+    "tests/test_compare.py::test_every_workload_from_the_command_line",
+    "tests/test_compare.py::test_forced_parallel_run_reports_parallel_and_its_own_speedup",
+    "tests/test_compare.py::test_second_interpreter_side_by_side",
+    "tests/test_distributed.py::test_a_rank_that_hangs_makes_the_others_time_out_and_abort",
+    "tests/test_distributed.py::test_bitwise_reproducible_across_runs_and_worker_counts",
+    "tests/test_distributed.py::test_fault_in_one_rank_ends_the_job",
+    "tests/test_distributed.py::test_init_accepts_an_mpi_the_program_started",
+    "tests/test_distributed_attacks.py::test_a_fault_on_one_rank_ends_the_job",
+    "tests/test_distributed_attacks.py::test_bucket_view_failed_backward_keeps_grad",
+    "tests/test_distributed_attacks.py::test_bucket_view_unused_parameter_keeps_grad_bitwise",
+    "tests/test_distributed_attacks.py::test_collective_edge_cases",
+    "tests/test_distributed_attacks.py::test_every_collective_of_ddp_has_the_timeout",
+    "tests/test_distributed_attacks.py::test_gradients_of_unusual_models_are_rank_averages",
+    "tests/test_distributed_attacks.py::test_no_sync_with_unused_parameters",
+    "tests/test_distributed_attacks.py::test_protocol_misuse",
+    "tests/test_distributed_attacks.py::test_ranks_that_build_different_models_or_ddps_fail_at_construction_by_name",
+    "tests/test_distributed_attacks.py::test_sigint_mid_training_ends_the_job",
+    "tests/test_distributed_attacks.py::test_sigterm_to_one_rank_ends_the_job",
+    "tests/test_distributed_attacks.py::test_split_communicator",
+    "tests/test_distributed_attacks.py::test_two_ddp_instances_in_one_parallel_backward",
+    "tests/test_distributed_attacks.py::test_unused_on_some_ranks_only",
+    "tests/test_distributed_attacks.py::test_work_polled_from_two_threads",
+    "tests/test_distributed_attacks.py::test_xfail_sys_exit_on_one_rank_ends_the_job_at_once",
+    "tests/test_docs.py::test_python_block_runs_as_printed",
+    "tests/test_docs.py::test_shell_block_names_what_exists",
+    "tests/test_engine_semantics.py::test_deep_chain_no_recursion_error",
+    "tests/test_higher_order.py::test_nn_third_derivatives",
+    "tests/test_lean_index_linalg.py::test_forward_and_rules_allocate_within_their_bound",
+    "tests/test_lean_index_linalg.py::test_the_lean_rules_keep_their_values",
+    "tests/test_lean_nn.py::test_recurrence",
+    "tests/test_nn_conv.py::test_third_derivatives",
+    "tests/test_reliability.py::test_blas_threads_back_after_concurrent_calls_on_three_engines",
+    "tests/test_reliability.py::test_ctrl_c_at_random_moments_never_leaves_a_partial_write_back",
+    "tests/test_reliability.py::test_fork_during_the_processes_first_parallel_call",
+    "tests/test_reliability.py::test_fork_while_another_thread_draws_random_numbers",
+    "tests/test_reliability.py::test_fork_while_another_thread_records_ops",
+    "tests/test_reliability.py::test_fork_while_threads_draw_record_and_step_an_optimizer",
+    "tests/test_reliability.py::test_parked_contributions_are_bounded_in_bytes_not_only_in_count",
+    "tests/test_reliability.py::test_peak_memory_of_large_branches_within_the_stated_bound",
+    "tests/test_serialization_fuzz.py::test_fuzz_bytes_and_members_of_valid_files",
+    "tests/test_serialization_fuzz.py::test_fuzz_crafted_manifests",
+    "tests/test_serialization_fuzz.py::test_fuzz_crafted_safetensors_headers",
+    "tests/test_serialization_fuzz.py::test_fuzz_safetensors_bytes_and_headers",
+    "tests/test_stress.py::test_cli_runs_quietly_in_ci_writes_report_and_exits_zero",
+    "tests/test_stress.py::test_create_graph_faults_pass_on_the_real_engine",
+    "tests/test_stress.py::test_detects_a_fork_child_hanging_on_the_default_generators_lock",
+    "tests/test_stress.py::test_detects_a_hanging_engine_and_goes_on",
+    "tests/test_stress.py::test_detects_an_optimizer_step_interrupted_halfway",
+    "tests/test_stress.py::test_detects_arrival_order_accumulation",
+    "tests/test_stress.py::test_detects_memory_growth_across_iterations",
+    "tests/test_stress.py::test_detects_threads_left_by_close",
+    "tests/test_stress.py::test_detects_unlocked_leaf_accumulation_under_concurrency",
+    "tests/test_stress.py::test_every_family_and_fault_kind_pass_on_the_real_engine",
+    "tests/test_stress.py::test_families_cover_deep_partial_frozen_and_broadcast_graphs",
+    "tests/test_stress.py::test_interrupt_kinds_detect_blas_left_lowered_by_an_interrupted_call",
+    "tests/test_stress.py::test_multi_root_step_is_optional_and_runs_under_a_short_switch_interval",
+    "tests/test_stress.py::test_regression_no_hang_on_shared_leaves_with_four_workers",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.split("[", 1)[0] in SLOW:
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def blas_two_threads(monkeypatch):
+    """BLAS at 2 threads (test_stress, test_reliability) with nobody holding
+    threadpoolctl's control of OpenBLAS (so calls on any thread can lower it), the
+    engine believing it has 2 cores (so 2 workers ask for 1 BLAS thread); every
+    library's count is put back afterwards."""
+    from stress.leaks import blas_counts, set_blas_counts
+
+    from parallel_autograd.engine import engine as engine_module
+    start = blas_counts()
+    if not start:
+        pytest.skip("threadpoolctl finds no BLAS")
+    monkeypatch.setattr(engine_module, "usable_cores", lambda: 2)
+    if set(set_blas_counts({p: 2 for p in start}).values()) != {2}:
+        set_blas_counts(start)
+        pytest.skip("BLAS cannot be set to 2 threads here")
+    try:
+        yield start
+    finally:
+        assert set_blas_counts(start) == start

@@ -709,31 +709,11 @@ def test_ctrl_c_at_every_line_of_a_sequential_backward_leaves_grad_mode_and_grad
 
 
 # ---- Ctrl+C around a parallel call: BLAS limits and intra-op splitting undone -------------
-@pytest.fixture
-def blas_at_two(monkeypatch):
-    """BLAS at 2 threads with nobody holding threadpoolctl's control of OpenBLAS, and the
-    engine believing it has 2 cores, so a 2-worker call lowers BLAS to 1 thread. Every
-    library's count is put back afterwards."""
-    from stress.leaks import blas_counts as counts_by_lib
-    from stress.leaks import set_blas_counts
-    start = counts_by_lib()
-    if not start:
-        pytest.skip("threadpoolctl finds no BLAS")
-    monkeypatch.setattr(engine_module, "usable_cores", lambda: 2)
-    if set(set_blas_counts({p: 2 for p in start}).values()) != {2}:
-        set_blas_counts(start)
-        pytest.skip("BLAS cannot be set to 2 threads here")
-    try:
-        yield
-    finally:
-        set_blas_counts(start)
-
-
 @needs_blas
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
                     reason="signals reach the main thread only")
 @pytest.mark.timeout(600)
-def test_ctrl_c_at_every_line_around_a_parallel_call_restores_blas_and_splitting(blas_at_two):
+def test_ctrl_c_at_every_line_around_a_parallel_call_restores_blas_and_splitting(blas_two_threads):
     # A SIGINT at the n-th line the caller runs in the call's set-up and tear-down
     # (engine.py, blas.py, threadpoolctl, intraop's engine_running, the SIGINT hold), for
     # every n: right after the call (completed or interrupted) BLAS is back at 2 threads,

@@ -311,24 +311,6 @@ def test_detects_memory_growth_across_iterations():
     assert leaks and any("grows" in f.message for f in leaks), rep.summary()
 
 
-@pytest.fixture
-def blas_two_threads(monkeypatch):
-    """BLAS at 2 threads with nobody holding threadpoolctl's control of OpenBLAS (so
-    calls on any thread can lower it), the engine believing it has 2 cores (so 2
-    workers ask for 1 BLAS thread); every library's count is put back afterwards."""
-    start = blas_counts()
-    if not start:
-        pytest.skip("threadpoolctl finds no BLAS")
-    monkeypatch.setattr(engine_module, "usable_cores", lambda: 2)
-    if set(set_blas_counts({p: 2 for p in start}).values()) != {2}:
-        set_blas_counts(start)
-        pytest.skip("BLAS cannot be set to 2 threads here")
-    try:
-        yield start
-    finally:
-        assert set_blas_counts(start) == start
-
-
 def _restore_nothing():
     """Broken blas._restore: forgets what it lowered without setting it back."""
     blas._changed.clear()
