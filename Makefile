@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test lint bench bench-quick stress example example-mpi bench-mpi clean freethreaded test-ft stress-ft bench-ft
+.PHONY: setup test lint bench bench-quick stress example example-mpi bench-mpi clean freethreaded test-ft stress-ft bench-ft
 
 # Free-threaded CPython 3.13t (GIL disabled): see tools/build_freethreaded.sh. The venv lives in
 # $(FT_CACHE); the interpreter build is cached per machine (FT_BUILD_CACHE, ~/.cache/...).
@@ -20,13 +20,22 @@ $(VENV)/.installed: pyproject.toml
 
 # PARITY=1: install the [parity] extra (torch, CPU build) first, so the tests that compare
 # values, gradients and dtypes with PyTorch run instead of skipping (CI does this once).
-test: $(VENV)/.installed
-	$(if $(PARITY),$(PY) -m pip install --quiet -e '.[parity]')
+$(VENV)/.parity: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[parity]'
+	touch $@
+
+# `make setup [PARITY=1]`: only the install (CI installs once, then runs test steps side by side)
+setup: $(VENV)/.installed $(if $(PARITY),$(VENV)/.parity)
+
+test: setup
 	$(if $(PARITY),PA_REQUIRE_TORCH=1) $(PY) -m pytest $(PYTEST_ARGS)
 
 # ruff with pyproject's rules ([tool.ruff.lint]); the [lint] extra installs the pinned ruff.
-lint: $(VENV)/.installed
+$(VENV)/.lint: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[lint]'
+	touch $@
+
+lint: $(VENV)/.lint
 	$(PY) -m ruff check .
 
 # The [compare] extra (matplotlib) is installed for the plot the summary names.
