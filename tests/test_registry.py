@@ -27,6 +27,8 @@ from parallel_autograd.primitive import REGISTRY, Joint, defop
 OPS = [op for op in REGISTRY if op.export and not op.composite]
 IDS = [f"{op.module}.{op.name}" for op in OPS]
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# the registry walk (`-m "not walk"` leaves it out: CI runs it once, with the parity tests)
+pytestmark = pytest.mark.walk
 
 
 def _key(op) -> str:
