@@ -85,12 +85,14 @@ def pytest_configure(config):
 # those steps keep two MPI tests (test_api_and_ddp_checks, test_training_matches_one_process)
 # as their check of mpi4py on that interpreter.
 SLOW = frozenset({
+    "tests/test_training_parity.py::test_fifty_adam_steps_give_pytorchs_loss_curve",
     "tests/test_cli.py::test_bad_worker_list_names_the_option_and_the_format",
     "tests/test_compare.py::test_a_broken_torch_drops_the_pytorch_columns_not_the_run",
     "tests/test_compare.py::test_both_allocator_settings_in_children",
     "tests/test_compare.py::test_every_workload_from_the_command_line",
     "tests/test_compare.py::test_forced_parallel_run_reports_parallel_and_its_own_speedup",
     "tests/test_compare.py::test_second_interpreter_side_by_side",
+    "tests/test_compare.py::test_tiny_run_with_forward_step_and_the_pytorch_child",
     "tests/test_distributed.py::test_a_rank_that_hangs_makes_the_others_time_out_and_abort",
     "tests/test_distributed.py::test_bitwise_reproducible_across_runs_and_worker_counts",
     "tests/test_distributed.py::test_fault_in_one_rank_ends_the_job",

@@ -670,6 +670,7 @@ def test_check_fails_on_miss_only(monkeypatch, capsys, par, spread, code, status
     assert compare.main(FULL + ["--workloads", "mlp-chain"]) == 0  # without --check: always 0
 
 
+@pytest.mark.timeout(400)  # a deadlock guard: children run the benchmark under load
 def test_tiny_run_with_forward_step_and_the_pytorch_child(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "r.json"
