@@ -76,7 +76,7 @@ def _inplace(name: str, write):
     return method
 
 
-def _promoting(write, n: int = 1, to_float: bool = False):
+def _promoting(name: str, write, n: int = 1, to_float: bool = False):
     """`write` with PyTorch's type promotion of an in-place op: the tensor and its first
     `n` operands promoted together (`dtypes.result_type`), the operands cast to that
     dtype (the tensor is written in place: never cast), and a result of a higher category
@@ -86,7 +86,10 @@ def _promoting(write, n: int = 1, to_float: bool = False):
 
     def promoted(d, *operands, **kwargs):
         values = [d, *operands[:n]]
-        p = promote_operands(values, wheres[len(values) - 1], to_float, into=0)
+        try:
+            p = promote_operands(values, wheres[len(values) - 1], to_float, into=0)
+        except RuntimeError as e:
+            raise RuntimeError(f"{name}: {e}") from None
         if p is not values:
             operands = (*p[1:], *operands[n:])
         write(d, *operands, **kwargs)
@@ -207,21 +210,21 @@ def _masked_fill(d, mask, value):
 
 
 METHODS = {
-    "add_": _inplace("add_", _promoting(_add)),
-    "sub_": _inplace("sub_", _promoting(_sub)),
-    "mul_": _inplace("mul_", _promoting(_mul)),
-    "div_": _inplace("div_", _promoting(_div, to_float=True)),
+    "add_": _inplace("add_", _promoting("add_", _add)),
+    "sub_": _inplace("sub_", _promoting("sub_", _sub)),
+    "mul_": _inplace("mul_", _promoting("mul_", _mul)),
+    "div_": _inplace("div_", _promoting("div_", _div, to_float=True)),
     "neg_": _inplace("neg_", lambda d: np.negative(d, out=d)),
     "zero_": _inplace("zero_", lambda d: d.fill(0)),
     "fill_": _inplace("fill_", lambda d, value: d.fill(value)),
     "copy_": _inplace("copy_", _copy),
-    "clamp_": _inplace("clamp_", _promoting(_clamp, 2)),
-    "addcmul_": _inplace("addcmul_", _promoting(_addcmul, 2)),
+    "clamp_": _inplace("clamp_", _promoting("clamp_", _clamp, 2)),
+    "addcmul_": _inplace("addcmul_", _promoting("addcmul_", _addcmul, 2)),
     "lerp_": _inplace("lerp_", _lerp),
-    "__iadd__": _inplace("+=", _promoting(_add)),
-    "__isub__": _inplace("-=", _promoting(_sub)),
-    "__imul__": _inplace("*=", _promoting(_mul)),
-    "__itruediv__": _inplace("/=", _promoting(_div, to_float=True)),
+    "__iadd__": _inplace("+=", _promoting("+=", _add)),
+    "__isub__": _inplace("-=", _promoting("-=", _sub)),
+    "__imul__": _inplace("*=", _promoting("*=", _mul)),
+    "__itruediv__": _inplace("/=", _promoting("/=", _div, to_float=True)),
     "scatter_": _inplace("scatter_", _scatter),
     "scatter_add_": _inplace("scatter_add_", _scatter_add),
     "index_add_": _inplace("index_add_", _index_add),

@@ -276,3 +276,15 @@ def test_promotion_fast_path_passes_arrays_through_uncast():
     assert p[1] == 2.5
     p = D.promote_operands([a.astype(np.float32), pa.float64.type(2.5)], (0, 1))
     assert p[1].dtype == np.float32
+
+
+def test_round_keeps_integers_as_pytorch():
+    torch = pytest.importorskip("torch")
+    x = np.array([1, 25, -37])
+    got, want = pa.round(pa.tensor(x)), torch.round(torch.tensor(x))
+    assert got.dtype == pa.int64 and got.data.tolist() == want.tolist()
+    for lib in (torch, pa):
+        with pytest.raises(NotImplementedError):
+            lib.round(lib.tensor([True]))
+        with pytest.raises(NotImplementedError):
+            lib.round(lib.tensor(x), decimals=-1)

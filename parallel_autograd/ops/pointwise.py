@@ -427,6 +427,13 @@ def round(input: Tensor, *, decimals: int = 0) -> Tensor:  # noqa: A001  (PyTorc
     star-imported."""
     if isinstance(decimals, bool) or not isinstance(decimals, (int, np.integer)):
         raise TypeError(f"round: decimals must be an int, got {decimals!r}")
+    kind = _kind(input)
+    if kind in "biu":               # integers stay integers (PyTorch's); bool refused
+        if kind == "b" or decimals != 0:
+            raise NotImplementedError(f"round: not implemented for dtype "
+                                      f"{np.asarray(input).dtype}" + (" with decimals" if
+                                                                      kind != "b" else ""))
+        return np.array(input)
     if decimals == 0:
         return P.rint(input)        # half to even, as PyTorch
     return np.round(input, int(decimals))  # x * 10^d rounded / 10^d
