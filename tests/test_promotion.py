@@ -288,3 +288,20 @@ def test_round_keeps_integers_as_pytorch():
             lib.round(lib.tensor([True]))
         with pytest.raises(NotImplementedError):
             lib.round(lib.tensor(x), decimals=-1)
+
+
+def test_lerp_takes_one_dtype_as_pytorch(default):
+    """No promotion in lerp: `end` (and a dimensioned weight) of another dtype is a
+    RuntimeError; a number or 0-d weight is taken in input's dtype (float32 stays float32)."""
+    import torch
+    f, d = np.array([1.0, 2.0, 4.0], np.float32), np.array([3.0, 1.0, 0.5])
+    for lib, mk in ((torch, torch.tensor), (pa, pa.tensor)):
+        for end, weight in ((mk(d), 0.5), (mk(f), mk(d)), (mk(np.array(2.0)), 0.5)):
+            with pytest.raises(RuntimeError, match="expected dtype"):
+                lib.lerp(mk(f), end, weight)
+    for weight in (0.25, 0.75, np.array(0.3), np.array(0.7, np.float32)):
+        want = torch.lerp(torch.tensor(f), torch.tensor(f[::-1].copy()),
+                          torch.tensor(weight) if isinstance(weight, np.ndarray) else weight)
+        got = pa.lerp(pa.tensor(f), pa.tensor(f[::-1].copy()),
+                      pa.tensor(weight) if isinstance(weight, np.ndarray) else weight)
+        _same_result("lerp", got, want, weight)

@@ -881,12 +881,19 @@ def _lerp_end(g, ans, input, end, weight):
                 lambda g, ans, input, end, weight: g * (end - input)), method=True)
 def lerp(input: Tensor, end: Tensor, weight: Tensor) -> Tensor:
     """`input + weight * (end - input)` (`weight` a number or a tensor, all broadcast),
-    with PyTorch's two formulas around |weight| = 0.5 (exact at both ends)."""
+    with PyTorch's two formulas around |weight| = 0.5 (exact at both ends). No promotion,
+    as PyTorch's: `end` and a dimensioned `weight` of another dtype than `input` are a
+    RuntimeError; a 0-d or number weight is taken in input's dtype."""
     _floating(input, "lerp")
-    weight = weak(weight)
+    x = np.asarray(input)
+    for what, v in (("end", end), ("weight", weight)):
+        if type(v) is np.ndarray and v.dtype != x.dtype and (what == "end" or v.ndim):
+            raise RuntimeError(f"lerp: expected dtype {x.dtype} for `{what}` but got dtype "
+                               f"{v.dtype}")
+    weight = np.asarray(weight).astype(x.dtype, copy=False)
     diff = np.subtract(end, input)
     small = np.abs(weight) < 0.5
-    return np.where(small, input + weight * diff, end - diff * (1 - np.asarray(weight)))
+    return np.where(small, input + weight * diff, end - diff * (1 - weight))
 
 
 @composite(method=True)
