@@ -350,26 +350,37 @@ def promote_operands(values: list, where: tuple, to_float: _builtin_bool = False
 
 
 def promoter(where: tuple, to_float: _builtin_bool = False):
-    """`values -> promote_operands(values, where, to_float)`, specialised for `where`: a
-    binary op's fast path costs no further call (the op layer's `defop(promote=)`)."""
+    """`values -> promote_operands(values, where, to_float)`, specialised for `where`: the
+    fast paths of unary and binary ops cost no further call (the op layer's
+    `defop(promote=)`; ~10 bytecodes when the dtypes already agree)."""
+    if len(where) == 1:
+        (i,) = where
+
+        def promote1(values: list) -> list:
+            a = values[i]
+            if type(a) is _ndarray and (a.dtype.kind in "fc" or not to_float):
+                return values
+            return _promote_operands(values, where, to_float)
+        return promote1
     if len(where) != 2:
         return lambda values: promote_operands(values, where, to_float)
     i, j = where
 
-    def promote(values: list) -> list:
-        a, b = values[i], values[j]
-        if type(a) is _ndarray and not (to_float and a.dtype.kind in "biu"):
-            t = type(b)
-            if t is _ndarray:
-                if a.dtype is b.dtype:  # (numpy's builtin dtypes are singletons)
-                    return values
-            elif t is _builtin_float:
+    def promote2(values: list) -> list:
+        a = values[i]
+        b = values[j]
+        if type(a) is _ndarray:
+            if type(b) is _ndarray:
+                if a.dtype is b.dtype and (not to_float or a.dtype.kind in "fc"):
+                    return values  # (numpy's builtin dtypes are singletons)
+            elif type(b) is _builtin_float:
                 if a.dtype.kind in "fc":
                     return values
-            elif t is _builtin_int and (a.dtype.kind in "fc" or a.dtype is _INT64):
-                return values
+            elif type(b) is _builtin_int and (a.dtype is _INT64 and not to_float or
+                                              a.dtype.kind in "fc"):
+                return values  # (narrower integers: the number wraps around, below)
         return _promote_operands(values, where, to_float)
-    return promote
+    return promote2
 
 
 _TORCH_NAMES = {"float16": "Half", "float32": "Float", "float64": "Double", "bool": "Bool",

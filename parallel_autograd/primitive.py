@@ -219,8 +219,9 @@ class OpDef:
     def __call__(self, args: tuple, params: dict | None):
         """Run the op: forward on arrays, then `record` (the generated function's body)."""
         arrays = [a.data if isinstance(a, Tensor) else a for a in args]
-        if self.promote is not None:  # PyTorch's type promotion, or its dtype check
-            arrays = self.promote(arrays)
+        promote = self.promote
+        if promote is not None:  # PyTorch's type promotion, or its dtype check
+            arrays = promote(arrays)
         forward = self.forward
         try:
             if self.variadic:  # one parameter holding every input (cat, stack)
