@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import version
+from .dtypes import promote_operands, scalar_type_name
 from .grad_mode import is_grad_enabled
 from .ops import index as IX
 from .ops.setitem import setitem
@@ -75,12 +76,44 @@ def _inplace(name: str, write):
     return method
 
 
+def _promoting(name: str, write, n: int = 1, to_float: bool = False):
+    """`write` with PyTorch's type promotion of an in-place op: the tensor and its first
+    `n` operands promoted together (`dtypes.result_type`), the operands cast to that
+    dtype (the tensor is written in place: never cast), and a result of a higher category
+    than the tensor's refused (RuntimeError, PyTorch's "result type Float can't be cast to
+    the desired output type Long") before anything is written."""
+    wheres = [tuple(range(k + 1)) for k in range(n + 1)]
+
+    def promoted(d, *operands, **kwargs):
+        values = [d, *operands[:n]]
+        try:
+            p = promote_operands(values, wheres[len(values) - 1], to_float, into=0)
+        except RuntimeError as e:
+            raise RuntimeError(f"{name}: {e}") from None
+        if p is not values:
+            operands = (*p[1:], *operands[n:])
+        write(d, *operands, **kwargs)
+    return promoted
+
+
 def _add(d, other, alpha=1):
     np.add(d, other if alpha == 1 else np.multiply(other, alpha), out=d)
 
 
 def _sub(d, other, alpha=1):
     np.subtract(d, other if alpha == 1 else np.multiply(other, alpha), out=d)
+
+
+def _mul(d, other):
+    np.multiply(d, other, out=d)
+
+
+def _div(d, other):
+    np.true_divide(d, other, out=d)
+
+
+def _copy(d, src):
+    np.copyto(d, src, casting="unsafe")  # PyTorch's copy_ converts any dtype into any
 
 
 def _array(a) -> np.ndarray:
@@ -125,12 +158,14 @@ def _scatter(d, dim, index, src=None, value=None):
         d[IX._grid(idx, k)] = value
         return
     s = np.asarray(src)
+    IX._same_dtype("scatter", d, s)  # PyTorch's: src is not converted
     IX._check_index(d, k, idx, "scatter_", s)
     d[IX._grid(idx, k)] = s[IX._lead(idx.shape)]  # repeats: the last write wins
 
 
 def _scatter_add(d, dim, index, src):
     s = np.asarray(src)
+    IX._same_dtype("scatter", d, s)
     idx, k = IX._indices(index, "scatter_add_"), IX._dim(dim, d.ndim, "scatter_add_")
     IX._check_index(d, k, idx, "scatter_add_", s)
     np.add.at(d, IX._grid(idx, k), s[IX._lead(idx.shape)])  # repeats accumulate
@@ -142,6 +177,9 @@ def _index_add(d, dim, index, source, alpha=1):
     k = IX._dim(dim, d.ndim, "index_add_")
     idx = IX._vector_index(index, d.shape[k], "index_add_", k)
     s = np.asarray(source)
+    if s.dtype != d.dtype:
+        raise RuntimeError(f"index_add_(): self ({scalar_type_name(d.dtype)}) and source "
+                           f"({scalar_type_name(s.dtype)}) must have the same scalar type")
     want = d.shape[:k] + idx.shape + d.shape[k + 1:]
     if s.shape != want:
         raise ValueError(f"source must have shape {want} (input's, with len(index) in dim "
@@ -172,21 +210,21 @@ def _masked_fill(d, mask, value):
 
 
 METHODS = {
-    "add_": _inplace("add_", _add),
-    "sub_": _inplace("sub_", _sub),
-    "mul_": _inplace("mul_", lambda d, o: np.multiply(d, o, out=d)),
-    "div_": _inplace("div_", lambda d, o: np.true_divide(d, o, out=d)),
+    "add_": _inplace("add_", _promoting("add_", _add)),
+    "sub_": _inplace("sub_", _promoting("sub_", _sub)),
+    "mul_": _inplace("mul_", _promoting("mul_", _mul)),
+    "div_": _inplace("div_", _promoting("div_", _div, to_float=True)),
     "neg_": _inplace("neg_", lambda d: np.negative(d, out=d)),
     "zero_": _inplace("zero_", lambda d: d.fill(0)),
     "fill_": _inplace("fill_", lambda d, value: d.fill(value)),
-    "copy_": _inplace("copy_", lambda d, src: np.copyto(d, src)),
-    "clamp_": _inplace("clamp_", _clamp),
-    "addcmul_": _inplace("addcmul_", _addcmul),
+    "copy_": _inplace("copy_", _copy),
+    "clamp_": _inplace("clamp_", _promoting("clamp_", _clamp, 2)),
+    "addcmul_": _inplace("addcmul_", _promoting("addcmul_", _addcmul, 2)),
     "lerp_": _inplace("lerp_", _lerp),
-    "__iadd__": _inplace("+=", _add),
-    "__isub__": _inplace("-=", _sub),
-    "__imul__": _inplace("*=", lambda d, o: np.multiply(d, o, out=d)),
-    "__itruediv__": _inplace("/=", lambda d, o: np.true_divide(d, o, out=d)),
+    "__iadd__": _inplace("+=", _promoting("+=", _add)),
+    "__isub__": _inplace("-=", _promoting("-=", _sub)),
+    "__imul__": _inplace("*=", _promoting("*=", _mul)),
+    "__itruediv__": _inplace("/=", _promoting("/=", _div, to_float=True)),
     "scatter_": _inplace("scatter_", _scatter),
     "scatter_add_": _inplace("scatter_add_", _scatter_add),
     "index_add_": _inplace("index_add_", _index_add),

@@ -62,6 +62,7 @@ import os
 import numpy as np
 
 from . import anomaly
+from .dtypes import promoter, same_dtype_checker
 from .grad_mode import grad_mode
 from .node import Node, accumulator_for
 from .tensor import Tensor
@@ -198,13 +199,15 @@ class OpDef:
     an adapter that runs the formula on arrays); `method` the Tensor method's name (None:
     none); `module` PyTorch's namespace of the function (`torch`, `torch.nn.functional`,
     `torch.linalg`, `torch.special`); `aliases` its other names; `composite`: built from
-    other ops, no rule; `needs`: the forward takes `needs_input_grad`.
+    other ops, no rule; `needs`: the forward takes `needs_input_grad`; `promote`:
+    `arrays -> arrays` run before the forward (None: none), the inputs brought to their
+    common dtype or checked for one (`defop(promote=, int_to_float=)`).
     """
 
     __slots__ = ("name", "fn", "forward", "inputs", "params", "formulas", "kernels",
                  "has_kernel", "method", "module", "export", "composite", "cost", "threaded",
                  "tensor_params", "family", "torch_name", "aliases", "modules", "variadic",
-                 "shapes_only", "by_name", "needs", "unsaved", "__weakref__")
+                 "shapes_only", "by_name", "needs", "unsaved", "promote", "__weakref__")
 
     def __repr__(self):
         return f"<op {self.module}.{self.name}>"
@@ -216,6 +219,9 @@ class OpDef:
     def __call__(self, args: tuple, params: dict | None):
         """Run the op: forward on arrays, then `record` (the generated function's body)."""
         arrays = [a.data if isinstance(a, Tensor) else a for a in args]
+        promote = self.promote
+        if promote is not None:  # PyTorch's type promotion, or its dtype check
+            arrays = promote(arrays)
         forward = self.forward
         try:
             if self.variadic:  # one parameter holding every input (cat, stack)
@@ -308,7 +314,8 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
           module: str = "torch", also: tuple = (), export: bool = True, name: str | None = None,
           aliases: tuple = (), quiet: bool = False, cost=None, threaded: bool = False,
           torch_name: str | None = None, sizes: str | None = None,
-          shapes_only: bool = False, unsaved: tuple = ()):
+          shapes_only: bool = False, unsaved: tuple = (), promote=False,
+          int_to_float: bool = False):
     """Declare an op from its numpy forward (a decorator; see the module docstring).
 
     - formula: the derivative, for each name in `inputs` (a function, a tuple of them in
@@ -334,14 +341,25 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
       the node does not keep them alive (PyTorch saves only what its formulas use); the
       rules get zeros of their shape and dtype in their place (`placeholder`), whose shape
       and dtype they may read, not their values.
+    - promote: PyTorch's type promotion of the inputs (True: all of `inputs`; a tuple: those
+      named): before the forward they are brought to their `dtypes.result_type`
+      (dimensioned tensors over 0-d tensors over Python numbers), arrays of another dtype
+      cast, numbers made numpy scalars of it. The forward and the rules see the promoted
+      arrays; each input's gradient is cast back to its own dtype by the node. "same": no
+      promotion, inputs of different dtypes are PyTorch's RuntimeError (convolutions).
+    - int_to_float: an integer or bool (common) dtype becomes the default dtype
+      (`get_default_dtype()`, read at each call), as PyTorch's floating ops (sqrt, sin,
+      true division) do; the promoted positions are `promote`'s, else all of `inputs`.
 
     The differentiable inputs need not be the forward's first parameters (`layer_norm(input,
     normalized_shape, weight, bias)`): the forward is then called with them by name.
     """
     def declare(forward):
-        return _declare(forward, formula, kernel, inputs, method, (module, *also), export,
+        spec = _declare(forward, formula, kernel, inputs, method, (module, *also), export,
                         name, aliases, quiet, cost, threaded, torch_name, composite=False,
                         sizes=sizes, shapes_only=shapes_only, unsaved=unsaved)
+        _promotion(spec.op, promote, int_to_float)
+        return spec
     return declare if fn is None else declare(fn)
 
 
@@ -373,6 +391,7 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
     spec.aliases = tuple(aliases)
     spec.family = _family(forward.__module__)
     spec.unsaved = None
+    spec.promote = None
     sig = inspect.signature(forward)
     spec.needs = _NEEDS in sig.parameters and not composite
     if spec.needs:
@@ -409,6 +428,22 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
     REGISTRY.append(spec)
     spec.fn.op = spec
     return spec.fn
+
+
+def _promotion(spec: OpDef, promote, int_to_float: bool) -> None:
+    """Set `spec.promote` from defop's `promote=` and `int_to_float=`."""
+    if not promote and not int_to_float:
+        return
+    if spec.variadic:
+        raise TypeError(f"defop {spec.name}: promote/int_to_float take named inputs, not a "
+                        f"sequence of them")
+    names = spec.inputs if promote in (True, False, "same") else tuple(promote)
+    unknown = [n for n in names if n not in spec.inputs]
+    if unknown:
+        raise TypeError(f"defop {spec.name}: promote {unknown} are not inputs {spec.inputs}")
+    where = tuple(spec.inputs.index(n) for n in names)
+    spec.promote = same_dtype_checker(spec.name, where) if promote == "same" else \
+        promoter(where, bool(int_to_float))
 
 
 def placeholder(a):

@@ -675,7 +675,7 @@ def _data(t):
 
 
 _CONV = dict(inputs=("input", "weight", "bias"), module="torch.nn.functional", also=("torch",),
-             cost=_cost, threaded=True)
+             cost=_cost, threaded=True, promote="same")
 
 
 @defop(formula=_conv_formulas(1), kernel=_conv_kernels(1), **_CONV)

@@ -127,7 +127,7 @@ def _sigmoid_kernel(g, ans, input):
 
 
 @defop(formula=lambda g, ans, input: g * (1 - ans) * ans, kernel=_sigmoid_kernel,
-       also=(_F,), method=True)
+       also=(_F,), method=True, int_to_float=True)
 def sigmoid(input: Tensor) -> Tensor:
     """`1 / (1 + exp(-x))`; the gradient is g (1 - y) y."""
     return _sigmoid_array(input)

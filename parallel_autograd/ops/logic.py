@@ -39,37 +39,37 @@ _BINARY = ("input", "other")
 
 
 # ---- comparisons -----------------------------------------------------------------------------
-@defop(inputs=_BINARY, method=True)
+@defop(inputs=_BINARY, method=True, promote=True)
 def eq(input: Tensor, other: Tensor) -> Tensor:
     """`input == other` elementwise, broadcast (a bool tensor)."""
     return np.equal(input, other)
 
 
-@defop(inputs=_BINARY, method=True, aliases=("not_equal",))
+@defop(inputs=_BINARY, method=True, aliases=("not_equal",), promote=True)
 def ne(input: Tensor, other: Tensor) -> Tensor:
     """`input != other` elementwise, broadcast (a bool tensor)."""
     return np.not_equal(input, other)
 
 
-@defop(inputs=_BINARY, method=True, aliases=("less",))
+@defop(inputs=_BINARY, method=True, aliases=("less",), promote=True)
 def lt(input: Tensor, other: Tensor) -> Tensor:
     """`input < other` elementwise, broadcast (a bool tensor)."""
     return np.less(input, other)
 
 
-@defop(inputs=_BINARY, method=True, aliases=("greater",))
+@defop(inputs=_BINARY, method=True, aliases=("greater",), promote=True)
 def gt(input: Tensor, other: Tensor) -> Tensor:
     """`input > other` elementwise, broadcast (a bool tensor)."""
     return np.greater(input, other)
 
 
-@defop(inputs=_BINARY, method=True, aliases=("less_equal",))
+@defop(inputs=_BINARY, method=True, aliases=("less_equal",), promote=True)
 def le(input: Tensor, other: Tensor) -> Tensor:
     """`input <= other` elementwise, broadcast (a bool tensor)."""
     return np.less_equal(input, other)
 
 
-@defop(inputs=_BINARY, method=True, aliases=("greater_equal",))
+@defop(inputs=_BINARY, method=True, aliases=("greater_equal",), promote=True)
 def ge(input: Tensor, other: Tensor) -> Tensor:
     """`input >= other` elementwise, broadcast (a bool tensor)."""
     return np.greater_equal(input, other)
@@ -164,21 +164,21 @@ def _integral(op: str, *xs) -> None:
                                       f"or bool tensors only)")
 
 
-@defop(inputs=_BINARY, method=True)
+@defop(inputs=_BINARY, method=True, promote=True)
 def bitwise_and(input: Tensor, other: Tensor) -> Tensor:
     """Bitwise and of integer or bool tensors (`&`; logical for bool)."""
     _integral("bitwise_and", input, other)
     return np.bitwise_and(input, other)
 
 
-@defop(inputs=_BINARY, method=True)
+@defop(inputs=_BINARY, method=True, promote=True)
 def bitwise_or(input: Tensor, other: Tensor) -> Tensor:
     """Bitwise or of integer or bool tensors (`|`)."""
     _integral("bitwise_or", input, other)
     return np.bitwise_or(input, other)
 
 
-@defop(inputs=_BINARY, method=True)
+@defop(inputs=_BINARY, method=True, promote=True)
 def bitwise_xor(input: Tensor, other: Tensor) -> Tensor:
     """Bitwise exclusive or of integer or bool tensors (`^`)."""
     _integral("bitwise_xor", input, other)

@@ -30,6 +30,7 @@ import math
 
 import numpy as np
 
+from ..dtypes import promote_operands
 from ..memory import ufunc
 from ..primitive import composite, defop
 from ..tensor import Tensor
@@ -79,13 +80,13 @@ def neg(input: Tensor) -> Tensor:
 
 
 # ---- exponentials and logarithms -------------------------------------------------------------
-@defop(formula=lambda g, ans, input: g * ans, method=True)
+@defop(formula=lambda g, ans, input: g * ans, method=True, int_to_float=True)
 def exp(input: Tensor) -> Tensor:
     """e ** x."""
     return P.exp(input)
 
 
-@defop(formula=lambda g, ans, input: g / input, method=True)
+@defop(formula=lambda g, ans, input: g / input, method=True, int_to_float=True)
 def log(input: Tensor) -> Tensor:
     """The natural logarithm."""
     return P.log(input)
@@ -96,7 +97,8 @@ def _sqrt_kernel(g, ans, input):
     return np.divide(g, t, out=t)
 
 
-@defop(formula=lambda g, ans, input: g / (ans * 2), kernel=_sqrt_kernel, method=True)
+@defop(formula=lambda g, ans, input: g / (ans * 2), kernel=_sqrt_kernel, method=True,
+       int_to_float=True)
 def sqrt(input: Tensor) -> Tensor:
     """The square root."""
     return P.sqrt(input)
@@ -108,7 +110,7 @@ def _log1p_kernel(g, ans, input):
 
 
 @defop(formula=lambda g, ans, input: g / (input + 1), kernel=_log1p_kernel, method=True,
-       quiet=True)
+       quiet=True, int_to_float=True)
 def log1p(input: Tensor) -> Tensor:
     """log(1 + x), accurate for small x."""
     return P.log1p(input)
@@ -121,7 +123,7 @@ def _expm1_kernel(g, ans, input):
 
 
 @defop(formula=lambda g, ans, input: g * (ans + 1), kernel=_expm1_kernel, method=True,
-       quiet=True)
+       quiet=True, int_to_float=True)
 def expm1(input: Tensor) -> Tensor:
     """exp(x) - 1, accurate for small x."""
     return P.expm1(input)
@@ -135,14 +137,14 @@ def _log_base_kernel(ln_base):
 
 
 @defop(formula=lambda g, ans, input: g / (input * _LN2), kernel=_log_base_kernel(_LN2),
-       method=True, quiet=True)
+       method=True, quiet=True, int_to_float=True)
 def log2(input: Tensor) -> Tensor:
     """The base-2 logarithm."""
     return P.log2(input)
 
 
 @defop(formula=lambda g, ans, input: g / (input * _LN10), kernel=_log_base_kernel(_LN10),
-       method=True, quiet=True)
+       method=True, quiet=True, int_to_float=True)
 def log10(input: Tensor) -> Tensor:
     """The base-10 logarithm."""
     return P.log10(input)
@@ -155,7 +157,7 @@ def _exp2_kernel(g, ans, input):
 
 
 @defop(formula=lambda g, ans, input: g * (ans * _LN2), kernel=_exp2_kernel, method=True,
-       quiet=True)
+       quiet=True, int_to_float=True)
 def exp2(input: Tensor) -> Tensor:
     """2 ** x."""
     return P.exp2(input)
@@ -173,14 +175,14 @@ def _erf_kernel(factor):
 
 
 @defop(formula=lambda g, ans, input: g * (exp(-(input * input)) * _TWO_OVER_SQRT_PI),
-       kernel=_erf_kernel(_TWO_OVER_SQRT_PI), method=True, module="torch")
+       kernel=_erf_kernel(_TWO_OVER_SQRT_PI), method=True, module="torch", int_to_float=True)
 def erf(input: Tensor) -> Tensor:
     """The error function (fdlibm's, vectorized: `ops.special`; within ~1 ulp)."""
     return special.erf(input)
 
 
 @defop(formula=lambda g, ans, input: g * (exp(-(input * input)) * -_TWO_OVER_SQRT_PI),
-       kernel=_erf_kernel(-_TWO_OVER_SQRT_PI), method=True)
+       kernel=_erf_kernel(-_TWO_OVER_SQRT_PI), method=True, int_to_float=True)
 def erfc(input: Tensor) -> Tensor:
     """1 - erf(x), without cancellation for large x (`ops.special`)."""
     return special.erfc(input)
@@ -194,7 +196,7 @@ def _reciprocal_kernel(g, ans, input):
 
 
 @defop(formula=lambda g, ans, input: -(g * (ans * ans)), kernel=_reciprocal_kernel,
-       method=True, quiet=True)
+       method=True, quiet=True, int_to_float=True)
 def reciprocal(input: Tensor) -> Tensor:
     """1 / x."""
     return P.divide(1.0, input)
@@ -209,7 +211,7 @@ def _rsqrt_kernel(g, ans, input):
 
 
 @defop(formula=lambda g, ans, input: g * (ans * ans * ans * -0.5), kernel=_rsqrt_kernel,
-       method=True, quiet=True)
+       method=True, quiet=True, int_to_float=True)
 def rsqrt(input: Tensor) -> Tensor:
     """1 / sqrt(x)."""
     t = buf(P.sqrt(input))          # 2 passes
@@ -223,7 +225,8 @@ def _sin_kernel(g, ans, input):
     return t
 
 
-@defop(formula=lambda g, ans, input: g * cos(input), kernel=_sin_kernel, method=True)
+@defop(formula=lambda g, ans, input: g * cos(input), kernel=_sin_kernel, method=True,
+       int_to_float=True)
 def sin(input: Tensor) -> Tensor:
     """The sine."""
     return P.sin(input)
@@ -236,7 +239,8 @@ def _cos_kernel(g, ans, input):
     return t
 
 
-@defop(formula=lambda g, ans, input: g * -sin(input), kernel=_cos_kernel, method=True)
+@defop(formula=lambda g, ans, input: g * -sin(input), kernel=_cos_kernel, method=True,
+       int_to_float=True)
 def cos(input: Tensor) -> Tensor:
     """The cosine."""
     return P.cos(input)
@@ -249,7 +253,8 @@ def _tan_kernel(g, ans, input):
     return t
 
 
-@defop(formula=lambda g, ans, input: g * (ans * ans + 1), kernel=_tan_kernel, method=True)
+@defop(formula=lambda g, ans, input: g * (ans * ans + 1), kernel=_tan_kernel, method=True,
+       int_to_float=True)
 def tan(input: Tensor) -> Tensor:
     """The tangent."""
     return P.tan(input)
@@ -263,7 +268,7 @@ def _tanh_kernel(g, ans, input):
 
 
 @defop(formula=lambda g, ans, input: g * (1 - ans * ans), kernel=_tanh_kernel, method=True,
-       also=("torch.nn.functional",))
+       also=("torch.nn.functional",), int_to_float=True)
 def tanh(input: Tensor) -> Tensor:
     """The hyperbolic tangent."""
     return P.tanh(input)
@@ -277,7 +282,7 @@ def _asin_kernel(g, ans, input):
 
 
 @defop(formula=lambda g, ans, input: g * rsqrt(1 - input * input), kernel=_asin_kernel,
-       method=True, aliases=("arcsin",), quiet=True)
+       method=True, aliases=("arcsin",), quiet=True, int_to_float=True)
 def asin(input: Tensor) -> Tensor:
     """The inverse sine (NaN outside [-1, 1])."""
     return P.arcsin(input)
@@ -289,7 +294,7 @@ def _acos_kernel(g, ans, input):
 
 
 @defop(formula=lambda g, ans, input: -(g * rsqrt(1 - input * input)), kernel=_acos_kernel,
-       method=True, aliases=("arccos",), quiet=True)
+       method=True, aliases=("arccos",), quiet=True, int_to_float=True)
 def acos(input: Tensor) -> Tensor:
     """The inverse cosine (NaN outside [-1, 1])."""
     return P.arccos(input)
@@ -302,7 +307,7 @@ def _atan_kernel(g, ans, input):
 
 
 @defop(formula=lambda g, ans, input: g / (input * input + 1), kernel=_atan_kernel,
-       method=True, aliases=("arctan",))
+       method=True, aliases=("arctan",), int_to_float=True)
 def atan(input: Tensor) -> Tensor:
     """The inverse tangent."""
     return P.arctan(input)
@@ -315,7 +320,7 @@ def _sinh_kernel(g, ans, input):
 
 
 @defop(formula=lambda g, ans, input: g * cosh(input), kernel=_sinh_kernel, method=True,
-       quiet=True)
+       quiet=True, int_to_float=True)
 def sinh(input: Tensor) -> Tensor:
     """The hyperbolic sine."""
     return P.sinh(input)
@@ -328,7 +333,7 @@ def _cosh_kernel(g, ans, input):
 
 
 @defop(formula=lambda g, ans, input: g * sinh(input), kernel=_cosh_kernel, method=True,
-       quiet=True)
+       quiet=True, int_to_float=True)
 def cosh(input: Tensor) -> Tensor:
     """The hyperbolic cosine."""
     return P.cosh(input)
@@ -342,7 +347,7 @@ def _asinh_kernel(g, ans, input):
 
 
 @defop(formula=lambda g, ans, input: g * rsqrt(input * input + 1), kernel=_asinh_kernel,
-       method=True, aliases=("arcsinh",), quiet=True)
+       method=True, aliases=("arcsinh",), quiet=True, int_to_float=True)
 def asinh(input: Tensor) -> Tensor:
     """The inverse hyperbolic sine."""
     return P.arcsinh(input)
@@ -356,7 +361,7 @@ def _acosh_kernel(g, ans, input):
 
 
 @defop(formula=lambda g, ans, input: g * rsqrt(input * input - 1), kernel=_acosh_kernel,
-       method=True, aliases=("arccosh",), quiet=True)
+       method=True, aliases=("arccosh",), quiet=True, int_to_float=True)
 def acosh(input: Tensor) -> Tensor:
     """The inverse hyperbolic cosine (NaN below 1)."""
     return P.arccosh(input)
@@ -369,7 +374,7 @@ def _atanh_kernel(g, ans, input):
 
 
 @defop(formula=lambda g, ans, input: g / (1 - input * input), kernel=_atanh_kernel,
-       method=True, aliases=("arctanh",), quiet=True)
+       method=True, aliases=("arctanh",), quiet=True, int_to_float=True)
 def atanh(input: Tensor) -> Tensor:
     """The inverse hyperbolic tangent (NaN outside [-1, 1])."""
     return P.arctanh(input)
@@ -422,6 +427,13 @@ def round(input: Tensor, *, decimals: int = 0) -> Tensor:  # noqa: A001  (PyTorc
     star-imported."""
     if isinstance(decimals, bool) or not isinstance(decimals, (int, np.integer)):
         raise TypeError(f"round: decimals must be an int, got {decimals!r}")
+    kind = _kind(input)
+    if kind in "biu":               # integers stay integers (PyTorch's); bool refused
+        if kind == "b" or decimals != 0:
+            raise NotImplementedError(f"round: not implemented for dtype "
+                                      f"{np.asarray(input).dtype}" + (" with decimals" if
+                                                                      kind != "b" else ""))
+        return np.array(input)
     if decimals == 0:
         return P.rint(input)        # half to even, as PyTorch
     return np.round(input, int(decimals))  # x * 10^d rounded / 10^d
@@ -498,7 +510,7 @@ def _pass(g, ans, *inputs, **params):
 
 
 # ---- add, sub, mul, div ---------------------------------------------------------------------
-@defop(inputs=("input", "other"), formula=(_pass, _alpha_formula), method=True)
+@defop(inputs=("input", "other"), formula=(_pass, _alpha_formula), method=True, promote=True)
 def add(input: Tensor, other: Tensor, *, alpha=1) -> Tensor:
     """`input + alpha * other`, broadcast (the gradients are summed back to each shape)."""
     if _is_one(alpha):
@@ -507,7 +519,7 @@ def add(input: Tensor, other: Tensor, *, alpha=1) -> Tensor:
 
 
 @defop(inputs=("input", "other"), formula=(_pass, _minus_alpha_formula), method=True,
-       aliases=("subtract",))
+       aliases=("subtract",), promote=True)
 def sub(input: Tensor, other: Tensor, *, alpha=1) -> Tensor:
     """`input - alpha * other`, broadcast (two bool tensors: RuntimeError, as PyTorch)."""
     if _kind(input) == "b" and _kind(other) == "b":
@@ -520,7 +532,7 @@ def sub(input: Tensor, other: Tensor, *, alpha=1) -> Tensor:
 
 @defop(inputs=("input", "other"),
        formula=(lambda g, ans, input, other: g * other, lambda g, ans, input, other: g * input),
-       method=True, aliases=("multiply",))
+       method=True, aliases=("multiply",), promote=True)
 def mul(input: Tensor, other: Tensor) -> Tensor:
     """`input * other`, broadcast."""
     return _MUL(input, other)
@@ -558,11 +570,13 @@ def _rounded_quotient(x, y, mode: str, op: str):
 
 
 @defop(inputs=("input", "other"), formula=(_div_input, _div_other),
-       kernel=(None, _div_other_kernel), method=True, aliases=("divide",))
+       kernel=(None, _div_other_kernel), method=True, aliases=("divide",), promote=True)
 def div(input: Tensor, other: Tensor, *, rounding_mode: str | None = None) -> Tensor:
     """`input / other` (true division), broadcast; `rounding_mode="trunc"` rounds the
     quotient toward zero, "floor" down (integers stay integers; the gradient is 0)."""
     if rounding_mode is None:
+        if _integral(input, other):  # true division of integers: the default dtype
+            input, other = promote_operands([input, other], (0, 1), True)
         return _DIV(input, other)
     if rounding_mode not in ("floor", "trunc"):
         raise RuntimeError(f"div: expected rounding_mode to be one of None, 'trunc', or "
@@ -574,13 +588,13 @@ def div(input: Tensor, other: Tensor, *, rounding_mode: str | None = None) -> Te
        formula=(lambda g, ans, input, other: g / other,
                 lambda g, ans, input, other: -(g * ans) / other),
        kernel=(None, lambda g, ans, input, other: _div_other_kernel(g, ans, input, other, None)),
-       method=True)
+       method=True, promote=True, int_to_float=True)
 def true_divide(input: Tensor, other: Tensor) -> Tensor:
     """`input / other`: `div` without a rounding mode (PyTorch's alias)."""
     return _DIV(input, other)
 
 
-@defop(inputs=("input", "other"), formula=(_zero_formula, _zero_formula), method=True)
+@defop(inputs=("input", "other"), formula=(_zero_formula, _zero_formula), method=True, promote=True)
 def floor_divide(input: Tensor, other: Tensor) -> Tensor:
     """`input // other`, rounded down (Python's and PyTorch's floor division). The gradient
     is 0, as div(rounding_mode="floor")'s (PyTorch has none: its backward raises)."""
@@ -596,7 +610,7 @@ def _remainder_other(g, ans, input, other):
 
 
 @defop(inputs=("input", "other"), formula=(_pass, piecewise(_fmod_other)),
-       kernel=(None, _fmod_other), method=True)
+       kernel=(None, _fmod_other), method=True, promote=True)
 def fmod(input: Tensor, other: Tensor) -> Tensor:
     """The remainder of truncated division, with the sign of `input` (C's fmod); the
     gradients are g and -g trunc(input / other)."""
@@ -607,7 +621,7 @@ def fmod(input: Tensor, other: Tensor) -> Tensor:
 
 
 @defop(inputs=("input", "other"), formula=(_pass, piecewise(_remainder_other)),
-       kernel=(None, _remainder_other), method=True)
+       kernel=(None, _remainder_other), method=True, promote=True)
 def remainder(input: Tensor, other: Tensor) -> Tensor:
     """The remainder of floor division, with the sign of `other` (Python's `%`); the
     gradients are g and -g floor(input / other)."""
@@ -708,11 +722,13 @@ def _pow_exponent(g, ans, input, exponent):
 
 
 @defop(inputs=("input", "exponent"), formula=(_pow_input, _pow_exponent),
-       kernel=(_pow_input_kernel, _pow_exponent_kernel), method=True)
+       kernel=(_pow_input_kernel, _pow_exponent_kernel), method=True, promote=True)
 def pow(input: Tensor, exponent: Tensor) -> Tensor:  # noqa: A001  (PyTorch's name)
     """`input ** exponent`, broadcast (either may be a number). The exponent's gradient is
     g x^y log(x), 0 where x == 0 and y >= 0 (PyTorch's)."""
     x, y = weak(input), weak(exponent)
+    if _kind(x) == "b":
+        return _bool_pow(x, y)
     if type(y) is int and y == 3 and isinstance(x, np.ndarray) and x.dtype.kind == "f":
         t = buf(P.multiply(x, x))   # x*x*x as PyTorch (libm's pow: ~50 ns an element)
         t *= x
@@ -721,6 +737,16 @@ def pow(input: Tensor, exponent: Tensor) -> Tensor:  # noqa: A001  (PyTorch's na
         if np.ndim(y) == 0 and not isinstance(y, np.ndarray):
             raise RuntimeError("pow: Integers to negative integer powers are not allowed")
         return _int_pow(np.asarray(x), np.asarray(y))
+    return _POW(x, y)
+
+
+def _bool_pow(x, y):
+    """A bool tensor to a bool number stays bool (PyTorch's: x ** True is x, x ** False is
+    True); to a tensor of bools it is NotImplementedError, as PyTorch's."""
+    if _kind(y) == "b":
+        if isinstance(y, np.ndarray):
+            raise NotImplementedError("pow: not implemented for 'Bool' tensors")
+        return np.logical_or(x, not y)
     return _POW(x, y)
 
 
@@ -778,7 +804,7 @@ def _atan2_recip(input, other):
 @defop(inputs=("input", "other"),
        formula=(lambda g, ans, input, other: g * other * _atan2_recip(input, other),
                 lambda g, ans, input, other: g * -input * _atan2_recip(input, other)),
-       method=True, aliases=("arctan2",), quiet=True)
+       method=True, aliases=("arctan2",), quiet=True, promote=True, int_to_float=True)
 def atan2(input: Tensor, other: Tensor) -> Tensor:
     """The angle of the point (other, input): arctan(input / other) in the right quadrant;
     the gradient at the origin is 0, as PyTorch's."""
@@ -787,7 +813,8 @@ def atan2(input: Tensor, other: Tensor) -> Tensor:
 
 @defop(inputs=("input", "other"),
        formula=(lambda g, ans, input, other: g * input / ans,
-                lambda g, ans, input, other: g * other / ans), method=True, quiet=True)
+                lambda g, ans, input, other: g * other / ans), method=True, quiet=True,
+       promote=True)
 def hypot(input: Tensor, other: Tensor) -> Tensor:
     """sqrt(input^2 + other^2) without overflow."""
     return np.hypot(weak(input), weak(other))
@@ -796,7 +823,7 @@ def hypot(input: Tensor, other: Tensor) -> Tensor:
 @defop(inputs=("input", "other"),
        formula=(lambda g, ans, input, other: g / (exp(other - input) + 1),
                 lambda g, ans, input, other: g / (exp(input - other) + 1)),
-       method=True, quiet=True)
+       method=True, quiet=True, promote=True)
 def logaddexp(input: Tensor, other: Tensor) -> Tensor:
     """log(exp(input) + exp(other)), without overflow."""
     return np.logaddexp(weak(input), weak(other))
@@ -805,7 +832,7 @@ def logaddexp(input: Tensor, other: Tensor) -> Tensor:
 @defop(inputs=("input", "other"),
        formula=(lambda g, ans, input, other: g / (exp2(other - input) + 1),
                 lambda g, ans, input, other: g / (exp2(input - other) + 1)),
-       method=True, quiet=True)
+       method=True, quiet=True, promote=True)
 def logaddexp2(input: Tensor, other: Tensor) -> Tensor:
     """log2(2^input + 2^other), without overflow."""
     return np.logaddexp2(weak(input), weak(other))
@@ -819,7 +846,7 @@ def _copysign_kernel(g, ans, input, other):
 
 
 @defop(inputs=("input", "other"), formula=(piecewise(_copysign_kernel), _zero_formula),
-       kernel=(_copysign_kernel, None), method=True, quiet=True)
+       kernel=(_copysign_kernel, None), method=True, quiet=True, promote=True, int_to_float=True)
 def copysign(input: Tensor, other: Tensor) -> Tensor:
     """|input| with the sign of `other` (-0.0 counts as negative); the gradient is g times
     the sign change (0 where input is 0), and 0 for `other`."""
@@ -854,12 +881,19 @@ def _lerp_end(g, ans, input, end, weight):
                 lambda g, ans, input, end, weight: g * (end - input)), method=True)
 def lerp(input: Tensor, end: Tensor, weight: Tensor) -> Tensor:
     """`input + weight * (end - input)` (`weight` a number or a tensor, all broadcast),
-    with PyTorch's two formulas around |weight| = 0.5 (exact at both ends)."""
+    with PyTorch's two formulas around |weight| = 0.5 (exact at both ends). No promotion,
+    as PyTorch's: `end` and a dimensioned `weight` of another dtype than `input` are a
+    RuntimeError; a 0-d or number weight is taken in input's dtype."""
     _floating(input, "lerp")
-    weight = weak(weight)
+    x = np.asarray(input)
+    for what, v in (("end", end), ("weight", weight)):
+        if type(v) is np.ndarray and v.dtype != x.dtype and (what == "end" or v.ndim):
+            raise RuntimeError(f"lerp: expected dtype {x.dtype} for `{what}` but got dtype "
+                               f"{v.dtype}")
+    weight = np.asarray(weight).astype(x.dtype, copy=False)
     diff = np.subtract(end, input)
     small = np.abs(weight) < 0.5
-    return np.where(small, input + weight * diff, end - diff * (1 - np.asarray(weight)))
+    return np.where(small, input + weight * diff, end - diff * (1 - weight))
 
 
 @composite(method=True)
@@ -928,13 +962,15 @@ _MAX_KERNELS, _MAX_FORMULAS = _tie_rules(np.less)
 _MIN_KERNELS, _MIN_FORMULAS = _tie_rules(np.greater)
 
 
-@defop(inputs=("input", "other"), formula=_MAX_FORMULAS, kernel=_MAX_KERNELS, method=True)
+@defop(inputs=("input", "other"), formula=_MAX_FORMULAS, kernel=_MAX_KERNELS, method=True,
+       promote=True)
 def maximum(input: Tensor, other: Tensor) -> Tensor:
     """The elementwise maximum (NaN wins); on a tie each side gets half the gradient."""
     return _MAX(input, other)
 
 
-@defop(inputs=("input", "other"), formula=_MIN_FORMULAS, kernel=_MIN_KERNELS, method=True)
+@defop(inputs=("input", "other"), formula=_MIN_FORMULAS, kernel=_MIN_KERNELS, method=True,
+       promote=True)
 def minimum(input: Tensor, other: Tensor) -> Tensor:
     """The elementwise minimum (NaN wins); on a tie each side gets half the gradient."""
     return _MIN(input, other)
@@ -943,7 +979,7 @@ def minimum(input: Tensor, other: Tensor) -> Tensor:
 @defop(inputs=("condition", "input", "other"),
        formula=(None, lambda g, ans, condition, input, other: where(condition, g, 0.0),
                 lambda g, ans, condition, input, other: where(condition, 0.0, g)),
-       method=True)
+       method=True, promote=("input", "other"))
 def where(condition: Tensor, input: Tensor, other: Tensor) -> Tensor:
     """`input` where `condition` else `other`, the three broadcast (`input` and `other`
     may be numbers); the condition gets no gradient. The method is `x.where(condition,
@@ -991,7 +1027,7 @@ def _clamp_max_kernel(g, ans, input, min, max):
 @defop(inputs=("input", "min", "max"),
        formula=(piecewise(_clamp_input_kernel), piecewise(_clamp_min_kernel),
                 piecewise(_clamp_max_kernel)),
-       kernel=(_clamp_input_kernel, None, None), method=True, aliases=("clip",))
+       kernel=(_clamp_input_kernel, None, None), method=True, aliases=("clip",), promote=True)
 def clamp(input: Tensor, min: Tensor | None = None, max: Tensor | None = None) -> Tensor:
     """`input` clamped to [min, max] (numbers or tensors, broadcast; either may be None;
     min > max gives max). The gradient is g where min <= x <= max, else 0; a tensor bound
@@ -1021,7 +1057,7 @@ _CLAMP_MAX_FORMULAS, _CLAMP_MAX_KERNELS = _clamp_one(np.less_equal, np.greater)
 
 
 @defop(inputs=("input", "min"), formula=_CLAMP_MIN_FORMULAS, kernel=_CLAMP_MIN_KERNELS,
-       method=True)
+       method=True, promote=True)
 def clamp_min(input: Tensor, min: Tensor) -> Tensor:
     """`input` clamped below at `min` (a number or a tensor, broadcast); a tensor bound gets
     the gradient where it is selected (x < min), as PyTorch."""
@@ -1029,7 +1065,7 @@ def clamp_min(input: Tensor, min: Tensor) -> Tensor:
 
 
 @defop(inputs=("input", "max"), formula=_CLAMP_MAX_FORMULAS, kernel=_CLAMP_MAX_KERNELS,
-       method=True)
+       method=True, promote=True)
 def clamp_max(input: Tensor, max: Tensor) -> Tensor:
     """`input` clamped above at `max` (a number or a tensor, broadcast); a tensor bound gets
     the gradient where it is selected (x > max)."""
