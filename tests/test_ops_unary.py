@@ -374,7 +374,7 @@ def test_parallel_engine_is_bitwise_the_sequential_one():
     assert_bitwise(want, got)
     assert_bitwise(want2, got2)
     for a, b in zip(want, got):
-        assert np.array_equal(a, b) and a.tobytes() == b.tobytes()
+        assert np.array_equal(a, b) and a.data.tobytes() == b.data.tobytes()
 
 
 def test_relu_gradient_at_nan_is_torchs():

@@ -98,7 +98,7 @@ def test_parallel_call_never_raises_the_callers_blas_limit(monkeypatch, cores):
     with threadpool_limits(limits=1, user_api="blas"):
         loss, leaves = _matmul_graph(seen)
         pa.backward(loss)
-        reference = [t.grad.copy() for t in leaves]
+        reference = [t.grad.clone() for t in leaves]
         del seen[:]
         loss, leaves = _matmul_graph(seen)
         with _forced_engine() as eng:
@@ -305,7 +305,7 @@ def _random_work_in_child():
     y = pa.checkpoint(lambda a: pa.nn.functional.dropout(lin(a), 0.5), x)
     pa.backward_parallel(y.sum(), num_workers=2)
     pa.optim.SGD(lin.parameters(), lr=0.1).step()
-    return 0 if x.grad is not None and np.isfinite(x.grad).all() else 3
+    return 0 if x.grad is not None and np.isfinite(x.grad.data).all() else 3
 
 
 def _busy(stop, work):
@@ -520,7 +520,7 @@ def test_ctrl_c_at_random_moments_never_leaves_a_partial_write_back():
     outcomes = {"before": 0, "after": 0, "none": 0}
     for k in range(40):
         loss, leaves, expected = _many_leaves(n, with_grads=True)
-        old = [t.grad.copy() for t in leaves]
+        old = [t.grad.clone() for t in leaves]
         # Interrupter waits for its timer and for the delivery: a Timer cancelled just
         # as it fired once sent its SIGINT after the test, into pytest.
         with Interrupter() as irq:
@@ -681,7 +681,7 @@ def test_ctrl_c_at_every_line_of_a_sequential_backward_leaves_grad_mode_and_grad
     outcomes = set()
     for n in range(1, total + 2):
         loss, (x, y) = graph()
-        old = [x.grad.copy(), y.grad.copy()]
+        old = [x.grad.clone(), y.grad.clone()]
         count = [0]
 
         def tracer(frame, event, arg):
