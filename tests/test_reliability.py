@@ -457,31 +457,42 @@ def test_fork_during_the_processes_first_parallel_call():
 
 # ---- Ctrl+C during the write-back --------------------------------------------------------
 class Tripwire(pa.Tensor):
-    """A leaf whose `.grad` setter sends SIGINT to the main thread on its n-th write,
-    so the interrupt lands in the middle of the engine's write-back."""
+    """A leaf whose gradient writes send SIGINT to the main thread on the n-th one, so
+    the interrupt lands in the middle of the engine's write-back. A write: setting the
+    slot behind `.grad` (a first gradient), or adding into `.grad`'s array in place
+    (accumulation: the array is a `_TripArray`)."""
 
     __slots__ = ("_g",)
     writes = 0
     trip_at = None
 
+    @staticmethod
+    def wrote():
+        Tripwire.writes += 1
+        if Tripwire.trip_at is not None and Tripwire.writes == Tripwire.trip_at:
+            _thread.interrupt_main()
+
     @property
-    def grad(self):
+    def _grad(self):
         return self._g
 
-    @grad.setter
-    def grad(self, value):
-        cls = type(self)
-        cls.writes += 1
-        if cls.trip_at is not None and cls.writes == cls.trip_at:
-            _thread.interrupt_main()
+    @_grad.setter
+    def _grad(self, value):
+        Tripwire.wrote()
         self._g = value
+
+
+class _TripArray(np.ndarray):
+    def __iadd__(self, other):
+        Tripwire.wrote()
+        return super().__iadd__(other)
 
 
 def _many_leaves(n, with_grads):
     leaves = [Tripwire(np.full(3, float(i)), requires_grad=True) for i in range(n)]
     if with_grads:
         for t in leaves:
-            t.grad = np.full(3, 0.5)
+            t.grad = np.full(3, 0.5).view(_TripArray)
     loss = _scaled_sum(leaves, lambda i: float(i % 7 + 1))
     expected = [np.full(3, float(i % 7 + 1)) + (0.5 if with_grads else 0.0)
                 for i in range(n)]
