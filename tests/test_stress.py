@@ -689,8 +689,8 @@ def test_multi_root_step_draws_several_ready_roots_from_the_seed():
             assert all(ra.scalar[j].grad_fn not in fed for j in ra.extra), fam
             assert [r.shape for r in ra.outputs] == [r.shape for r in rb.outputs]
             for (c, r) in built:
-                c.got = pa.grad(r.outputs, c.grad_leaves, r.grad_outputs, retain_graph=True,
-                                allow_unused=True)
+                c.got = list(pa.grad(r.outputs, c.grad_leaves, r.grad_outputs, retain_graph=True,
+                                allow_unused=True))
                 for t in c.leaves:
                     t.grad = None
                 pa.backward(r.scalar)
