@@ -67,7 +67,7 @@ def train(args) -> float:
     engine = pa.Engine(args.workers)
     rng = np.random.default_rng(args.seed + 1)
     batches = (len(y_tr) + args.batch - 1) // args.batch
-    print(f"{args.model}: {sum(p.size for p in model.parameters())} parameters, "
+    print(f"{args.model}: {sum(p.numel() for p in model.parameters())} parameters, "
           f"{len(y_tr)} training and {len(y_te)} test images, {batches} batches per epoch")
     for epoch in range(1, args.epochs + 1):
         t0, total = time.perf_counter(), 0.0

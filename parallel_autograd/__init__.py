@@ -40,7 +40,7 @@ from .runtime import (are_deterministic_algorithms_enabled, get_float32_matmul_p
                       is_deterministic_algorithms_warn_only_enabled, set_float32_matmul_precision,
                       set_num_interop_threads, set_num_threads, use_deterministic_algorithms)
 from .serialization import load, save
-from .tensor import Tensor
+from .tensor import Size, Tensor, numel
 from .testing import gradcheck, gradgradcheck
 from . import methods as _methods  # noqa: F401, I001  (last: attaches Tensor's operators)
 
@@ -56,7 +56,7 @@ _TORCH_NAMES = [n for n in _dtypes.__all__ if n not in ("as_dtype", "to_numpy")]
     "are_deterministic_algorithms_enabled", "get_float32_matmul_precision",
     "get_num_interop_threads", "get_num_threads", "is_deterministic_algorithms_warn_only_enabled",
     "set_float32_matmul_precision", "set_num_interop_threads", "set_num_threads",
-    "use_deterministic_algorithms"]
+    "use_deterministic_algorithms", "numel", "Size"]
 
 # What `from parallel_autograd import *` brings in: the names below. Not the submodules
 # (use pa.nn, pa.optim), and not the ops named like Python builtins (abs, max, min, pow,

@@ -323,6 +323,8 @@ def _rerun(g, saved: _Saved, node, graph: bool) -> tuple:
     _redirect(root, start, stand_in, slot, pnodes, saved)
     targets = [p for p in proxies if p is not None]
     got = _grad(out, targets, grad_outputs=g, allow_unused=True, create_graph=graph)
+    if not graph:  # grad() wraps its arrays in Tensors; the outer engine takes arrays
+        got = [None if t is None else t.data for t in got]
     it = iter(got)
     return tuple(None if p is None else next(it) for p in proxies)
 

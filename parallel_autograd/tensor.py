@@ -23,7 +23,7 @@ _FLOAT_KINDS = "f"  # complex is rejected: no rule conjugates
 class Tensor:
     """A numpy array that records the ops applied to it when it requires grad."""
 
-    __slots__ = ("data", "grad", "_requires_grad", "grad_fn", "_hooks", "_accumulator", "_vc",
+    __slots__ = ("data", "_grad", "_requires_grad", "grad_fn", "_hooks", "_accumulator", "_vc",
                  "_post_hooks", "_ready_hooks",
                  "__weakref__")
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
@@ -43,7 +43,7 @@ class Tensor:
         (`parallel_autograd.version`), default a fresh one."""
         t = cls.__new__(cls)  # _init inlined: this is on every op's path
         t.data = arr
-        t.grad = None
+        t._grad = None
         t.grad_fn = grad_fn
         t._hooks = []
         t._accumulator = None
@@ -58,13 +58,29 @@ class Tensor:
         self._post_hooks = None
         self._ready_hooks = None
         self.data = arr
-        self.grad = None
+        self._grad = None
         self.grad_fn = grad_fn
         self._hooks = []
         self._accumulator = None
         self._requires_grad = False
 
     # --- autograd attributes -------------------------------------------------
+    @property
+    def grad(self) -> "Tensor | None":
+        """The accumulated gradient: None until a backward reaches this tensor, then a
+        Tensor of its shape and dtype (PyTorch's `.grad`). Backward passes add into
+        its array in place, so `p.grad.zero_()` or `p.grad.data.mul_(2)` change what
+        the next backward adds to and what an optimizer reads."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value) -> None:
+        self._grad = _as_grad(self, value)
+
+    @grad.deleter
+    def grad(self) -> None:
+        self._grad = None
+
     @property
     def requires_grad(self) -> bool:
         return self._requires_grad
@@ -168,13 +184,37 @@ class Tensor:
         return Tensor._wrap(self.data, None, self._vc)
 
     def zero_grad(self) -> None:
-        self.grad = None
+        self._grad = None
+
+    def _zero_grad_in_place(self) -> None:
+        """`.grad` filled with zeros in place (`zero_grad(set_to_none=False)`); one that
+        carries a graph (create_graph) or is read-only is replaced by new zeros instead,
+        as PyTorch detaches it first."""
+        g = self._grad
+        if g is None:
+            return
+        arr = g.data
+        if g.grad_fn is None and isinstance(arr, np.ndarray) and arr.flags.writeable:
+            arr.fill(0)
+        else:
+            self._grad = Tensor._wrap(np.zeros(arr.shape, arr.dtype))
 
     # --- array-like attributes -----------------------------------------------
+    # a plain tuple (equal to `size()`): as a Size, every error message that prints a
+    # shape would read "Size([2, 3])" instead of numpy's "(2, 3)"
     shape = property(lambda self: self.data.shape)
     ndim = property(lambda self: self.data.ndim)
     dtype = property(lambda self: self.data.dtype)
-    size = property(lambda self: self.data.size)
+
+    def size(self, dim: int | None = None):
+        """PyTorch's `size`: the dimensions as a `Size`, or with `dim` the length of
+        that dimension (negative counts from the end; IndexError out of range). Not
+        numpy's element count: that is `numel()`."""
+        shape = self.data.shape
+        if dim is None:
+            return Size(shape)
+        return shape[_dim_index(dim, len(shape))]
+
 
     # --- device (CPU only: parallel_autograd.device) ----------------------------
     @property
@@ -228,8 +268,9 @@ class Tensor:
         """What pickling keeps: the values, `requires_grad` and `.grad` (no graph,
         no hooks: a non-leaf is restored as a leaf, as `torch.save` does). Subclasses'
         own attributes (a `__dict__`) are kept too."""
+        grad = self._grad
         state = {"data": self.data, "requires_grad": self._requires_grad,
-                 "grad": self.grad}
+                 "grad": None if grad is None else grad.data}
         extra = getattr(self, "__dict__", None)
         if extra:
             state["dict"] = dict(extra)
@@ -238,7 +279,11 @@ class Tensor:
     def __setstate__(self, state: dict) -> None:
         self._init(state["data"], None)
         self._requires_grad = state["requires_grad"]
-        self.grad = state["grad"]
+        grad = state["grad"]  # an array (a subclass kept, as before), or a Tensor
+        if grad is not None:
+            grad = Tensor._wrap(grad.data if isinstance(grad, Tensor) else
+                                grad if isinstance(grad, np.ndarray) else np.asarray(grad))
+        self._grad = grad
         if "dict" in state:
             self.__dict__.update(state["dict"])
 
@@ -272,6 +317,75 @@ class Tensor:
         return id(self)
 
 
+class Size(tuple):
+    """The dimensions of a tensor (`torch.Size`): a tuple of ints, equal to the plain
+    tuple of the same ints; slicing and `+` give a Size; `numel()` is their product."""
+
+    __slots__ = ()
+
+    def __new__(cls, dims=()):
+        return tuple.__new__(cls, dims)
+
+    def __getitem__(self, item):
+        r = tuple.__getitem__(self, item)
+        return Size(r) if isinstance(item, slice) else r
+
+    def __add__(self, other):
+        return Size(tuple.__add__(self, tuple(other)))
+
+    def __radd__(self, other):
+        return Size(tuple(other) + tuple(self))
+
+    def numel(self) -> int:
+        """The number of elements a tensor of these dimensions holds."""
+        n = 1
+        for d in self:
+            n *= d
+        return n
+
+    def __repr__(self) -> str:
+        return f"Size({list(self)})"
+
+    def __reduce__(self):
+        return (Size, (tuple(self),))
+
+
+def _dim_index(dim, ndim: int) -> int:
+    """`dim` as an index into a shape of `ndim` dimensions, checked as PyTorch does."""
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+        raise TypeError(f"size(): argument 'dim' (position 1) must be int, not "
+                        f"{type(dim).__name__}")
+    if ndim == 0:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{-ndim}, {ndim - 1}], but got {dim})")
+    return int(dim)
+
+
+def _as_grad(t: Tensor, value):
+    """What `t.grad = value` stores: None, or a Tensor of `t`'s shape and dtype (an
+    ndarray is wrapped without a copy: backward then accumulates into it). A
+    mismatched shape or dtype raises RuntimeError, anything else TypeError, as PyTorch."""
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray):
+        value = Tensor._wrap(value)
+    elif not isinstance(value, Tensor):
+        raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of "
+                        f"type {type(value).__name__}")
+    arr, own = value.data, t.data
+    if arr.shape != own.shape:
+        raise RuntimeError(f"attempting to assign a gradient of size '{list(arr.shape)}' "
+                           f"to a tensor of size '{list(own.shape)}'. Please ensure that "
+                           f"the gradient and the tensor are the same size")
+    if arr.dtype != own.dtype:
+        raise RuntimeError(f"attempting to assign a gradient with dtype '{arr.dtype}' to "
+                           f"a tensor with dtype '{own.dtype}': the gradient must have "
+                           f"the tensor's dtype")
+    return value
+
+
 class _HookHandle:
     def __init__(self, hooks, fn):
         self._hooks, self._fn = hooks, fn
@@ -289,6 +403,14 @@ def _int_grad_message(dtype) -> str:
                 f"are written for real inputs and would give wrong gradients")
     return (f"only floating point tensors can require gradients, got dtype {dtype}; "
             f"convert with dtype=np.float64 or np.float32")
+
+
+def numel(input: Tensor) -> int:
+    """The number of elements of `input` (`torch.numel`)."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"numel(): argument 'input' (position 1) must be Tensor, not "
+                        f"{type(input).__name__}")
+    return input.data.size
 
 
 def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:

@@ -58,7 +58,7 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
     numeric = numerical_grad(lambda *a: fn(*a), inputs, eps, w,
                              wrt=[i for i, t in enumerate(inputs) if t.requires_grad])
     for k, (a, n) in enumerate(zip(analytic, numeric)):
-        a = np.zeros_like(n) if a is None else a
+        a = np.zeros_like(n) if a is None else np.asarray(a)
         if a.shape != n.shape:
             raise AssertionError(f"gradcheck: input {k}: gradient shape {a.shape}, "
                                  f"expected {n.shape}")

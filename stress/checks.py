@@ -170,16 +170,18 @@ def underlying(engine):
 
 
 def diff(ref, got, what: str):
-    """None if `got` is bitwise `ref` (NaN-aware), else a description. Tensors (the
-    results of create_graph passes) are compared by their arrays, and only with Tensors."""
+    """None if `got` is bitwise `ref` (NaN-aware), else a description. Tensors (`.grad`,
+    `grad()` results) are compared by their arrays, with an array or a Tensor; two Tensors
+    must also agree on having a graph (a create_graph pass's) or not."""
     if ref is None and got is None:
         return None
     if ref is None or got is None:
         return (f"{what}: expected {'no gradient' if ref is None else 'a gradient'}, got "
                 f"{'None' if got is None else f'an array {got.shape}'}")
-    if isinstance(ref, pa.Tensor) != isinstance(got, pa.Tensor):  # create_graph: Tensors
-        return (f"{what}: expected {'a Tensor' if isinstance(ref, pa.Tensor) else 'an array'}"
-                f", got a {type(got).__name__}")
+    if isinstance(ref, pa.Tensor) and isinstance(got, pa.Tensor) and \
+            (ref.grad_fn is None) != (got.grad_fn is None):  # create_graph: recorded
+        return (f"{what}: expected a Tensor {'without' if ref.grad_fn is None else 'with'} "
+                f"a graph, got one {'without' if got.grad_fn is None else 'with'}")
     ref = np.asarray(ref.data if isinstance(ref, pa.Tensor) else ref)
     got = np.asarray(got.data if isinstance(got, pa.Tensor) else got)
     if ref.shape != got.shape or ref.dtype != got.dtype:

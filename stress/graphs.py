@@ -100,7 +100,7 @@ def build(family: str, seed: int, scale: float = 1.0, shared: dict | None = None
     if not root.requires_grad:  # every leaf frozen by chance: make one trainable
         root = root + ctx.leaf(root.shape, dtype=root.dtype)
     seed_grad = None
-    if root.size != 1 or ctx.coin(0.5):
+    if root.numel() != 1 or ctx.coin(0.5):
         seed_grad = ctx.const(root.shape, dtype=root.dtype)
     # leaves may repeat with a shared pool; keep the first occurrence of each
     leaves = list({id(t): t for t in ctx.leaves}.values())
@@ -278,7 +278,7 @@ def gen_random(ctx, require_p: float = 1.0, detach_p: float = 0.0):
     for s in sinks:
         term = _to_scalar(ctx, s) if ctx.coin(0.7) else s
         total = term if total is None else total + term
-    if total.size != 1 and ctx.coin(0.5):
+    if total.numel() != 1 and ctx.coin(0.5):
         total = total.sum()
     return total
 

@@ -403,7 +403,8 @@ class Harness:
                                                   allow_unused=True)
                 else:
                     pa.backward(priv.root, sg)
-                    contrib.append([x.grad for x in priv.leaves])
+                    contrib.append([None if x.grad is None else x.grad.data
+                                    for x in priv.leaves])
         return contrib, expected_grad
 
     def _run_callers(self, cc):
@@ -604,7 +605,7 @@ def _leaf_sum_problem(j, leaf, prior, terms) -> str | None:
     """What is wrong with shared leaf `j`'s .grad after concurrent calls, given its
     prior and every call's contribution `terms` (summed in an order nobody fixes, so
     compared within a rounding bound), or None."""
-    got = leaf.grad
+    got = None if leaf.grad is None else leaf.grad.data  # the array, for numpy's ufuncs
     if not terms:
         return diff(prior, got, f"leaf {j}")
     if got is None:

@@ -84,7 +84,7 @@ def run_interrupt_commit(fr):
         return None
     fr.api = "backward"  # grad() writes no .grad
     seq, par = fr.build_pair()
-    if not any(isinstance(t.grad, np.ndarray) for t in par.case.leaves):
+    if not any(t.grad is not None for t in par.case.leaves):
         return None
     so = seq.run()
     if not fr.check_outcome(so, seq, "sequential call"):
@@ -152,8 +152,8 @@ def _arm_trips(par, priors):
     """Reset the leaves' .grad to the priors, each array one that can trip."""
     set_grads(par.case.leaves, priors)
     for t in par.case.leaves:
-        if isinstance(t.grad, np.ndarray):
-            t.grad = t.grad.view(_TripGrad)
+        if t.grad is not None:
+            t.grad = t.grad.data.view(_TripGrad)
     par.before_objs, par.before_vals = snapshot(par.case.leaves)
 
 
@@ -168,7 +168,7 @@ def _interrupted_call(fr, par, mode, measure):
     trigger = contextlib.nullcontext()
     with Interrupter(f"{INTERRUPT_TAG} (commit)") as irq:
         if mode == "leaf":
-            n = sum(isinstance(t.grad, np.ndarray) for t in par.case.leaves)
+            n = sum(t.grad is not None for t in par.case.leaves)
             k = int(fr.rng.integers(n))
             count = [0]
 
@@ -246,7 +246,7 @@ def _child_work() -> int:
         return (h * x).sum() + (x * x).sum()
 
     pa.backward(loss())
-    want = x.grad.copy()
+    want = x.grad.data.copy()
     x.grad = None
     pa.backward_parallel(loss(), num_workers=2)
     return 0 if np.array_equal(want, x.grad) else 3
@@ -392,7 +392,7 @@ def engines_closing_each_other(timeout: float = 30.0) -> dict:
         # the caller keeps the slow branch (first input), the closing one is queued
         loss = slow(x).sum() + closer(engines[1 - i]).apply(x).sum()
         engines[i].backward(loss)
-        grads[i] = x.grad.copy()
+        grads[i] = x.grad.data.copy()
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(2)]
     for t in threads:
         t.start()

@@ -127,7 +127,7 @@ def make_roots(case, rng) -> Roots | None:
         roots.append(roots[1 + int(rng.integers(len(roots) - 1))])
     order = rng.permutation(len(roots))
     roots = [roots[i] for i in order]
-    scalar = [r if r.size == 1 and s is None else (r * s).sum() for r, s, _ in roots]
+    scalar = [r if r.numel() == 1 and s is None else (r * s).sum() for r, s, _ in roots]
     extra = [i for i, (_, _, terms) in enumerate(roots) if terms]
     outputs = [r for r, _, _ in roots]
     grad_outputs = [s for _, s, _ in roots]

@@ -98,7 +98,7 @@ def _build(rng):
         p.grad = rng.standard_normal(p.shape).astype(dtype).view(_TripArray)
     twin_params, twin = copy.deepcopy((params, opt))
     for p, q in zip(params, twin_params):
-        q.grad = p.grad.copy()  # a _TripArray too: the twin's step counts the reads
+        q.grad = p.grad.data.copy()  # a _TripArray too: the twin's step counts the reads
     return f"{name}({len(sizes)} x {dtype.__name__})", params, opt, twin_params, twin
 
 
@@ -219,13 +219,13 @@ def _keeps_stepping(fr, where, params, opt, twin_params, twin, complete) -> bool
     """After the interrupt: (the step again if it did nothing, then) one more step on
     both, bitwise the twin's."""
     for p in params:
-        p.grad = p.grad.view(np.ndarray)
+        p.grad = p.grad.data.view(np.ndarray)
     if not complete:
         opt.step()
     rng = np.random.default_rng([fr.seed, 11])
     for p, q in zip(params, twin_params):
         p.grad = rng.standard_normal(p.shape).astype(p.dtype)
-        q.grad = p.grad.copy()
+        q.grad = p.grad.data.copy()
     opt.step()
     twin.step()
     problems = _differences(_state(twin_params, twin), _state(params, opt), versions=False)

@@ -299,11 +299,11 @@ def local(ref, *losses_of):
     ref.zero_grad()
     for f in losses_of:
         pa.backward(f(ref))
-    return [p.grad.copy() for p in ref.parameters()]
+    return [p.grad.clone() for p in ref.parameters()]
 
 
 def grads(model):
-    return [p.grad.copy() for p in model.parameters()]
+    return [p.grad.clone() for p in model.parameters()]
 
 
 def close_all(got, want, what):
@@ -444,7 +444,7 @@ def check_unused_with_views():
     x = pa.tensor(np.full((2, 3), r + 1.0))
     pa.backward(ddp(x, True, True))  # every rank uses every parameter
     assert same_on_every_rank(grads(m))
-    c_before = m.c.weight.grad.copy()
+    c_before = m.c.weight.grad.clone()
     m.a.zero_grad()
     m.b.zero_grad()
     # b used on every rank but the last; c on none (every rank has missing parameters)
@@ -536,7 +536,7 @@ def check_held_grads_are_not_reused():
         x = pa.tensor(np.random.default_rng(10 * r + step).standard_normal((4, 128)))
         model.zero_grad()
         forced(2).backward(ddp(x).sum())
-        held.append([(p.grad, p.grad.copy()) for p in model.parameters()])
+        held.append([(p.grad, p.grad.clone()) for p in model.parameters()])
     for step in held:
         for g, c in step:
             assert np.array_equal(g, c), "a held .grad array was overwritten"
@@ -806,11 +806,11 @@ def scenario_view_unused_keeps_grad() -> None:
     ddp = DDP(m, find_unused_parameters=True, gradient_as_bucket_view=True)
     x = pa.tensor(np.random.default_rng(r).standard_normal((4, 3)))
     pa.backward(ddp(x, True))
-    before = m.c.weight.grad.copy()
+    before = m.c.weight.grad.clone()
     m.a.zero_grad()
     pa.backward(ddp(x, False))
     assert np.array_equal(m.c.weight.grad, before), \
-        np.max(np.abs(m.c.weight.grad - before))
+        np.max(np.abs(m.c.weight.grad.data - before))
 
 
 def scenario_stall_before_forward() -> None:

@@ -108,7 +108,7 @@ def local_grads(model, x, y, steps=1):
     model.zero_grad()
     for _ in range(steps):
         pa.backward(((model(pa.tensor(x)) - pa.tensor(y)) ** 2).mean())
-    return [p.grad.copy() for p in model.parameters()]
+    return [p.grad.clone() for p in model.parameters()]
 
 
 def gather_mean(arrays, w):
@@ -144,7 +144,7 @@ def check_ddp(r, w):
         got = [p.grad for p in model.parameters()]
         for a, b in zip(want, got):
             assert np.allclose(a, b, rtol=1e-13, atol=1e-15), np.max(np.abs(a - b))
-        results.append([g.copy() for g in got])
+        results.append([g.clone() for g in got])
     for other in results[1:]:  # bitwise the same, whatever the engine
         assert all(np.array_equal(a, b) for a, b in zip(results[0], other))
     # no_sync: two local steps, then one synchronised: the average of the three's sum
@@ -152,7 +152,7 @@ def check_ddp(r, w):
     with ddp.no_sync():
         for _ in range(2):
             pa.backward(((ddp(pa.tensor(x)) - pa.tensor(y)) ** 2).mean())
-    local = [p.grad.copy() for p in model.parameters()]
+    local = [p.grad.clone() for p in model.parameters()]
     assert all(np.array_equal(a, b) for a, b in zip(local, local_grads(ref, x, y, 2)))
     pa.backward(((ddp(pa.tensor(x)) - pa.tensor(y)) ** 2).mean())
     want3 = gather_mean(local_grads(ref, x, y, 3), w)
@@ -218,7 +218,7 @@ def check_unused(r, w):
         assert np.allclose(model.b.weight.grad, np.tile(total_b / w, (2, 1)))
     if w == 1:  # without the flag: a clear error, and no .grad changes
         strict = DDP(model, bucket_cap_mb=0.0001)
-        before = [None if p.grad is None else p.grad.copy() for p in model.parameters()]
+        before = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
         raises(RuntimeError, pa.backward, strict(x, 0), match="find_unused_parameters=True")
         for b, p in zip(before, model.parameters()):
             assert (b is None and p.grad is None) or np.array_equal(b, p.grad)
@@ -244,7 +244,7 @@ def check_failure_one_rank(r, w):
     ddp = DDP(model, bucket_cap_mb=0.001)
     x, y = data(0)
     pa.backward(((ddp(pa.tensor(x)) - pa.tensor(y)) ** 2).mean())
-    before = [p.grad.copy() for p in model.parameters()]
+    before = [p.grad.clone() for p in model.parameters()]
     out = ddp(pa.tensor(x))
     first = next(model.parameters())
     h = first.register_hook(lambda g: 1 / 0)

@@ -240,7 +240,7 @@ def test_hooks_on_a_shared_captured_weight_run_once_on_the_full_gradient(engine)
         for ckpt in (False, True):
             w = pa.tensor(np.random.default_rng(8).standard_normal((4, 4)), requires_grad=True)
             calls = []
-            w.register_hook(lambda g, calls=calls: calls.append(g.copy()))
+            w.register_hook(lambda g, calls=calls: calls.append(g.clone()))
             h = pa.tensor(np.random.default_rng(9).standard_normal((2, 4)), requires_grad=True)
             for _ in range(3):  # the same weight in three checkpointed segments
                 def f(a, w=w):
@@ -522,7 +522,7 @@ def test_create_graph_second_order_matches_plain_and_engines(engine):
         gs = call(loss, [x] + _params(layers), create_graph=True)
         assert all(isinstance(g, pa.Tensor) and g.requires_grad for g in gs)
         s = sum((g * g).sum() for g in gs)
-        return [g.data for g in gs] + call(s, [x] + _params(layers))
+        return [g.data for g in gs] + list(call(s, [x] + _params(layers)))
 
     plain = hvp(False, None)
     seq = hvp(True, None)
@@ -549,7 +549,7 @@ def test_failed_backward_after_checkpoint_rules_changes_no_grad(engine):
         layers = _layers()
         x = pa.tensor(RNG.standard_normal((5, 8)), requires_grad=True)
         _backward(_loss(layers, x, False), eng)
-        before = [g.copy() for g in _grads(layers, x)]
+        before = [g.clone() for g in _grads(layers, x)]
         loss = _loss(layers, _Boom.apply(x), True)  # fails after every checkpoint ran
         with pytest.raises(ValueError, match="boom"):
             _backward(loss, eng)

@@ -77,7 +77,7 @@ def test_a_session_keeps_its_leaves_and_steps_like_a_training_loop(monkeypatch):
     leaves = list(s.leaves)
     assert len(leaves) == len(w.build(data)[1])
     out = step.timed_step(s, step.backward_call("seq", None))
-    first = [t.grad.copy() for t in leaves]
+    first = [t.grad.clone() for t in leaves]
     out2 = step.timed_step(s, step.backward_call("par2", None))
     assert s.leaves == leaves  # the same tensors: a step records, it copies no parameter
     for t, g in zip(leaves, first):  # zero_grad: the second step does not accumulate

@@ -75,7 +75,7 @@ def wide(ws, hook=None):
 
 
 def snapshot(ts):
-    return [(t.grad, None if t.grad is None else t.grad.copy()) for t in ts]
+    return [(t.grad, None if t.grad is None else t.grad.clone()) for t in ts]
 
 
 def assert_unchanged(ts, snap):  # the same objects, with the same bytes
@@ -102,11 +102,11 @@ def test_ready_hook_gets_final_sum_once_grad_untouched(run):
     x.grad = old = np.full(5, 0.5)
     seen = []
     x.register_grad_ready_hook(
-        lambda t, g: seen.append((t, g.copy(), t.grad is old and (t.grad == 0.5).all())))
+        lambda t, g: seen.append((t, g.copy(), t.grad.data is old and (t.grad == 0.5).all())))
     run(multi_use(x))
     assert len(seen) == 1 and seen[0][0] is x and seen[0][2]
     assert_bitwise([ref, np.full(5, 0.5) + ref], [seen[0][1], x.grad])
-    assert x.grad is old
+    assert x.grad.data is old
     run(multi_use(x))
     assert len(seen) == 2
     assert_bitwise([ref], [seen[1][1]])
@@ -133,7 +133,7 @@ def test_take_over_sets_grad_to_the_returned_array(run):
     y.register_grad_ready_hook(lambda t, g: by)
     w.register_grad_ready_hook(lambda t, g: None)  # None: accumulate as usual
     run(wide([x, y, w]))
-    assert x.grad is bx and y.grad is by and w.grad is w_old
+    assert x.grad.data is bx and y.grad.data is by and w.grad.data is w_old
     assert (bx == 7.0).all() and (by == -3.0).all()
     assert_bitwise([np.full(5, 2.0) + refs[2].grad], [w.grad])
 
@@ -151,7 +151,7 @@ def test_take_over_filled_by_a_queued_callback_after_tensor_hooks(run):
     x.register_hook(lambda g: g * 3.0)  # tensor hooks run first: the ready hook sees 3 ref
     x.register_grad_ready_hook(hook)
     run(multi_use(x))
-    assert x.grad is buf
+    assert x.grad.data is buf
     assert_bitwise([ref * 3.0 * 2.0], [x.grad])
 
 

@@ -72,7 +72,7 @@ def test_retain_graph_allows_second_backward():
     x = pa.tensor([0.5, 1.5], requires_grad=True)
     y = (x.exp() * x).sum()
     y.backward(retain_graph=True)
-    first = x.grad.copy()
+    first = x.grad.clone()
     expected = np.exp(x.data) * (1 + x.data)
     np.testing.assert_allclose(first, expected, rtol=1e-12)
     y.backward()
@@ -85,7 +85,7 @@ def test_second_backward_without_retain_graph_raises_before_changing_grads():
     h = x * w
     y = h.sum()
     y.backward()
-    gx, gw = x.grad.copy(), w.grad.copy()
+    gx, gw = x.grad.clone(), w.grad.clone()
     with pytest.raises(RuntimeError, match="retain_graph"):
         y.backward()
     # A new graph reaching the freed part: the fresh leaf must stay untouched too,
@@ -188,7 +188,7 @@ def test_intermediate_gradients_freed_as_consumed():
 
 # --- grad(): pruning, capture, no .grad changes ---------------------------------------
 
-def test_grad_returns_ndarrays_and_touches_no_grad():
+def test_grad_returns_tensors_and_touches_no_grad():
     x = pa.tensor([1.0, 2.0], requires_grad=True)
     w = pa.tensor([3.0, 5.0], requires_grad=True)
     w.grad = np.array([10.0, 10.0])
@@ -196,17 +196,17 @@ def test_grad_returns_ndarrays_and_touches_no_grad():
     h.retain_grad()
     y = (h * h).sum()
     gx, gw = pa.grad(y, [x, w])
-    assert type(gx) is np.ndarray and type(gw) is np.ndarray
+    assert type(gx) is pa.Tensor and type(gw) is pa.Tensor
     np.testing.assert_allclose(gx, 2 * x.data * w.data ** 2)
     np.testing.assert_allclose(gw, 2 * w.data * x.data ** 2)
     assert x.grad is None and h.grad is None
     np.testing.assert_array_equal(w.grad, [10.0, 10.0])
 
 
-def test_grad_scalar_inputs_give_ndarrays():
+def test_grad_scalar_inputs_give_0d_tensors():
     a = pa.tensor(3.0, requires_grad=True)
     (g,) = pa.grad(a * a * a, [a])
-    assert type(g) is np.ndarray and g.shape == ()
+    assert type(g) is pa.Tensor and type(g.data) is np.ndarray and g.shape == ()
     assert g == 27.0
 
 
@@ -394,7 +394,7 @@ def test_shared_subexpressions():
 def test_scalar_tensor_used_three_times():
     a = pa.tensor(2.0, requires_grad=True)
     (a * a * a).backward()
-    assert type(a.grad) is np.ndarray
+    assert type(a.grad) is pa.Tensor and type(a.grad.data) is np.ndarray
     assert a.grad == 12.0
     b = pa.tensor(2.0, requires_grad=True)
     (b + b + b + b).backward()

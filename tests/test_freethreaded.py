@@ -76,7 +76,7 @@ def test_gil_stays_disabled_in_fresh_interpreter():
 def test_gradients_match_sequential_without_gil():
     loss, ws = wide_graph()
     pa.backward(loss, retain_graph=True)
-    ref = [w.grad.copy() for w in ws]
+    ref = [w.grad.clone() for w in ws]
     for _ in range(5):
         for w in ws:
             w.grad = None

@@ -165,7 +165,7 @@ def test_parallel_engine_bitwise_on_bidirectional_two_layer_lstm():
                 got = eng.grad(loss(), wrt)
                 assert eng.last_stats.mode == "parallel"
                 assert_bitwise(want, got)
-                assert all(a.tobytes() == b.tobytes() for a, b in zip(want, got))
+                assert all(a.data.tobytes() == b.data.tobytes() for a, b in zip(want, got))
 
 
 def test_dropout_between_layers_only_in_training():

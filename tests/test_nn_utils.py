@@ -64,7 +64,7 @@ def test_clip_grad_value_matches_torch():
     torch.nn.utils.clip_grad_value_(ts, 0.4)
     for p, t in zip(ps, ts):
         np.testing.assert_array_equal(p.grad, t.grad.numpy())
-        assert np.abs(p.grad).max() <= 0.4
+        assert np.abs(p.grad.data).max() <= 0.4
 
 
 def test_edge_cases():

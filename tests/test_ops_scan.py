@@ -411,7 +411,7 @@ def test_parallel_engine_is_bitwise_the_sequential_one():
         got2 = eng.grad((first[0] * first[0]).sum(), x)
     assert_bitwise(want, got)
     assert_bitwise(want2, got2)
-    assert np.array_equal(want[0], got[0]) and want[0].tobytes() == got[0].tobytes()
+    assert np.array_equal(want[0], got[0]) and want[0].data.tobytes() == got[0].data.tobytes()
 
 
 # ---- 0-d inputs with dim 0 or -1 ------------------------------------------------------------

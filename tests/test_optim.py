@@ -134,7 +134,7 @@ def test_arithmetic_matches_torch_on_the_same_gradients(torch, name, kw):
         opt.zero_grad()
         mlp_loss(pa, ours, X, Y, sign).backward()
         for p, t in zip(ours, theirs):
-            t.grad = torch.tensor(p.grad)
+            t.grad = torch.tensor(p.grad.data)
         opt.step()
         ref.step()
         worst = max(worst, rel_diff(ours, theirs))
@@ -301,13 +301,14 @@ def test_a_bad_gradient_fails_the_step_before_any_write():
     b = pa.tensor([3.0, 4.0], requires_grad=True)
     opt = optim.SGD([a, b], lr=0.1, momentum=0.9)
     a.grad = np.ones(2)
-    b.grad = np.ones(3)
+    b.grad = np.ones(2)
+    b.data = np.array([3.0, 4.0, 5.0])  # (assigning .grad checks; a new .data does not)
     with pytest.raises(ValueError, match=r"parameter 1 of group 0: \.grad must be"):
         opt.step()
     np.testing.assert_array_equal(a.data, [1.0, 2.0])
     assert len(opt.state) == 0
-    b.grad = np.ones(2, dtype=np.float32)
-    with pytest.raises(ValueError, match="float64 array of shape"):
+    b.data = np.array([3.0, 4.0], np.float32)
+    with pytest.raises(ValueError, match="float32 array of shape"):
         opt.step()
 
 

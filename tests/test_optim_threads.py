@@ -101,7 +101,7 @@ def _twins(name="Adam", sizes=(5000, 4000, 3000)):
         p.grad = rng.standard_normal(p.shape)
     twin_params, twin = copy.deepcopy((params, opt))
     for p, q in zip(params, twin_params):
-        q.grad = p.grad.copy()
+        q.grad = p.grad.clone()
     return params, opt, twin_params, twin
 
 

@@ -110,7 +110,7 @@ def matmul_fan(seed, branches=6, n=32):
 
 
 def grads_of(leaves):
-    return [None if t.grad is None else t.grad.copy() for t in leaves]
+    return [None if t.grad is None else t.grad.clone() for t in leaves]
 
 
 def reference(builder, *args, **kw):
@@ -485,7 +485,7 @@ def test_error_reraised_with_type_and_op_name_and_no_grad_change(engine):
     x = pa.tensor(np.ones(3), requires_grad=True)
     w = pa.tensor(np.ones(3), requires_grad=True)
     pa.backward((x * w).sum())
-    before = (x.grad.copy(), w.grad.copy())
+    before = (x.grad.clone(), w.grad.clone())
     loss = (explode(x * 2) * w).sum() + (jitter(w * 3)).sum() + (x * 4).sum()
     with pytest.raises(Boom) as info:
         engine.backward(loss)

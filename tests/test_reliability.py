@@ -98,7 +98,7 @@ def test_parallel_call_never_raises_the_callers_blas_limit(monkeypatch, cores):
     with threadpool_limits(limits=1, user_api="blas"):
         loss, leaves = _matmul_graph(seen)
         pa.backward(loss)
-        reference = [t.grad.copy() for t in leaves]
+        reference = [t.grad.clone() for t in leaves]
         del seen[:]
         loss, leaves = _matmul_graph(seen)
         with _forced_engine() as eng:
@@ -305,7 +305,7 @@ def _random_work_in_child():
     y = pa.checkpoint(lambda a: pa.nn.functional.dropout(lin(a), 0.5), x)
     pa.backward_parallel(y.sum(), num_workers=2)
     pa.optim.SGD(lin.parameters(), lr=0.1).step()
-    return 0 if x.grad is not None and np.isfinite(x.grad).all() else 3
+    return 0 if x.grad is not None and np.isfinite(x.grad.data).all() else 3
 
 
 def _busy(stop, work):
@@ -465,31 +465,42 @@ def test_fork_during_the_processes_first_parallel_call():
 
 # ---- Ctrl+C during the write-back --------------------------------------------------------
 class Tripwire(pa.Tensor):
-    """A leaf whose `.grad` setter sends SIGINT to the main thread on its n-th write,
-    so the interrupt lands in the middle of the engine's write-back."""
+    """A leaf whose gradient writes send SIGINT to the main thread on the n-th one, so
+    the interrupt lands in the middle of the engine's write-back. A write: setting the
+    slot behind `.grad` (a first gradient), or adding into `.grad`'s array in place
+    (accumulation: the array is a `_TripArray`)."""
 
     __slots__ = ("_g",)
     writes = 0
     trip_at = None
 
+    @staticmethod
+    def wrote():
+        Tripwire.writes += 1
+        if Tripwire.trip_at is not None and Tripwire.writes == Tripwire.trip_at:
+            _thread.interrupt_main()
+
     @property
-    def grad(self):
+    def _grad(self):
         return self._g
 
-    @grad.setter
-    def grad(self, value):
-        cls = type(self)
-        cls.writes += 1
-        if cls.trip_at is not None and cls.writes == cls.trip_at:
-            _thread.interrupt_main()
+    @_grad.setter
+    def _grad(self, value):
+        Tripwire.wrote()
         self._g = value
+
+
+class _TripArray(np.ndarray):
+    def __iadd__(self, other):
+        Tripwire.wrote()
+        return super().__iadd__(other)
 
 
 def _many_leaves(n, with_grads):
     leaves = [Tripwire(np.full(3, float(i)), requires_grad=True) for i in range(n)]
     if with_grads:
         for t in leaves:
-            t.grad = np.full(3, 0.5)
+            t.grad = np.full(3, 0.5).view(_TripArray)
     loss = _scaled_sum(leaves, lambda i: float(i % 7 + 1))
     expected = [np.full(3, float(i % 7 + 1)) + (0.5 if with_grads else 0.0)
                 for i in range(n)]
@@ -528,7 +539,7 @@ def test_ctrl_c_at_random_moments_never_leaves_a_partial_write_back():
     outcomes = {"before": 0, "after": 0, "none": 0}
     for k in range(40):
         loss, leaves, expected = _many_leaves(n, with_grads=True)
-        old = [t.grad.copy() for t in leaves]
+        old = [t.grad.clone() for t in leaves]
         # Interrupter waits for its timer and for the delivery: a Timer cancelled just
         # as it fired once sent its SIGINT after the test, into pytest.
         with Interrupter() as irq:
@@ -689,7 +700,7 @@ def test_ctrl_c_at_every_line_of_a_sequential_backward_leaves_grad_mode_and_grad
     outcomes = set()
     for n in range(1, total + 2):
         loss, (x, y) = graph()
-        old = [x.grad.copy(), y.grad.copy()]
+        old = [x.grad.clone(), y.grad.clone()]
         count = [0]
 
         def tracer(frame, event, arg):

@@ -354,7 +354,7 @@ def test_index_put_repeats_in_an_index_of_another_form_take_the_general_plan():
         out, plan, a, v, g = _put(shape, index, sel)
         assert plan.wins is None and plan.win is not None
         want, ga, gv = _reference(a.data, index, v.data, g)
-        assert_bitwise([want, ga, gv], [out.data] + pa.grad(out, [a, v], grad_outputs=g))
+        assert_bitwise([want, ga, gv], [out.data, *pa.grad(out, [a, v], grad_outputs=g)])
 
 
 def test_index_put_a_bad_index_raises_numpys_error():

@@ -51,7 +51,7 @@ def compare(pm, tm, inputs: list, kwargs_pa: dict, kwargs_torch: dict, tol=1e-10
     for name, p in pm.named_parameters():
         g = tgrads[name].grad
         if g is None:
-            assert p.grad is None or not np.any(p.grad), name
+            assert p.grad is None or not np.any(p.grad.data), name
         else:
             np.testing.assert_allclose(p.grad, g.numpy(), rtol=tol, atol=tol, err_msg=name)
 

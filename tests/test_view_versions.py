@@ -82,7 +82,7 @@ def _run(case: W.Case, form: str, variant: str):
 
 
 def _numeric(t: pa.Tensor) -> bool:
-    return t.dtype.kind in "fiu" and t.size > 0
+    return t.dtype.kind in "fiu" and t.numel() > 0
 
 
 def _same_root(a: np.ndarray, b: np.ndarray) -> bool:
@@ -101,11 +101,11 @@ def test_aliases_share_the_version_counter(case, form, variant):
     for k, o in enumerate(outs):
         for name, others in (("input", ins), ("result", outs[:k])):
             for i, x in enumerate(others):
-                if o.size and x.size and np.shares_memory(o.data, x.data):
+                if o.numel() and x.numel() and np.shares_memory(o.data, x.data):
                     assert o._vc is x._vc, (
                         f"result {k} shares memory with {name} {i} but not its version "
                         f"counter")
-                elif o._vc is x._vc and o.size and x.size:
+                elif o._vc is x._vc and o.numel() and x.numel():
                     assert _same_root(o.data, x.data), (
                         f"result {k} has {name} {i}'s version counter without sharing "
                         f"its memory (a write to one would fail the other's backward)")
@@ -213,7 +213,7 @@ def test_results_alias_their_inputs_as_in_pytorch(case, form, variant):
             return
     for k, (o, to) in enumerate(zip(outs, touts)):
         for i, (x, tx) in enumerate(zip(ins, tins)):
-            if not (o.size and x.size) or not isinstance(to, torch.Tensor):
+            if not (o.numel() and x.numel()) or not isinstance(to, torch.Tensor):
                 continue
             ours = np.shares_memory(o.data, x.data)
             theirs = to.untyped_storage().data_ptr() == tx.untyped_storage().data_ptr()

@@ -156,7 +156,7 @@ def _same_category(theirs: BaseException, ours: BaseException) -> None:
 
 
 def _empty(out) -> bool:
-    return all(t.size == 0 for t in W.tensors_of(out))
+    return all(t.numel() == 0 for t in W.tensors_of(out))
 
 
 def _compare_results(case: W.Case, ours: list, theirs: list) -> None:

@@ -82,7 +82,7 @@ def _cotangents(v, like: tuple, fn: str, what: str) -> tuple:
     """`v` as a tuple of Tensors shaped like `like` (ones when None and every item has one
     element, as PyTorch allows)."""
     if v is None:
-        if any(t.size != 1 for t in like):
+        if any(t.data.size != 1 for t in like):
             raise RuntimeError(f"{fn}: v can be None only when the {what} has a single "
                                "element")
         return tuple(Tensor._wrap(np.ones(t.shape, t.dtype)) for t in like)
@@ -184,19 +184,19 @@ def _jacobian_rows(o, xs: tuple, create_graph: bool, strict: bool) -> list:
     """d(o[k])/d(xs) for every element k of `o`, in order: the first row on this
     thread, the rest concurrently when `_concurrent_rows` says it pays."""
     def row(k):
-        e = np.zeros(o.size, o.dtype)
+        e = np.zeros(o.numel(), o.dtype)
         e[k] = 1
         return _grads((o,), xs, (e.reshape(o.shape),), create_graph, strict, "jacobian")
 
-    if o.size == 0:
+    if o.numel() == 0:
         return []
     t0 = time.perf_counter()
     out = [row(0)]
-    workers = _concurrent_rows(o.size - 1, time.perf_counter() - t0, create_graph)
+    workers = _concurrent_rows(o.numel() - 1, time.perf_counter() - t0, create_graph)
     if workers < 2:
-        out.extend(row(k) for k in range(1, o.size))
+        out.extend(row(k) for k in range(1, o.numel()))
         return out
-    return out + _run_concurrently(row, range(1, o.size), workers)
+    return out + _run_concurrently(row, range(1, o.numel()), workers)
 
 
 def _concurrent_rows(rest: int, first_seconds: float, create_graph: bool) -> int:
@@ -258,7 +258,7 @@ def hessian(func, inputs, create_graph: bool = False, strict: bool = False,
 
     def gradient(*args):
         out_tuple, outs = _as_tuple(func(*args), "output", "hessian")
-        if out_tuple or outs[0].size != 1:
+        if out_tuple or outs[0].numel() != 1:
             raise RuntimeError("hessian: func must return a single Tensor with one element")
         gs = _grads(outs, args, (Tensor._wrap(np.ones(outs[0].shape, outs[0].dtype)),),
                     True, strict, "hessian")
@@ -270,7 +270,7 @@ def hessian(func, inputs, create_graph: bool = False, strict: bool = False,
 
 def _scalar_gradient(func, xs: tuple, strict: bool, fn: str):
     out_tuple, outs = _as_tuple(func(*xs), "output", fn)
-    if out_tuple or outs[0].size != 1:
+    if out_tuple or outs[0].numel() != 1:
         raise RuntimeError(f"{fn}: func must return a single Tensor with one element")
     out = outs[0]
     gs = _grads((out,), xs, (Tensor._wrap(np.ones(out.shape, out.dtype)),), True, strict, fn)

@@ -70,7 +70,7 @@ def seed_gradient(root: Tensor, grad, index: int = 0) -> np.ndarray:
             "nothing to differentiate (did you run it under no_grad, or forget "
             "requires_grad=True on a leaf?)")
     if grad is None:
-        if root.size != 1:
+        if root.data.size != 1:
             raise RuntimeError(
                 f"grad can be implicitly created only for scalar outputs: output {index} has "
                 f"shape {root.shape}; pass grad= with that shape")
@@ -196,18 +196,18 @@ def _prune(plan: Plan, inputs, allow_unused: bool) -> None:
     plan.input_masks = masks
 
 
-def collect(plan: Plan, captured: dict, inputs) -> list:
-    """Order the gradients a grad() call captured like `inputs`: zeros if reached by
-    no gradient, None if not in the graph at all (allow_unused)."""
+def collect(plan: Plan, captured: dict, inputs) -> tuple:
+    """Order the gradients a grad() call captured like `inputs`, as a tuple of Tensors
+    (PyTorch's): zeros if reached by no gradient, None if not in the graph at all
+    (allow_unused). A plain pass's arrays are wrapped, not copied."""
     result = [None] * len(inputs)
+    wrap = Tensor._wrap
     for node, slots in plan.targets.items():
         g = captured.get(node)
         for i in slots:
             t = inputs[i]
-            if g is not None:
-                result[i] = g
-            elif plan.create_graph:
-                result[i] = Tensor._wrap(np.zeros(t.shape, t.dtype))
+            if g is None:
+                result[i] = wrap(np.zeros(t.data.shape, t.data.dtype))
             else:
-                result[i] = np.zeros(t.shape, t.dtype)
-    return result
+                result[i] = g if plan.create_graph else wrap(g)
+    return tuple(result)

@@ -25,11 +25,12 @@ from .graph import hook_result, run_node_graph
 
 
 def run_hooks(node, g):
-    """Apply the tensor hooks of `node`'s output in registration order."""
+    """Apply the tensor hooks of `node`'s output in registration order. Each sees the
+    gradient as a Tensor (PyTorch's); one it returns (a Tensor, or an array) replaces it."""
     graph = isinstance(g, Tensor)  # a create_graph pass: hooks see and return Tensors
     for hook in list(node.pre_hooks):
         try:
-            r = hook(g)
+            r = hook(g if graph else Tensor._wrap(g))
         except BaseException as e:
             annotate(e, node, "a hook on the gradient of")
             raise
@@ -214,17 +215,22 @@ def commit(staged) -> None:
 
 
 def _write_grads(staged) -> None:
+    # `.grad` is a Tensor around the engine's array: wrapped once, when first written
+    # (`Tensor._wrap`, no copy); later passes add into its array in place, as PyTorch's
+    # AccumulateGrad does, so the same Tensor object keeps the sum
     firsts = []  # what becomes .grad if it is still None when written
+    wrap = Tensor._wrap
     for t, g, owned in staged:
-        firsts.append(g if owned is ASSIGN else None if t.grad is not None else
-                      g if owned or _unshared(g) else g.copy())
+        firsts.append(wrap(g) if owned is ASSIGN else None if t._grad is not None else
+                      wrap(g if owned or _unshared(g) else g.copy()))
     with _InterruptsDeferred():
         for (t, g, owned), first in zip(staged, firsts):
             with locks.grad_lock(t):
-                if t.grad is None or owned is ASSIGN:
-                    t.grad = g if first is None else first
+                cur = t._grad
+                if cur is None or owned is ASSIGN:
+                    t._grad = first if first is not None else wrap(g.copy())
                 else:
-                    t.grad += g
+                    cur.data += g
 
 
 def _write_graph_grads(staged) -> None:
@@ -238,13 +244,12 @@ def _write_graph_grads(staged) -> None:
     new = []
     with enable_grad():
         for t, g, _ in staged:
-            cur = t.grad
-            new.append(g if cur is None else
-                       (cur if isinstance(cur, Tensor) else Tensor._wrap(cur)) + g)
+            cur = t._grad
+            new.append(g if cur is None else cur + g)
     with _InterruptsDeferred():
         for (t, _, _), value in zip(staged, new):
             with locks.grad_lock(t):
-                t.grad = value
+                t._grad = value
 
 
 def _run_post_accumulate_hooks(leaves) -> None:
@@ -319,14 +324,16 @@ class _InterruptsDeferred:
 def _check_existing_grads(staged) -> None:
     """Reject a `.grad` the user assigned that the gradient cannot be added into."""
     for t, g, owned in staged:
-        cur = t.grad
+        cur = t._grad
         if cur is None or owned is ASSIGN:  # a grad-ready hook's value replaces .grad
             continue
-        if isinstance(cur, Tensor):
-            if not isinstance(g, Tensor):
-                raise TypeError(f".grad of a tensor of shape {t.shape} is a Tensor (left by "
-                                "backward(create_graph=True)): set it to None first")
-            cur = cur.data
+        if not isinstance(cur, Tensor):  # set past the `grad` setter (e.g. a slot write)
+            raise TypeError(f".grad of a tensor of shape {t.shape} is a "
+                            f"{type(cur).__name__}, not a Tensor: cannot accumulate into it")
+        if cur.grad_fn is not None and not isinstance(g, Tensor):
+            raise TypeError(f".grad of a tensor of shape {t.shape} is a Tensor with a graph "
+                            "(left by backward(create_graph=True)): set it to None first")
+        cur = cur.data
         if not isinstance(cur, np.ndarray):
             raise TypeError(f".grad of a tensor of shape {t.shape} is a {type(cur).__name__}, "
                             "not an ndarray: cannot accumulate into it")

@@ -383,15 +383,15 @@ class Module:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset the gradients of every parameter: `.grad = None` (default), or, with
-        `set_to_none=False`, fill the existing `.grad` arrays with zeros in place
+        `set_to_none=False`, fill the existing `.grad` Tensors with zeros in place
         (code holding them sees the zeros)."""
         for p in self.parameters():
-            if p.grad is None:
+            if p._grad is None:
                 continue
             if set_to_none:
-                p.grad = None
+                p._grad = None
             else:
-                p.grad.fill(0)
+                p._zero_grad_in_place()
 
     def apply(self, fn: Callable[["Module"], Any]) -> "Module":
         """Call `fn(module)` on every submodule (children first, recursively) and then
@@ -488,8 +488,8 @@ class Module:
             for p in m._parameters.values():
                 if p is not None and p.data.dtype.kind == "f":
                     p.data = p.data.astype(dtype, copy=False)
-                    if p.grad is not None:
-                        p.grad = p.grad.astype(dtype, copy=False)
+                    if p._grad is not None:
+                        p._grad = Tensor._wrap(p._grad.data.astype(dtype, copy=False))
             for k, b in m._buffers.items():
                 if b is not None and b.data.dtype.kind == "f" and b.data.dtype != dtype:
                     m._buffers[k] = Tensor(b.data.astype(dtype), requires_grad=b.requires_grad)

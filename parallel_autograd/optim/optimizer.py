@@ -284,13 +284,13 @@ class Optimizer:
         is made under the engine's lock for that tensor."""
         for group in self.param_groups:
             for p in group["params"]:
-                if p.grad is None:
+                if p._grad is None:
                     continue
                 with locks.grad_lock(p):
                     if set_to_none:
-                        p.grad = None
-                    elif p.grad is not None:
-                        p.grad.fill(0)
+                        p._grad = None
+                    else:
+                        p._zero_grad_in_place()
 
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         """Update every parameter whose `.grad` is not None, in place, once.
@@ -407,9 +407,10 @@ class Optimizer:
         for gi, group in enumerate(self.param_groups):
             keys = None
             for pi, p in enumerate(group["params"]):
-                g = p.grad
+                g = p._grad  # a Tensor: the step reads its array
                 if g is None:
                     continue
+                g = g.data
                 arr = p.data
                 if not (isinstance(g, np.ndarray) and g.shape == arr.shape
                         and g.dtype == arr.dtype and arr.flags.writeable):

@@ -211,7 +211,7 @@ class DistributedDataParallel(Module):
         self._join_pass()
         b, j = self._where[index]
         slot = b.slots[j]
-        cur = t.grad
+        cur = None if t._grad is None else t._grad.data  # .grad's array
         if cur is not None and np.shares_memory(cur, slot):  # bucket view, not zeroed: keep
             self._saved[index] = cur.copy()  # its values for a failed backward (world of one)
         self._fill(slot, g, cur)
@@ -330,7 +330,8 @@ class DistributedDataParallel(Module):
     def _fill_unused(self, index: int) -> None:
         b, j = self._where[index]
         slot = b.slots[j]
-        cur = self._params[index].grad
+        cur = self._params[index]._grad
+        cur = None if cur is None else cur.data
         if cur is None:
             slot.fill(0)
         else:

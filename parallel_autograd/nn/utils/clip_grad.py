@@ -125,11 +125,14 @@ def _update(params: list, kernel, method) -> None:
     under the tensor's grad lock."""
     for p in params:
         with locks.grad_lock(p):
-            g = p.grad
+            g = p._grad
             if g is None:
                 continue
-            if isinstance(g, Tensor):
+            arr = g.data
+            if g.grad_fn is not None or g._requires_grad or not isinstance(arr, np.ndarray):
                 with no_grad():
                     method(g)
+            elif arr.flags.writeable:
+                kernel(arr, arr)
             else:
-                p.grad = kernel(g, g if g.flags.writeable else None)
+                p._grad = Tensor._wrap(kernel(arr, None))
