@@ -117,36 +117,36 @@ def _scatter(d, dim, index, src=None, value=None):
         src, value = None, src  # scatter_(dim, index, 2.0): PyTorch's value overload
     if src is None and value is None:
         raise TypeError("src or value is required")
-    idx, k = IX._indices(index, "scatter_"), IX._dim(dim, d.ndim, "scatter_")
+    idx, k = IX.indices(index, "scatter_"), IX.old_dim(dim, d.ndim, "scatter_")
     if src is None:
         if np.ndim(value):
             raise TypeError("value must be a number (use src= for a tensor)")
-        IX._check_index(d, k, idx, "scatter_")
-        d[IX._grid(idx, k)] = value
+        IX.check_index(d, k, idx, "scatter_")
+        d[IX.grid(idx, k)] = value
         return
     s = np.asarray(src)
-    IX._check_index(d, k, idx, "scatter_", s)
-    d[IX._grid(idx, k)] = s[IX._lead(idx.shape)]  # repeats: the last write wins
+    IX.check_index(d, k, idx, "scatter_", s)
+    d[IX.grid(idx, k)] = s[IX.lead(idx.shape)]  # repeats: the last write wins
 
 
 def _scatter_add(d, dim, index, src):
     s = np.asarray(src)
-    idx, k = IX._indices(index, "scatter_add_"), IX._dim(dim, d.ndim, "scatter_add_")
-    IX._check_index(d, k, idx, "scatter_add_", s)
-    np.add.at(d, IX._grid(idx, k), s[IX._lead(idx.shape)])  # repeats accumulate
+    idx, k = IX.indices(index, "scatter_add_"), IX.old_dim(dim, d.ndim, "scatter_add_")
+    IX.check_index(d, k, idx, "scatter_add_", s)
+    np.add.at(d, IX.grid(idx, k), s[IX.lead(idx.shape)])  # repeats accumulate
 
 
 def _index_add(d, dim, index, source, alpha=1):
     if d.ndim == 0:
         raise ValueError("input must have at least 1 dimension")
-    k = IX._dim(dim, d.ndim, "index_add_")
-    idx = IX._vector_index(index, d.shape[k], "index_add_", k)
+    k = IX.old_dim(dim, d.ndim, "index_add_")
+    idx = IX.vector_index(index, d.shape[k], "index_add_", k)
     s = np.asarray(source)
     want = d.shape[:k] + idx.shape + d.shape[k + 1:]
     if s.shape != want:
         raise ValueError(f"source must have shape {want} (input's, with len(index) in dim "
                          f"{k}), got {s.shape}")
-    np.add.at(d, IX._along(k, idx), s if alpha == 1 else s * alpha)
+    np.add.at(d, IX.along(k, idx), s if alpha == 1 else s * alpha)
 
 
 def _index_fill(d, dim, index, value):
@@ -154,12 +154,12 @@ def _index_fill(d, dim, index, value):
         raise ValueError("input must have at least 1 dimension")
     if np.ndim(value):
         raise ValueError("value must be a number or a 0-d tensor")
-    k = IX._dim(dim, d.ndim, "index_fill_")
-    d[IX._along(k, IX._vector_index(index, d.shape[k], "index_fill_", k))] = value
+    k = IX.old_dim(dim, d.ndim, "index_fill_")
+    d[IX.along(k, IX.vector_index(index, d.shape[k], "index_fill_", k))] = value
 
 
 def _masked_fill(d, mask, value):
-    m = IX._mask(mask, "masked_fill_")
+    m = IX.mask(mask, "masked_fill_")
     if np.ndim(value):
         raise ValueError("value must be a number or a 0-d tensor")
     try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from .engine.engine import tensor_backward as _backward
 from .inplace import METHODS as _INPLACE
 from .ops import convert as _cv
-from .ops import graph as _graph  # noqa: F401  (the rules' differentiable forms)
 from .ops import inplace_more as _ipm
 from .ops import linalg as _la
 from .ops import logic as _lg

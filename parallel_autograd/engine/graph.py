@@ -29,6 +29,7 @@ import numpy as np
 from ..grad_mode import Recording, grad_mode, run_recording
 from ..node import next_seq
 from ..tensor import Tensor
+from ..ops.forms import cast
 from .accumulate import backward_order
 
 
@@ -94,7 +95,6 @@ def hook_result(node, g: Tensor, r):
         raise ValueError(f"hook on the gradient of {node.name} returned shape {r.shape}, "
                          f"expected {g.shape}")
     if r.dtype != g.dtype:
-        from ..ops.graph import cast  # late: ops import the engine's modules
         r = cast(r, g.dtype)
     return r
 

@@ -202,13 +202,6 @@ def old_dims(ds, ndim: int, op: str) -> tuple:
     return out
 
 
-# MIGRATION: the old private names, for the modules that still import them (inplace.py,
-# inplace_more.py, convert.py, logic.py, products.py); they go when those move to the
-# public names above
-_dim, _dims, _sizes, _indices, _mask = old_dim, old_dims, sizes, indices, mask
-_grid, _lead, _along, _check_index, _vector_index = grid, lead, along, check_index, vector_index
-
-
 # ---- x[index]: PyTorch's indexing as two numpy steps -------------------------------------------
 class IndexPlan:
     """An index as two numpy steps that give PyTorch's result: `x[first]`, a basic index

@@ -22,7 +22,7 @@ from ..inplace import _check, _inplace
 from ..random import resolve_generator
 from ..tensor import Tensor
 from . import index as ix
-from .graph import depends_on
+from .forms import depends_on
 
 __all__ = ["bernoulli", "METHODS"]
 
@@ -85,18 +85,18 @@ def _reshaping(name: str, view):
 
 
 def _unsqueeze(d, dim):
-    return np.expand_dims(d, ix._dim(dim, d.ndim + 1, "unsqueeze_"))
+    return np.expand_dims(d, ix.old_dim(dim, d.ndim + 1, "unsqueeze_"))
 
 
 def _squeeze(d, dim=None):
     if d.ndim == 0:
         return d
-    dims = range(d.ndim) if dim is None else ix._dims(dim, d.ndim, "squeeze_")
+    dims = range(d.ndim) if dim is None else ix.old_dims(dim, d.ndim, "squeeze_")
     return np.squeeze(d, axis=tuple(k for k in dims if d.shape[k] == 1))  # others: kept
 
 
 def _transpose(d, dim0, dim1):
-    return np.swapaxes(d, ix._dim(dim0, d.ndim, "transpose_"), ix._dim(dim1, d.ndim,
+    return np.swapaxes(d, ix.old_dim(dim0, d.ndim, "transpose_"), ix.old_dim(dim1, d.ndim,
                                                                          "transpose_"))
 
 
