@@ -22,15 +22,13 @@ Thread safety: a pass's threads append to one list (`Plan.made`; list.append is 
 """
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 
-from ..grad_mode import Recording, grad_mode, run_recording
+from ..grad_mode import Recording, grad_mode
 from ..node import next_seq
 from ..tensor import Tensor
 from ..ops.forms import cast
-from .accumulate import backward_order
+from .accumulate import backward_order, graph_add
 
 
 def positions(nodes) -> dict:
@@ -44,13 +42,6 @@ def as_graph_seed(grad, seed: np.ndarray) -> Tensor:
     if isinstance(grad, Tensor) and grad.data is seed:
         return grad
     return Tensor._wrap(seed)
-
-
-def graph_add(buf, g, tag: tuple, out: list):
-    """`buf + g` recorded (the `add` op) under `tag`; `g` when `buf` is None."""
-    if buf is None:
-        return g
-    return run_recording(Recording(tag, out), operator.add, buf, g)
 
 
 class GraphPending(dict):
@@ -71,15 +62,6 @@ class GraphPending(dict):
         else:
             buf, r = prev
             self[node] = (graph_add(buf, g, (2 * self.pos[node], r), self.out), r + 1)
-
-
-def run_node_graph(node, g, sink):
-    """`step.run_node` for create_graph: the whole step (hooks, staging, the rule's
-    differentiable form) under a Recording tagged with the node's position; returns the
-    input gradients (Tensors) or None."""
-    from .step import run_node  # step imports this module
-    rec = Recording((2 * sink.positions[node] + 1, 0), sink.made)
-    return run_recording(rec, run_node, node, g, False, sink, True)
 
 
 def hook_result(node, g: Tensor, r):
