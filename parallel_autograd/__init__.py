@@ -25,7 +25,7 @@ from .grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inferen
                         no_grad, set_grad_enabled)
 from .ops import activations as _activations  # noqa: F401  (declares them: exported below)
 from .ops.index import einsum, take_along_axis
-from .ops.inplace_more import bernoulli
+from .ops.writes import bernoulli
 from .ops import logic as _logic  # noqa: F401  (declares them: exported below)
 from . import linalg  # noqa: F401, I001  (pa.linalg: torch.linalg's ops)
 from .ops import reduce as _reduce, scan as _scan  # noqa: F401  (their ops: exported below)
@@ -73,7 +73,7 @@ __all__ = [
     "no_grad", "once_differentiable", "ones", "primitive", "profile",
     "randn", "record", "save", "set_default_engine", "set_detect_anomaly",
     "set_grad_enabled", "Tensor", "tensor", "tune_allocator", "zeros",
-    # PyTorch's function behind the Tensor method of ops/inplace_more
+    # PyTorch's function behind the Tensor method of ops/writes
     "bernoulli",
 ]
 

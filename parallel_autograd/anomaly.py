@@ -38,7 +38,7 @@ mode = _mode.get  # `mode()[0]`: on? `record`'s one check
 TRACE_LIMIT = 16  # innermost frames kept per op (the library's own are left out)
 _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _traces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Node -> Trace
-_run_node = []  # engine.step.run_node's code object, found on first use
+_run_node = []  # the backward step's code object (engine.step.run_node's): `backward_step`
 
 
 def is_anomaly_enabled() -> bool:
@@ -135,16 +135,21 @@ class Trace:
         self.parent = parent
 
 
+def backward_step(fn):
+    """Declare `fn` the engine's backward step (a decorator: engine.step.run_node): `note`
+    stops its walk out of the caller's frames there. The engine registers itself, so this
+    module, below the engine, imports none of it."""
+    _run_node[:] = [fn.__code__]
+    return fn
+
+
 def note(node) -> None:
     """Record where `node` is being created (`record` calls it while the mode is on).
 
     Walks out from the caller, keeping frames outside the library (at most the innermost
     `TRACE_LIMIT`), and stops at a backward step (`engine.step.run_node`): the frames
     beyond it are the engine's, and its node is this node's parent."""
-    if not _run_node:
-        from .engine.step import run_node  # late: the engine imports `record`
-        _run_node.append(run_node.__code__)
-    step = _run_node[0]
+    step = _run_node[0] if _run_node else None
     frames = []
     parent = None
     f = sys._getframe(1)
@@ -195,11 +200,25 @@ def describe(node) -> str:
     return "\n".join(parts)
 
 
+def add_note(exc: BaseException, msg: str) -> None:
+    """`exc.add_note(msg)` on Python 3.11+. On 3.10 the same `__notes__` list is kept
+    (for code that reads it), and the note is appended to a string message too, since
+    3.10's tracebacks do not print notes."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(msg)
+        return
+    try:
+        exc.__notes__ = [*getattr(exc, "__notes__", ()), msg]
+    except AttributeError:  # an exception type that takes no attributes
+        pass
+    if exc.args and isinstance(exc.args[0], str):
+        exc.args = (f"{exc.args[0]} [{msg}]",) + exc.args[1:]
+
+
 def add_trace_note(exc: BaseException, node) -> None:
     """Add where `node`'s op was created to an error raised in its backward (if recorded)."""
     if trace_of(node) is None or getattr(exc, "_pa_traced", False):
         return
-    from .engine.step import add_note
     add_note(exc, describe(node))
 
 

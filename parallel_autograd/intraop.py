@@ -108,12 +108,25 @@ class engine_running:
             _running_engines[0] -= 1
 
 
+_thread_role = threading.local()  # .worker is True on every engine pool's worker threads
+
+
+def on_worker_thread() -> bool:
+    """True on a worker thread of any engine pool (e.g. inside a hook a worker runs)."""
+    return getattr(_thread_role, "worker", False)
+
+
+def mark_worker_thread() -> None:
+    """Mark the calling thread as an engine pool's worker (`engine.pool`'s threads do, first
+    thing): a kernel there runs whole, the pool's threads being the parallelism."""
+    _thread_role.worker = True
+
+
 def threads_for(n: int) -> int:
     """How many threads a kernel over `n` elements may use now (1: run it whole)."""
     t = _num_threads[0]
     if t <= 1 or n < MIN_ELEMENTS or _running_engines[0]:
         return 1
-    from .engine.pool import on_worker_thread  # late: the engine imports this module
     if on_worker_thread():
         return 1
     return max(1, min(t, n // (MIN_ELEMENTS // 2)))

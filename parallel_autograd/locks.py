@@ -21,6 +21,7 @@ code or numpy work longer than one accumulation.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import weakref
 
@@ -55,3 +56,54 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class InterruptsDeferred:
+    """On the main thread, hold back SIGINT (Ctrl+C, `_thread.interrupt_main`) while
+    the block runs and deliver it to the previous handler when the block is done.
+    Elsewhere (signals reach only the main thread) or with a handler that is not a
+    Python callable, it does nothing. Used by the engines' write-back of `.grad` and the
+    optimizers' step, so neither is left half-done by Ctrl+C."""
+
+    __slots__ = ("old", "caught")
+
+    def __enter__(self):
+        self.old = None
+        self.caught = None
+        if threading.current_thread() is threading.main_thread():
+            old = signal.getsignal(signal.SIGINT)
+            if callable(old):
+                try:
+                    signal.signal(signal.SIGINT, self._hold)
+                except ValueError:  # not the main interpreter: signals are not ours
+                    return self
+                self.old = old
+        return self
+
+    def _hold(self, signum, frame):
+        self.caught = (signum, frame)
+
+    def allowing(self, fn, *args):
+        """`fn(*args)` inside the block with SIGINT delivered as usual (one held so far
+        first), the hold back in place however it ends. Both swaps are inside the
+        `try` and the first thing its `finally` does: an interrupt between them cannot
+        leave the rest of the block unprotected (a pending one reaches the handler
+        only after a swap has returned, and then it is the handler just set)."""
+        if self.old is None:
+            return fn(*args)
+        try:
+            signal.signal(signal.SIGINT, self.old)
+            caught, self.caught = self.caught, None
+            if caught is not None:
+                self.old(*caught)  # the default handler raises KeyboardInterrupt
+            return fn(*args)
+        finally:
+            signal.signal(signal.SIGINT, self._hold)
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
+            caught, self.caught = self.caught, None
+            if caught is not None:
+                self.old(*caught)  # the default handler raises KeyboardInterrupt
+        return False

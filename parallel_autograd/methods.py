@@ -7,10 +7,8 @@ runs in a circle. Each operator is a thin forward to its op.
 from __future__ import annotations
 
 from .engine.engine import tensor_backward as _backward
-from .inplace import METHODS as _INPLACE
+from .ops.writes import METHODS as _INPLACE
 from .ops import convert as _cv
-from .ops import graph as _graph  # noqa: F401  (the rules' differentiable forms)
-from .ops import inplace_more as _ipm
 from .ops import linalg as _la
 from .ops import logic as _lg
 from .ops import pointwise as _pw
@@ -85,7 +83,7 @@ _OPERATORS = {
 # PyTorch's other Tensor methods, each module's `METHODS` table (name -> function):
 # conversions and introspection, in-place math/shape/random methods (the declared ops'
 # methods come from the registry)
-_TABLES = (_cv, _ipm)
+_TABLES = (_cv,)
 
 
 def _mT(a: Tensor) -> Tensor:

@@ -521,6 +521,7 @@ def _quiet(fn):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             return fn(*args, **kwargs)
     quiet.__name__ = quiet.__qualname__ = getattr(fn, "__name__", "quiet")
+    quiet.__module__ = getattr(fn, "__module__", __name__)   # the op's family (`_family`)
     quiet.formula = getattr(fn, "formula", None)
     return quiet
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from .device import check_device, device
 from . import safetensors_format
-from .tensor import _FLOAT_KINDS, Tensor
+from .tensor import FLOAT_KINDS, Tensor
 
 _FORMAT = "parallel_autograd.save/1"
 _MANIFEST = "__manifest__"
@@ -211,7 +211,7 @@ def _read_manifest(z, members: dict, limit: int, how: str):
 
 
 def _parse_manifest(raw: bytes):
-    depth = _json_depth(raw)
+    depth = safetensors_format.json_depth(raw)
     if depth > _MAX_JSON_DEPTH:
         raise _Bad(f"has a damaged manifest: it nests {depth} levels deep, more than a file "
                    f"save writes (containers nest at most {MAX_DEPTH} deep)")
@@ -229,31 +229,6 @@ def _parse_manifest(raw: bytes):
     if "tree" not in meta:
         raise _Bad("has a damaged manifest: it has no tree")
     return meta["tree"]
-
-
-def _json_depth(raw: bytes) -> int:
-    """How deep the JSON text nests, counted without parsing it (json.loads recurses)
-    in linear time and ~10 bytes per byte of text: brackets count outside strings, a
-    string runs between quotes not escaped by an odd run of backslashes. (A regex over
-    the strings was quadratic on '"\\"\\...': 20 s for 32 KB.)"""
-    b = np.frombuffer(raw, dtype=np.uint8)
-    index = np.int32 if b.size < 2**31 else np.int64
-    last = np.arange(b.size, dtype=index)  # the last byte at or before i that is no backslash
-    last[b == ord("\\")] = -1
-    np.maximum.accumulate(last, out=last)
-    quotes = np.flatnonzero(b == ord('"'))
-    before = np.where(quotes > 0, last[np.maximum(quotes - 1, 0)], -1)
-    quotes = quotes[(quotes - 1 - before) % 2 == 0]  # the backslashes before it: even
-    del last, before
-    toggle = np.zeros(b.size, np.uint8)
-    toggle[quotes] = 1
-    inside = (np.cumsum(toggle, dtype=np.uint8) & 1).astype(bool)  # (wraps at 256: even)
-    step = (b == ord("[")).astype(np.int8)
-    step += b == ord("{")
-    step -= b == ord("]")
-    step -= b == ord("}")
-    step[inside] = 0
-    return int(np.cumsum(step, dtype=index).max(initial=0))
 
 
 def _header(fh) -> tuple:
@@ -414,7 +389,7 @@ def _check_array(info, where, kind: str, rg: bool, shape, dtype, start: int) -> 
                    f"({math.prod(shape) * dtype.itemsize} bytes) but holds {held} bytes")
     if kind == "scalar" and shape != ():
         raise _Bad(f"is damaged: {what} is a scalar entry but has shape {shape}")
-    if kind == "tensor" and rg and dtype.kind not in _FLOAT_KINDS:
+    if kind == "tensor" and rg and dtype.kind not in FLOAT_KINDS:
         raise _Bad(f"is damaged: {what} is a tensor that requires grad, but holds {dtype} "
                    "(only floating point tensors can)")
 

@@ -17,7 +17,7 @@ import numpy as np
 from . import locks
 from .device import CPU, device
 
-_FLOAT_KINDS = "f"  # complex is rejected: no rule conjugates
+FLOAT_KINDS = "f"  # complex is rejected: no rule conjugates
 
 
 class Tensor:
@@ -32,7 +32,7 @@ class Tensor:
         if isinstance(data, Tensor):
             data = data.data
         arr = np.array(data, dtype=dtype, copy=True)
-        if arr.dtype.kind not in _FLOAT_KINDS and requires_grad:
+        if arr.dtype.kind not in FLOAT_KINDS and requires_grad:
             raise TypeError(_int_grad_message(arr.dtype))
         self._init(arr, None)
         self.requires_grad = requires_grad
@@ -93,7 +93,7 @@ class Tensor:
                 raise RuntimeError("requires_grad can only be changed on leaf tensors; "
                                    "use .detach() to get a tensor without history")
             return
-        if value and self.data.dtype.kind not in _FLOAT_KINDS:
+        if value and self.data.dtype.kind not in FLOAT_KINDS:
             raise TypeError(_int_grad_message(self.data.dtype))
         self._requires_grad = value
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from . import dtypes as D
 from .engine.sequential import grad
+from .ops.shape import concat, reshape
 from .tensor import Tensor
 
 
@@ -78,8 +79,6 @@ def gradgradcheck(fn, inputs, grad_outputs=None, eps: float = 1e-6, atol: float 
     respect to the inputs and to `grad_outputs` are compared with finite differences,
     as PyTorch's gradgradcheck does. Returns True or raises AssertionError.
     """
-    from .ops.shape import concat, reshape  # late: the ops import the package's core
-
     inputs = [t if isinstance(t, Tensor) else Tensor(t) for t in inputs]
     out = fn(*inputs)
     if grad_outputs is None:

@@ -330,7 +330,7 @@ def in_call_bracket(code) -> bool:
     """Code a parallel call runs on its caller's thread around the pass itself: the set-up
     and tear-down in engine/engine.py (`_run_parallel`, `_run_limited`), the BLAS limits
     (engine/blas.py, and threadpoolctl under it), intra-op's `engine_running` (intraop.py)
-    and the SIGINT hold (`_InterruptsDeferred` in engine/step.py). Where an interrupt used
+    and the SIGINT hold (`InterruptsDeferred` in locks.py). Where an interrupt used
     to leave BLAS lowered for good (reliability issue, item 11)."""
     name = code.co_filename
     if name.endswith(("threadpoolctl.py", os.path.join("engine", "blas.py"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 from op_samples import Sample
+from samples_nn_losses import INTERNAL as _LOSSES
 
 
 def normal(rng, shape, scale=1.0):
@@ -198,4 +199,5 @@ def _attention(rng):
 
 
 INTERNAL = {"scaled_dot_product_attention": _attention, "batch_norm": _normalize_channels,
-            "dropout": _apply_mask, "embedding_backward": _embedding_backward}
+            "dropout": _apply_mask, "embedding_backward": _embedding_backward,
+            **_LOSSES}  # the losses' fused nodes (tests/samples_nn_losses.py)

@@ -13,7 +13,7 @@ from threadpoolctl import threadpool_limits
 import parallel_autograd as pa
 from parallel_autograd.autograd import functional as AF
 from parallel_autograd.node import next_seq
-from parallel_autograd.ops import graph as G
+from parallel_autograd.ops import forms as G
 from conftest import assert_bitwise
 
 RNG = np.random.default_rng(7)

@@ -1,4 +1,4 @@
-"""In-place ops and the version counter (parallel_autograd/inplace.py, version.py)."""
+"""In-place ops and the version counter (parallel_autograd/ops/writes/inplace.py, version.py)."""
 from __future__ import annotations
 
 import numpy as np

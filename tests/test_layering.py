@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import pathlib
 
-import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PKG = "parallel_autograd"
@@ -104,25 +103,18 @@ def circles(edges: dict) -> list:
     return out
 
 
-# The op-layer redesign (one declaration per op) removes the circles family by family; the
-# marker goes when the last is gone.
-_MIGRATING = pytest.mark.xfail(strict=True, reason="op layer being redeclared")
-
-
 def _package_inits(edges: dict) -> dict:
     """Edges without those into a package's own `__init__` from its submodules (importing
     `pkg.sub` runs `pkg/__init__.py` first: that is not a dependency of `sub` on `pkg`)."""
     return {m: {t for t in ts if not m.startswith(t + ".")} for m, ts in edges.items()}
 
 
-@_MIGRATING
 def test_no_import_circle_function_level_imports_included():
     edges, _ = import_graph()
     found = circles(_package_inits(edges))
     assert not found, "import circles:\n" + "\n".join(" -> ".join(c) for c in found)
 
 
-@_MIGRATING
 def test_no_package_import_inside_a_function():
     _, nested = import_graph()
     assert not nested, "imports inside functions (hidden circles):\n" + "\n".join(
@@ -139,7 +131,6 @@ def _reaches(edges: dict, start: str) -> set:
     return seen
 
 
-@_MIGRATING
 def test_the_layers_hold():
     edges = _package_inits(import_graph()[0])
     node = _reaches(edges, f"{PKG}.node")

@@ -1,4 +1,4 @@
-"""Allocation of the index ops (ops/index.py), index_put (ops/setitem.py) and pa.linalg.
+"""Allocation of the index ops (ops/index.py), index_put (ops/writes/setitem.py) and pa.linalg.
 
 Each op's forward and each of its rules, called as the engine calls them
 (`vjp(g, *node.saved, **node.kwargs)` or `joint(g, *node.saved, **node.kwargs)`), on inputs
@@ -24,7 +24,7 @@ import pytest
 from conftest import temporary_bytes
 
 import parallel_autograd as pa
-from parallel_autograd.ops.setitem import index_put
+from parallel_autograd.ops.writes.setitem import index_put
 
 L = pa.linalg
 SLACK = 192 * 1024                       # ~ a seventh of the index ops' result

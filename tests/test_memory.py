@@ -238,7 +238,7 @@ def test_a_fork_child_allocates_while_the_parent_held_the_lock():
 
 @pytest.mark.parametrize("shape", [(-1,), (64, -1), (4, 64, 512), (-1, 128)])
 def test_reshape_copies_land_in_cached_memory_with_numpys_values(shape):
-    from parallel_autograd.ops.shape import _reshaped
+    from parallel_autograd.ops._common import reshaped as _reshaped
 
     x = np.arange(2 * BIG, dtype=np.float64).reshape(256, 512).T  # not C-contiguous
     got = _reshaped(x, shape)

@@ -95,7 +95,7 @@ def test_families_are_named_after_their_modules():
 
 # ---- the internal ops: the registry's checks ---------------------------------------------------
 # the layer families (the spatial ones' internal ops: tests/test_nn_spatial.py)
-LAYER_FAMILIES = ("attention", "dropout", "embedding", "linear", "norms")
+LAYER_FAMILIES = ("attention", "dropout", "embedding", "linear", "losses", "norms")
 
 
 def _internal():

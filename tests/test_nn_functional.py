@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import parallel_autograd as pa
+from parallel_autograd.ops._common import ROW_BLOCK_BYTES
 import parallel_autograd.nn.functional as F
 from conftest import temporary_bytes
 
@@ -452,7 +453,7 @@ def test_sdpa_key_without_grad_and_float_mask_with_grad():
 # numpy's iterator buffers (8192 elements per buffered operand), Python objects, small
 # per-row vectors
 SLACK = 256 * 1024
-BLOCK = F._ROW_BLOCK_BYTES                       # the row-block temporaries' size
+BLOCK = ROW_BLOCK_BYTES                         # the row-block temporaries' size
 
 
 def _rules(y):

@@ -17,6 +17,7 @@ import parallel_autograd as pa
 import parallel_autograd.nn.functional as F
 from conftest import assert_bitwise, temporary_bytes
 from parallel_autograd.nn import _conv, _pool
+from parallel_autograd.ops import _common as common
 
 TOL = 1e-10
 
@@ -211,7 +212,7 @@ ROW_OPS = {
 def test_row_blocked_rules_match_torch(name, blocks, monkeypatch):
     torch = torch_or_skip()
     if blocks == "many":                 # two rows a block: short last blocks included
-        monkeypatch.setattr(F, "_ROW_BLOCK_BYTES", 2 * 8 * 8)
+        monkeypatch.setattr(common, "ROW_BLOCK_BYTES", 2 * 8 * 8)
     fn, shapes = ROW_OPS[name]
     arrays = [rand(s, i + 1) for i, s in enumerate(shapes)]
     tp = [leaf(a) for a in arrays]

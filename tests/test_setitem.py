@@ -1,4 +1,4 @@
-"""`t[index] = value` (parallel_autograd/ops/setitem.py): plain writes (no_grad, nothing
+"""`t[index] = value` (parallel_autograd/ops/writes/setitem.py): plain writes (no_grad, nothing
 requires grad) with the version counter, recorded differentiable writes (index_put, the
 tensor re-pointed to the new node), against PyTorch and finite differences, repeated
 indices, refused writes (leaf, views), saved values, the parallel engine bit for bit."""
@@ -322,7 +322,7 @@ def _reference(a, index, v, g):
 
 def _put(shape, index, vshape, seed=0):
     """index_put of random `a` and `v` (both require grad), its plan, the leaves and g."""
-    from parallel_autograd.ops.setitem import index_put
+    from parallel_autograd.ops.writes.setitem import index_put
     rng = np.random.default_rng(seed)
     a = pa.tensor(rng.uniform(-1, 1, shape), requires_grad=True)
     v = pa.tensor(rng.uniform(-1, 1, vshape), requires_grad=True)
@@ -359,7 +359,7 @@ def test_index_put_repeats_in_an_index_of_another_form_take_the_general_plan():
 
 def test_index_put_a_bad_index_raises_numpys_error():
     # the plan's probe (of itemsize 0) raises what indexing the tensor's array raises
-    from parallel_autograd.ops.setitem import index_put
+    from parallel_autograd.ops.writes.setitem import index_put
     a, v = pa.tensor(r(3, 4), requires_grad=True), pa.tensor(1.0, requires_grad=True)
     for index in ("f0", (0, "x"), 1.5, (np.array([1, 1]), 4), (np.array([True]), 0)):
         with pytest.raises(IndexError, match="index_put: "):
@@ -370,7 +370,7 @@ def test_index_put_a_bad_index_raises_numpys_error():
 @pytest.mark.parametrize("chunk", [1, 1 << 15])
 def test_index_put_plan_over_the_index_matches_the_general_plan_bitwise(
         name, chunk, monkeypatch):
-    from parallel_autograd.ops import setitem as S
+    from parallel_autograd.ops.writes import setitem as S
     shape, index = _cases()[name]
     sel = np.zeros(shape)[index].shape
     results = []
@@ -393,7 +393,7 @@ def test_index_put_plan_over_the_index_matches_the_general_plan_bitwise(
 
 
 def test_index_put_repeats_both_engines_bitwise_and_finite_differences():
-    from parallel_autograd.ops.setitem import index_put
+    from parallel_autograd.ops.writes.setitem import index_put
     cases = _cases()
 
     def loss(a, v, w):
@@ -424,7 +424,7 @@ def test_index_put_repeats_both_engines_bitwise_and_finite_differences():
 def test_index_put_unique_indices_match_pytorch():
     # torch's index_put_(accumulate=False) is deterministic when no element is named
     # twice (arrays only: torch's own index_put; with slices: its setitem, CopySlices)
-    from parallel_autograd.ops.setitem import index_put
+    from parallel_autograd.ops.writes.setitem import index_put
     rows, cols, mid = np.array([4, -1, 0, 2]), np.array([1, 0, 0, -2]), np.array([3, -1, 0])
     T = torch.tensor
     cases = [((rows, cols), (4, 3)),                                # pairs distinct

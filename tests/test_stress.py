@@ -576,7 +576,7 @@ def test_detects_an_optimizer_step_interrupted_halfway(monkeypatch):
                 create_graph=())
     rep = run(cfg)
     assert rep.ok and list(rep.faults_by_kind["optim_interrupt"]) == [12, 12], rep.summary()
-    monkeypatch.setattr(optimizer_module, "_InterruptsDeferred", _NoDeferral)
+    monkeypatch.setattr(optimizer_module, "InterruptsDeferred", _NoDeferral)
     rep = run(cfg)
     found = [f for f in rep.failures if "optim_interrupt" in f.message and
              ("partly" in f.message or "not as the uninterrupted twin" in f.message

@@ -19,8 +19,11 @@ and `Slot` are not locked (one walking thread, or the parallel engine's own lock
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
+from ..grad_mode import Recording, run_recording
 from ..memory import pooled as _pooled
 
 
@@ -91,7 +94,6 @@ class Slot:
         if self.graph is None:
             self.buf, self.owned = add_gradient(self.buf, self.owned, g)
         else:  # a recorded sum, tagged with the node's position and this rank
-            from .graph import graph_add  # graph imports this module
             self.buf = graph_add(self.buf, g, (self.graph[0], self.next_rank), self.graph[1])
 
     def take(self):
@@ -128,3 +130,10 @@ def sum_in_order(entries: list):
 
 def _entry_key(entry):
     return entry[0]
+
+
+def graph_add(buf, g, tag: tuple, out: list):
+    """`buf + g` recorded (the `add` op) under `tag`; `g` when `buf` is None."""
+    if buf is None:
+        return g
+    return run_recording(Recording(tag, out), operator.add, buf, g)

@@ -28,6 +28,8 @@ from __future__ import annotations
 import contextvars
 from typing import Callable
 
+from ..anomaly import add_note
+
 _current: contextvars.ContextVar["PassCallbacks | None"] = contextvars.ContextVar(
     "parallel_autograd_pass", default=None)
 
@@ -101,7 +103,6 @@ def finish(calls: PassCallbacks) -> None:
 def fail(calls: PassCallbacks, exc: BaseException) -> None:
     """Tell the pass's failure callbacks about `exc`. A callback that raises does not hide
     `exc`: its error becomes a note on `exc`, and the others still run."""
-    from .step import add_note
     for fn in list(calls.failure):
         try:
             fn(exc)

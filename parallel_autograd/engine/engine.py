@@ -28,7 +28,8 @@ from .plan import collect, plan_call
 from .pool import WorkerPool, on_worker_thread
 from .sequential import backward as sequential_backward
 from .sequential import run_plan
-from .step import _InterruptsDeferred, commit, release_frames
+from ..locks import InterruptsDeferred
+from .step import commit, release_frames
 from .task import CallStats, GraphTask
 
 
@@ -239,11 +240,11 @@ class Engine:
     def _run_limited(self, task: GraphTask, ready: list, st: CallStats) -> None:
         """Run `task` with BLAS limited and intra-op splitting off, both undone however
         the call ends. Setting them up and undoing them is done with Ctrl+C held back
-        (`_InterruptsDeferred`): an interrupt inside threadpoolctl's change, between the
+        (`InterruptsDeferred`): an interrupt inside threadpoolctl's change, between the
         acquire and the `try`, or in the `finally` before the release used to leave BLAS
         lowered (or kernels unsplit) for good. Only the call itself takes it at once."""
         limit = self.limit_blas
-        with _InterruptsDeferred() as held:
+        with InterruptsDeferred() as held:
             if limit:  # never more than the caller had (blas.py)
                 st.blas_threads = blas.acquire(task, max(1, usable_cores() //
                                                          self.num_workers))

@@ -22,14 +22,13 @@ Thread safety: a pass's threads append to one list (`Plan.made`; list.append is 
 """
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 
-from ..grad_mode import Recording, grad_mode, run_recording
+from ..grad_mode import Recording, grad_mode
 from ..node import next_seq
 from ..tensor import Tensor
-from .accumulate import backward_order
+from ..ops.forms import cast
+from .accumulate import backward_order, graph_add
 
 
 def positions(nodes) -> dict:
@@ -43,13 +42,6 @@ def as_graph_seed(grad, seed: np.ndarray) -> Tensor:
     if isinstance(grad, Tensor) and grad.data is seed:
         return grad
     return Tensor._wrap(seed)
-
-
-def graph_add(buf, g, tag: tuple, out: list):
-    """`buf + g` recorded (the `add` op) under `tag`; `g` when `buf` is None."""
-    if buf is None:
-        return g
-    return run_recording(Recording(tag, out), operator.add, buf, g)
 
 
 class GraphPending(dict):
@@ -72,15 +64,6 @@ class GraphPending(dict):
             self[node] = (graph_add(buf, g, (2 * self.pos[node], r), self.out), r + 1)
 
 
-def run_node_graph(node, g, sink):
-    """`step.run_node` for create_graph: the whole step (hooks, staging, the rule's
-    differentiable form) under a Recording tagged with the node's position; returns the
-    input gradients (Tensors) or None."""
-    from .step import run_node  # step imports this module
-    rec = Recording((2 * sink.positions[node] + 1, 0), sink.made)
-    return run_recording(rec, run_node, node, g, False, sink, True)
-
-
 def hook_result(node, g: Tensor, r):
     """What a tensor hook returned, in a create_graph pass: a Tensor of g's shape (its
     graph kept), cast to g's dtype by an op; arrays become constants."""
@@ -94,7 +77,6 @@ def hook_result(node, g: Tensor, r):
         raise ValueError(f"hook on the gradient of {node.name} returned shape {r.shape}, "
                          f"expected {g.shape}")
     if r.dtype != g.dtype:
-        from ..ops.graph import cast  # late: ops import the engine's modules
         r = cast(r, g.dtype)
     return r
 

@@ -35,15 +35,10 @@ import time
 import weakref
 
 from ..grad_mode import set_mode
+from ..intraop import mark_worker_thread, on_worker_thread  # noqa: F401  (engine.py's too)
 
 _IDLE_TIMEOUT = 1.0  # seconds; a sleeping worker re-checks (and sees a dropped pool)
 _pools = weakref.WeakSet()
-_thread_role = threading.local()  # .worker is True on every pool's worker threads
-
-
-def on_worker_thread() -> bool:
-    """True on a worker thread of any pool (e.g. inside a hook a worker runs)."""
-    return getattr(_thread_role, "worker", False)
 
 
 class WorkerStats:
@@ -179,7 +174,7 @@ class WorkerPool:
 
 
 def _worker(pool_ref, st):
-    _thread_role.worker = True
+    mark_worker_thread()
     set_mode(False)  # rules run on ndarrays; hooks on workers record no graph
     wakeup = queue.SimpleQueue()
     while True:

@@ -10,17 +10,18 @@ Thread safety: a `Sink` belongs to one thread; `commit` takes each tensor's lock
 """
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 
 import numpy as np
 
 from .. import anomaly, locks, memory
+from ..locks import InterruptsDeferred
+from ..anomaly import add_note
+from ..grad_mode import Recording, enable_grad, run_recording
 from ..tensor import Tensor
 from . import callbacks
 from ..ops.forms import graph_grads
-from .graph import hook_result, run_node_graph
+from .graph import hook_result
 
 
 
@@ -159,6 +160,7 @@ def run_ready_hooks(t: Tensor, g):
     return (g, False) if taken is None else (taken, ASSIGN)
 
 
+@anomaly.backward_step
 def run_node(node, g, owned: bool, sink: Sink, recording: bool = False):
     """Complete `node`'s gradient (`complete_gradient`) and run its rule: the input
     gradients, or None if the rule must not run. Frees the saved values unless
@@ -191,12 +193,20 @@ def run_node(node, g, owned: bool, sink: Sink, recording: bool = False):
     return grads
 
 
+def run_node_graph(node, g, sink):
+    """`step.run_node` for create_graph: the whole step (hooks, staging, the rule's
+    differentiable form) under a Recording tagged with the node's position; returns the
+    input gradients (Tensors) or None."""
+    rec = Recording((2 * sink.positions[node] + 1, 0), sink.made)
+    return run_recording(rec, run_node, node, g, False, sink, True)
+
+
 def commit(staged) -> None:
     """Add staged gradients into `.grad` (leaf accumulation, under each tensor's lock).
 
     All or nothing: everything that can fail (checks, copies) happens before the first
     write, and a Ctrl+C that arrives during the writes is delivered when they are done
-    (`_InterruptsDeferred`), so `.grad` is never left half-updated.
+    (`InterruptsDeferred`), so `.grad` is never left half-updated.
 
     A first gradient is adopted without a copy when the engine allocated it or
     nothing else refers to it (PyTorch's AccumulateGrad steals the same way);
@@ -223,7 +233,7 @@ def _write_grads(staged) -> None:
     for t, g, owned in staged:
         firsts.append(wrap(g) if owned is ASSIGN else None if t._grad is not None else
                       wrap(g if owned or _unshared(g) else g.copy()))
-    with _InterruptsDeferred():
+    with InterruptsDeferred():
         for (t, g, owned), first in zip(staged, firsts):
             with locks.grad_lock(t):
                 cur = t._grad
@@ -237,7 +247,6 @@ def _write_graph_grads(staged) -> None:
     """commit for a create_graph pass: `.grad` becomes the gradient Tensor (its graph
     kept, as in PyTorch), or the recorded sum of what it held and the gradient. The sums
     are computed first (a failure changes no `.grad`), then assigned."""
-    from ..grad_mode import enable_grad
     # the sums in backward order, whatever order the threads staged the tensors in: the
     # nodes they record are numbered alike in both engines (bitwise higher orders)
     staged = sorted(staged, key=lambda entry: _backward_rank(entry[0]), reverse=True)
@@ -246,7 +255,7 @@ def _write_graph_grads(staged) -> None:
         for t, g, _ in staged:
             cur = t._grad
             new.append(g if cur is None else cur + g)
-    with _InterruptsDeferred():
+    with InterruptsDeferred():
         for (t, _, _), value in zip(staged, new):
             with locks.grad_lock(t):
                 t._grad = value
@@ -269,56 +278,6 @@ def _backward_rank(t) -> int:
     ref = t._accumulator
     acc = ref() if ref is not None else None
     return -1 if acc is None else acc.seq
-
-
-class _InterruptsDeferred:
-    """On the main thread, hold back SIGINT (Ctrl+C, `_thread.interrupt_main`) while
-    the block runs and deliver it to the previous handler when the block is done.
-    Elsewhere (signals reach only the main thread) or with a handler that is not a
-    Python callable, it does nothing."""
-
-    __slots__ = ("old", "caught")
-
-    def __enter__(self):
-        self.old = None
-        self.caught = None
-        if threading.current_thread() is threading.main_thread():
-            old = signal.getsignal(signal.SIGINT)
-            if callable(old):
-                try:
-                    signal.signal(signal.SIGINT, self._hold)
-                except ValueError:  # not the main interpreter: signals are not ours
-                    return self
-                self.old = old
-        return self
-
-    def _hold(self, signum, frame):
-        self.caught = (signum, frame)
-
-    def allowing(self, fn, *args):
-        """`fn(*args)` inside the block with SIGINT delivered as usual (one held so far
-        first), the hold back in place however it ends. Both swaps are inside the
-        `try` and the first thing its `finally` does: an interrupt between them cannot
-        leave the rest of the block unprotected (a pending one reaches the handler
-        only after a swap has returned, and then it is the handler just set)."""
-        if self.old is None:
-            return fn(*args)
-        try:
-            signal.signal(signal.SIGINT, self.old)
-            caught, self.caught = self.caught, None
-            if caught is not None:
-                self.old(*caught)  # the default handler raises KeyboardInterrupt
-            return fn(*args)
-        finally:
-            signal.signal(signal.SIGINT, self._hold)
-
-    def __exit__(self, *exc):
-        if self.old is not None:
-            signal.signal(signal.SIGINT, self.old)
-            caught, self.caught = self.caught, None
-            if caught is not None:
-                self.old(*caught)  # the default handler raises KeyboardInterrupt
-        return False
 
 
 def _check_existing_grads(staged) -> None:
@@ -415,18 +374,3 @@ def release_frames(tb) -> None:
         except RuntimeError:  # still executing
             pass
         tb = tb.tb_next
-
-
-def add_note(exc: BaseException, msg: str) -> None:
-    """`exc.add_note(msg)` on Python 3.11+. On 3.10 the same `__notes__` list is kept
-    (for code that reads it), and the note is appended to a string message too, since
-    3.10's tracebacks do not print notes."""
-    if hasattr(exc, "add_note"):
-        exc.add_note(msg)
-        return
-    try:
-        exc.__notes__ = [*getattr(exc, "__notes__", ()), msg]
-    except AttributeError:  # an exception type that takes no attributes
-        pass
-    if exc.args and isinstance(exc.args[0], str):
-        exc.args = (f"{exc.args[0]} [{msg}]",) + exc.args[1:]

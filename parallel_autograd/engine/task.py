@@ -65,7 +65,7 @@ import numpy as np
 from .. import memory, profiler
 from .accumulate import Slot, contribution_key, seed_key, sum_in_order
 from .executor import execute
-from .step import add_note
+from ..anomaly import add_note
 
 _WAIT_SLICE = 0.05  # seconds; bounds how long a waiting caller ignores Ctrl+C
 _LINGER = 200e-6  # seconds a thread out of work spins on a share_cheap call's `shared`

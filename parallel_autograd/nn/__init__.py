@@ -9,7 +9,7 @@ the layers call) and `nn.init` (initialisers). Layers are float64 unless given `
 draw their initial values from `generator=` or the default generator that `pa.manual_seed`
 reseeds.
 """
-from . import functional, graph, init  # noqa: F401  (graph: the rules' differentiable forms)
+from . import functional, init  # noqa: F401
 from . import parallel  # noqa: F401  (DistributedDataParallel)
 from . import utils  # noqa: F401  (clip_grad_norm_, ...)
 from .module import IncompatibleKeys, Module, RemovableHandle

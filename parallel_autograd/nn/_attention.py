@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import memory
 from ..costs import gemm_cost
-from ..ops import elementwise as E
+from ..ops import pointwise as E
 from ..ops import reduce as R
 from ..ops import shape as S
 from ..ops._common import P, array, empty, reshaped, zeros

@@ -1,22 +1,26 @@
-"""The losses of `nn.functional` beyond cross_entropy and mse_loss (PyTorch's names,
-signatures, defaults and semantics), and nll_loss / cross_entropy for every input rank
-PyTorch takes.
+"""The losses of `nn.functional` (PyTorch's names, signatures, defaults and semantics),
+each declared once: the exported losses are composites (`composite`), over the fused nodes
+declared here with `defop` (a formula, written with ops, and the fused kernel it pays to
+keep at first order; tests/test_nn_declared.py checks kernel == formula).
 
-Pointwise losses - l1_loss, smooth_l1_loss, huber_loss, binary_cross_entropy,
-binary_cross_entropy_with_logits, kl_div - are one node each (`primitive`, inputs
-(input, target, weight, pos_weight); the weights are constants, as in PyTorch). The
-forward evaluates one fused kernel per chunk of 32k elements (`_fused`'s chunks) and, for
-'mean'/'sum', adds each chunk up at once, so a reduced loss allocates nothing full-size;
-with 'none' the loss is the only full-size array. Each rule is one fused kernel (the
-gradient it returns is its only full-size allocation, chunk-sized scratch beside it); the
-comment of each kernel counts its passes over a chunk. Input and target broadcast against
-each other where PyTorch lets them (not for the two cross-entropies), and the target gets
-a gradient wherever PyTorch gives one. Each rule's differentiable twin (`rule.graph`,
-for create_graph) is its formula written with ops.
-
-cosine_embedding_loss, margin_ranking_loss and triplet_margin_loss are compositions of
-ops (PyTorch's own formulas), and so are the weighted l1_loss and huber_loss (`weight=`,
-PyTorch 2.x): every gradient, and every twin, by construction.
+- nll_loss and cross_entropy: for every input rank PyTorch takes, reshaped to (N, C) rows
+  for one fused node each (`nll_loss_rows`, `cross_entropy_rows`): the forward keeps each
+  row's logsumexp, not the log-probabilities; cross_entropy's kernel makes the gradient in
+  3 passes (the formula, softmax and products, is for create_graph). nll_loss's node keeps
+  neither its input nor its output (its gradient reads their shapes only).
+- Pointwise losses - l1_loss, smooth_l1_loss / huber_loss, binary_cross_entropy,
+  binary_cross_entropy_with_logits, kl_div - are one node each (`fused_*`, inputs (input,
+  target), the weights constant parameters, as in PyTorch). The forward evaluates one
+  fused kernel per chunk of 32k elements (`ops._common.fused`'s chunks) and, for
+  'mean'/'sum', adds each chunk up at once, so a reduced loss allocates nothing full-size;
+  with 'none' the loss is the only full-size array. Each kernel is one fused pass a chunk
+  (the gradient it returns is its only full-size allocation, chunk-sized scratch beside
+  it); the comment of each counts its passes over a chunk. Input and target broadcast
+  against each other where PyTorch lets them (not for the two cross-entropies), and the
+  target gets a gradient wherever PyTorch gives one.
+- mse_loss, cosine_embedding_loss, margin_ranking_loss, triplet_margin_loss, soft-target
+  cross_entropy, and the weighted l1_loss and huber_loss (`weight=`, PyTorch 2.x) are
+  compositions of ops (PyTorch's own formulas): no rule of their own.
 
 Not supported: the deprecated `size_average` / `reduce` arguments (use `reduction`);
 arguments PyTorch lists after them are keyword-only here, so a stray positional value
@@ -32,23 +36,24 @@ import math
 import numpy as np
 
 from ..grad_mode import is_grad_enabled
-from ..memory import empty as _empty
-from ..ops import elementwise as E
+from ..ops import pointwise as E
+from ..ops.activations import sigmoid
+from ..ops.reduce import softmax
 from ..ops import reduce as R
 from ..ops import shape as S
-from ..ops.elementwise import _BLOCK, _fused
-from ..ops.graph import cast, depends_on
-from ..primitive import primitive
+from ..ops._common import BLOCK, empty, fused, raw, row_blocks, zeros
+from ..ops.forms import cast, depends_on
+from ..primitive import Saved, composite, defop
 from ..tensor import Tensor
-from . import functional as F
 
 __all__ = [
     "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
-    "binary_cross_entropy_with_logits", "kl_div", "nll_loss", "cross_entropy",
+    "binary_cross_entropy_with_logits", "kl_div", "nll_loss", "cross_entropy", "mse_loss",
     "cosine_embedding_loss", "margin_ranking_loss", "triplet_margin_loss",
 ]
 
 _REDUCTIONS = ("mean", "sum", "none")
+_FUNCTIONAL = "torch.nn.functional"
 
 
 def _raw(x):
@@ -59,6 +64,17 @@ def _check_reduction(name: str, reduction, allowed=_REDUCTIONS) -> None:
     if not isinstance(reduction, str) or reduction not in allowed:
         raise ValueError(f"{name}: reduction must be one of "
                          f"{', '.join(repr(a) for a in allowed)}, got {reduction!r}")
+
+
+def _reduce(name, loss, reduction):
+    """`loss` reduced as `reduction` says ('none', 'sum', 'mean'), with ops."""
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return R.sum(loss)
+    if reduction == "mean":
+        return R.mean(loss)
+    raise ValueError(f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
 def _broadcast(name: str, *arrays) -> tuple:
@@ -82,24 +98,36 @@ def _check_no_grad(name: str, what: str, t) -> None:
                            f"differentiable with respect to it, as in PyTorch); detach it")
 
 
+# ---- mse_loss: a composite -------------------------------------------------------------------
+@composite(module=_FUNCTIONAL)
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """Mean squared error; input and target broadcast against each other."""
+    try:
+        np.broadcast_shapes(np.shape(_raw(input)), np.shape(_raw(target)))
+    except ValueError as e:
+        raise ValueError(f"mse_loss: {e}") from e
+    d = input - target
+    return _reduce("mse_loss", d * d, reduction)
+
+
 # ---- the pointwise machinery ------------------------------------------------------------
 def _like(shape, dtype) -> np.ndarray:
-    """An array of `shape` and `dtype` that owns no memory (what `_fused` sizes from)."""
+    """An array of `shape` and `dtype` that owns no memory (what `fused` sizes from)."""
     return np.broadcast_to(np.empty((), dtype), shape)
 
 
 def _chunked_sum(kernel, shape, dtype, operands, scratch: int) -> float:
     """The sum of `kernel`'s elementwise values over the broadcast `shape`, evaluated
-    per chunk of `_BLOCK` elements into chunk-sized buffers (numpy's buffered iterator
+    per chunk of `BLOCK` elements into chunk-sized buffers (numpy's buffered iterator
     broadcasts the operands): no full-size array. Chunk sums are added in order."""
-    if math.prod(shape) <= _BLOCK:
-        return float(_fused(kernel, _like(shape, dtype), operands,
-                            (dtype,) * scratch).sum())
+    if math.prod(shape) <= BLOCK:
+        return float(fused(kernel, _like(shape, dtype), operands,
+                           (dtype,) * scratch).sum())
     where = [i for i, a in enumerate(operands) if type(a) is np.ndarray]
     it = np.nditer([operands[i] for i in where], flags=["external_loop", "buffered"],
-                   op_flags=[["readonly"]] * len(where), buffersize=_BLOCK)
-    out = _empty(_BLOCK, dtype)
-    bufs = [_empty(_BLOCK, dtype) for _ in range(scratch)]
+                   op_flags=[["readonly"]] * len(where), buffersize=BLOCK)
+    out = empty(BLOCK, dtype)
+    bufs = [empty(BLOCK, dtype) for _ in range(scratch)]
     args = list(operands)
     total = 0.0
     with it:
@@ -132,54 +160,56 @@ def _upstream(g, reduction: str, denom):
     return float(g) / denom if denom else math.nan          # the mean of nothing: nan
 
 
-def _graph_upstream(g, reduction: str, denom):
-    return g if reduction in ("none", "sum") else g / denom
-
-
 def _shape_of(*xs) -> tuple:
-    return np.broadcast_shapes(*(np.shape(x.data if isinstance(x, Tensor) else x)
-                                 for x in xs if x is not None))
+    return np.broadcast_shapes(*(np.shape(raw(x)) for x in xs if x is not None))
 
 
-_QUIET = dict(divide="ignore", over="ignore", invalid="ignore")   # PyTorch does not warn
+def _pointwise(fwd, scratch: int, x, y, w, pw, reduction: str, denom, **params):
+    """The forward of a pointwise loss: `fwd(o, x, y, w, pw, *scratch, **params)` writes
+    the elementwise loss, chunk by chunk; 'mean'/'sum' add each chunk up at once."""
+    shape, dtype = _shape_of(x, y, w, pw), _float_dtype(x, y, w, pw)
+    kernel = functools.partial(fwd, **params) if params else fwd
+    if reduction == "none":
+        return fused(kernel, _like(shape, dtype), (x, y, w, pw), (dtype,) * scratch)
+    total = _chunked_sum(kernel, shape, dtype, (x, y, w, pw), scratch)
+    return np.asarray(total if reduction == "sum" else np.divide(total, denom), dtype=dtype)
 
 
-def _pointwise_loss(name: str, fwd, dx, dy, scratch: int, twin_x, twin_y):
-    """A one-node pointwise loss over (input, target, weight, pos_weight): `fwd(o, x, y,
-    w, pw, *scratch, **params)` writes the elementwise loss, `dx`/`dy(o, G, x, y, w, pw,
-    *scratch, **params)` the gradients (G: the upstream gradient per element); `twin_x`/
-    `twin_y(x, y, w, pw, **params)` are the factors multiplying G, written with ops."""
+def _kernel(rule, scratch: int):
+    """A pointwise loss's first-order kernel from `rule(o, G, x, y, w, pw, *scratch,
+    **params)` (G: the upstream gradient per element), one fused pass per chunk."""
+    def kernel(g, ans, input, target, reduction, denom, weight=None, pos_weight=None,
+               **params):
+        k = functools.partial(rule, **params) if params else rule
+        shape = _shape_of(input, target, weight, pos_weight)
+        return fused(k, _like(shape, np.result_type(g, ans)),
+                     (_upstream(g, reduction, denom), input, target, weight, pos_weight),
+                     (np.result_type(g, ans),) * scratch)
+    return kernel
 
-    def forward(x, y, w, pw, reduction, denom, **params):
-        shape, dtype = _shape_of(x, y, w, pw), _float_dtype(x, y, w, pw)
-        kernel = functools.partial(fwd, **params) if params else fwd
-        with np.errstate(**_QUIET):
-            if reduction == "none":
-                return _fused(kernel, _like(shape, dtype), (x, y, w, pw), (dtype,) * scratch)
-            total = _chunked_sum(kernel, shape, dtype, (x, y, w, pw), scratch)
-            return np.asarray(total if reduction == "sum" else np.divide(total, denom),
-                              dtype=dtype)
 
-    def rule(kernel):
-        def vjp(g, ans, x, y, w, pw, reduction, denom, **params):
-            k = functools.partial(kernel, **params) if params else kernel
-            shape, dtype = _shape_of(x, y, w, pw), np.result_type(g, ans)
-            with np.errstate(**_QUIET):
-                return _fused(k, _like(shape, dtype), (_upstream(g, reduction, denom),
-                                                       x, y, w, pw), (dtype,) * scratch)
-        return vjp
+def _formula(factor):
+    """A pointwise loss's formula: the upstream gradient per element times `factor(x, y,
+    w, pw, **params)` (written with ops), at the broadcast shape."""
+    def formula(g, ans, input, target, reduction, denom, weight=None, pos_weight=None,
+                **params):
+        up = g if reduction in ("none", "sum") else g / denom
+        out = up * factor(input, target, weight, pos_weight, **params)
+        shape = _shape_of(input, target, weight, pos_weight)
+        return out if np.shape(out) == shape else S.broadcast_to(out, shape)
+    return formula
 
-    def twin(factor):
-        def graph(g, ans, x, y, w, pw, reduction, denom, **params):
-            out = _graph_upstream(g, reduction, denom) * factor(x, y, w, pw, **params)
-            shape = _shape_of(x, y, w, pw)
-            return out if out.shape == shape else S.broadcast_to(out, shape)
-        return graph
 
-    rule_x, rule_y = rule(dx), rule(dy)
-    rule_x.graph, rule_y.graph = twin(twin_x), twin(twin_y)
-    cost = lambda ans, x, y, w=None, pw=None: 8 * math.prod(_shape_of(x, y, w, pw))  # noqa: E731
-    return primitive(name, forward, rule_x, rule_y, None, None, cost=cost)
+def _loss_op(name: str, scratch: int, kernel_x, kernel_y, factor_x, factor_y) -> dict:
+    """defop's arguments for a pointwise loss over (input, target): the formulas from the
+    factors, the fused kernels from the rules; weight and pos_weight are constants."""
+    return dict(inputs=("input", "target"), formula=(_formula(factor_x), _formula(factor_y)),
+                kernel=(_kernel(kernel_x, scratch), _kernel(kernel_y, scratch)),
+                export=False, quiet=True, cost=_cost, name=name)
+
+
+def _cost(ans, x, y, weight=None, pos_weight=None, **params) -> int:
+    return 8 * math.prod(_shape_of(x, y, weight, pos_weight))
 
 
 def _weighted(o, w) -> None:
@@ -213,11 +243,20 @@ def _l1_dy(o, G, x, y, w, pw):
     _times(o, G)
 
 
-_l1 = _pointwise_loss(
-    "l1_loss", _l1_fwd, _l1_dx, _l1_dy, 0,
+def _l1_factor_x(x, y, w, pw):
     # piecewise constant: derivative 0 in x and y (part of the graph, as PyTorch's sgn)
-    lambda x, y, w, pw: depends_on(np.sign(_data(x) - _data(y)), x, y),
-    lambda x, y, w, pw: depends_on(np.sign(_data(y) - _data(x)), x, y))
+    return depends_on(np.sign(_data(x) - _data(y)), x, y)
+
+
+def _l1_factor_y(x, y, w, pw):
+    return depends_on(np.sign(_data(y) - _data(x)), x, y)
+
+
+@defop(**_loss_op("l1_loss", 0, _l1_dx, _l1_dy, _l1_factor_x, _l1_factor_y))
+def fused_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean",
+                  denom: int | None = None) -> Tensor:
+    """`|input - target|` reduced (one fused pass a chunk): l1_loss's node."""
+    return _pointwise(_l1_fwd, 0, input, target, None, None, reduction, denom)
 
 
 def _huber_fwd(o, x, y, w, pw, m, delta, scale):
@@ -244,10 +283,22 @@ def _huber_dy(o, G, x, y, w, pw, m, delta, scale):
     _times(o, G, scale)
 
 
-_huber = _pointwise_loss(
-    "huber_loss", _huber_fwd, _huber_dx, _huber_dy, 1,
-    lambda x, y, w, pw, delta, scale: E.clip(x - y, -delta, delta) * scale,
-    lambda x, y, w, pw, delta, scale: E.clip(y - x, -delta, delta) * scale)
+def _huber_factor_x(x, y, w, pw, delta, scale):
+    return E.clamp(x - y, -delta, delta) * scale
+
+
+def _huber_factor_y(x, y, w, pw, delta, scale):
+    return E.clamp(y - x, -delta, delta) * scale
+
+
+@defop(**_loss_op("huber_loss", 1, _huber_dx, _huber_dy, _huber_factor_x, _huber_factor_y))
+def fused_huber_loss(input: Tensor, target: Tensor, reduction: str = "mean",
+                     denom: int | None = None, delta: float = 1.0,
+                     scale: float = 1.0) -> Tensor:
+    """huber_loss times `scale` (smooth_l1_loss: delta = beta, scale = 1 / beta), reduced:
+    the node of both."""
+    return _pointwise(_huber_fwd, 1, input, target, None, None, reduction, denom,
+                      delta=delta, scale=scale)
 
 
 def _weighted_mean_of(name, loss, weight, reduction, by_weight: bool):
@@ -256,7 +307,7 @@ def _weighted_mean_of(name, loss, weight, reduction, by_weight: bool):
     loss = loss * weight
     if reduction == "mean" and by_weight:
         return R.sum(loss) / R.sum(weight if isinstance(weight, Tensor) else _raw(weight))
-    return F._reduce(name, loss, reduction)
+    return _reduce(name, loss, reduction)
 
 
 def _check_weight_like_input(name, weight, x) -> None:
@@ -285,6 +336,7 @@ def _operands(name, input, target, broadcast: bool = True) -> tuple:
     return input, target, x, y, _broadcast(name, x, y) if broadcast else None
 
 
+@composite(module=_FUNCTIONAL)
 def l1_loss(input, target, *, reduction: str = "mean", weight=None) -> Tensor:
     """Mean absolute error `|input - target|` (they broadcast), reduced; `weight` (the
     input's shape) scales each element, and 'mean' then divides by the weights' sum, as
@@ -293,11 +345,12 @@ def l1_loss(input, target, *, reduction: str = "mean", weight=None) -> Tensor:
     input, target, x, y, shape = _operands("l1_loss", input, target)
     _check_weight_like_input("l1_loss", weight, x)
     if weight is not None:
-        loss = _l1(input, target, None, None, reduction="none", denom=None)
+        loss = fused_l1_loss(input, target, reduction="none", denom=None)
         return _weighted_mean_of("l1_loss", loss, weight, reduction, by_weight=True)
-    return _l1(input, target, None, None, reduction=reduction, denom=math.prod(shape))
+    return fused_l1_loss(input, target, reduction=reduction, denom=math.prod(shape))
 
 
+@composite(module=_FUNCTIONAL)
 def smooth_l1_loss(input, target, *, reduction: str = "mean", beta: float = 1.0) -> Tensor:
     """`0.5 (x - y)**2 / beta` where `|x - y| < beta`, else `|x - y| - beta / 2`
     (input and target broadcast); beta = 0 is l1_loss. One node."""
@@ -308,10 +361,11 @@ def smooth_l1_loss(input, target, *, reduction: str = "mean", beta: float = 1.0)
     if beta == 0:
         return l1_loss(input, target, reduction=reduction)
     input, target, x, y, shape = _operands("smooth_l1_loss", input, target)
-    return _huber(input, target, None, None, reduction=reduction, denom=math.prod(shape),
+    return fused_huber_loss(input, target, reduction=reduction, denom=math.prod(shape),
                   delta=beta, scale=1.0 / beta)
 
 
+@composite(module=_FUNCTIONAL)
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0,
                weight=None) -> Tensor:
     """`0.5 (x - y)**2` where `|x - y| < delta`, else `delta (|x - y| - delta / 2)`
@@ -324,10 +378,10 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0,
     input, target, x, y, shape = _operands("huber_loss", input, target)
     _check_weight_like_input("huber_loss", weight, x)
     if weight is not None:
-        loss = _huber(input, target, None, None, reduction="none", denom=None, delta=delta,
+        loss = fused_huber_loss(input, target, reduction="none", denom=None, delta=delta,
                       scale=1.0)
         return _weighted_mean_of("huber_loss", loss, weight, reduction, by_weight=False)
-    return _huber(input, target, None, None, reduction=reduction, denom=math.prod(shape),
+    return fused_huber_loss(input, target, reduction=reduction, denom=math.prod(shape),
                   delta=delta, scale=1.0)
 
 
@@ -370,10 +424,20 @@ def _bce_dy(o, G, x, y, w, pw, a):
     _weighted(o, w)
 
 
-_bce = _pointwise_loss(
-    "binary_cross_entropy", _bce_fwd, _bce_dx, _bce_dy, 1,
-    lambda x, y, w, pw: _w((x - y) / E.maximum(x * (1 - x), _BCE_EPS), w),
-    lambda x, y, w, pw: _w(E.log(1 - x) - E.log(x), w))
+def _bce_factor_x(x, y, w, pw):
+    return _w((x - y) / E.maximum(x * (1 - x), _BCE_EPS), w)
+
+
+def _bce_factor_y(x, y, w, pw):
+    return _w(E.log(1 - x) - E.log(x), w)
+
+
+@defop(**_loss_op("binary_cross_entropy", 1, _bce_dx, _bce_dy, _bce_factor_x,
+                  _bce_factor_y))
+def fused_binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
+                               reduction: str = "mean", denom: int | None = None) -> Tensor:
+    """binary_cross_entropy's node: the weighted clamped log-likelihood, reduced."""
+    return _pointwise(_bce_fwd, 1, input, target, weight, None, reduction, denom)
 
 
 def _log_sigmoid(o, x, a) -> None:
@@ -438,20 +502,27 @@ def _graph_log_sigmoid(x):
     return E.minimum(x, 0.0) - E.log(E.exp(-E.abs(x)) + 1)
 
 
-def _bcel_twin_x(x, y, w, pw):
+def _bcel_factor_x(x, y, w, pw):
     if pw is None:
-        return _w(E.sigmoid(x) - y, w)
-    return _w(E.sigmoid(x) * ((pw - 1) * y + 1) - pw * y, w)
+        return _w(sigmoid(x) - y, w)
+    return _w(sigmoid(x) * ((pw - 1) * y + 1) - pw * y, w)
 
 
-def _bcel_twin_y(x, y, w, pw):
+def _bcel_factor_y(x, y, w, pw):
     if pw is None:
         return _w(-x, w)
     return _w(-(x + _graph_log_sigmoid(x) * (pw - 1)), w)
 
 
-_bcel = _pointwise_loss("binary_cross_entropy_with_logits", _bcel_fwd, _bcel_dx, _bcel_dy,
-                        1, _bcel_twin_x, _bcel_twin_y)
+@defop(**_loss_op("binary_cross_entropy_with_logits", 1, _bcel_dx, _bcel_dy, _bcel_factor_x,
+                  _bcel_factor_y))
+def fused_binary_cross_entropy_with_logits(input: Tensor, target: Tensor,
+                                           weight: Tensor | None = None,
+                                           pos_weight: Tensor | None = None,
+                                           reduction: str = "mean",
+                                           denom: int | None = None) -> Tensor:
+    """binary_cross_entropy_with_logits's node: the loss from the logits, reduced."""
+    return _pointwise(_bcel_fwd, 1, input, target, weight, pos_weight, reduction, denom)
 
 
 def _bce_weight(name, weight, x, what: str = "weight"):
@@ -469,6 +540,7 @@ def _bce_weight(name, weight, x, what: str = "weight"):
     return w.astype(_float_dtype(x), copy=False)      # a constant: the loss keeps x's dtype
 
 
+@composite(module=_FUNCTIONAL)
 def binary_cross_entropy(input, target, weight=None, *, reduction: str = "mean") -> Tensor:
     """`-weight (target log(input) + (1 - target) log(1 - input))` for probabilities
     `input` in [0, 1] (ValueError otherwise); each log is clamped at -100, and the input
@@ -483,9 +555,10 @@ def binary_cross_entropy(input, target, weight=None, *, reduction: str = "mean")
     if x.size and not (x.min() >= 0 and x.max() <= 1):
         raise ValueError(f"{name}: all elements of input should be between 0 and 1")
     w = _bce_weight(name, weight, x)
-    return _bce(input, target, w, None, reduction=reduction, denom=x.size)
+    return fused_binary_cross_entropy(input, target, w, reduction=reduction, denom=x.size)
 
 
+@composite(module=_FUNCTIONAL)
 def binary_cross_entropy_with_logits(input, target, weight=None, *, reduction: str = "mean",
                                      pos_weight=None) -> Tensor:
     """binary_cross_entropy of `sigmoid(input)` from the logits, without overflow:
@@ -500,7 +573,8 @@ def binary_cross_entropy_with_logits(input, target, weight=None, *, reduction: s
                          f"{x.shape}")
     w = _bce_weight(name, weight, x)
     pw = _bce_weight(name, pos_weight, x, "pos_weight")
-    return _bcel(input, target, w, pw, reduction=reduction, denom=x.size)
+    return fused_binary_cross_entropy_with_logits(input, target, w, pw, reduction=reduction,
+                                                  denom=x.size)
 
 
 # ---- Kullback-Leibler divergence ------------------------------------------------------------
@@ -539,19 +613,25 @@ def _kl_dy(o, G, x, y, w, pw, a, log_target):
     _times(o, G)
 
 
-def _kl_twin_x(x, y, w, pw, log_target):
+def _kl_factor_x(x, y, w, pw, log_target):
     return -E.exp(y) if log_target else -(y if isinstance(y, Tensor) else np.asarray(y))
 
 
-def _kl_twin_y(x, y, w, pw, log_target):
+def _kl_factor_y(x, y, w, pw, log_target):
     if log_target:
         return E.exp(y) * (y - x + 1)
     return E.log(y) + (1 - x)
 
 
-_kl = _pointwise_loss("kl_div", _kl_fwd, _kl_dx, _kl_dy, 1, _kl_twin_x, _kl_twin_y)
+@defop(**_loss_op("kl_div", 1, _kl_dx, _kl_dy, _kl_factor_x, _kl_factor_y))
+def fused_kl_div(input: Tensor, target: Tensor, reduction: str = "mean",
+                 denom: int | None = None, log_target: bool = False) -> Tensor:
+    """kl_div's node: the pointwise divergence, reduced ('mean' over `denom`)."""
+    return _pointwise(_kl_fwd, 1, input, target, None, None, reduction, denom,
+                      log_target=log_target)
 
 
+@composite(module=_FUNCTIONAL)
 def kl_div(input, target, *, reduction: str = "mean", log_target: bool = False) -> Tensor:
     """Pointwise KL divergence `target (log(target) - input)` of log-probabilities
     `input` (0 where target is 0; `log_target=True`: the target is given as
@@ -564,8 +644,191 @@ def kl_div(input, target, *, reduction: str = "mean", log_target: bool = False) 
     denom = math.prod(shape)
     if reduction == "batchmean":
         reduction, denom = ("mean", x.shape[0]) if x.ndim else ("sum", None)
-    return _kl(input, target, None, None, reduction=reduction, denom=denom,
+    return fused_kl_div(input, target, reduction=reduction, denom=denom,
                log_target=bool(log_target))
+
+
+# ---- nll_loss and cross_entropy over (N, C): one fused node each -----------------------------
+def _class_targets(name, input, target):
+    t = _raw(target)
+    if input.ndim != 2:
+        raise ValueError(f"{name}: expected 2-D input (N, C), got shape {tuple(input.shape)}")
+    if t.dtype.kind not in "iu":
+        raise TypeError(f"{name}: target must hold class indices (integers), "
+                        f"got dtype {t.dtype}")
+    if t.shape != (input.shape[0],):
+        raise ValueError(f"{name}: target shape {t.shape} does not match input batch "
+                         f"size {input.shape[0]}")
+    return t
+
+
+def _row_logsumexp(x) -> np.ndarray:
+    """log(sum(exp(x))) of each row of `x` (N, C), shifted by the row's finite max:
+    two passes over x (the max; exp and sum through a row-block temporary)."""
+    m = x.max(axis=1)
+    m[~np.isfinite(m)] = 0
+    s = empty(x.shape[0], dtype=x.dtype)
+    rb, blocks = row_blocks(x.shape[0], x.shape[1] * x.itemsize)
+    buf = empty((rb, x.shape[1]), dtype=x.dtype)
+    for a, b in blocks:
+        e = np.subtract(x[a:b], m[a:b, None], out=buf[:b - a])
+        np.exp(e, out=e)
+        np.sum(e, axis=1, out=s[a:b])
+    with np.errstate(divide="ignore"):
+        np.log(s, out=s)
+    return np.add(s, m, out=s)
+
+
+def _nll_targets(name, x, t, weight, ignore_index, reduction) -> tuple:
+    """(safe targets, per-row scale w[t] or 1 (0 when ignored), valid rows, class
+    weights as x's dtype or None, the mean's denominator or None), PyTorch's errors."""
+    if isinstance(weight, str):
+        raise TypeError(f"{name}: the third positional argument is the class weight, as in "
+                        f"PyTorch; pass reduction={weight!r} by keyword")
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{name}: reduction must be 'mean', 'sum' or 'none', "
+                         f"got {reduction!r}")
+    n, c = x.shape
+    valid = t != ignore_index
+    bad = valid & ((t < 0) | (t >= c))
+    if bad.any():
+        raise IndexError(f"{name}: target {t[bad][0]} is out of bounds for {c} classes")
+    safe = np.where(valid, t, 0)
+    w = None if weight is None else _raw(weight)
+    if w is not None and w.shape != (c,):
+        raise ValueError(f"{name}: weight shape {w.shape} does not match {c} classes")
+    w = None if w is None else w.astype(x.dtype, copy=False)
+    scale = valid.astype(x.dtype) if w is None else w[safe] * valid
+    denom = None
+    if reduction == "mean":
+        denom = scale.sum() if (w is not None or not valid.all()) else x.dtype.type(n)
+    return safe, scale, valid, w, denom
+
+
+def _nll_forward(name, x, t, weight, ignore_index, reduction, smoothing, logits: bool):
+    """Per-row loss -(1-e) w[t] logp[t] - e/C sum_c w_c logp_c (logp = x - lse(x) for
+    logits, x itself otherwise), reduced; the kernels' values kept beside it."""
+    n, c = x.shape
+    safe, scale, valid, w, denom = _nll_targets(name, x, t, weight, ignore_index, reduction)
+    lse = _row_logsumexp(x) if logits else None
+    picked = x[np.arange(n), safe]
+    loss = scale * (picked if lse is None else picked - lse)
+    np.negative(loss, out=loss)                                # -w[t] logp[t]
+    if smoothing:
+        wsum = c if w is None else w.sum()
+        per_class = x.sum(axis=1) if w is None else x @ w       # sum_c w_c x_c
+        loss *= 1 - smoothing
+        loss += valid * (smoothing / c) * (wsum * lse - per_class)
+    if reduction == "mean":
+        with np.errstate(invalid="ignore"):                   # all ignored: NaN, as torch
+            loss = np.asarray(loss.sum() / denom, dtype=x.dtype)
+    elif reduction == "sum":
+        loss = np.asarray(loss.sum(), dtype=x.dtype)
+    return Saved(loss, lse, safe, scale, valid, w, denom)
+
+
+def _nll_grad(g, x, shape, lse, safe, scale, valid, w, denom, smoothing):
+    # G = the upstream gradient per row (over the mean's denominator).
+    # nll_loss: zeros with -G w[t] at each row's target (the zero fill, n elements).
+    # cross_entropy: G (a p - (1-e) w[t] onehot(t) - e/C valid w), p = exp(x - lse),
+    # a = (1-e) w[t] + e/C sum(w) valid: 3 passes (subtract, exp, scale), plus one for
+    # smoothing (through a row-block temporary when classes are weighted).
+    rows = np.arange(shape[0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        G = g if denom is None else g / denom
+    # ignored rows get 0 even where G is not finite (every target ignored: denom 0), as
+    # PyTorch, which never writes them: a selection, not a product
+    G = np.where(valid, G, 0.0)
+    coef = G * scale * (1 - smoothing)                         # at each row's target
+    if x is None:
+        out = zeros(shape, scale.dtype)
+        out[rows, safe] = np.subtract(0.0, coef)               # +0.0 where ignored
+        return out
+    out = np.subtract(x, lse[:, None], out=empty(x.shape, x.dtype))
+    np.exp(out, out=out)
+    wsum = shape[1] if w is None else w.sum()
+    out *= (coef + G * valid * (smoothing * wsum / shape[1]))[:, None]
+    out[rows, safe] -= coef
+    if smoothing:
+        gamma = G * valid * (smoothing / shape[1])
+        if w is None:
+            out -= gamma[:, None]
+        else:
+            _sub_outer(out, gamma, w)
+    return out
+
+
+def _sub_outer(out, a, b) -> None:
+    """out -= outer(a, b), through a row-block temporary."""
+    rb, blocks = row_blocks(out.shape[0], out.shape[1] * out.itemsize)
+    buf = empty((rb, out.shape[1]), dtype=out.dtype)
+    for s, e in blocks:
+        out[s:e] -= np.multiply(a[s:e, None], b, out=buf[:e - s])
+
+
+def _nll_kernel(g, ans, input, lse, safe, scale, valid, w, denom, target, weight,
+                ignore_index, reduction):
+    return _nll_grad(g, None, input.shape, lse, safe, scale, valid, w, denom, 0.0)
+
+
+def _cross_entropy_kernel(g, ans, input, lse, safe, scale, valid, w, denom, target, weight,
+                          ignore_index, reduction, label_smoothing):
+    return _nll_grad(g, input, input.shape, lse, safe, scale, valid, w, denom,
+                     label_smoothing)
+
+
+def _nll_parts(name, g, input, target, weight, ignore_index, reduction, smoothing) -> tuple:
+    """What both formulas share: G (g per row over the mean's denominator, 0 at ignored
+    rows, (N, 1)), T (the constant (1-e) w[t] onehot(t) + e/C valid w), and A, the
+    constant (1-e) w[t] + e/C sum(w) valid (N, 1)."""
+    x = raw(input)
+    n, c = x.shape
+    safe, scale, valid, w, denom = _nll_targets(name, x, target, weight, ignore_index,
+                                                reduction)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        G = g if denom is None else g / denom
+        G = S.reshape(E.where(valid, G, 0.0), (n, 1))       # ignored rows: 0 (the kernel's)
+    t = np.zeros((n, c), dtype=scale.dtype)
+    t[np.arange(n), safe] = scale * (1 - smoothing)
+    if smoothing:
+        t += (valid * (smoothing / c))[:, None] * (1.0 if w is None else w)
+    wsum = c if w is None else w.sum()
+    a = scale * (1 - smoothing) + valid * (smoothing * wsum / c)
+    return G, t, a[:, None]
+
+
+def _nll_formula(g, ans, input, target, weight, ignore_index, reduction):
+    G, t, _ = _nll_parts("nll_loss", g, input, target, weight, ignore_index, reduction, 0.0)
+    return -(G * t)
+
+
+def _cross_entropy_formula(g, ans, input, target, weight, ignore_index, reduction,
+                           label_smoothing):
+    G, t, a = _nll_parts("cross_entropy", g, input, target, weight, ignore_index, reduction,
+                         label_smoothing)
+    return G * (softmax(input, 1) * a - t)
+
+
+@defop(formula=_nll_formula, kernel=_nll_kernel, unsaved=("input", "result"), export=False,
+       name="nll_loss")
+def nll_loss_rows(input: Tensor, target: Tensor, weight: Tensor | None = None,
+                  ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+    """nll_loss's node over log-probabilities (N, C) and targets (N,): one pass to pick
+    each row's target, reduced. Its gradient reads only the input's shape."""
+    return _nll_forward("nll_loss", input, target, weight, ignore_index, reduction, 0.0,
+                        logits=False)
+
+
+@defop(formula=_cross_entropy_formula, kernel=_cross_entropy_kernel, unsaved=("result",),
+       export=False, name="cross_entropy")
+def cross_entropy_rows(input: Tensor, target: Tensor, weight: Tensor | None = None,
+                       ignore_index: int = -100, reduction: str = "mean",
+                       label_smoothing: float = 0.0) -> Tensor:
+    """cross_entropy's node over logits (N, C) and targets (N,), fused: the forward keeps
+    each row's logsumexp (not the log-probabilities), the kernel makes the gradient in 3
+    passes."""
+    return _nll_forward("cross_entropy", input, target, weight, ignore_index, reduction,
+                        label_smoothing, logits=True)
 
 
 # ---- nll_loss and cross_entropy of any rank --------------------------------------------------
@@ -575,7 +838,7 @@ def _rows_of_classes(name: str, input, target) -> tuple:
     channels-last rows (a copy, recorded: gradients flow back through it)."""
     x = _raw(input)
     if x.ndim == 2:
-        return input, F._class_targets(name, x, target), None
+        return input, _class_targets(name, x, target), None
     t = _raw(target)
     if t.dtype.kind not in "iu":
         raise TypeError(f"{name}: target must hold class indices (integers), "
@@ -599,6 +862,7 @@ def _unflatten(loss, reduction, shape):
     return loss if reduction != "none" or shape is None else S.reshape(loss, shape)
 
 
+@composite(module=_FUNCTIONAL)
 def nll_loss(input, target, weight=None, *, ignore_index: int = -100,
              reduction: str = "mean") -> Tensor:
     """Negative log-likelihood of class-index targets given log-probabilities: input
@@ -608,10 +872,10 @@ def nll_loss(input, target, weight=None, *, ignore_index: int = -100,
     weight of the targets that count, as in PyTorch. One node for (N, C); other ranks
     are reshaped (and, from 3 dimensions, copied channels-last) into it."""
     x2, t, shape = _rows_of_classes("nll_loss", input, target)
-    return _unflatten(F._nll("nll_loss", x2, t, weight, ignore_index, reduction, 0.0,
-                             logits=False), reduction, shape)
+    return _unflatten(nll_loss_rows(x2, t, weight, ignore_index, reduction), reduction, shape)
 
 
+@composite(module=_FUNCTIONAL)
 def cross_entropy(input, target, weight=None, *, ignore_index: int = -100,
                   reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """Softmax cross-entropy of logits against class indices,
@@ -628,8 +892,8 @@ def cross_entropy(input, target, weight=None, *, ignore_index: int = -100,
     if t.dtype.kind == "f" and t.shape == _raw(input).shape:
         return _soft_cross_entropy(input, target, weight, reduction, label_smoothing)
     x2, t, shape = _rows_of_classes("cross_entropy", input, target)
-    return _unflatten(F._nll("cross_entropy", x2, t, weight, ignore_index, reduction,
-                             label_smoothing, logits=True), reduction, shape)
+    return _unflatten(cross_entropy_rows(x2, t, weight, ignore_index, reduction,
+                                         label_smoothing), reduction, shape)
 
 
 def _soft_cross_entropy(input, target, weight, reduction: str,
@@ -678,6 +942,7 @@ def _same_ndim(name: str, *named) -> None:
                          f"got {sizes}")
 
 
+@composite(module=_FUNCTIONAL)
 def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, *,
                           reduction: str = "mean") -> Tensor:
     """`1 - cos(x1, x2)` where target is 1, `max(0, cos(x1, x2) - margin)` where it is
@@ -696,11 +961,12 @@ def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, *,
     sq1 = R.sum(input1 * input1, axis=-1) + 1e-12
     sq2 = R.sum(input2 * input2, axis=-1) + 1e-12
     cos = prod / E.sqrt(sq1 * sq2)
-    loss = E.where(t == 1, 1 - cos, 0.0) + E.where(t == -1, E.clip(cos - margin, min=0.0),
+    loss = E.where(t == 1, 1 - cos, 0.0) + E.where(t == -1, E.clamp(cos - margin, min=0.0),
                                                   0.0)
-    return F._reduce(name, loss, reduction)
+    return _reduce(name, loss, reduction)
 
 
+@composite(module=_FUNCTIONAL)
 def margin_ranking_loss(input1, input2, target, margin: float = 0.0, *,
                         reduction: str = "mean") -> Tensor:
     """`max(0, -target (input1 - input2) + margin)` (the three broadcast; target is
@@ -710,7 +976,7 @@ def margin_ranking_loss(input1, input2, target, margin: float = 0.0, *,
     _same_ndim(name, ("input1", input1), ("input2", input2), ("target", target))
     _broadcast(name, _raw(input1), _raw(input2), _raw(target))
     target = target if isinstance(target, Tensor) else Tensor._wrap(_raw(target))
-    return F._reduce(name, E.clip(-target * (input1 - input2) + margin, min=0.0), reduction)
+    return _reduce(name, E.clamp(-target * (input1 - input2) + margin, min=0.0), reduction)
 
 
 def _pairwise_distance(a, b, p: float, eps: float):
@@ -726,6 +992,7 @@ def _pairwise_distance(a, b, p: float, eps: float):
     return E.pow(R.sum(E.pow(d, p), axis=-1), 1.0 / p)
 
 
+@composite(module=_FUNCTIONAL)
 def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: float = 2,
                         eps: float = 1e-6, swap: bool = False, *,
                         reduction: str = "mean") -> Tensor:
@@ -751,4 +1018,4 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
     d_neg = _pairwise_distance(anchor, negative, p, eps)
     if swap:
         d_neg = E.minimum(d_neg, _pairwise_distance(positive, negative, p, eps))
-    return F._reduce(name, E.clip(d_pos - d_neg + margin, min=0.0), reduction)
+    return _reduce(name, E.clamp(d_pos - d_neg + margin, min=0.0), reduction)

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ..ops import elementwise as E
+from ..ops import pointwise as E
 from ..primitive import composite
 from ..tensor import Tensor
 from ._pool import avg_pool1d, avg_pool2d

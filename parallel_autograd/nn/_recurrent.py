@@ -43,11 +43,11 @@ from .. import memory
 from ..engine.cost import gemm_cost
 from ..memory import empty as _empty
 from ..ops.forms import graph_input
-from ..ops import elementwise as E
+from ..ops import pointwise as E
 from ..ops import linalg as L
 from ..ops import reduce as R
 from ..ops import shape as S
-from ..ops.graph import _t
+from ..ops._common import const as _t
 from ..primitive import primitive, record
 from ..tensor import Tensor
 from . import functional as F

@@ -6,7 +6,7 @@ nelement element_size stride storage_offset data_ptr is_contiguous is_floating_p
 Semantics are PyTorch's on a CPU-only numpy tensor:
 - a conversion that changes nothing returns the tensor itself (`x.to(x.dtype) is x`), as
   PyTorch; `copy=True` gives a copy on the graph (`clone`);
-- casts between floating dtypes are differentiable (`ops.graph.cast`: the gradient is cast
+- casts between floating dtypes are differentiable (`ops.forms.cast`: the gradient is cast
   back to the input's dtype); integer and bool results never require grad (PyTorch);
   a complex result of a tensor that requires grad is refused (no rule here conjugates);
 - dtypes are numpy's (anything `np.dtype` takes: `np.float32`, `"float32"`, `float`); a
@@ -31,8 +31,9 @@ from ..device import check_device
 from ..grad_mode import is_grad_enabled
 from ..tensor import Tensor
 from . import shape as S
-from .graph import cast
-from .index import _dim, _sizes
+from .forms import cast
+from .index import old_dim as _dim
+from .index import sizes as _sizes
 
 __all__ = ["to", "type_", "type_as", "tolist", "cpu", "cuda", "contiguous", "new_zeros", "new_ones",
            "new_full", "new_empty", "new_tensor", "METHODS"]

@@ -79,10 +79,6 @@ def _user_forms(node, g, mask):
         if v is None or node.next_nodes[i] is None or (mask is not None and not mask[i]):
             grads.append(None)
             continue
-        rule = getattr(v, "graph_node", None)  # MIGRATION: until every op is declared
-        if rule is not None:
-            grads.append(rule(g, node))
-            continue
         rule = getattr(v, "graph", None)
         if rule is None:
             raise RuntimeError(no_graph_rule_message(node))

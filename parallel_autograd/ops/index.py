@@ -174,7 +174,8 @@ def sizes(args: tuple, op: str) -> tuple:
     return tuple(out)
 
 
-def _same_dtype(op: str, x: np.ndarray, s: np.ndarray, what: str = "src") -> None:
+def same_dtype(op: str, x: np.ndarray, s: np.ndarray, what: str = "src") -> None:
+    """PyTorch's check of scatter-like ops: `s` (the source) has x's dtype, or RuntimeError."""
     if s.dtype != x.dtype:
         raise RuntimeError(f"{op}(): Expected self.dtype to be equal to {what}.dtype (self "
                            f"{x.dtype}, {what} {s.dtype})")
@@ -200,13 +201,6 @@ def old_dims(ds, ndim: int, op: str) -> tuple:
         raise ValueError(f"{op}: dims {tuple(ds) if isinstance(ds, (list, tuple)) else ds} "
                          f"name a dimension twice")
     return out
-
-
-# MIGRATION: the old private names, for the modules that still import them (inplace.py,
-# inplace_more.py, convert.py, logic.py, products.py); they go when those move to the
-# public names above
-_dim, _dims, _sizes, _indices, _mask = old_dim, old_dims, sizes, indices, mask
-_grid, _lead, _along, _check_index, _vector_index = grid, lead, along, check_index, vector_index
 
 
 # ---- x[index]: PyTorch's indexing as two numpy steps -------------------------------------------
@@ -457,7 +451,7 @@ def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
     x, s = np.asarray(input), np.asarray(src)
     idx = indices(index, "scatter_add")
     d = one_dim(dim, x.ndim, "scatter_add")
-    _same_dtype("scatter_add", x, s)
+    same_dtype("scatter_add", x, s)
     x1, idx1 = _as1d(x, idx)
     s1 = s.reshape(-1) if x.ndim == 0 else s
     check_index(x1, d, idx1, "scatter_add", s1)
@@ -536,7 +530,7 @@ def scatter_src(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
     x, s = np.asarray(input), np.asarray(src)
     idx = indices(index, "scatter")
     d = one_dim(dim, x.ndim, "scatter")
-    _same_dtype("scatter", x, s)
+    same_dtype("scatter", x, s)
     x1, idx1 = _as1d(x, idx)
     s1 = s.reshape(-1) if x.ndim == 0 else s
     check_index(x1, d, idx1, "scatter", s1)
@@ -618,7 +612,7 @@ def _reduce_parts(input, src, dim, index, op: str = "scatter_reduce"):
     x, s = np.asarray(input), np.asarray(src)
     idx = indices(index, op)
     d = one_dim(dim, x.ndim, op)
-    _same_dtype(op, x, s)
+    same_dtype(op, x, s)
     x1, idx1 = _as1d(x, idx)
     s1 = s.reshape(-1) if x.ndim == 0 else s
     check_index(x1, d, idx1, op, s1)

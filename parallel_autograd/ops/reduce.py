@@ -34,7 +34,6 @@ import numpy as np
 
 from ..primitive import composite, defop
 from ..tensor import Tensor
-from . import elementwise as E
 from . import pointwise as PW
 from . import shape as S
 from ._common import (
@@ -327,10 +326,10 @@ def _std_formula(g, ans, input, dim, unbiased, keepdim, correction):
     a = kept(ans, x.shape, dims)
     zero = array(a) == 0
     if zero.any():
-        a = E.where(zero, 1.0, a)
+        a = PW.where(zero, 1.0, a)
     scale = kept(g, x.shape, dims) / (a * (n - c))
     if zero.any():
-        scale = E.where(zero, 0.0, scale)
+        scale = PW.where(zero, 0.0, scale)
     return scale * (input - mean(input, dims, True))
 
 
@@ -477,19 +476,19 @@ def _norm_formula(g, ans, x, p, dim):
         return kept(g, xd.shape, dims) * factor
     a = kept(ans, xd.shape, dims)
     zero = array(a) == 0
-    safe = E.where(zero, 1.0, a) if zero.any() else a
-    scale = kept(g, xd.shape, dims) / (safe if p == 2 else E.pow(safe, p - 1))
+    safe = PW.where(zero, 1.0, a) if zero.any() else a
+    scale = kept(g, xd.shape, dims) / (safe if p == 2 else PW.pow(safe, p - 1))
     if zero.any():
-        scale = E.where(zero, 0.0, scale)
+        scale = PW.where(zero, 0.0, scale)
     if p == 2:
         return x * scale
     xzero = xd == 0
     magnitude = PW.abs(x)
     if p < 1 and xzero.any():        # |x|^(p-1) is infinite at 0, where the factor is 0
-        magnitude = E.where(xzero, 1.0, magnitude)
-    scaled = E.pow(magnitude, p - 1) * np.sign(xd)
+        magnitude = PW.where(xzero, 1.0, magnitude)
+    scaled = PW.pow(magnitude, p - 1) * np.sign(xd)
     if p < 1 and xzero.any():
-        scaled = E.where(xzero, 0.0, scaled)
+        scaled = PW.where(xzero, 0.0, scaled)
     return scaled * scale
 
 
@@ -601,14 +600,14 @@ def max(input, dim=None, keepdim: bool = False):  # noqa: A001  (PyTorch's name)
     share the gradient, NaNs win); `max(x, dim, keepdim=False)` its `(values, indices)`
     along `dim` (a NamedTuple; the gradient goes to the first maximum, the index
     returned); `max(x, other)` with a tensor `other`: the elementwise `maximum`."""
-    return _extreme("max", max_all, E.maximum, np.argmax, input, dim, keepdim)
+    return _extreme("max", max_all, PW.maximum, np.argmax, input, dim, keepdim)
 
 
 @composite(method=True)
 def min(input, dim=None, keepdim: bool = False):  # noqa: A001  (PyTorch's name)
     """PyTorch's three `min`, as `max`: the minimum of all elements, `(values, indices)`
     along `dim`, or the elementwise `minimum` with a tensor `other`."""
-    return _extreme("min", min_all, E.minimum, np.argmin, input, dim, keepdim)
+    return _extreme("min", min_all, PW.minimum, np.argmin, input, dim, keepdim)
 
 
 def _arg(name: str, fn, input, dim, keepdim) -> np.ndarray:

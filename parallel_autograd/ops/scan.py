@@ -33,7 +33,7 @@ import numpy as np
 
 from ..primitive import composite, defop
 from ..tensor import Tensor
-from . import elementwise as E
+from . import pointwise as E
 from . import index as ix
 from . import pointwise as PW
 from . import reduce as R
@@ -495,50 +495,3 @@ def median(input, dim=None, keepdim: bool = False) -> Tensor | tuple[Tensor, Ten
         return median_all(input)
     return _selection("median", input, dim, _median_index, not keepdim,
                       lambda x, d: R.nonempty_dim("median", x, d))
-
-
-# ---- MIGRATION: the old helpers other families still import (ops/logic.py, ops/unary.py,
-# linalg.py), with their old behaviour (numpy's AxisError); remove when they are migrated.
-_AxisError = getattr(np, "exceptions", np).AxisError  # numpy < 1.25: np.AxisError
-
-
-def _axis_index(name: str, axis: int, ndim: int) -> int:
-    if not -ndim <= axis < ndim:
-        raise _AxisError(axis, ndim, name)
-    return axis % ndim
-
-
-def _axes(name: str, ndim: int, axis):
-    """None, or the axes as a tuple of non-negative ints (a 0-d tensor's: None)."""
-    if axis is None:
-        return None
-    axes = tuple(_old_int(name, a) for a in axis) if isinstance(axis, (list, tuple)) \
-        else (_old_int(name, axis),)
-    axes = tuple(_axis_index(name, a, max(ndim, 1)) for a in axes)
-    if len(set(axes)) != len(axes):
-        raise ValueError(f"{name}: repeated axis in {axis!r}")
-    return None if ndim == 0 else axes
-
-
-def _dim(name: str, ndim: int, axis) -> int:
-    """One axis as a non-negative int (a 0-d tensor has the one axis 0 or -1)."""
-    return _axis_index(name, _old_int(name, axis), max(ndim, 1))
-
-
-def _old_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: axis must be an int, got {value!r}")
-    return int(value)
-
-
-_argsort = stable_argsort
-
-
-def _norm_op(x, p, axis=None, keepdims=False) -> Tensor:
-    """linalg.vector_norm's call into torch.norm's op (`reduce.norm`)."""
-    return R.norm(x, p, axis, keepdims)
-
-
-# the reductions that moved to ops/reduce.py, under their old module (scan.amax, scan.norm
-# in branches written before the move: linalg's norms, nn's normalize)
-amax, amin, argmax, argmin, norm, std = R.amax, R.amin, R.argmax, R.argmin, R.norm, R.std

@@ -68,7 +68,6 @@ def reshaped(a, shape):
     return out
 
 
-_reshaped = reshaped  # MIGRATION: tests/test_memory.py's name
 
 
 def _numpy_shape(shape, size: int):

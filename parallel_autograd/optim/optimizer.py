@@ -14,7 +14,7 @@ exist and have the parameter's shape and dtype, `"step"` is a finite count), and
 allocates the state a first step makes and every thread's scratch buffers; a failure
 there changes nothing (PyTorch's step fails on such state halfway, after updating the
 parameters before the bad one). The writes then run with Ctrl+C held back
-(`engine.step._InterruptsDeferred`, the engine's write-back deferral): a SIGINT arriving
+(`locks.InterruptsDeferred`, the engine's write-back deferral): a SIGINT arriving
 meanwhile raises KeyboardInterrupt once every parameter and state is updated and every
 thread of the step has finished, never while a thread still writes. Floating-point
 errors under `np.errstate` are handled after the writes too (`fperrors`, in the order a
@@ -56,7 +56,7 @@ import numpy as np
 
 from .. import fperrors, locks, version
 # the engine's write-back deferral of Ctrl+C, reused so that both work the same way
-from ..engine.step import _InterruptsDeferred
+from ..locks import InterruptsDeferred
 from ..grad_mode import enable_grad
 from ..tensor import Tensor
 from ._blocks import BLOCK_BYTES, Scratch
@@ -332,7 +332,7 @@ class Optimizer:
         for share, scratch in zip(shares, scratches):
             _reserve(scratch, share)
         fpe = fperrors.Deferred()
-        with _InterruptsDeferred():
+        with InterruptsDeferred():
             for p, new in made.items():
                 self.state[p].update(new)
             self._made = made

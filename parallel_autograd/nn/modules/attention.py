@@ -9,7 +9,7 @@ from .. import functional as F
 from .. import init
 from ..module import Module
 from ...device import check_device
-from ...ops import elementwise as E
+from ...ops import pointwise as E
 from ...ops import linalg as L
 from ...ops import reduce as R
 from ...ops import shape as S

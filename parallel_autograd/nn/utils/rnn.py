@@ -20,7 +20,7 @@ import numpy as np
 
 from ...ops import index as IX
 from ...ops import shape as S
-from ...ops.graph import cast
+from ...ops.forms import cast
 from ...tensor import Tensor
 
 __all__ = ["PackedSequence", "pack_padded_sequence", "pad_packed_sequence", "pad_sequence",

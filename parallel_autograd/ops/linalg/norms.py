@@ -17,7 +17,6 @@ import numpy as np
 from ...primitive import composite, defop
 from ...tensor import Tensor
 from .. import reduce as R
-from .. import scan
 from .._common import P, buf, const, dims, empty
 from ..forms import cast, depends_on
 from ..shape import broadcast_to, permute, reshape, squeeze
@@ -214,15 +213,15 @@ def matrix_norm(A: Tensor, ord="fro", dim=(-2, -1), keepdim: bool = False, *,
     if ord in ("nuc", 2, -2):
         rest = [d for d in range(a.ndim) if d not in (r, c)]
         s = svdvals(permute(A, rest + [r, c]))
-        out = R.sum(s, -1) if ord == "nuc" else scan.amax(s, -1) if ord == 2 else \
-            scan.amin(s, -1)
+        out = R.sum(s, -1) if ord == "nuc" else R.amax(s, -1) if ord == 2 else \
+            R.amin(s, -1)
         if keepdim:
             out = reshape(out, tuple(1 if d in (r, c) else n for d, n in enumerate(a.shape)))
         return out
     # 1 / -1: reduce each column's sum over the rows; inf / -inf: each row's over the columns
     inner, outer = (r, c) if abs(ord) == 1 else (c, r)
     sums = R.sum(abs(A), inner, True)
-    out = scan.amax(sums, outer, True) if ord > 0 else scan.amin(sums, outer, True)
+    out = R.amax(sums, outer, True) if ord > 0 else R.amin(sums, outer, True)
     return out if keepdim else squeeze(out, (r, c))
 
 

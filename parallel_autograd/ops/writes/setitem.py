@@ -41,13 +41,13 @@ import sys
 
 import numpy as np
 
-from .. import memory, version
-from ..grad_mode import is_grad_enabled
-from ..memory import empty as _empty
-from ..primitive import record
-from ..tensor import Tensor
-from . import index as ix
-from . import shape as S
+from ... import memory, version
+from ...grad_mode import is_grad_enabled
+from ...memory import empty as _empty
+from ...primitive import defop
+from ...tensor import Tensor
+from .. import index as ix
+from .. import shape as S
 
 __all__ = ["index_put", "setitem"]
 
@@ -276,34 +276,52 @@ def _taken(g, index) -> Tensor:
     return ix.getitem(g, ix.numpy_index(index))
 
 
-def _value_form(g, node):
-    plan = node.kwargs["plan"]
+# The formulas: the kernels are linear maps of g, written as index_put (zeros written into
+# g) and getitem, which are differentiable again.
+def _input_formula(g, ans, input, values, plan, in_place=False):
+    return _record(g, 0.0, plan)
+
+
+def _values_formula(g, ans, input, values, plan, in_place=False):
     if plan.lose is not None:
         return _record(_taken(g, plan.index), 0.0, Plan(plan.shape, plan.lose, False))
     if plan.win is None:
         return _taken(g, plan.index)
     picked = _taken(g, plan.coords)
-    return _record(np.zeros(plan.shape, g.dtype), picked, Plan.at(plan.win, plan.shape))
+    return _record(np.zeros(plan.shape, _data(g).dtype), picked,
+                   Plan.at(plan.win, plan.shape))
 
 
-# the differentiable forms (create_graph): the rules are linear maps of g written as
-# index_put (zeros written into g) and getitem, which have forms of their own
-_old_rule.graph_node = lambda g, node: _record(g, 0.0, node.kwargs["plan"])
-_value_rule.graph_node = _value_form
-_RULES = (_old_rule, _value_rule)
+def _input_kernel(g, ans, input, values, plan, in_place=False):
+    return _old_rule(g, plan)
 
 
-def _record(old, value, plan: Plan, out: np.ndarray | None = None) -> Tensor:
-    """index_put's node over `out`, `old` with `value` written (a new array unless the
-    caller wrote `out` itself)."""
-    if out is None:
-        od = _data(old)
-        out = _empty(od.shape, od.dtype)  # a copy, then the write: 2 passes at most
-        np.copyto(out, od)
-        _assign(out, plan, _data(value))
-    t = record("index_put", out, (old, value), _RULES, kwargs={"plan": plan})
+def _values_kernel(g, ans, input, values, plan, in_place=False):
+    return _value_rule(g, plan)
+
+
+@defop(inputs=("input", "values"), formula=(_input_formula, _values_formula),
+       kernel=(_input_kernel, _values_kernel), unsaved=("result", "input", "values"),
+       export=False, name="index_put")
+def index_put_planned(input: Tensor, values: Tensor, plan: Plan,
+                      in_place: bool = False) -> Tensor:
+    """`input` with `values` written where `plan` says: into a copy, or (`in_place`, for
+    `t[index] = value` when nothing else sees t's array) into `input`'s own array. The
+    kernels read g and the plan only: the node keeps no value."""
+    if in_place:
+        _assign(input, plan, values)
+        return input
+    out = _empty(input.shape, input.dtype)  # a copy, then the write: 2 passes at most
+    np.copyto(out, input)
+    _assign(out, plan, values)
+    return out
+
+
+def _record(old, value, plan: Plan, in_place: bool = False) -> Tensor:
+    """index_put's node: `old` with `value` written (into a copy unless `in_place`)."""
+    t = index_put_planned(old, value, plan, in_place)
     if t.grad_fn is not None:
-        t.grad_fn.versions = None  # the rules read no saved value: nothing to check
+        t.grad_fn.versions = None  # the kernels read no saved value: nothing to check
     return t
 
 
@@ -421,8 +439,7 @@ def setitem(self: Tensor, index, value) -> None:
     plan = Plan(self.data.shape, index, v_grad)
     value = _fit(value, plan.shape, "setitem")
     if _sole(self):  # no one else sees the array: write it in place (no node saved it,
-        _assign(self.data, plan, _data(value))  # so no version to bump)
-        made = _record(self, value, plan, out=self.data).grad_fn
+        made = _record(self, value, plan, in_place=True).grad_fn  # so no version to bump)
     else:            # others hold it: the written values go to a new array, t's from now
         new = _record(self, value, plan)
         self.data = new.data
