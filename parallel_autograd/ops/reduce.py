@@ -771,15 +771,13 @@ def _rows(*arrays, d) -> tuple | None:
 
 def _softmax_blocks(x2: np.ndarray, blocks, log: bool) -> np.ndarray:
     """softmax or log_softmax of (rows, C) `x2` along its rows, per row block: max,
-    subtract, exp, sum (log: log, subtract again from x) in a block scratch; the result
-    is the only full-size allocation, written once. 4 passes over a cached block (log
-    5), one over x and one over the result in memory; the same arithmetic, so the same
-    bits, as the whole-array code."""
-    rb, ranges = blocks
+    subtract, exp, sum in the result's block (log: log, then x - lse over it again); the
+    result is the only allocation besides the row statistics. 4 passes over a cached
+    block (log 5), one over x and one over the result in memory; the same arithmetic,
+    so the same bits, as the whole-array code."""
     out = empty(x2.shape, x2.dtype)
-    e = empty((rb, x2.shape[1]), x2.dtype)
-    for a, b in ranges:
-        xb, t = x2[a:b], e[:b - a]
+    for a, b in blocks[1]:
+        xb, t = x2[a:b], out[a:b]
         m = np.max(xb, axis=1, keepdims=True)
         m[~np.isfinite(m)] = 0
         np.subtract(xb, m, out=t)
@@ -788,9 +786,9 @@ def _softmax_blocks(x2: np.ndarray, blocks, log: bool) -> np.ndarray:
         if log:
             np.log(s, out=s)
             s += m
-            np.subtract(xb, s, out=out[a:b])
+            np.subtract(xb, s, out=t)
         else:
-            np.divide(t, s, out=out[a:b])
+            t /= s
     return out
 
 

@@ -3,6 +3,12 @@ forward+backward, float32 and float64, against PyTorch at the same thread count.
 
     PYTHONPATH=. python -m stress.compare.kernel_rows [--rows gelu,log_softmax,...]
                                                       [--reps N] [--dtypes float32,float64]
+    PYTHONPATH=. python -m stress.compare.kernel_rows --old-new [--reps N]
+
+`--old-new`: this branch's kernels against the code they replaced, in one process, in
+process CPU time (less disturbed by other processes than wall time on a shared
+machine): float32 GELU through the float64 erf (the old path) or the float32 one, and
+softmax/log_softmax with the row blocks off (the whole-array code) or on.
 
 Each row's two libraries run interleaved call by call (`--reps` rounds, the order
 alternated each round, the cyclic GC off); a figure is the median over rounds in ms and
@@ -110,12 +116,65 @@ def _measure(pair, reps: int) -> tuple:
     return np.median(ta) * 1e3, np.median(tb) * 1e3, float(np.median(ta / tb))
 
 
+def _old_new(reps: int) -> None:
+    """Old against new code paths, interleaved, medians of process CPU time."""
+    from parallel_autograd.ops import reduce as R
+    from parallel_autograd.ops import special as S
+    f32, rows = S._F32, R._rows
+    rng = np.random.default_rng(0)
+    print("| op | shape | dtype | kind | old ms | new ms | new/old |")
+    print("|---|---|---|---|---|---|---|")
+
+    def setter(module, name, old, new):
+        return lambda v: setattr(module, name, old if v == "old" else new)
+    plans = [("gelu", (64, 256, 256), ["float32"], lambda x: F.gelu(x),
+              setter(S, "_F32", S._F64, f32))]
+    for name in ("log_softmax", "softmax"):
+        fn = getattr(F, name)
+        for shape in ((4096, 10000), (64, 1000)):
+            plans.append((name, shape, ["float32", "float64"],
+                          lambda x, fn=fn: fn(x, -1),
+                          setter(R, "_rows", lambda *a, d: None, rows)))
+    for name, shape, dtypes, fn, use in plans:
+        for dtype in dtypes:
+            x = rng.standard_normal(shape).astype(dtype)
+            px = pa.Tensor(x, requires_grad=True)
+            g = pa.Tensor(rng.standard_normal(shape).astype(dtype))
+
+            def fwd():
+                with pa.no_grad():
+                    fn(px)
+
+            def bwd():
+                fn(px).backward(g)
+                px.grad = None
+            for kind, f in (("fwd", fwd), ("fwd+bwd", bwd)):
+                ts = {"old": [], "new": []}
+                for _ in range(reps):
+                    for v in ts:
+                        use(v)
+                        t = time.process_time()
+                        f()
+                        ts[v].append(time.process_time() - t)
+                o, n = (np.median(ts[v]) * 1e3 for v in ("old", "new"))
+                print(f"| {name} | {'x'.join(map(str, shape))} | {dtype} | {kind} | "
+                      f"{o:.1f} | {n:.1f} | {n / o:.2f} |", flush=True)
+    S._F32, R._rows = f32, rows
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", default="gelu,log_softmax,softmax,layer_norm")
     p.add_argument("--dtypes", default="float32,float64")
     p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--old-new", action="store_true", help="old against new code paths")
     args = p.parse_args(argv)
+    if args.old_new:
+        gc.disable()
+        print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load "
+              f"{os.getloadavg()[0]:.1f}, reps {args.reps}, process CPU time")
+        _old_new(args.reps)
+        return
     import torch
     torch.set_num_threads(2)
     try:
