@@ -640,3 +640,33 @@ def test_a_required_dim_and_the_composites_take_numpy_names_too():
     assert list(inspect.signature(pa.logsumexp).parameters) == ["input", "dim", "keepdim"]
     assert inspect.signature(pa.logsumexp).parameters["dim"].default is inspect.Parameter.empty
     assert list(inspect.signature(pa.max).parameters) == ["input", "dim", "keepdim"]
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_row_blocks_are_the_whole_array_arithmetic(name, dtype, monkeypatch):
+    # classes last and contiguous go through cache-resident row blocks (issue 28): the
+    # same arithmetic as the whole-array code, bit for bit, with many blocks (short last
+    # block), -inf and inf rows included
+    from parallel_autograd.ops import _common
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((3, 7, 11)) * 4).astype(dtype)
+    x[0, 1] = -np.inf
+    x[1, 2, 3] = np.inf
+    g = rng.standard_normal(x.shape).astype(dtype)
+    fn = getattr(pa.nn.functional, name)
+
+    def run():
+        t = pa.Tensor(x, requires_grad=True)
+        with np.errstate(all="ignore"):
+            y = fn(t, -1)
+            (gx,) = pa.grad(y, [t], grad_outputs=g)
+        return np.asarray(y.data), np.asarray(gx)
+    monkeypatch.setattr(_common, "ROW_BLOCK_BYTES", 2 * 11 * x.itemsize // 4)
+    assert rd._rows(x, d=2)[1][0] == 2              # two rows a block
+    blocked = run()
+    monkeypatch.setattr(rd, "_rows", lambda *a, d: None)
+    whole = run()
+    for a, b in zip(blocked, whole):
+        np.testing.assert_array_equal(a, b)
+        assert a.dtype == dtype

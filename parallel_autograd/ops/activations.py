@@ -274,8 +274,9 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     """GELU: x ndtr(x); `approximate="tanh"` is PyTorch's tanh form.
 
     The exact form's CDF is `special.ndtr` (fdlibm's erfc, vectorized): 0.5 erfc(-x/sqrt 2),
-    which keeps its accuracy in the lower tail. It is saved for the kernel; without grad
-    mode the output is written over it (one array allocated)."""
+    which keeps its accuracy in the lower tail; float32 inputs are computed in float32
+    (fdlibm's single-precision method), the kernel's temporaries too. It is saved for
+    the kernel; without grad mode the output is written over it (one array allocated)."""
     x = as_float(input)
     if approximate == "tanh":
         return Saved(_gelu_tanh(x), None)

@@ -47,6 +47,7 @@ from ._common import (
     kept_shape,
     raw,
     reduction_dims,
+    row_blocks,
 )
 from ._common import dim as one_dim
 from .forms import cast, depends_on, expand_to
@@ -749,9 +750,63 @@ def _axis(x, d: int):
     return None if np.ndim(raw(x)) == 0 else d
 
 
+def _rows(*arrays, d) -> tuple | None:
+    """The arrays as (rows, C) views and the row blocks, when `d` is their last axis and
+    they are C-contiguous, equally shaped and not empty (the common case: classes last);
+    None otherwise (the whole-array code). A row block is cache resident (`row_blocks`),
+    so the passes over it after the first are over cached memory: each array is read
+    from memory once (the max's pass reads a block the next passes reuse)."""
+    a = arrays[0]
+    if d is None or d != a.ndim - 1 or a.size == 0 or any(
+            type(b) is not np.ndarray or b.shape != a.shape or not b.flags.c_contiguous
+            for b in arrays):
+        return None
+    c = a.shape[-1]
+    # blocks of 4 x ROW_BLOCK_BYTES (1 MiB): fewer calls a row for long rows (10,000
+    # float64 classes: 3 rows a block at 256 KiB); measured no slower for float32 and
+    # 10-20% faster for float64 on 4096 x 10000 (CPU time, 2026-11-27)
+    return [b.reshape(-1, c) for b in arrays], row_blocks(a.size // c, c * a.itemsize // 4)
+
+
+def _softmax_blocks(x2: np.ndarray, blocks, log: bool) -> np.ndarray:
+    """softmax or log_softmax of (rows, C) `x2` along its rows, per row block: max,
+    subtract, exp, sum in the result's block (log: log, then x - lse over it again); the
+    result is the only allocation besides the row statistics. 4 passes over a cached
+    block (log 5), one over x and one over the result in memory; the same arithmetic,
+    so the same bits, as the whole-array code."""
+    out = empty(x2.shape, x2.dtype)
+    for a, b in blocks[1]:
+        xb, t = x2[a:b], out[a:b]
+        m = np.max(xb, axis=1, keepdims=True)
+        m[~np.isfinite(m)] = 0
+        np.subtract(xb, m, out=t)
+        np.exp(t, out=t)
+        s = np.sum(t, axis=1, keepdims=True)
+        if log:
+            np.log(s, out=s)
+            s += m
+            np.subtract(xb, s, out=t)
+        else:
+            t /= s
+    return out
+
+
 def _softmax_kernel(g, ans, input, dim, dtype):
-    # ans (g - sum(g ans)), PyTorch's formula: 3 passes and the sum's, one buffer
+    # ans (g - sum(g ans)), PyTorch's formula: 3 passes and the sum's, one buffer; classes
+    # last and contiguous: per cached row block (g and ans read once, the result written
+    # once)
     d = _axis(ans, _softmax_dim("softmax", dim, ans.ndim))
+    rows = _rows(g, ans, d=d)
+    if rows is not None:
+        (g2, a2), (_, ranges) = rows
+        out = empty(a2.shape, np.result_type(g, ans))
+        for a, b in ranges:
+            t = out[a:b]
+            np.multiply(g2[a:b], a2[a:b], out=t)
+            s = np.sum(t, axis=1, keepdims=True)
+            np.subtract(g2[a:b], s, out=t)
+            t *= a2[a:b]
+        return out.reshape(ans.shape)
     t = buf(P.multiply(g, ans))
     s = np.sum(t, axis=d, keepdims=True)
     np.subtract(g, s, out=t)
@@ -772,14 +827,30 @@ def softmax(input: Tensor, dim=None, *, dtype=None) -> Tensor:
     3-d inputs, else 1, with its warning)."""
     x = _softmax_input("softmax", input, dtype)
     d = _axis(x, _softmax_dim("softmax", dim, x.ndim, _CALLER))
+    rows = _rows(x, d=d)
+    if rows is not None:
+        return _softmax_blocks(rows[0][0], rows[1], False).reshape(x.shape)
     t, _ = _shifted_exp(x, d)       # exp(x - max) / sum: 3 passes and the max's and the
     t /= np.sum(t, axis=d, keepdims=True)  # sum's, one buffer
     return t
 
 
 def _log_softmax_kernel(g, ans, input, dim, dtype):
-    # g - exp(ans) sum(g), PyTorch's formula: 3 passes and the sum's, one buffer
+    # g - exp(ans) sum(g), PyTorch's formula: 3 passes and the sum's, one buffer; classes
+    # last and contiguous: per cached row block (g and ans read once, the result written
+    # once: 4 passes over the block)
     d = _axis(ans, _softmax_dim("log_softmax", dim, ans.ndim))
+    rows = _rows(g, ans, d=d)
+    if rows is not None:
+        (g2, a2), (_, ranges) = rows
+        out = empty(a2.shape, np.result_type(g, ans))
+        for a, b in ranges:
+            t = out[a:b]
+            s = np.sum(g2[a:b], axis=1, keepdims=True)
+            np.exp(a2[a:b], out=t)
+            t *= s
+            np.subtract(g2[a:b], t, out=t)
+        return out.reshape(ans.shape)
     t = buf(P.exp(ans))
     t *= np.sum(g, axis=d, keepdims=True)
     return np.subtract(g, t, out=t)
@@ -797,6 +868,10 @@ def log_softmax(input: Tensor, dim=None, *, dtype=None) -> Tensor:
     `softmax`'s."""
     x = _softmax_input("log_softmax", input, dtype)
     d = _axis(x, _softmax_dim("log_softmax", dim, x.ndim, _CALLER))
+    rows = _rows(x, d=d)
+    if rows is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return _softmax_blocks(rows[0][0], rows[1], True).reshape(x.shape)
     t, m = _shifted_exp(x, d)       # x - logsumexp(x): 3 passes and the max's and the
     with np.errstate(divide="ignore", invalid="ignore"):  # sum's, one buffer; an all
         lse = np.log(np.sum(t, axis=d, keepdims=True)) + m  # -inf slice: NaN (PyTorch's)
