@@ -475,13 +475,14 @@ def check_measurements(raw, text=None):
             assert f"| {name}{row}" in text or f"| {name} (noisy){row}" in text
 
 
+@pytest.mark.timeout(400)  # a deadlock guard: the benchmark's children under load
 def test_every_workload_from_the_command_line(tmp_path):
     out = tmp_path / "r.json"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run([sys.executable, "-m", "stress.compare", *TINY, "--reps", "2",
                            "--allocator", "default", "--no-torch", "--out", str(out), "--plot",
                            str(tmp_path / "r.png"), "--report", "-"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=360)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     raw = result["settings"]["default"]
@@ -678,7 +679,7 @@ def test_tiny_run_with_forward_step_and_the_pytorch_child(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "stress.compare", *TINY, "--reps", "2",
                            "--allocator", "default", "--workloads", ",".join(names),
                            "--out", str(out), *FULL], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=360)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     ours, torch = result["settings"]["default"], result["torch_child"]
@@ -707,6 +708,7 @@ def test_without_torch_the_report_says_how_to_get_its_columns(monkeypatch, capsy
     assert "| torch fwd ms |" not in out
 
 
+@pytest.mark.timeout(400)  # a deadlock guard: the benchmark's child under load
 def test_a_broken_torch_drops_the_pytorch_columns_not_the_run(tmp_path):
     # a `torch` that is found but does not import (e.g. a missing shared library)
     (tmp_path / "torch").mkdir()
@@ -715,7 +717,7 @@ def test_a_broken_torch_drops_the_pytorch_columns_not_the_run(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "stress.compare", *TINY, "--reps", "1",
                            "--allocator", "default", "--workloads", "tiny-nodes,wide-elementwise",
                            "--out", str(out), *FULL], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+                          timeout=360, env=dict(os.environ, PYTHONPATH=str(tmp_path)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "the PyTorch child failed" in proc.stderr
     # the reason once (the PyTorch child's), not once per child and workload
