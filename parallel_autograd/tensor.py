@@ -31,7 +31,13 @@ class Tensor:
     def __init__(self, data, requires_grad: bool = False, dtype=None):
         if isinstance(data, Tensor):
             data = data.data
-        arr = np.array(data, dtype=dtype, copy=True)
+        if dtype is None and not isinstance(data, (np.ndarray, np.generic)):
+            # Python floats take the default dtype, as in `pa.tensor` (a lazy import:
+            # creation imports this module)
+            from .creation import _array
+            arr = _array(data, None)
+        else:
+            arr = np.array(data, dtype=dtype, copy=True)
         if arr.dtype.kind not in FLOAT_KINDS and requires_grad:
             raise TypeError(_int_grad_message(arr.dtype))
         self._init(arr, None)

@@ -55,6 +55,19 @@ import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
+def _float64_default():
+    """The tests run with float64 as the default dtype (the library's is float32, as
+    PyTorch's): most compare against finite differences or torch's float64 results to
+    1e-10. Set per test and put back after it, so a test that changes it cannot leak.
+    Tests of the real default run it in a subprocess (test_dtypes) or set float32."""
+    from parallel_autograd import dtypes
+    before = dtypes.get_default_dtype()
+    dtypes.set_default_dtype(dtypes.float64)
+    yield
+    dtypes.set_default_dtype(before)
+
+
+@pytest.fixture(autouse=True)
 def _grad_mode_left_enabled():
     """Every test must leave this thread's grad mode on (a test that does not would
     break the tests after it): fail the culprit, then put it back."""
@@ -66,9 +79,14 @@ def _grad_mode_left_enabled():
 
 
 def pytest_configure(config):
-    """`PA_REQUIRE_TORCH=1` (set by `make test PARITY=1`, which CI runs): the PyTorch
+    """float64 as the default dtype from the start of the session (module-level code and
+    module-scoped fixtures run before `_float64_default`, the per-test fixture).
+
+    `PA_REQUIRE_TORCH=1` (set by `make test PARITY=1`, which CI runs): the PyTorch
     parity tests must run, so a torch that fails to import stops the session instead of
     turning a quarter of the suite into skips."""
+    from parallel_autograd import dtypes
+    dtypes.set_default_dtype(dtypes.float64)
     if os.environ.get("PA_REQUIRE_TORCH") == "1":
         try:
             import torch  # noqa: F401

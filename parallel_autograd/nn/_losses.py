@@ -36,6 +36,7 @@ import math
 import numpy as np
 
 from ..grad_mode import is_grad_enabled
+from ..ops._common import default_float
 from ..ops import pointwise as E
 from ..ops.activations import sigmoid
 from ..ops.reduce import softmax
@@ -88,7 +89,7 @@ def _broadcast(name: str, *arrays) -> tuple:
 
 def _float_dtype(*arrays) -> np.dtype:
     dt = np.result_type(*(a for a in arrays if a is not None))
-    return dt if dt.kind == "f" else np.dtype(np.float64)
+    return dt if dt.kind == "f" else default_float()
 
 
 def _check_no_grad(name: str, what: str, t) -> None:

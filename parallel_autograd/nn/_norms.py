@@ -45,7 +45,7 @@ from .. import locks, version
 from ..ops import pointwise as PW
 from ..ops import reduce as R
 from ..ops import shape as S
-from ..ops._common import array, empty, reshaped, row_blocks, zeros
+from ..ops._common import array, default_float, empty, reshaped, row_blocks, zeros
 from ..primitive import Saved, composite, defop
 from ..tensor import Tensor
 
@@ -72,7 +72,7 @@ def _shape(x) -> tuple:
 
 
 def _float(x: np.ndarray) -> np.ndarray:
-    return x if x.dtype.kind == "f" else x.astype(np.float64)
+    return x if x.dtype.kind == "f" else x.astype(default_float())
 
 
 def _inv_sqrt(v, out):

@@ -237,8 +237,9 @@ class RNN(RNNBase):
         dropout: dropout on each layer's output but the last, in training (default 0).
         bidirectional: a second direction from the last step to the first; outputs are
             concatenated (default False).
-        dtype: parameter dtype (default float64). generator: numpy Generator for the
-            initial values (default: the default generator `pa.manual_seed` reseeds).
+        dtype: parameter dtype (default: `pa.get_default_dtype()`). generator: numpy
+            Generator for the initial values (default: the default generator
+            `pa.manual_seed` reseeds).
 
     `forward(input, hx=None)`: input (T, N, input_size) (batch_first: (N, T, ...)),
     unbatched (T, input_size), or a `nn.utils.rnn.PackedSequence` (then the output is one
