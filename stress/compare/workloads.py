@@ -12,7 +12,8 @@ same arrays:
   copied from the arrays, constants sharing them through `torch.from_numpy`).
 
 `size` is "full" (the benchmark's sizes), "quick" (smaller, for `--quick`) or "tiny"
-(for tests). Everything is float64. `build(name, seed, size)` and
+(for tests). Everything is float64 (`backend.DTYPE`, stated: the library's default
+dtype is float32). `build(name, seed, size)` and
 `build_torch(name, seed, size)` build a workload in one call.
 
 `branches` is True for workloads built with independent branches (inter-op
