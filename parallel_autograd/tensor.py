@@ -14,14 +14,38 @@ import weakref
 
 import numpy as np
 
+from . import dtypes as D
 from . import locks
 from .device import CPU, device
 
 FLOAT_KINDS = "f"  # complex is rejected: no rule conjugates
 
 
+def _python_numbers_only(data) -> bool:
+    """Whether `data` is a Python number or nested lists/tuples of them (no array,
+    numpy scalar or tensor, whose dtype numpy's inference keeps)."""
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif not isinstance(x, (bool, int, float, complex)) or isinstance(x, np.generic):
+            return False
+    return True
+
+
+def _default_of(kind_dtype: np.dtype) -> np.dtype:
+    """The default dtype (complex: its complex twin) for numpy's float64/complex128."""
+    d = D.to_numpy(D.get_default_dtype())
+    if kind_dtype.kind == "c":
+        return np.dtype(np.complex64 if d == np.float32 else np.complex128)
+    return d
+
+
 class Tensor:
-    """A numpy array that records the ops applied to it when it requires grad."""
+    """A numpy array that records the ops applied to it when it requires grad.
+    `Tensor(data)`: a copy of `data` as numpy infers it, except that Python floats take
+    the default dtype (`pa.get_default_dtype()`), as in `pa.tensor`."""
 
     __slots__ = ("data", "_grad", "_requires_grad", "grad_fn", "_hooks", "_accumulator", "_vc",
                  "_post_hooks", "_ready_hooks",
@@ -31,13 +55,9 @@ class Tensor:
     def __init__(self, data, requires_grad: bool = False, dtype=None):
         if isinstance(data, Tensor):
             data = data.data
-        if dtype is None and not isinstance(data, (np.ndarray, np.generic)):
-            # Python floats take the default dtype, as in `pa.tensor` (a lazy import:
-            # creation imports this module)
-            from .creation import _array
-            arr = _array(data, None)
-        else:
-            arr = np.array(data, dtype=dtype, copy=True)
+        arr = np.array(data, dtype=dtype, copy=True)
+        if dtype is None and arr.dtype.kind in "fc" and _python_numbers_only(data):
+            arr = arr.astype(_default_of(arr.dtype))   # Python floats: the default dtype
         if arr.dtype.kind not in FLOAT_KINDS and requires_grad:
             raise TypeError(_int_grad_message(arr.dtype))
         self._init(arr, None)
