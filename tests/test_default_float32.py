@@ -170,3 +170,31 @@ def test_float32_training_end_to_end(float32_default):
         topt.step()
         theirs.append(tloss.item())
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+
+NORMS = [
+    ("layer_norm", lambda f, x, p: f.layer_norm(x, (4,), p, p)),
+    ("batch_norm", lambda f, x, p: f.batch_norm(x, None, None, p, p, training=True)),
+    ("batch_norm running", lambda f, x, p: f.batch_norm(x, p, p + 1, training=False)),
+    ("group_norm", lambda f, x, p: f.group_norm(x, 2, p, p)),
+    ("instance_norm", lambda f, x, p: f.instance_norm(x[:, :, None].expand(3, 4, 2),
+                                                      weight=p, bias=p)),
+]
+
+
+@pytest.mark.parametrize("norm", [f for _, f in NORMS], ids=[n for n, _ in NORMS])
+@pytest.mark.parametrize("xd,pd", [("float64", "float32"), ("float32", "float64")])
+def test_norms_refuse_parameters_of_another_dtype_as_pytorch(norm, xd, pd):
+    """numpy would compute in the wider dtype; PyTorch raises (a float32 BatchNorm fed
+    numpy's float64 data). A float16 input with float32 parameters is allowed, as there."""
+    x = pa.randn(3, 4, dtype=getattr(pa, xd))
+    p = pa.ones(4, dtype=getattr(pa, pd))
+    with pytest.raises(RuntimeError, match="mixed dtype"):
+        norm(F, x, p)
+    if torch is not None:
+        tx = torch.randn(3, 4, dtype=getattr(torch, xd))
+        with pytest.raises(RuntimeError, match="mixed dtype"):
+            norm(torch.nn.functional, tx, torch.ones(4, dtype=getattr(torch, pd)))
+    assert norm(F, x, p.to(x.dtype)).dtype == x.dtype
+    assert norm(F, x.to(pa.float16), pa.ones(4, dtype=pa.float32)) is not None
