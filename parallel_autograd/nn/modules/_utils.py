@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...dtypes import get_default_dtype, to_numpy
 from ..parameter import Parameter
 
 
 def float_dtype(dtype, layer: str) -> np.dtype:
-    """`dtype` as a numpy floating dtype (TypeError naming `layer` otherwise)."""
-    dt = np.dtype(np.float64 if dtype is None else dtype)
+    """`dtype` as a numpy floating dtype (TypeError naming `layer` otherwise); None is
+    the default dtype (`pa.set_default_dtype`), as PyTorch's layers take it."""
+    dt = to_numpy(get_default_dtype() if dtype is None else dtype)
     if dt.kind != "f":
         raise TypeError(f"{layer}: dtype must be a floating dtype, got {dt}")
     return dt

@@ -297,7 +297,7 @@ class LogSigmoid(Module):
 class PReLU(Module):
     """x where x > 0, else weight * x, with a learnable `weight`: one slope shared by
     all channels (`num_parameters=1`) or one per channel (dimension 1 of the input),
-    each initialised to `init` (PyTorch's `nn.PReLU`; `dtype` default float64)."""
+    each initialised to `init` (PyTorch's `nn.PReLU`; `dtype` default: the default dtype)."""
 
     def __init__(self, num_parameters: int = 1, init: float = 0.25, dtype=None) -> None:
         super().__init__()

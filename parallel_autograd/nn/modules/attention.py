@@ -37,7 +37,7 @@ class MultiheadAttention(Module):
         add_zero_attn: append a position of zeros to the keys and values (default False).
         kdim, vdim: key and value features (default embed_dim).
         batch_first: inputs and output are (N, L, E) instead of (L, N, E).
-        dtype: parameter dtype (default float64). generator: numpy Generator for the
+        dtype: parameter dtype (default: the default dtype). generator: numpy Generator for the
             initial values (default: the default generator `pa.manual_seed` reseeds).
 
     Parameters, PyTorch's names and initialisation (so a torch state dict loads):

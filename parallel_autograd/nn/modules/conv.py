@@ -134,7 +134,7 @@ class Conv1d(_ConvNd):
     Args: in_channels, out_channels; kernel_size, stride (default 1), dilation (default
     1): ints; padding: int (default 0), 'valid' or 'same'; groups (default 1: in and out
     channels divisible by it; groups == in_channels is depthwise); bias (default True);
-    padding_mode: 'zeros', 'reflect', 'replicate' or 'circular'; dtype (default float64);
+    padding_mode: 'zeros', 'reflect', 'replicate' or 'circular'; dtype (default: the default dtype);
     generator for the initial
     values. Parameters: weight (out_channels, in_channels/groups, k) and bias, PyTorch's
     initialisation.
@@ -164,7 +164,7 @@ class Conv2d(_ConvNd):
         bias: whether to learn a bias (default True).
         padding_mode: "zeros" (default), "reflect", "replicate" or "circular" (the input
             is padded by `F.pad` in that mode, then convolved without padding).
-        dtype: parameter dtype (default float64).
+        dtype: parameter dtype (default: the default dtype).
         generator: numpy Generator for the initial values (default: the default
             generator).
 

@@ -237,7 +237,7 @@ class RNN(RNNBase):
         dropout: dropout on each layer's output but the last, in training (default 0).
         bidirectional: a second direction from the last step to the first; outputs are
             concatenated (default False).
-        dtype: parameter dtype (default float64). generator: numpy Generator for the
+        dtype: parameter dtype (default: the default dtype). generator: numpy Generator for the
             initial values (default: the default generator `pa.manual_seed` reseeds).
 
     `forward(input, hx=None)`: input (T, N, input_size) (batch_first: (N, T, ...)),
