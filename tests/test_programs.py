@@ -185,3 +185,35 @@ def test_layers_make_their_parameters_in_the_default_dtype(layer, dtype, default
     want = {n: (dtype if "num_batches" not in n else "int64") for n in got}
     assert got == want
     assert str(pa.nn.Linear(2, 2, dtype=pa.float64).weight.dtype) == "float64"
+
+
+# -- a gap the programs found, fixed: int(), float(), operator.index() of a tensor --
+
+def test_nanogpt_get_batch_slices_with_randint_elements():
+    """nanoGPT's get_batch: `data[i:i+block_size] for i in ix`, ix from torch.randint,
+    slices a numpy array with one-element integer tensors (`__index__`)."""
+    data = np.arange(40, dtype=np.uint16)
+    pa.manual_seed(0)
+    ix = pa.randint(len(data) - 4, (3,))
+    x = pa.stack([pa.from_numpy((data[i:i + 4]).astype(np.int64)) for i in ix])
+    assert x.tolist() == [list(range(int(i), int(i) + 4)) for i in ix.tolist()]
+    assert ["a", "b", "c"][pa.tensor(2)] == "c" and list(range(pa.tensor([3]))) == [0, 1, 2]
+
+
+SCALARS = [3, [3], True, 3.0, [[2.5]], [1, 2], -2.5, [[-7]]]
+
+
+@pytest.mark.parametrize("value", SCALARS, ids=str)
+@pytest.mark.parametrize("convert", ["index", "int", "float", "complex"])
+def test_python_scalar_conversions_as_pytorch(value, convert):
+    torch = pytest.importorskip("torch")
+    import operator
+    fn = {"index": operator.index, "int": int, "float": float, "complex": complex}[convert]
+
+    def outcome(t):
+        try:
+            return fn(t)
+        except (TypeError, ValueError) as e:
+            return type(e), str(e)
+    got, want = outcome(pa.tensor(value)), outcome(torch.tensor(value))
+    assert got == want and type(got) is type(want)
