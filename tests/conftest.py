@@ -123,7 +123,7 @@ SLOW = frozenset({
     "tests/test_nn_conv.py::test_third_derivatives",
     "tests/test_programs.py::test_gpt_generates_pytorchs_tokens",
     "tests/test_programs.py::test_program_trains_as_on_pytorch",
-    "tests/test_programs.py::test_word_lm_with_numpys_data_update_trains_as_on_pytorch",
+    "tests/test_programs.py::test_program_with_its_gap_rewritten_trains_as_on_pytorch",
     "tests/test_promotion.py::test_operators_promote_as_pytorch",
     "tests/test_reliability.py::test_blas_threads_back_after_concurrent_calls_on_three_engines",
     "tests/test_reliability.py::test_ctrl_c_at_random_moments_never_leaves_a_partial_write_back",

@@ -74,6 +74,12 @@ def _word_lm_inputs(rnn_type):
     return inputs
 
 
+def _resnet_inputs(np_dtype, rng):
+    x = rng.standard_normal((24, 3, 8, 8)).astype(np_dtype)
+    y = (x[:, 0].mean(axis=(1, 2)) > 0).astype(np.int64) + 2 * (x[:, 1, :4].mean(axis=(1, 2)) > 0)
+    return (x, y), {}
+
+
 def _dcgan_inputs(np_dtype, rng):
     images = np.tanh(rng.standard_normal((4, 8, 1, 16, 16))).astype(np_dtype)
     noises = rng.standard_normal((4, 8, 8, 1, 1)).astype(np_dtype)
@@ -93,8 +99,20 @@ def _vae_inputs(np_dtype, rng):
 DATA_IS_NUMPY = pytest.mark.xfail(
     strict=True, raises=AttributeError,
     reason="Tensor.data is a numpy array, not a Tensor: p.data.add_(p.grad, alpha=-lr) fails")
+# torchvision's BasicBlock adds the shortcut in place, `out += self.shortcut(x)`, on the
+# output of a BatchNorm: PyTorch records it; ops/writes/inplace.py refuses an in-place op on
+# a tensor with a gradient history (RuntimeError "+=: in-place operations are not recorded
+# on a tensor with a gradient history (grad_fn=<batch_norm>)"). `t[i] = v` is recorded
+# (setitem.py rebinds t's history); += -= *= /= and add_ ... are not.
+INPLACE_ON_HISTORY = pytest.mark.xfail(
+    strict=True, raises=RuntimeError,
+    reason="out += shortcut(x) on a tensor with history is refused, not recorded")
 XFAIL = {"word_lm_lstm": DATA_IS_NUMPY, "word_lm_gru": DATA_IS_NUMPY,
-         "word_lm_transformer": DATA_IS_NUMPY}
+         "word_lm_transformer": DATA_IS_NUMPY, "resnet": INPLACE_ON_HISTORY}
+# Each gap's line, and what runs instead on pa (PyTorch runs the original) in
+# test_program_with_its_gap_rewritten_trains_as_on_pytorch.
+REWRITES = {"word_lm": {"p.data.add_(p.grad, alpha=-lr)": "p.data -= lr * p.grad.data"},
+            "resnet": {"out += self.shortcut(x)": "out = out + self.shortcut(x)"}}
 
 
 def _cases():
@@ -107,6 +125,7 @@ PROGRAMS = {
     "word_lm_lstm": ("word_lm", _word_lm_inputs("LSTM")),
     "word_lm_gru": ("word_lm", _word_lm_inputs("GRU")),
     "word_lm_transformer": ("word_lm", _word_lm_inputs("Transformer")),
+    "resnet": ("resnet", _resnet_inputs),
     "dcgan": ("dcgan", _dcgan_inputs),
     "vae": ("vae", _vae_inputs),
 }
@@ -143,19 +162,15 @@ def test_program_trains_as_on_pytorch(case, dtype, engine, default_dtypes):
     assert distance <= DTYPES[dtype], (distance, ours, theirs)
 
 
-WORD_LMS = ["word_lm_lstm", "word_lm_gru", "word_lm_transformer"]
-
-
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("case", WORD_LMS)
-def test_word_lm_with_numpys_data_update_trains_as_on_pytorch(case, dtype, engine,
-                                                              default_dtypes):
-    """Until `.data` is a Tensor: the word language models with their one failing line,
-    the manual SGD step, written for numpy's `.data` on pa (PyTorch runs the original), so
-    that the rest of the program (LSTM, GRU, nn.Transformer subclass, clip_grad_norm_,
-    repackage_hidden) stays compared with PyTorch."""
-    replace = {"p.data.add_(p.grad, alpha=-lr)": "p.data -= lr * p.grad.data"}
-    ours, theirs, _ = _run_both(case, dtype, replace)
+@pytest.mark.parametrize("case", list(XFAIL))
+def test_program_with_its_gap_rewritten_trains_as_on_pytorch(case, dtype, engine,
+                                                             default_dtypes):
+    """Until the gaps above are closed: each xfail program with its one failing line
+    rewritten for pa (REWRITES; PyTorch runs the original), so that the rest of it (LSTM,
+    GRU, the nn.Transformer subclass, clip_grad_norm_, repackage_hidden; the ResNet's
+    BatchNorm, nesterov SGD, OneCycleLR, label smoothing) stays compared with PyTorch."""
+    ours, theirs, _ = _run_both(case, dtype, REWRITES[PROGRAMS[case][0]])
     distance = max_rel(ours, theirs)
     assert distance <= DTYPES[dtype], (distance, ours, theirs)
 
