@@ -1,10 +1,12 @@
 # ruff: noqa: B007, E501  (PyTorch example code, kept as its authors write it)
 """A GPT in the style of nanoGPT (model.py + the train.py loop), shrunk: token and position
 embeddings, causal self-attention with a registered tril mask, LayerNorm, GELU MLP, weight
-tying, AdamW with decay / no-decay groups, cosine lr with warmup, gradient clipping, and
+tying, AdamW with decay / no-decay groups, cosine lr with warmup, a disabled GradScaler, the
+autocast-or-nullcontext, gradient clipping, and
 generate() with top-k and multinomial sampling. PyTorch code: only the imports are ours."""
 import inspect
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -228,9 +230,13 @@ def make_models():
 
 def run(models, data, offsets, grad_clip=1.0):
     """nanoGPT's training loop over the given batch offsets; the loss of each iteration."""
+    device_type, dtype = 'cpu', 'float32'
     model = models["model"]
     block_size = model.config.block_size
-    optimizer = model.configure_optimizers(0.1, 6e-3, (0.9, 0.95), 'cpu')
+    # initialize a GradScaler. If enabled=False scaler is a no-op
+    scaler = torch.cuda.amp.GradScaler(enabled=(dtype == 'float16'))
+    optimizer = model.configure_optimizers(0.1, 6e-3, (0.9, 0.95), device_type)
+    ctx = nullcontext() if device_type == 'cpu' else torch.amp.autocast(device_type=device_type, dtype=torch.bfloat16)
     model.train()
     losses = []
     for it, ix in enumerate(offsets):
@@ -238,11 +244,18 @@ def run(models, data, offsets, grad_clip=1.0):
         for param_group in optimizer.param_groups:
             param_group['lr'] = lr
         X, Y = get_batch(data, ix, block_size)
-        logits, loss = model(X, Y)
-        loss.backward()
+        with ctx:
+            logits, loss = model(X, Y)
+        # backward pass, with gradient scaling if training in fp16
+        scaler.scale(loss).backward()
+        # clip the gradient
         if grad_clip != 0.0:
+            scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        optimizer.step()
+        # step the optimizer and scaler if training in fp16
+        scaler.step(optimizer)
+        scaler.update()
+        # flush the gradients as soon as we can, no need for this memory anymore
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
     return losses
