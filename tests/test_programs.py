@@ -223,6 +223,7 @@ def test_layers_make_their_parameters_in_the_default_dtype(layer, dtype, default
     want = {n: (dtype if "num_batches" not in n else "int64") for n in got}
     assert got == want
     assert str(pa.nn.Linear(2, 2, dtype=pa.float64).weight.dtype) == "float64"
+    assert str(pa.nn.Parameter().dtype) == dtype and pa.nn.Parameter().shape == (0,)
 
 
 # -- a gap the programs found, fixed: int(), float(), operator.index() of a tensor --

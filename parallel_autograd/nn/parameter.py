@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import get_default_dtype, to_numpy
 from ..tensor import Tensor
 
 __all__ = ["Parameter"]
@@ -13,7 +14,8 @@ class Parameter(Tensor):
     registers as a parameter (PyTorch's `torch.nn.Parameter`).
 
     Args:
-        data: an ndarray, a Tensor or array-like; None gives an empty float64 array.
+        data: an ndarray, a Tensor or array-like; None gives an empty array of the
+            default dtype (`pa.set_default_dtype`), as PyTorch's.
             Like PyTorch, an ndarray or a Tensor is not copied: the parameter shares its
             memory (and, for a Tensor, its version counter, as `detach()` does); other
             array-likes are converted with `np.asarray`. The parameter is always a leaf,
@@ -28,7 +30,7 @@ class Parameter(Tensor):
     def __init__(self, data=None, requires_grad: bool = True):
         vc = None
         if data is None:
-            arr = np.empty(0)
+            arr = np.empty(0, dtype=to_numpy(get_default_dtype()))
         elif isinstance(data, Tensor):
             arr, vc = data.data, data._vc
         else:
