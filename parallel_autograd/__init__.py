@@ -1,6 +1,8 @@
 """parallel_autograd: reverse-mode autodiff on numpy with a parallel backward engine."""
 from . import allocator, autograd, distributed, intraop, memory, nn, optim, utils  # noqa: F401
-from . import backends, cuda  # noqa: F401  (torch.backends' flags, torch.cuda without CUDA)
+from . import amp, backends, cuda  # noqa: F401  (torch.amp, torch.backends' flags, torch.cuda
+# without CUDA)
+from .amp import autocast
 from .allocator import tune_allocator
 from .checkpoint import checkpoint, checkpoint_sequential
 from .anomaly import (detect_anomaly, is_anomaly_check_nan_enabled, is_anomaly_enabled,
@@ -56,7 +58,7 @@ _TORCH_NAMES = [n for n in _dtypes.__all__ if n not in ("as_dtype", "to_numpy")]
     "are_deterministic_algorithms_enabled", "get_float32_matmul_precision",
     "get_num_interop_threads", "get_num_threads", "is_deterministic_algorithms_warn_only_enabled",
     "set_float32_matmul_precision", "set_num_interop_threads", "set_num_threads",
-    "use_deterministic_algorithms", "numel", "Size"]
+    "use_deterministic_algorithms", "numel", "Size", "autocast"]
 
 # What `from parallel_autograd import *` brings in: the names below. Not the submodules
 # (use pa.nn, pa.optim), and not the ops named like Python builtins (abs, max, min, pow,

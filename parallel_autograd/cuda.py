@@ -7,17 +7,46 @@ memory queries (`memory_allocated`, `max_memory_allocated`, `memory_reserved`) a
 0 / do nothing. What needs a device (`current_device`, `synchronize`, `set_device`,
 `get_device_name`, `init`, `get_rng_state`) raises `DeviceUnavailableError` (a
 RuntimeError and an AssertionError, like torch's "Torch not compiled with CUDA enabled").
+`amp.GradScaler(...)` and `amp.autocast(...)` are torch's deprecated spellings of
+`pa.amp.GradScaler("cuda", ...)` and `pa.amp.autocast("cuda", ...)` (parallel_autograd/amp.py).
 
 Thread safety: stateless.
 """
 from __future__ import annotations
 
+import types
+import warnings
+
+from . import amp as _amp
 from .device import check_device
 
 __all__ = ["is_available", "device_count", "is_initialized", "manual_seed",
            "manual_seed_all", "seed", "seed_all", "empty_cache", "memory_allocated",
            "max_memory_allocated", "memory_reserved", "is_bf16_supported", "current_device",
-           "synchronize", "set_device", "get_device_name", "init", "get_rng_state"]
+           "synchronize", "set_device", "get_device_name", "init", "get_rng_state", "amp"]
+
+
+def _deprecated(name: str) -> None:
+    warnings.warn(f"`torch.cuda.amp.{name}(args...)` is deprecated. Please use "
+                  f"`torch.amp.{name}('cuda', args...)` instead.", FutureWarning, stacklevel=3)
+
+
+def _grad_scaler(init_scale: float = 2.0 ** 16, growth_factor: float = 2.0,
+                 backoff_factor: float = 0.5, growth_interval: int = 2000,
+                 enabled: bool = True) -> _amp.GradScaler:
+    """`torch.cuda.amp.GradScaler(...)`: `pa.amp.GradScaler("cuda", ...)`, deprecated."""
+    _deprecated("GradScaler")
+    return _amp.GradScaler("cuda", init_scale, growth_factor, backoff_factor, growth_interval,
+                           enabled)
+
+
+def _autocast(enabled: bool = True, dtype=None, cache_enabled: bool = True) -> _amp.autocast:
+    """`torch.cuda.amp.autocast(...)`: `pa.amp.autocast("cuda", ...)`, deprecated."""
+    _deprecated("autocast")
+    return _amp.autocast("cuda", dtype, enabled, cache_enabled)
+
+
+amp = types.SimpleNamespace(GradScaler=_grad_scaler, autocast=_autocast)
 
 
 def is_available() -> bool:

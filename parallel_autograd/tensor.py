@@ -328,8 +328,32 @@ class Tensor:
     def __bool__(self):
         return bool(self.data)
 
-    def __float__(self):
-        return float(self.data)
+    def _scalar(self):
+        """The one element as a numpy scalar (PyTorch's ValueError for any other size)."""
+        if self.data.size != 1:
+            raise ValueError("only one element tensors can be converted to Python scalars")
+        return self.data.reshape(())[()]
+
+    def __float__(self) -> float:
+        """`float(t)`: a one-element tensor's value (of any shape), as PyTorch's."""
+        return float(self._scalar())
+
+    def __int__(self) -> int:
+        """`int(t)`: a one-element tensor's value truncated toward zero, as PyTorch's."""
+        return int(self._scalar())
+
+    def __complex__(self) -> complex:
+        """`complex(t)`: a one-element tensor's value, as PyTorch's."""
+        return complex(self._scalar())
+
+    def __index__(self) -> int:
+        """`operator.index(t)`, so that a one-element integer (or bool) tensor works as
+        a slice bound, a list index or `range()`'s argument (`data[i:i + n] for i in ix`,
+        ix from `randint`), as PyTorch's; TypeError for any other tensor."""
+        if self.data.dtype.kind not in "biu" or self.data.size != 1:
+            raise TypeError("only integer tensors of a single element can be converted to "
+                            "an index")
+        return int(self._scalar())
 
     def __format__(self, format_spec: str) -> str:
         """As PyTorch's: a 0-d Tensor formats its value (`f"{loss:.4f}"`); anything else

@@ -239,8 +239,10 @@ def unchanged(leaves, before_objs, before_vals):
     for i, (t, obj, val) in enumerate(zip(leaves, before_objs, before_vals)):
         if t.grad is not obj:
             problems.append(f"leaf {i} {t.shape}: .grad was replaced by a failed call")
-        elif val is not None:
-            d = diff(val, t.grad, f"leaf {i}")
+        elif val is not None:  # the same object: compare its array (a recorded
+            # create_graph gradient keeps its graph; only the values can have changed)
+            g = t.grad
+            d = diff(val, g.data if isinstance(g, pa.Tensor) else g, f"leaf {i}")
             if d:
                 problems.append(d + " (modified by a failed call)")
     return problems
@@ -250,7 +252,7 @@ def snapshot(leaves):
     """Each leaf's `.grad` object and a copy of its value (Tensors: of their array)."""
     objs = [t.grad for t in leaves]
     vals = [None if g is None else
-            pa.Tensor._wrap(g.data.copy()) if isinstance(g, pa.Tensor) else g.copy()
+            g.data.copy() if isinstance(g, pa.Tensor) else g.copy()
             for g in objs]
     return objs, vals
 

@@ -100,6 +100,7 @@ def copy_state(dst: nn.Module, src: nn.Module) -> None:
 
 
 def assert_close(got, want, rtol, what):
+    got, want = (np.asarray(a.data if isinstance(a, pa.Tensor) else a) for a in (got, want))
     assert got.shape == want.shape, (what, got.shape, want.shape)
     err = np.max(np.abs(got - want), initial=0.0)
     scale = np.max(np.abs(want), initial=0.0)
@@ -249,7 +250,7 @@ def check_model(name: str, cap: float, view: bool) -> None:
         for i, p in enumerate(params):
             if not p.requires_grad:
                 assert p.grad is None, (name, i)
-        results[ename] = [g.copy() for g in got]
+        results[ename] = [g.data.copy() for g in got]
     first = next(iter(results.values()))
     for ename, res in results.items():
         assert all(np.array_equal(a, b) for a, b in zip(first, res)), (name, ename)

@@ -447,6 +447,7 @@ add("dim ndimension numel nelement element_size is_contiguous is_floating_point 
     "stride storage_offset tolist numpy", ["ij"], where="m", grad=False)
 add("data_ptr", ["ij"], where="m", exact=False)
 add("item", ["1"], where="m")
+add("numel", ["ij"], where="f", grad=False)  # torch.numel(x): an int
 add("size dtype shape ndim grad grad_fn is_leaf requires_grad", ["ij"], where="a")
 add("data", ["ij"], where="a", exact=False)  # an ndarray here, a Tensor in PyTorch
 

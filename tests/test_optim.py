@@ -1,6 +1,6 @@
-"""pa.optim: SGD, Adam, AdamW, RMSprop, Adagrad against torch.optim (float64 trajectories),
-on a problem with a known optimum, allocation, version counting, param groups, state
-dicts, pickling, zero_grad, closures and bad input."""
+"""pa.optim: SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta against torch.optim (float64
+trajectories), on a problem with a known optimum, allocation, version counting, param
+groups, state dicts, pickling, zero_grad, closures and bad input."""
 import copy
 import pickle
 
@@ -30,8 +30,11 @@ GRID = {
                 dict(initial_accumulator_value=0.5), dict(eps=1e-3), dict(maximize=True),
                 dict(lr_decay=0.05, weight_decay=0.1, initial_accumulator_value=0.1, eps=1e-5,
                      maximize=True)],
+    "Adadelta": [{}, dict(rho=0.5), dict(eps=1e-3), dict(weight_decay=0.1), dict(maximize=True),
+                 dict(rho=0.95, eps=1e-4, weight_decay=0.1, maximize=True)],
 }
-LR = {"SGD": 0.05, "Adam": 0.01, "AdamW": 0.01, "RMSprop": 0.01, "Adagrad": 0.1}
+LR = {"SGD": 0.05, "Adam": 0.01, "AdamW": 0.01, "RMSprop": 0.01, "Adagrad": 0.1,
+      "Adadelta": 1.0}
 CASES = [(name, dict(kw, lr=LR[name])) for name, kws in GRID.items() for kw in kws]
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in kw.items())}" for name, kw in CASES]
 STEPS = 300

@@ -16,7 +16,8 @@ OPTS = {"SGD": dict(lr=0.1, momentum=0.9, dampening=0.2),
         "Adam": dict(lr=0.01, amsgrad=True, weight_decay=0.1),
         "AdamW": dict(lr=0.01, amsgrad=True),
         "RMSprop": dict(lr=0.01, centered=True, momentum=0.5),
-        "Adagrad": dict(lr=0.1, lr_decay=0.01)}
+        "Adagrad": dict(lr=0.1, lr_decay=0.01),
+        "Adadelta": dict(lr=1.0, rho=0.8, weight_decay=0.1)}
 # arrays a step may make afresh when missing or None (PyTorch: only SGD's buffer; its Adam
 # and RMSprop raise KeyError/TypeError at the step, after updating earlier groups)
 OPTIONAL = {("SGD", "momentum_buffer"), ("Adam", "max_exp_avg_sq"),

@@ -16,7 +16,8 @@ CASES = [("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
          ("Adam", dict(lr=0.01, amsgrad=True, weight_decay=0.1)),
          ("AdamW", dict(lr=0.01)),
          ("RMSprop", dict(lr=0.01, centered=True, momentum=0.5)),
-         ("Adagrad", dict(lr=0.1, lr_decay=0.01))]
+         ("Adagrad", dict(lr=0.1, lr_decay=0.01)),
+         ("Adadelta", dict(lr=1.0, rho=0.8, weight_decay=0.1))]
 
 
 def _train(name, kw, threads_from, cores, monkeypatch, steps=3):

@@ -1,7 +1,7 @@
 """`pa.optim`: optimizers and learning-rate schedulers with `torch.optim`'s names,
 semantics and arithmetic (float64 runs agree with PyTorch's to rounding).
 
-`SGD`, `Adam`, `AdamW`, `RMSprop`, `Adagrad` (subclasses of `Optimizer`) update the
+`SGD`, `Adam`, `AdamW`, `RMSprop`, `Adagrad`, `Adadelta` (subclasses of `Optimizer`) update the
 parameters' arrays in place, blockwise, allocating nothing per step beyond their state,
 and bump each updated parameter's version counter. `lr_scheduler` holds torch's schedulers
 (`StepLR`, `MultiStepLR`, `ExponentialLR`, `CosineAnnealingLR`, `OneCycleLR`,
@@ -11,10 +11,11 @@ Thread safety: optimizers and schedulers are not locked: use each from one threa
 time, and do not step while a backward call may write the same `.grad` arrays.
 """
 from . import lr_scheduler
+from .adadelta import Adadelta
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .optimizer import Optimizer
 from .rmsprop import RMSprop
 from .sgd import SGD
 
-__all__ = ["Adagrad", "Adam", "AdamW", "Optimizer", "RMSprop", "SGD", "lr_scheduler"]
+__all__ = ["Adadelta", "Adagrad", "Adam", "AdamW", "Optimizer", "RMSprop", "SGD", "lr_scheduler"]
