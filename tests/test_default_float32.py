@@ -198,3 +198,60 @@ def test_norms_refuse_parameters_of_another_dtype_as_pytorch(norm, xd, pd):
             norm(torch.nn.functional, tx, torch.ones(4, dtype=getattr(torch, pd)))
     assert norm(F, x, p.to(x.dtype)).dtype == x.dtype
     assert norm(F, x.to(pa.float16), pa.ones(4, dtype=pa.float32)) is not None
+
+
+def _rnn_call(lib, kind, case):
+    """Call a float32 recurrent layer or cell of `lib` on a mismatched input or state."""
+    nn = lib.nn
+    f64 = lib.float64
+    x = lib.zeros(2, 1, 3)
+    h = lib.zeros(1, 1, 4, dtype=f64)
+    layer = getattr(nn, kind)(3, 4)
+    if case == "input float64":
+        return layer(lib.zeros(2, 1, 3, dtype=f64))
+    if case == "input int64":
+        return layer(lib.zeros(2, 1, 3, dtype=lib.int64))
+    if case == "unbatched float64":
+        return layer(lib.zeros(2, 3, dtype=f64))
+    if case == "hx float64":
+        return layer(x, (h, lib.zeros(1, 1, 4)) if kind == "LSTM" else h)
+    if case == "packed float64":
+        return layer(nn.utils.rnn.pack_padded_sequence(x.double(), [2]))
+    cell = getattr(nn, kind + "Cell")(3, 4)
+    if case == "cell input float64":
+        return cell(lib.zeros(1, 3, dtype=f64))
+    if case == "cell input int64":
+        return cell(lib.zeros(1, 3, dtype=lib.int64))
+    h = lib.zeros(1, 4, dtype=f64)
+    return cell(lib.zeros(1, 3), (h, lib.zeros(1, 4)) if kind == "LSTM" else h)
+
+
+RNN_CASES = ["input float64", "input int64", "unbatched float64", "hx float64",
+             "packed float64", "cell input float64", "cell input int64", "cell hx float64"]
+
+
+@pytest.mark.parametrize("case", RNN_CASES)
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_recurrent_layers_refuse_another_dtype_as_pytorch(kind, case, float32_default):
+    """A float64 (or integer) input or state to a float32 LSTM/GRU/RNN or cell: PyTorch's
+    exception type (ValueError "RNN input dtype ... does not match weight dtype" for a
+    layer's input, RuntimeError for a state or a cell); numpy computed it silently in
+    float64. The layers' message is PyTorch's with this library's dtype names."""
+    with pytest.raises((ValueError, RuntimeError)) as got:
+        _rnn_call(pa, kind, case)
+    if case.startswith("input") or case.startswith("unbatched") or (
+            case.startswith("packed") and kind != "LSTM"):
+        assert got.type is ValueError
+        what = "int64" if "int64" in case else "float64"
+        assert str(got.value) == (
+            f"RNN input dtype (parallel_autograd.{what}) does not match weight dtype "
+            f"(parallel_autograd.float32). Convert input: input.to(parallel_autograd.float32)"
+            f", or convert model: model.to(parallel_autograd.{what})")
+    else:
+        assert got.type is RuntimeError and "dtype" in str(got.value)
+    if torch is not None:
+        with pytest.raises((ValueError, RuntimeError)) as want:
+            _rnn_call(torch, kind, case)
+        assert want.type is got.type
+        if got.type is ValueError:
+            assert str(want.value) == str(got.value).replace("parallel_autograd.", "torch.")
