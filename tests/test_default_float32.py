@@ -255,3 +255,30 @@ def test_recurrent_layers_refuse_another_dtype_as_pytorch(kind, case, float32_de
         assert want.type is got.type
         if got.type is ValueError:
             assert str(want.value) == str(got.value).replace("parallel_autograd.", "torch.")
+
+
+MIXED = [  # (name, call with a module `m` standing for pa or torch): PyTorch raises
+    ("PReLU on float64", lambda m: m.nn.PReLU()(m.ones(2, 3, dtype=m.float64))),
+    ("PReLU(3) on float64", lambda m: m.nn.PReLU(3)(m.ones(2, 3, dtype=m.float64))),
+    ("prelu float64 weight", lambda m: m.nn.functional.prelu(
+        m.ones(3), m.ones(1, dtype=m.float64))),
+    ("cross_entropy float64 weight", lambda m: m.nn.functional.cross_entropy(
+        m.ones(2, 3), m.tensor([0, 1]), weight=m.ones(3, dtype=m.float64))),
+    ("nll_loss float64 weight", lambda m: m.nn.functional.nll_loss(
+        m.ones(2, 3), m.tensor([0, 1]), weight=m.ones(3, dtype=m.float64))),
+    ("binary_cross_entropy float64 target", lambda m: m.nn.functional.binary_cross_entropy(
+        m.ones(3) * 0.5, m.ones(3, dtype=m.float64))),
+    ("binary_cross_entropy int64 target", lambda m: m.nn.functional.binary_cross_entropy(
+        m.ones(3) * 0.5, m.ones(3, dtype=m.int64))),
+]
+
+
+@pytest.mark.parametrize("call", [c for _, c in MIXED], ids=[n for n, _ in MIXED])
+def test_float32_layers_and_losses_refuse_another_dtype_as_pytorch(call, float32_default):
+    """A float32 PReLU fed float64, or a loss given a class weight or target of another
+    dtype: PyTorch's RuntimeError naming both dtypes (numpy computed in float64)."""
+    with pytest.raises(RuntimeError, match="float64.*float32|float32.*float64|int64"):
+        call(pa)
+    if torch is not None:
+        with pytest.raises(RuntimeError):
+            call(torch)

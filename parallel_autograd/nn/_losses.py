@@ -553,6 +553,9 @@ def binary_cross_entropy(input, target, weight=None, *, reduction: str = "mean")
     if y.shape != x.shape:
         raise ValueError(f"{name}: target shape {y.shape} must be the input's shape "
                          f"{x.shape}")
+    if y.dtype != x.dtype:   # PyTorch refuses it (numpy would compute in the wider dtype)
+        raise RuntimeError(f"{name}: Found dtype {y.dtype} but expected {x.dtype} (the "
+                           f"target's dtype must be the input's)")
     if x.size and not (x.min() >= 0 and x.max() <= 1):
         raise ValueError(f"{name}: all elements of input should be between 0 and 1")
     w = _bce_weight(name, weight, x)
@@ -859,6 +862,14 @@ def _rows_of_classes(name: str, input, target) -> tuple:
     return S.reshape(rows, (-1, c)), t.reshape(-1), want
 
 
+def _class_weight_dtype(name: str, x: np.ndarray, weight) -> None:
+    """PyTorch's RuntimeError for a class-weight Tensor of another dtype than the input
+    (numpy would compute in the wider dtype). A numpy array is a constant and is cast."""
+    if isinstance(weight, Tensor) and weight.dtype != x.dtype:
+        raise RuntimeError(f"{name}: expected scalar type {x.dtype} but found {weight.dtype} "
+                           f"(the class weight's dtype must be the input's)")
+
+
 def _unflatten(loss, reduction, shape):
     return loss if reduction != "none" or shape is None else S.reshape(loss, shape)
 
@@ -873,6 +884,7 @@ def nll_loss(input, target, weight=None, *, ignore_index: int = -100,
     weight of the targets that count, as in PyTorch. One node for (N, C); other ranks
     are reshaped (and, from 3 dimensions, copied channels-last) into it."""
     x2, t, shape = _rows_of_classes("nll_loss", input, target)
+    _class_weight_dtype("nll_loss", _raw(x2), weight)
     return _unflatten(nll_loss_rows(x2, t, weight, ignore_index, reduction), reduction, shape)
 
 
@@ -893,6 +905,7 @@ def cross_entropy(input, target, weight=None, *, ignore_index: int = -100,
     if t.dtype.kind == "f" and t.shape == _raw(input).shape:
         return _soft_cross_entropy(input, target, weight, reduction, label_smoothing)
     x2, t, shape = _rows_of_classes("cross_entropy", input, target)
+    _class_weight_dtype("cross_entropy", _raw(x2), weight)
     return _unflatten(cross_entropy_rows(x2, t, weight, ignore_index, reduction,
                                          label_smoothing), reduction, shape)
 

@@ -632,6 +632,9 @@ def prelu(input: Tensor, weight: Tensor) -> Tensor:
         raise RuntimeError(f"prelu: Mismatch of parameter numbers and input channel size. "
                            f"Found parameter numbers = {w.size} and channel size = "
                            f"{channels} (dimension 1 of the input of shape {x.shape})")
+    if isinstance(weight, (Tensor, np.ndarray)) and w.dtype != x.dtype:   # PyTorch: refused
+        raise RuntimeError(f"prelu: Type promoting not supported. Got {x.dtype} and "
+                           f"{w.dtype}")
     wb = np.reshape(w, _channel_shape(x.ndim, w))
     return fused(_prelu_chunk, x, (x, wb), (np.bool_,), np.result_type(x, w))  # 3 passes
 
