@@ -282,3 +282,35 @@ def test_float32_layers_and_losses_refuse_another_dtype_as_pytorch(call, float32
     if torch is not None:
         with pytest.raises(RuntimeError):
             call(torch)
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta"])
+@pytest.mark.parametrize("default", ["float32", "float64"])
+def test_optimizer_state_dict_holds_tensors_and_a_0d_step_as_pytorch(name, default):
+    """PyTorch's state_dict: the state's arrays are Tensors and `"step"` a 0-d Tensor of
+    float32 (float64 under a float64 default dtype: torch.optim's `_get_scalar_dtype`),
+    whatever the parameter's dtype; it loads back to the same state."""
+    pa.set_default_dtype(getattr(pa, default))
+    p = pa.nn.Parameter(pa.ones(3, dtype=pa.float32))
+    opt = getattr(optim, name)([p])
+    p.grad = pa.ones(3, dtype=pa.float32)
+    opt.step()
+    state = opt.state_dict()["state"][0]
+    assert all(isinstance(v, pa.Tensor) for v in state.values())
+    assert state["step"].shape == () and str(state["step"].dtype) == default
+    assert float(state["step"]) == 1.0
+    opt.load_state_dict(opt.state_dict())
+    assert opt.state[p]["step"] == 1.0
+    if torch is not None:
+        torch.set_default_dtype(getattr(torch, default))
+        try:
+            tp = torch.nn.Parameter(torch.ones(3, dtype=torch.float32))
+            topt = getattr(torch.optim, name)([tp])
+            tp.grad = torch.ones(3, dtype=torch.float32)
+            topt.step()
+            tstate = topt.state_dict()["state"][0]
+        finally:
+            torch.set_default_dtype(torch.float32)
+        assert set(tstate) == set(state)
+        assert all(isinstance(v, torch.Tensor) for v in tstate.values())
+        assert _name(tstate["step"].dtype) == default and tstate["step"].shape == ()
