@@ -258,6 +258,8 @@ add("__iadd__ __isub__ __imul__ __itruediv__", ["ij", "ij"], where="o", inplace=
 add("__setitem__", ["ij"], lambda m, x: (x, 0, 1.0), where="o", inplace=True)
 add("__len__ __repr__ __array__", ["ij"], where="o", grad=False)
 add("__bool__ __float__", [""], where="o")
+add("__int__ __complex__", [""], where="o")
+add("__index__", [""], where="o", dtypes="i")
 
 # reductions and scans
 add("sum mean prod amax amin logsumexp argmax argmin std norm median count_nonzero", ["ij"],
