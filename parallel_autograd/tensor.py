@@ -35,7 +35,8 @@ def _python_numbers_only(data) -> bool:
 
 
 def _default_of(kind_dtype: np.dtype) -> np.dtype:
-    """The default dtype (complex: its complex twin) for numpy's float64/complex128."""
+    """The default dtype (complex: its complex twin) for what numpy inferred from Python
+    numbers (bool, int64, float64, complex128)."""
     d = D.to_numpy(D.get_default_dtype())
     if kind_dtype.kind == "c":
         return np.dtype(np.complex64 if d == np.float32 else np.complex128)
@@ -44,8 +45,10 @@ def _default_of(kind_dtype: np.dtype) -> np.dtype:
 
 class Tensor:
     """A numpy array that records the ops applied to it when it requires grad.
-    `Tensor(data)`: a copy of `data` as numpy infers it, except that Python floats take
-    the default dtype (`pa.get_default_dtype()`), as in `pa.tensor`."""
+    `Tensor(data)`: a copy of `data`; Python numbers (floats, ints, bools: `Tensor([1])`)
+    take the default dtype (`pa.get_default_dtype()`), as `torch.Tensor`'s; an ndarray
+    keeps its dtype (torch.Tensor would convert it: use `pa.tensor` or `.to()` to say
+    which you mean)."""
 
     __slots__ = ("data", "_grad", "_requires_grad", "grad_fn", "_hooks", "_accumulator", "_vc",
                  "_post_hooks", "_ready_hooks",
@@ -56,8 +59,9 @@ class Tensor:
         if isinstance(data, Tensor):
             data = data.data
         arr = np.array(data, dtype=dtype, copy=True)
-        if dtype is None and arr.dtype.kind in "fc" and _python_numbers_only(data):
-            arr = arr.astype(_default_of(arr.dtype))   # Python floats: the default dtype
+        if dtype is None and arr.dtype.kind in "biufc" and _python_numbers_only(data):
+            # Python numbers (bools and ints too): the default dtype, as torch.Tensor's
+            arr = arr.astype(_default_of(arr.dtype))
         if arr.dtype.kind not in FLOAT_KINDS and requires_grad:
             raise TypeError(_int_grad_message(arr.dtype))
         self._init(arr, None)

@@ -59,6 +59,8 @@ MADE = [
     ("tensor of floats", lambda m: m.tensor([1.0, 2.0])),
     ("tensor of a float", lambda m: m.tensor(1.5)),
     ("Tensor of floats", lambda m: m.Tensor([1.0, 2.0])),
+    ("Tensor of ints", lambda m: m.Tensor([1, 2])),
+    ("Tensor of bools", lambda m: m.Tensor([True, False])),
     ("zeros", lambda m: m.zeros(2)), ("ones", lambda m: m.ones(2)),
     ("empty", lambda m: m.empty(2)), ("full", lambda m: m.full((2,), 1.5)),
     ("randn", lambda m: m.randn(2)), ("rand", lambda m: m.rand(2)),
