@@ -172,7 +172,6 @@ DATA = '`.data` is the numpy array, not a Tensor (being changed)'
 NO_KERNEL = "PyTorch has no kernel for this dtype; numpy's computes it"
 MIXED = "PyTorch's kernel refuses mixed float32/float64 operands; here they promote"
 INT_REFUSED = 'PyTorch refuses integer inputs; here they compute in the default dtype'
-NUMPY_ERROR = "numpy's error from inside the kernel (to fix: a check naming the dtype)"
 NOT_IMPLEMENTED = "both refuse the dtype; PyTorch's 'not implemented for' is NotImplementedError"
 OTHER_TYPE = 'both refuse the dtype, with another exception type'
 KEEPS_INT = 'PyTorch keeps integer inputs integer; the result is float here'
@@ -384,12 +383,6 @@ KNOWN: dict[str, str] = {
     'upsample_nearest-F-int64': NO_KERNEL,
     'upsample_nearest-F-bool': NO_KERNEL,
     'pad[reflect]-F-bool': NO_KERNEL,
-    'scaled_dot_product_attention-F-int64': NUMPY_ERROR,
-    'scaled_dot_product_attention-F-bool': NUMPY_ERROR,
-    'scaled_dot_product_attention-F-mixed': MIXED,
-    'scaled_dot_product_attention[causal]-F-int64': NUMPY_ERROR,
-    'scaled_dot_product_attention[causal]-F-bool': NUMPY_ERROR,
-    'scaled_dot_product_attention[causal]-F-mixed': MIXED,
     'mse_loss-F-int64': NOT_IMPLEMENTED,
     'mse_loss-F-bool': NOT_IMPLEMENTED,
     'l1_loss-F-int64': INT_REFUSED,
@@ -411,12 +404,8 @@ KNOWN: dict[str, str] = {
     'binary_cross_entropy_with_logits-F-int64': NO_KERNEL,
     'binary_cross_entropy_with_logits-F-bool': NO_KERNEL,
     'binary_cross_entropy_with_logits-F-mixed': F32_FIRST,
-    'cross_entropy-F-int64': NUMPY_ERROR,
-    'cross_entropy-F-bool': NOT_IMPLEMENTED,
     'nll_loss-F-int64': NO_KERNEL,
     'nll_loss-F-bool': NOT_IMPLEMENTED,
-    'cross_entropy[probabilities]-F-int64': OTHER_TYPE,
-    'cross_entropy[probabilities]-F-bool': OTHER_TYPE,
     'cross_entropy[probabilities]-F-mixed': FIRST_DTYPE,
 }
 
