@@ -33,7 +33,7 @@ class Tensor:
             data = data.data
         arr = np.array(data, dtype=dtype, copy=True)
         if arr.dtype.kind not in FLOAT_KINDS and requires_grad:
-            raise TypeError(_int_grad_message(arr.dtype))
+            raise GradDtypeError(_int_grad_message(arr.dtype))
         self._init(arr, None)
         self.requires_grad = requires_grad
 
@@ -94,7 +94,7 @@ class Tensor:
                                    "use .detach() to get a tensor without history")
             return
         if value and self.data.dtype.kind not in FLOAT_KINDS:
-            raise TypeError(_int_grad_message(self.data.dtype))
+            raise GradDtypeError(_int_grad_message(self.data.dtype))
         self._requires_grad = value
 
     def requires_grad_(self, value: bool = True) -> "Tensor":
@@ -419,6 +419,11 @@ class _HookHandle:
             self._hooks.remove(self._fn)
         except ValueError:
             pass
+
+
+class GradDtypeError(RuntimeError, TypeError):
+    """A non-floating tensor asked to require grad: PyTorch's RuntimeError, and also a
+    TypeError (what this library raised before; code catching either still works)."""
 
 
 def _int_grad_message(dtype) -> str:

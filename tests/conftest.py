@@ -66,9 +66,16 @@ def _grad_mode_left_enabled():
 
 
 def pytest_configure(config):
-    """`PA_REQUIRE_TORCH=1` (set by `make test PARITY=1`, which CI runs): the PyTorch
+    """Ctrl+C: a process started in the background of a non-interactive shell (CI's
+    lanes) inherits SIGINT ignored, so Python installs no KeyboardInterrupt handler and
+    `_thread.interrupt_main()` does nothing: the Ctrl+C tests need Python's own handler.
+
+    `PA_REQUIRE_TORCH=1` (set by `make test PARITY=1`, which CI runs): the PyTorch
     parity tests must run, so a torch that fails to import stops the session instead of
     turning a quarter of the suite into skips."""
+    import signal
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if os.environ.get("PA_REQUIRE_TORCH") == "1":
         try:
             import torch  # noqa: F401
