@@ -43,7 +43,7 @@ from .device import check_device
 from .ops import convert as _convert
 from .ops import shape as _shape_ops
 from .ops.forms import depends_on
-from .tensor import Tensor
+from .tensor import GradDtypeError, Tensor
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty",
            "zeros_like", "ones_like", "full_like", "empty_like", "eye", "linspace",
@@ -87,11 +87,6 @@ def _leaf(arr: np.ndarray, requires_grad: bool) -> Tensor:
     if requires_grad:
         t.requires_grad = True
     return t
-
-
-class GradDtypeError(RuntimeError, TypeError):
-    """`requires_grad=True` asked of a factory for a non-floating dtype: PyTorch's
-    RuntimeError, and the TypeError `Tensor.requires_grad` raises here."""
 
 
 def _check_grad(dt: np.dtype, requires_grad: bool) -> None:

@@ -63,7 +63,7 @@ class Tensor:
             # Python numbers (bools and ints too): the default dtype, as torch.Tensor's
             arr = arr.astype(_default_of(arr.dtype))
         if arr.dtype.kind not in FLOAT_KINDS and requires_grad:
-            raise TypeError(_int_grad_message(arr.dtype))
+            raise GradDtypeError(_int_grad_message(arr.dtype))
         self._init(arr, None)
         self.requires_grad = requires_grad
 
@@ -124,7 +124,7 @@ class Tensor:
                                    "use .detach() to get a tensor without history")
             return
         if value and self.data.dtype.kind not in FLOAT_KINDS:
-            raise TypeError(_int_grad_message(self.data.dtype))
+            raise GradDtypeError(_int_grad_message(self.data.dtype))
         self._requires_grad = value
 
     def requires_grad_(self, value: bool = True) -> "Tensor":
@@ -449,6 +449,11 @@ class _HookHandle:
             self._hooks.remove(self._fn)
         except ValueError:
             pass
+
+
+class GradDtypeError(RuntimeError, TypeError):
+    """A non-floating tensor asked to require grad: PyTorch's RuntimeError, and also a
+    TypeError (what this library raised before; code catching either still works)."""
 
 
 def _int_grad_message(dtype) -> str:

@@ -82,11 +82,18 @@ def pytest_configure(config):
     """float64 as the default dtype from the start of the session (module-level code and
     module-scoped fixtures run before `_float64_default`, the per-test fixture).
 
+    Ctrl+C: a process started in the background of a non-interactive shell (CI's
+    lanes) inherits SIGINT ignored, so Python installs no KeyboardInterrupt handler and
+    `_thread.interrupt_main()` does nothing: the Ctrl+C tests need Python's own handler.
+
     `PA_REQUIRE_TORCH=1` (set by `make test PARITY=1`, which CI runs): the PyTorch
     parity tests must run, so a torch that fails to import stops the session instead of
     turning a quarter of the suite into skips."""
     from parallel_autograd import dtypes
     dtypes.set_default_dtype(dtypes.float64)
+    import signal
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if os.environ.get("PA_REQUIRE_TORCH") == "1":
         try:
             import torch  # noqa: F401

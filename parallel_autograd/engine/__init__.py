@@ -14,6 +14,8 @@ and `ops/forms`, never an op family; docs/design.md, "The layers"):
 - `step`: the per-node step (hooks, staging, the rule or, recording, the formulas) and the
   final `commit`.
 - `sequential`: the reference engine (`backward`, `grad`).
+- `strategy`: a parallel call's two ways of summing contributions (ranked, keyed), each
+  owning its state.
 - `executor` -> `task`: running ready nodes on one thread; one parallel call's state.
 - `engine`: `Engine`, the default engines, `backward_parallel`, `grad_parallel`.
 """

@@ -222,12 +222,9 @@ class Engine:
         pool = self._pool
         calls = callbacks.begin()  # before the task copies this context for its workers
         task = GraphTask(plan, st, pool, self.inline_below, self.max_parked, self.share_cheap,
-                         self.max_parked_bytes, calls)
+                         self.max_parked_bytes, calls, decision.accumulation)
         pool.start()
-        if decision.accumulation == "keyed":
-            ready = task.prepare_keyed()
-        else:
-            ready = task.prepare_ranked(decision.order)
+        ready = task.acc.prepare(decision.order)
         try:
             self._run_limited(task, ready, st)
             callbacks.finish(calls)  # queue_callback's, on this thread, before commit

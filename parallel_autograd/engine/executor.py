@@ -4,7 +4,7 @@
 becomes ready on this thread; heavy ready nodes go to the pool's queue for this call
 (`WorkerPool.submit`), except one kept for this thread when it has nothing else to
 do. After each node, its input gradients are fanned out to their consumers through
-the call's accumulation: `ranked_fanout` or `keyed_fanout`.
+the call's accumulation strategy (`task.acc.fanout`: engine/strategy.py).
 
 Errors are recorded on the task (`GraphTask.fail`), which every thread of the call
 polls every 8 nodes. This module changes the task's state only through its methods.
@@ -31,12 +31,13 @@ def execute(task, first: list) -> None:
     stack = [(first[0], first[1], first[2])]  # cheap ready nodes, run depth-first
     first[1] = None
     heavy = None  # one heavy ready node kept for this thread
-    keyed, share, shared = task.keyed, task.share_cheap, task.shared
+    acc, share, shared = task.acc, task.share_cheap, task.shared
+    keyed, fanout = acc.keyed, acc.fanout
     t_start = time.perf_counter()
     ran = runs = absorbed = 0
     try:
         while True:
-            if stack and runs and not keyed and task.full:
+            if stack and runs and acc.full:
                 yield_to_queue(task, stack)  # `runs`: the item it was given always runs
                 if heavy is None:
                     break
@@ -62,10 +63,7 @@ def execute(task, first: list) -> None:
                     grads = run_node(node, g, owned, sink)
                     ran += grads is not None
                 g = None  # drop our reference now: lowers the peak
-                if keyed:
-                    keyed_fanout(task, node, grads, ready)
-                else:
-                    ranked_fanout(task, node, grads, ready)
+                fanout(node, grads, ready)
                 grads = None
             except BaseException as e:
                 annotate(e, node)
@@ -78,41 +76,6 @@ def execute(task, first: list) -> None:
                 task.give_away(stack)
     finally:
         task.merge(sink, ran, runs, absorbed, time.perf_counter() - t_start)
-
-
-def ranked_fanout(task, node, grads, ready: list) -> None:
-    """Send `node`'s input gradients (None: "no gradient") along its edges; consumers
-    whose gradient is now complete go to `ready` as (node, grad, owned)."""
-    for i, nxt, rank, slot in task.edges[node]:
-        gi = None if grads is None else grads[i]
-        if slot is None:
-            ready.append((nxt, gi, False))
-        else:
-            done = task.contribute(slot, rank, gi)
-            if done is not None:
-                ready.append((nxt,) + done)
-
-
-def keyed_fanout(task, node, grads, ready: list) -> None:
-    """Like `ranked_fanout`, for keyed accumulation (no per-edge set-up: the edges
-    are read from the node, pruned by the plan's input masks)."""
-    masks = task.plan.input_masks
-    mask = None
-    if masks is not None:
-        if node not in masks:  # pruned: sends nothing (`in`, then `[]`: see task.edges)
-            return
-        mask = masks[node]
-    totals = task.totals
-    for i, nxt in enumerate(node.next_nodes):
-        if nxt is None or (mask is not None and not mask[i]):
-            continue
-        gi = None if grads is None else grads[i]
-        if totals[nxt] == 1:
-            ready.append((nxt, gi, False))
-            continue
-        done = task.contribute_keyed(nxt, node, i, gi)
-        if done is not None:
-            ready.append((nxt,) + done)
 
 
 def yield_to_queue(task, stack: list) -> None:

@@ -4,7 +4,7 @@ Both engines run such a pass like any other (same plan, order, accumulation and
 write-back), with three differences, all here:
 
 - Gradients are Tensors. Each node's rule runs in its differentiable form
-  (`Node.graph_grads`: the same op functions users call, with grad mode on), and
+  (`ops.forms.graph_grads`: the same op functions users call, with grad mode on), and
   contributions are summed by the `add` op, in the canonical order, so the sums are
   recorded too (`graph_add`).
 - Every node the pass makes is noted with a tag (`grad_mode.Recording`): the node whose

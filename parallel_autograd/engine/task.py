@@ -1,25 +1,9 @@
 """One parallel backward call (`GraphTask`): its state, and the only code that writes it.
 
-State, all guarded by `task.lock` unless noted. Gradients with several contributions
-are summed in canonical order (`accumulate`), so results are bitwise identical to
-the sequential engine's. Two ways, chosen per call by the cost model:
-
-- ranked (default): one pass over the edges at set-up gives every contribution its
-  rank. `slots`: node -> `Slot`, for every node that receives two or more
-  contributions (seeds included). A contribution that arrives before its turn is
-  parked in the slot; the thread holding `slot.busy` does the numpy add outside the
-  lock. `edges`: node -> list of `(input index, next node, rank, Slot or None)` for
-  each outgoing edge that carries a gradient (read-only after set-up). Workers index
-  it and never call `dict.get` on it: on free-threaded 3.13 a `.get` from a thread
-  other than the dict's creator whose value is a list or object was measured ~15x
-  slower (2.4 us against 0.15 us), while `d[k]` stays fast.
-- keyed (`keyed`; every node cheap, small gradients and fan-in, `share_cheap` only):
-  no per-edge set-up at all (it costs about 4 us per node on 3.13t, as much as
-  running a small node). `pending`: node -> list of `(key, grad)`, each node's entry
-  guarded by one of `stripes` (32 locks, picked by the node's hash); `totals` (the
-  plan's in-degrees plus seeds) is read-only. The contribution that completes the
-  count takes the list and sums it in key order outside the lock. It holds every
-  contribution until the last one arrives: for small gradients only.
+State, all guarded by `task.lock` unless noted. How contributions are summed (ranked
+or keyed, chosen per call by the cost model) is the call's accumulation strategy,
+`acc` (engine/strategy.py), which owns its own state; the task reads only its `full`
+(backpressure) and releases it when the call fails.
 
 Running state:
 - `outstanding`: queued items plus running items of this call. The call is done when
@@ -30,15 +14,12 @@ Running state:
   roots are queued (`run_to_completion`).
 - `error`: the first exception (first error wins); later items are skipped but still
   counted down. `runners`: thread ident -> items it runs now (nested: > 1).
-- `parked`, `parked_bytes`: contributions parked across all slots, and the bytes they
-  own. Backpressure: parked contributions are memory the sequential engine never
-  holds. `full` is set while `parked >= max_parked` or `parked_bytes >=
-  max_parked_bytes` (so a large contribution counts for its size, not as one of
-  four); while it is set and a thread runs one of this call's items, no thread starts
-  another of its queued items (`throttled`) and threads hand their inline work to the
-  queue; threads are woken when it clears. With nothing running, the highest-seq
-  ready node is the one every parked contribution waits for, so progress is
-  guaranteed.
+- backpressure: while `acc.full` (ranked accumulation: too many contributions or
+  bytes parked, memory the sequential engine never holds) is set and a thread runs one
+  of this call's items, no thread starts another of its queued items (`throttled`)
+  and threads hand their inline work to the queue; threads are woken when it clears.
+  With nothing running, the highest-seq ready node is the one every parked
+  contribution waits for, so progress is guaranteed.
 - `shared` (`share_cheap` only): cheap ready nodes given away for any thread of the
   call to take; a deque, atomic on its own, each item counted in `outstanding`.
 - `waiting`: the caller sleeps in `wait()` (written by it only, read racily: a hint).
@@ -55,15 +36,15 @@ Thread safety: every method may be called from any thread of the call.
 from __future__ import annotations
 
 import collections
+import functools
 import contextvars
 import queue
 import threading
 import time
 
-import numpy as np
 
-from .. import memory, profiler
-from .accumulate import Slot, contribution_key, seed_key, sum_in_order
+from .. import profiler
+from .strategy import Keyed, Ranked
 from .executor import execute
 from ..anomaly import add_note
 
@@ -125,30 +106,25 @@ class GraphTask:
 
     def __init__(self, plan, stats: CallStats, pool, inline_below: float,
                  max_parked: int = 4, share_cheap: bool = False,
-                 max_parked_bytes: float = float("inf"), calls=None):
+                 max_parked_bytes: float = float("inf"), calls=None,
+                 accumulation: str = "ranked"):
         self.plan = plan
         self.calls = calls  # the pass's PassCallbacks (engine/callbacks.py)
         self.stats = stats
         self.pool = pool
         self.inline_below = inline_below
-        self.max_parked = max_parked
-        self.max_parked_bytes = max_parked_bytes
         self.share_cheap = share_cheap
-        # guards slots, outstanding, runners, parked, error, stats, staged and
-        # captured (pending: the striped locks)
+        # guards outstanding, runners, error, stats, staged and captured (and the
+        # ranked strategy's slots and counts)
         self.lock = threading.Lock()
         self.signal = queue.SimpleQueue()  # wake-up tokens for the caller in wait()
         self.outstanding = 0
         self.runners = {}
-        self.parked = 0
-        self.parked_bytes = 0
-        self.full = False  # parked beyond max_parked or max_parked_bytes (read racily)
-        self.keyed = False
-        self.pending = {}
-        self.stripes = ()
-        self.totals = {}
-        self.slots = {}
-        self.edges = {}
+        if accumulation == "keyed":
+            self.acc = Keyed(plan)
+        else:
+            self.acc = Ranked(plan, stats, self.lock, functools.partial(pool.wake, self),
+                              max_parked, max_parked_bytes)
         self.error = None
         self.staged = []
         self.captured = {}
@@ -157,131 +133,6 @@ class GraphTask:
         self.finished = False
         self.context = contextvars.copy_context()
         self.profile = profiler.active()
-
-    # ---- set-up: both return the ready roots as [(node, grad, owned)] -------------
-    def prepare_ranked(self, order) -> list:
-        """Edges for every node and Slots for multi-contribution nodes.
-
-        `order` is the plan's running nodes in decreasing seq: the order in which
-        the sequential engine sends their contributions, so numbering each node's
-        incoming edges in that order (after its seeds) gives the canonical ranks.
-        """
-        plan = self.plan
-        seeds = _count_seeds(plan.roots)
-        slots = self.slots
-        pos = plan.positions
-        for node, n in plan.in_degree.items():
-            s = seeds.get(node, 0)
-            if n + s > 1:
-                slots[node] = slot = Slot(n + s, None if pos is None else
-                                          (2 * pos[node], plan.made))
-                slot.assigned = s
-        masks = plan.input_masks
-        # every node a gradient can reach has an entry: workers index, never .get()
-        edges = self.edges = dict.fromkeys(plan.in_degree, ())
-        for node in order:
-            out = []
-            mask = None if masks is None else masks[node]
-            for i, nxt in enumerate(node.next_nodes):
-                if nxt is None or (mask is not None and not mask[i]):
-                    continue
-                slot = slots.get(nxt)
-                if slot is None:
-                    out.append((i, nxt, 0, None))
-                else:
-                    out.append((i, nxt, slot.assigned, slot))
-                    slot.assigned += 1
-            edges[node] = out
-        ready = []
-        for node, g in plan.roots:
-            slot = slots.get(node)
-            if slot is None:
-                ready.append((node, g, False))
-            else:
-                done = self.contribute(slot, slot.next_rank, g)
-                if done is not None:
-                    ready.append((node,) + done)
-        return ready
-
-    def prepare_keyed(self) -> list:
-        """Keyed accumulation: the only set-up is the seeds."""
-        plan = self.plan
-        self.keyed = True
-        self.stripes = tuple(threading.Lock() for _ in range(32))
-        totals = self.totals = plan.in_degree
-        seeds = _count_seeds(plan.roots)
-        if any(totals[node] or n > 1 for node, n in seeds.items()):
-            totals = self.totals = dict(totals)  # never change the plan's own counts
-            for node, n in seeds.items():
-                totals[node] += n
-        ready = []
-        for j, (node, g) in enumerate(plan.roots):
-            if totals[node] <= 1:
-                ready.append((node, g, False))
-            else:
-                entries = self.pending.setdefault(node, [])
-                entries.append((seed_key(j), g))
-                if len(entries) == totals[node]:  # several seeds and nothing else
-                    del self.pending[node]
-                    ready.append((node,) + sum_in_order(entries))
-        return ready
-
-    # ---- accumulation: both return (grad, owned) when complete, else None ---------
-    def contribute(self, slot: Slot, rank: int, g):
-        """Add contribution number `rank` (None: "no gradient", still takes its turn)."""
-        lock = self.lock
-        with lock:
-            if slot.busy or rank != slot.next_rank:
-                if slot.parked is None:
-                    slot.parked = {}
-                slot.parked[rank] = g
-                self.parked += 1
-                self.parked_bytes += held_bytes(g)
-                if self.parked_bytes > self.stats.parked_peak:
-                    self.stats.parked_peak = self.parked_bytes
-                self.full = (self.parked >= self.max_parked
-                             or self.parked_bytes >= self.max_parked_bytes)
-                return None
-            slot.busy = True
-        unthrottled = False
-        try:
-            while True:
-                slot.add(g)  # numpy work outside the lock; `busy` keeps others out
-                with lock:
-                    slot.next_rank += 1
-                    if slot.next_rank == slot.total:
-                        slot.busy = False
-                        return slot.take()
-                    parked = slot.parked
-                    if parked and slot.next_rank in parked:
-                        g = parked.pop(slot.next_rank)
-                        self.parked -= 1
-                        self.parked_bytes -= held_bytes(g)
-                        if self.full and self.parked < self.max_parked \
-                                and self.parked_bytes < self.max_parked_bytes:
-                            self.full = False
-                            unthrottled = True
-                        continue
-                    slot.busy = False
-                    return None
-        finally:
-            if unthrottled:
-                self.pool.wake(self)
-
-    def contribute_keyed(self, node, sender, slot: int, g):
-        """Keyed accumulation of what `sender` sends through its input `slot` to `node`
-        (whose total is more than one)."""
-        entry = (contribution_key(sender, slot), g)
-        with self.stripes[hash(node) & 31]:
-            entries = self.pending.get(node)
-            if entries is None:
-                self.pending[node] = [entry]
-                return None
-            entries.append(entry)
-            if len(entries) < self.totals[node]:
-                return None
-            del self.pending[node]
-        return sum_in_order(entries)
 
     # ---- running ------------------------------------------------------------------
     def run_to_completion(self, ready: list) -> None:
@@ -396,7 +247,7 @@ class GraphTask:
         """Backpressure: too many parked contributions (or bytes) while another
         thread runs this call. Read without the lock: every change that can end it is
         followed by `wake()`, and waits are bounded."""
-        return self.full and bool(self.runners)
+        return self.acc.full and bool(self.runners)
 
     # begin/end keep `runners` exact even if Ctrl+C lands anywhere in between: each
     # changes it with one store, and end() undoes only what begin() did.
@@ -418,7 +269,7 @@ class GraphTask:
                 del self.runners[tid]
             self.outstanding -= 1
             done = self._check_done()
-            wake = done or (not self.runners and self.full)
+            wake = done or (not self.runners and self.acc.full)
         if wake:
             self.pool.wake(self)
 
@@ -435,7 +286,7 @@ class GraphTask:
             self.finished = True
             self.error = None
             self.plan = self.calls = self.context = None
-            self.slots, self.edges, self.pending, self.totals = {}, {}, {}, {}
+            self.acc.release()
             self.staged, self.captured = [], {}
             self.shared.clear()
 
@@ -509,21 +360,3 @@ def _note_other_error(first: BaseException, other: BaseException) -> None:
     where = getattr(other, "autograd_op", None)
     add_note(first, f"also raised on another thread while this call failed: "
                     f"{type(other).__name__}: {other}" + (f" (in {where})" if where else ""))
-
-
-def held_bytes(g) -> int:
-    """Bytes a parked contribution keeps alive: an array that owns its data, or views a
-    block of the caching allocator (`memory`), counts its size; another view (e.g. a
-    broadcast seed) counts 0, its base is owned elsewhere."""
-    if g is None:
-        return 0
-    if type(g) is not np.ndarray:  # a create_graph gradient (a Tensor)
-        g = g.data
-    return g.nbytes if g.base is None or memory.is_block(g.base) else 0
-
-
-def _count_seeds(roots) -> dict:
-    seeds = {}
-    for node, _ in roots:
-        seeds[node] = seeds.get(node, 0) + 1
-    return seeds

@@ -238,6 +238,9 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     One fused node (`attention`).
     """
     q, k, v = array(query), array(key), array(value)
+    if q.dtype.kind != "f" or not q.dtype == k.dtype == v.dtype:
+        raise RuntimeError(f"{_NAME}: expected query, key and value of one floating point "
+                           f"dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
     if q.ndim < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
         raise ValueError(f"{_NAME}: expected query (..., L, E), key (..., S, E) and value "
                          f"(..., S, Ev), got shapes {q.shape}, {k.shape} and {v.shape}")

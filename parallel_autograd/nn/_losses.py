@@ -901,8 +901,15 @@ def cross_entropy(input, target, weight=None, *, ignore_index: int = -100,
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], "
                          f"got {label_smoothing}")
-    t = _raw(target)
-    if t.dtype.kind == "f" and t.shape == _raw(input).shape:
+    t, x = _raw(target), _raw(input)
+    if x.dtype.kind not in "fc":  # PyTorch's log_softmax kernel has no integer form
+        raise NotImplementedError(f"cross_entropy: not implemented for input dtype "
+                                  f"{x.dtype} (logits must be floating point)")
+    if t.shape == x.shape and x.ndim:  # PyTorch: the same shape means probabilities
+        if t.dtype.kind != "f":
+            raise RuntimeError(f"cross_entropy: expected a floating point target with "
+                               f"class probabilities (the input's shape {x.shape}), got "
+                               f"{t.dtype}")
         return _soft_cross_entropy(input, target, weight, reduction, label_smoothing)
     x2, t, shape = _rows_of_classes("cross_entropy", input, target)
     _class_weight_dtype("cross_entropy", _raw(x2), weight)

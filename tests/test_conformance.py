@@ -1,0 +1,469 @@
+"""Conformance with PyTorch, generated from the op walk (issue 27, item 6).
+
+Every case of `opwalk.CASES` (every public function, Tensor method and operator,
+`nn.functional` and `linalg` name: a new op without a case fails the walk) runs in each
+of its forms on parallel_autograd and on PyTorch with the same values, once per dtype
+variant of its floating inputs:
+
+- `float32`, `float64`: the float inputs in that dtype;
+- `int64`: the float inputs as small integers (`-3..3`) of dtype int64;
+- `bool`: the float inputs as booleans;
+- `mixed`: the first float input float32, the others float64 (type promotion).
+
+(Index and mask inputs keep their dtype. 0-d, empty and non-contiguous inputs are the
+zero-size walk's, `test_zero_size.py`; broadcast shapes are cases of the walk.)
+
+The outcome must be PyTorch's:
+- both return: the same number of results, each of the same shape and dtype, and the
+  same values (float32: 1e-5 relative; a case marked not `exact`, a random draw, compares
+  shapes and dtypes only);
+- both raise: our exception is an instance of PyTorch's exception's type (exactly its
+  type or a subclass, so an `except` written for PyTorch catches it);
+- one raises and the other returns: a disagreement.
+
+`KNOWN` lists every disagreement left, each with a reason; the test fails on a new one
+and on a listed one that is gone (remove it). docs/conformance.md is the table of
+`KNOWN`, checked to be up to date; regenerate it with
+`python tests/test_conformance.py > docs/conformance.md`.
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import opwalk as W
+import parallel_autograd as pa
+from opwalk import torch
+
+pytestmark = [pytest.mark.skipif(torch is None, reason="PyTorch is the oracle"),
+              pytest.mark.walk]
+
+VARIANTS = ("float32", "float64", "int64", "bool", "mixed")
+SKIP_CASES = {"__repr__", "__len__", "__array__"}  # not values of a dtype
+
+
+def _arrays(case: W.Case, variant: str) -> list:
+    arrays = W.make_arrays(case)
+    out, first = [], True
+    for i, a in enumerate(arrays):
+        kind = case.dtypes[i] if i < len(case.dtypes) else "f"
+        if kind not in "fs":
+            out.append(a)
+            continue
+        if variant == "float32" or (variant == "mixed" and first):
+            a = a.astype(np.float32)
+        elif variant == "int64":
+            a = np.clip(np.round(a * 1.5), -3, 3).astype(np.int64)
+        elif variant == "bool":
+            a = a > 0
+        else:
+            a = a.astype(np.float64)
+        first = False
+        out.append(a)
+    return out
+
+
+def _floats(case: W.Case) -> int:
+    return sum(1 for i, _ in enumerate(case.shapes)
+               if (case.dtypes[i] if i < len(case.dtypes) else "f") in "fs")
+
+
+def _params() -> list:
+    out = []
+    for c in W.CASES:
+        if c.name in SKIP_CASES or c.inplace:
+            continue
+        n = _floats(c)
+        for f in W.forms(c):
+            if f == "x":
+                continue
+            for v in VARIANTS:
+                if n == 0 and v != "float64":
+                    continue  # nothing to vary
+                if v == "mixed" and n < 2:
+                    continue
+                out.append((c, f, v))
+    return out
+
+
+PARAMS = _params()
+P = W.Lib("pa")
+T = W.Lib("torch") if torch is not None else None
+
+
+def _attempt(fn):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return fn(), None
+        except Exception as e:  # noqa: BLE001 - the walk compares exceptions
+            return None, e
+
+
+def _dtype_name(t) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def _values_differ(a, b, dtype: str) -> bool:
+    x = np.asarray(a.detach().numpy() if isinstance(a, pa.Tensor) else a)
+    y = b.detach().resolve_conj().numpy()
+    if x.dtype.kind == "c" or y.dtype.kind == "c":
+        x, y = x.astype(np.complex128), y.astype(np.complex128)
+    elif x.dtype.kind in "fc" or y.dtype.kind in "fc":
+        x, y = x.astype(np.float64), y.astype(np.float64)
+    rtol, atol = (1e-5, 1e-6) if dtype in ("float32", "bfloat16", "float16") else (1e-9, 1e-12)
+    with np.errstate(all="ignore"):
+        return not np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def outcome(case: W.Case, form: str, variant: str) -> str | None:
+    """None when parallel_autograd does what PyTorch does; else what differs."""
+    arrays = _arrays(case, variant)
+    tins = [T.t(a) for a in arrays]
+    pins = [P.t(a) for a in arrays]
+    try:
+        tcall, pcall = W.prepare(case, form, T, tins), W.prepare(case, form, P, pins)
+    except (AttributeError, IndexError, TypeError):
+        return None  # PyTorch has no such op or method here
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, str(np.dtype(pa.get_default_dtype()))))
+    try:  # integer inputs promote to the default dtype: the same one on both sides
+        tout, terr = _attempt(tcall)
+    finally:
+        torch.set_default_dtype(before)
+    pout, perr = _attempt(pcall)
+    if terr is not None and perr is not None:
+        if isinstance(perr, type(terr)):
+            return None
+        return f"raises {type(perr).__name__}, PyTorch {type(terr).__name__}"
+    if terr is not None:
+        return f"returns, PyTorch raises {type(terr).__name__}"
+    if perr is not None:
+        return f"raises {type(perr).__name__}, PyTorch returns"
+    ours, theirs = W.tensors_of(pout), W.tensors_of(tout)
+    if not ours and not theirs:
+        if isinstance(tout, (bool, int, float)) and case.exact and pout != tout \
+                and not (pout != pout and tout != tout):
+            return "another value"
+        return None
+    if len(ours) != len(theirs):
+        return f"{len(ours)} results, PyTorch {len(theirs)}"
+    for a, b in zip(ours, theirs):
+        if not isinstance(a, pa.Tensor):
+            return "a result is not a Tensor"
+        if tuple(a.shape) != tuple(b.shape):
+            return f"shape {tuple(a.shape)}, PyTorch {tuple(b.shape)}"
+        da, db = _dtype_name(a), _dtype_name(b)
+        if da != db:
+            return f"dtype {da}, PyTorch {db}"
+        if case.exact and _values_differ(a, b, db):
+            return "other values"
+    return None
+
+
+def _key(case: W.Case, form: str, variant: str) -> str:
+    return f"{case.id}-{form}-{variant}"
+
+
+DATA = '`.data` is the numpy array, not a Tensor (being changed)'
+NO_KERNEL = "PyTorch has no kernel for this dtype; numpy's computes it"
+MIXED = "PyTorch's kernel refuses mixed float32/float64 operands; here they promote"
+INT_REFUSED = 'PyTorch refuses integer inputs; here they compute in the default dtype'
+NOT_IMPLEMENTED = "both refuse the dtype; PyTorch's 'not implemented for' is NotImplementedError"
+OTHER_TYPE = 'both refuse the dtype, with another exception type'
+KEEPS_INT = 'PyTorch keeps integer inputs integer; the result is float here'
+RECIPROCAL = "PyTorch computes y / x as reciprocal(x) * y in x's float32"
+TIES = "ties: PyTorch's index of a tied value is unspecified"
+INT_AVERAGE = 'PyTorch averages integer inputs in integers'
+F32_FIRST = 'PyTorch computes in float32, then promotes; here in float64'
+FIRST_DTYPE = "PyTorch's result dtype is the first operand's; here the promoted one"
+
+# "case-form-variant" -> why parallel_autograd does not do what PyTorch does there
+KNOWN: dict[str, str] = {
+    'abs-f-bool': NO_KERNEL,
+    'abs-m-bool': NO_KERNEL,
+    'ceil-f-bool': NO_KERNEL,
+    'ceil-m-bool': NO_KERNEL,
+    'floor-f-bool': NO_KERNEL,
+    'floor-m-bool': NO_KERNEL,
+    'trunc-f-bool': NO_KERNEL,
+    'trunc-m-bool': NO_KERNEL,
+    'celu-f-int64': NO_KERNEL,
+    'celu-f-bool': NO_KERNEL,
+    'selu-f-int64': NO_KERNEL,
+    'selu-f-bool': NO_KERNEL,
+    'absolute-f-bool': NO_KERNEL,
+    'absolute-m-bool': NO_KERNEL,
+    'fix-f-bool': NO_KERNEL,
+    'fix-m-bool': NO_KERNEL,
+    'hypot-f-int64': NO_KERNEL,
+    'hypot-f-bool': NO_KERNEL,
+    'hypot-m-int64': NO_KERNEL,
+    'hypot-m-bool': NO_KERNEL,
+    'isclose-f-mixed': MIXED,
+    'isclose-m-mixed': MIXED,
+    'allclose-f-mixed': MIXED,
+    'allclose-m-mixed': MIXED,
+    'logaddexp-f-int64': NO_KERNEL,
+    'logaddexp-f-bool': NO_KERNEL,
+    'logaddexp-m-int64': NO_KERNEL,
+    'logaddexp-m-bool': NO_KERNEL,
+    'logaddexp2-f-int64': NO_KERNEL,
+    'logaddexp2-f-bool': NO_KERNEL,
+    'logaddexp2-m-int64': NO_KERNEL,
+    'logaddexp2-m-bool': NO_KERNEL,
+    'addcmul-f-int64': KEEPS_INT,
+    'addcmul-f-bool': NO_KERNEL,
+    'addcmul-m-int64': KEEPS_INT,
+    'addcmul-m-bool': NO_KERNEL,
+    'prelu-f-int64': NO_KERNEL,
+    'prelu-f-bool': NO_KERNEL,
+    'prelu-f-mixed': MIXED,
+    'prelu-m-int64': NO_KERNEL,
+    'prelu-m-bool': NO_KERNEL,
+    'prelu-m-mixed': MIXED,
+    '__rtruediv__-o-mixed': RECIPROCAL,
+    '__matmul__-o-bool': NO_KERNEL,
+    '__rmatmul__-o-bool': NO_KERNEL,
+    '__abs__-o-bool': NO_KERNEL,
+    'argmax[dim]-f-bool': NO_KERNEL,
+    'argmax[dim]-m-bool': NO_KERNEL,
+    'argmin[dim]-f-bool': NO_KERNEL,
+    'argmin[dim]-m-bool': NO_KERNEL,
+    'median[dim]-f-bool': NO_KERNEL,
+    'median[dim]-m-bool': NO_KERNEL,
+    'argmax[all]-f-bool': NO_KERNEL,
+    'argmax[all]-m-bool': NO_KERNEL,
+    'argmin[all]-f-bool': NO_KERNEL,
+    'argmin[all]-m-bool': NO_KERNEL,
+    'median[all]-f-bool': NO_KERNEL,
+    'median[all]-m-bool': NO_KERNEL,
+    'topk-f-bool': NO_KERNEL,
+    'topk-m-bool': NO_KERNEL,
+    'kthvalue-f-int64': TIES,
+    'kthvalue-f-bool': NO_KERNEL,
+    'kthvalue-m-int64': TIES,
+    'kthvalue-m-bool': NO_KERNEL,
+    'matmul-f-bool': NO_KERNEL,
+    'matmul-m-bool': NO_KERNEL,
+    'mm-f-bool': NO_KERNEL,
+    'mm-m-bool': NO_KERNEL,
+    'matmul[batched]-f-bool': NO_KERNEL,
+    'matmul[batched]-m-bool': NO_KERNEL,
+    'bmm-f-bool': NO_KERNEL,
+    'bmm-m-bool': NO_KERNEL,
+    'mv-f-bool': NO_KERNEL,
+    'mv-m-bool': NO_KERNEL,
+    'dot-f-bool': NO_KERNEL,
+    'dot-m-bool': NO_KERNEL,
+    'addmm-f-bool': NO_KERNEL,
+    'addmm-m-bool': NO_KERNEL,
+    'addmv-f-bool': NO_KERNEL,
+    'addmv-m-bool': NO_KERNEL,
+    'baddbmm-f-bool': NO_KERNEL,
+    'baddbmm-m-bool': NO_KERNEL,
+    'cross-f-bool': NOT_IMPLEMENTED,
+    'cross-m-bool': NOT_IMPLEMENTED,
+    'matrix_power-f-bool': NO_KERNEL,
+    'matrix_power-m-bool': NO_KERNEL,
+    'trace-f-bool': NO_KERNEL,
+    'trace-m-bool': NO_KERNEL,
+    'einsum-f-bool': NO_KERNEL,
+    'einsum-f-mixed': MIXED,
+    'cross[linalg]-L-bool': NOT_IMPLEMENTED,
+    'matrix_power[linalg]-L-bool': NO_KERNEL,
+    'eigh-L-int64': NOT_IMPLEMENTED,
+    'eigh-L-bool': NOT_IMPLEMENTED,
+    'matmul-L-bool': NO_KERNEL,
+    'bernoulli-f-int64': NO_KERNEL,
+    'bernoulli-f-bool': NO_KERNEL,
+    'bernoulli-m-int64': NO_KERNEL,
+    'bernoulli-m-bool': NO_KERNEL,
+    'data-a-float32': DATA,
+    'data-a-float64': DATA,
+    'data-a-int64': DATA,
+    'data-a-bool': DATA,
+    'gelu-F-int64': NO_KERNEL,
+    'gelu-F-bool': NO_KERNEL,
+    'silu-F-int64': NO_KERNEL,
+    'silu-F-bool': NO_KERNEL,
+    'softsign-F-bool': NO_KERNEL,
+    'mish-F-int64': NO_KERNEL,
+    'mish-F-bool': NO_KERNEL,
+    'elu-F-int64': NO_KERNEL,
+    'elu-F-bool': NO_KERNEL,
+    'selu-F-int64': NO_KERNEL,
+    'selu-F-bool': NO_KERNEL,
+    'celu-F-int64': NO_KERNEL,
+    'celu-F-bool': NO_KERNEL,
+    'hardtanh-F-int64': KEEPS_INT,
+    'hardtanh-F-bool': NO_KERNEL,
+    'hardsigmoid-F-int64': NO_KERNEL,
+    'hardsigmoid-F-bool': NO_KERNEL,
+    'hardswish-F-int64': NO_KERNEL,
+    'hardswish-F-bool': NO_KERNEL,
+    'logsigmoid-F-int64': NO_KERNEL,
+    'logsigmoid-F-bool': NO_KERNEL,
+    'softplus-F-int64': NO_KERNEL,
+    'softplus-F-bool': NO_KERNEL,
+    'leaky_relu-F-int64': NO_KERNEL,
+    'leaky_relu-F-bool': NO_KERNEL,
+    'glu-F-int64': NO_KERNEL,
+    'glu-F-bool': NO_KERNEL,
+    'prelu-F-int64': NO_KERNEL,
+    'prelu-F-bool': NO_KERNEL,
+    'prelu-F-mixed': MIXED,
+    'linear-F-bool': NO_KERNEL,
+    'linear[nobias]-F-bool': NO_KERNEL,
+    'conv1d-F-bool': NO_KERNEL,
+    'conv1d-f-bool': NO_KERNEL,
+    'conv2d-F-bool': NO_KERNEL,
+    'conv2d-f-bool': NO_KERNEL,
+    'conv3d-F-bool': NO_KERNEL,
+    'conv3d-f-bool': NO_KERNEL,
+    'conv_transpose1d-F-bool': NO_KERNEL,
+    'conv_transpose1d-f-bool': NO_KERNEL,
+    'conv_transpose2d-F-bool': NO_KERNEL,
+    'conv_transpose2d-f-bool': NO_KERNEL,
+    'conv_transpose3d-F-bool': NO_KERNEL,
+    'conv_transpose3d-f-bool': NO_KERNEL,
+    'unfold-F-int64': NO_KERNEL,
+    'fold-F-int64': NO_KERNEL,
+    'max_pool1d-F-int64': NO_KERNEL,
+    'max_pool1d-F-bool': NO_KERNEL,
+    'max_pool1d-f-int64': NO_KERNEL,
+    'max_pool1d-f-bool': NO_KERNEL,
+    'avg_pool1d-F-int64': KEEPS_INT,
+    'avg_pool1d-F-bool': NO_KERNEL,
+    'avg_pool1d-f-int64': KEEPS_INT,
+    'avg_pool1d-f-bool': NO_KERNEL,
+    'max_pool2d-F-bool': NO_KERNEL,
+    'max_pool2d-f-bool': NO_KERNEL,
+    'avg_pool2d-F-int64': KEEPS_INT,
+    'avg_pool2d-F-bool': NO_KERNEL,
+    'max_pool3d-F-bool': NO_KERNEL,
+    'max_pool3d-f-bool': NO_KERNEL,
+    'avg_pool3d-F-int64': KEEPS_INT,
+    'avg_pool3d-F-bool': NO_KERNEL,
+    'adaptive_max_pool1d-F-int64': NO_KERNEL,
+    'adaptive_max_pool1d-F-bool': NO_KERNEL,
+    'adaptive_max_pool2d-F-int64': NO_KERNEL,
+    'adaptive_max_pool2d-F-bool': NO_KERNEL,
+    'adaptive_max_pool3d-F-int64': NO_KERNEL,
+    'adaptive_max_pool3d-F-bool': NO_KERNEL,
+    'max_unpool1d-F-int64': NOT_IMPLEMENTED,
+    'max_unpool1d-F-bool': NOT_IMPLEMENTED,
+    'max_unpool2d-F-int64': NOT_IMPLEMENTED,
+    'max_unpool2d-F-bool': NOT_IMPLEMENTED,
+    'interpolate-F-int64': NO_KERNEL,
+    'interpolate-F-bool': NO_KERNEL,
+    'upsample-F-int64': NO_KERNEL,
+    'upsample-F-bool': NO_KERNEL,
+    'layer_norm-F-int64': NO_KERNEL,
+    'layer_norm-F-bool': NO_KERNEL,
+    'layer_norm-F-mixed': MIXED,
+    'rms_norm-F-int64': NO_KERNEL,
+    'rms_norm-F-bool': NO_KERNEL,
+    'batch_norm-F-int64': NOT_IMPLEMENTED,
+    'batch_norm-F-bool': NOT_IMPLEMENTED,
+    'batch_norm-F-mixed': MIXED,
+    'instance_norm-F-int64': NOT_IMPLEMENTED,
+    'instance_norm-F-bool': NOT_IMPLEMENTED,
+    'group_norm-F-int64': NOT_IMPLEMENTED,
+    'group_norm-F-bool': NOT_IMPLEMENTED,
+    'group_norm-F-mixed': MIXED,
+    'local_response_norm-F-int64': INT_AVERAGE,
+    'local_response_norm-F-bool': NO_KERNEL,
+    'bilinear-F-bool': NO_KERNEL,
+    'relu6-F-int64': KEEPS_INT,
+    'relu6-F-bool': NO_KERNEL,
+    'upsample_nearest-F-int64': NO_KERNEL,
+    'upsample_nearest-F-bool': NO_KERNEL,
+    'pad[reflect]-F-bool': NO_KERNEL,
+    'mse_loss-F-int64': NOT_IMPLEMENTED,
+    'mse_loss-F-bool': NOT_IMPLEMENTED,
+    'l1_loss-F-int64': INT_REFUSED,
+    'l1_loss-F-bool': OTHER_TYPE,
+    'smooth_l1_loss-F-int64': NO_KERNEL,
+    'smooth_l1_loss-F-bool': NOT_IMPLEMENTED,
+    'huber_loss-F-int64': NO_KERNEL,
+    'huber_loss-F-bool': NOT_IMPLEMENTED,
+    'huber_loss-F-mixed': FIRST_DTYPE,
+    'mse_loss[none]-F-int64': NO_KERNEL,
+    'mse_loss[none]-F-bool': NOT_IMPLEMENTED,
+    'l1_loss[none]-F-int64': KEEPS_INT,
+    'l1_loss[none]-F-bool': OTHER_TYPE,
+    'kl_div-F-int64': INT_REFUSED,
+    'kl_div-F-bool': NO_KERNEL,
+    'binary_cross_entropy-F-int64': NO_KERNEL,
+    'binary_cross_entropy-F-bool': NOT_IMPLEMENTED,
+    'binary_cross_entropy-F-mixed': MIXED,
+    'binary_cross_entropy_with_logits-F-int64': NO_KERNEL,
+    'binary_cross_entropy_with_logits-F-bool': NO_KERNEL,
+    'binary_cross_entropy_with_logits-F-mixed': F32_FIRST,
+    'nll_loss-F-int64': NO_KERNEL,
+    'nll_loss-F-bool': NOT_IMPLEMENTED,
+    'cross_entropy[probabilities]-F-mixed': FIRST_DTYPE,
+}
+
+
+@pytest.mark.parametrize("case,form,variant", [
+    pytest.param(c, f, v, id=_key(c, f, v)) for c, f, v in PARAMS])
+def test_conforms_to_pytorch(case, form, variant):
+    got = outcome(case, form, variant)
+    key = _key(case, form, variant)
+    if key in KNOWN:
+        assert got is not None, f"{key} now conforms: remove it from KNOWN"
+        return
+    assert got is None, got
+
+
+def table(rows: dict) -> str:
+    """docs/conformance.md: the known disagreements, one row per reason."""
+    lines = [
+        "# Conformance with PyTorch: what is left",
+        "",
+        "Generated by `python tests/test_conformance.py > docs/conformance.md` from",
+        "`tests/test_conformance.py`'s `KNOWN` table (the test fails when this file is out of",
+        "date). The test runs every op of the op walk (`tests/opwalk.py`) in each of its forms",
+        "(f: `pa.op`, m: a Tensor method, o: an operator, F: `nn.functional`, L: `linalg`) on",
+        "float32, float64, int64, bool and mixed float32/float64 inputs, on parallel_autograd",
+        "and on PyTorch, and compares the results (shape, dtype, values) and the exception",
+        "types. A new disagreement fails the test; so does a listed one that is gone.",
+        "",
+        f"{len(rows)} disagreements out of {len(PARAMS)} calls, by reason:",
+        "",
+        "| why | inputs | ops (forms) |",
+        "|---|---|---|",
+    ]
+    groups: dict = {}
+    for key, why in rows.items():
+        name, form, variant = key.rsplit("-", 2)
+        ops = groups.setdefault(why, {}).setdefault(variant, {})
+        ops.setdefault(name, []).append(form)
+    for why, by_variant in groups.items():
+        for variant, ops in sorted(by_variant.items()):
+            names = ", ".join(f"`{n}` ({''.join(sorted(f))})" for n, f in sorted(ops.items()))
+            lines.append(f"| {why} | {variant} | {names} |")
+    return "\n".join(lines) + "\n"
+
+
+def test_docs_table_is_up_to_date():
+    from pathlib import Path
+    doc = Path(__file__).resolve().parent.parent / "docs" / "conformance.md"
+    assert doc.read_text() == table(KNOWN), (
+        "docs/conformance.md is out of date: python tests/test_conformance.py > "
+        "docs/conformance.md")
+
+
+if __name__ == "__main__":
+    if "--find" in sys.argv:  # print every disagreement, for KNOWN
+        for c, f, v in PARAMS:
+            got = outcome(c, f, v)
+            if got is not None:
+                print(f"    {_key(c, f, v)!r}: {got!r},")
+    else:
+        sys.stdout.write(table(KNOWN))
