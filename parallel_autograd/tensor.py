@@ -279,14 +279,20 @@ class Tensor:
 
     def __repr__(self):
         """`tensor([1., 2.], requires_grad=True)`, like PyTorch: the values as numpy
-        prints them (summarised past 1,000 elements), then the dtype unless float64,
-        then `grad_fn` or `requires_grad`."""
+        prints them (summarised past 1,000 elements), then the dtype unless PyTorch
+        leaves it out (the default dtype, its complex twin, int64, bool), then `grad_fn`
+        or `requires_grad`."""
         name = "tensor" if type(self) is Tensor else type(self).__name__
         body = np.array2string(self.data, separator=", ", prefix=name + "(",
                                threshold=1000, edgeitems=3)
         extra = []
-        if self.data.dtype != np.float64:
-            extra.append(f"dtype={self.data.dtype}")
+        dt = self.data.dtype
+        if dt.kind in "fc":
+            implied = dt == _default_of(dt)
+        else:
+            implied = dt in (np.int64, np.bool_)
+        if not implied:
+            extra.append(f"dtype={dt}")
         if self.grad_fn is not None:
             extra.append(f"grad_fn=<{self.grad_fn.name}>")
         elif self._requires_grad:

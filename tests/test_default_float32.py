@@ -316,3 +316,28 @@ def test_optimizer_state_dict_holds_tensors_and_a_0d_step_as_pytorch(name, defau
         assert set(tstate) == set(state)
         assert all(isinstance(v, torch.Tensor) for v in tstate.values())
         assert _name(tstate["step"].dtype) == default and tstate["step"].shape == ()
+
+
+REPRS = [lambda m: m.ones(2), lambda m: m.ones(2, dtype=m.float64), lambda m: m.tensor([1, 2]),
+         lambda m: m.tensor([True]), lambda m: m.ones(2, dtype=m.float16),
+         lambda m: m.ones(2, dtype=m.int32), lambda m: m.ones(2, dtype=m.complex64),
+         lambda m: m.ones(2, dtype=m.complex128)]
+
+
+@pytest.mark.parametrize("make", REPRS)
+@pytest.mark.parametrize("default", ["float32", "float64"])
+def test_repr_names_the_dtype_when_pytorch_does(make, default):
+    """PyTorch's repr leaves out the default dtype (and its complex twin, int64, bool):
+    a float32 tensor printed `dtype=float32` and a float64 one nothing, whatever the
+    default."""
+    pa.set_default_dtype(getattr(pa, default))
+    shown = "dtype=" in repr(make(pa))
+    if torch is not None:
+        torch.set_default_dtype(getattr(torch, default))
+        try:
+            assert shown == ("dtype=" in repr(make(torch)))
+        finally:
+            torch.set_default_dtype(torch.float32)
+    t = make(pa)
+    assert shown == (str(t.dtype) not in (default, "int64", "bool",
+                                          "complex64" if default == "float32" else "complex128"))
