@@ -495,6 +495,10 @@ def test_options_and_their_defaults():
     a = cli.parse_args(["--workloads", "cnn, lstm", "--python", sys.executable])
     assert (a.workloads, a.timeline, a.allocator, a.reps, a.retries, a.size, a.budget) == \
         (["cnn", "lstm"], "cnn", "default", 7, 1, "full", 120.0)
+    assert cli.parse_args(["--workloads", "programs,cnn,gpt-f32"]).workloads == \
+        list(workloads.PROGRAM_WORKLOADS) + ["cnn"]  # a group, then names, no repeats
+    assert cli.parse_args(["--workloads", "models"]).workloads == \
+        list(workloads.MODEL_WORKLOADS)
     assert cli.parse_args(["--size", "tiny", "--budget", "5"]).budget == 5.0
     assert cli.parse_args(["--size", "tiny"]).budget == 0.0
     assert a.python_path == os.path.abspath(sys.executable)
