@@ -54,6 +54,7 @@ generated functions are as thread safe as their forwards (pure functions of thei
 """
 from __future__ import annotations
 
+import dis
 import functools
 import inspect
 import keyword
@@ -125,7 +126,10 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
         vc = [0] if root is None or _owns(root) else _shared_counter(out, inputs)
     if not tracked:
         return Tensor._wrap(out, None, vc)
-    vcs.append(vc)
+    if op is None:  # (a Function's or primitive's node: every tensor's counter, as before)
+        vcs.append(vc)
+    else:
+        vcs = _read_counters(inputs, saved, out, vc)
     size = out.size
     node = Node(name, tuple(nexts), tuple(meta), saved,
                 None if rules is None else tuple(rules), joint if rules is None else None,
@@ -138,6 +142,38 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
 
 
 anomaly_mode = anomaly.mode
+_UNREAD = [0]  # the counter of an output no rule reads: never stamped (version.check)
+
+
+def _kept(d: np.ndarray, a, extras: tuple) -> bool:
+    """The node keeps `d` itself (`a`, its slot in `saved`) or a view of its memory among
+    the extras (`Saved`)."""
+    if a is d:
+        return True
+    root = d if d.base is None else d.base
+    for e in extras:
+        if type(e) is np.ndarray and (e is d or e.base is root or e is root):
+            return True
+    return False
+
+
+def _read_counters(inputs, saved, out: np.ndarray, vc: list) -> tuple:
+    """The version counters a declared op's node checks before its rules run (PyTorch
+    checks its saved variables only): those of the inputs whose arrays the node keeps
+    (not a placeholder, a stand-in or a promoted copy), then the output's if it keeps
+    the output, else `_UNREAD`. An output that views an input (it shares that input's
+    counter) keeps the counter in both places, whatever is saved: a write into that
+    memory changes the view's values behind its recorded history."""
+    n = len(inputs)
+    extras = saved[n + 1:]
+    vcs = []
+    for i in range(n):
+        x = inputs[i]
+        if isinstance(x, Tensor) and (x._vc is vc or _kept(x.data, saved[i + 1], extras)):
+            vcs.append(x._vc)
+    view = any(v is vc for v in vcs)
+    vcs.append(vc if view or _kept(out, saved[0], extras) else _UNREAD)
+    return vcs
 
 
 def _shared_counter(out: np.ndarray, inputs) -> list:
@@ -421,6 +457,8 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
                                    if "Tensor" in str(sig.parameters[n].annotation))
         spec.formulas, spec.kernels, spec.has_kernel = _rules(spec, formula, kernel)
         spec.unsaved = _unsaved(spec, unsaved)
+        if spec.formulas is not None and not _any_reads_ans(formula, kernel):
+            spec.unsaved = (spec.unsaved or frozenset()) | {0}  # the output: not kept
         if quiet:
             spec.forward = _quiet(spec.forward)
             spec.kernels = _quiet_rules(spec.kernels)
@@ -482,6 +520,48 @@ def _unsaved(spec: OpDef, names) -> frozenset | None:
         raise TypeError(f"defop {spec.name}: unsaved {unknown} are neither 'result' nor "
                         f"inputs {spec.inputs}")
     return frozenset(where[n] for n in names)
+
+
+def _reads_ans(fn) -> bool:
+    """Whether rule `fn(g, ans, ...)` may read `ans`'s values: False only when its code
+    never loads its second parameter (or the `*args` holding it), nor hands it to a nested
+    function; anything else (no code object: a builtin, a partial) counts as reading. A rule
+    that passes `ans` on names the function that reads it as `fn.ans_read_by`
+    (`forms.piecewise`: the kernel)."""
+    inner = getattr(fn, "ans_read_by", None)
+    if inner is not None:
+        return _reads_ans(inner)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return True
+    if code.co_argcount >= 2:
+        name = code.co_varnames[1]
+    elif code.co_flags & inspect.CO_VARARGS:  # `lambda g, *_:` (ans inside *_)
+        name = code.co_varnames[code.co_argcount + code.co_kwonlyargcount]
+    else:
+        return True
+    if name in code.co_cellvars:
+        return True
+    for ins in dis.get_instructions(code):
+        if "LOAD" in ins.opname and (ins.argval == name or
+                                     (isinstance(ins.argval, tuple) and name in ins.argval)):
+            return True
+    return False
+
+
+def _any_reads_ans(formula, kernel) -> bool:
+    """Whether any of an op's declared rules may read its output (`_reads_ans`): if none
+    does, the node keeps no output, and writing into the output in place (`y.add_(1)`)
+    leaves the node valid, as PyTorch's nodes that save no result."""
+    rules = []
+    for r in (formula, kernel):
+        if isinstance(r, Joint):
+            rules.append(r.fn)
+        elif isinstance(r, tuple):
+            rules.extend(f for f in r if f is not None)
+        elif r is not None:
+            rules.append(r)
+    return any(_reads_ans(f) for f in rules)
 
 
 def _rules(spec: OpDef, formula, kernel):

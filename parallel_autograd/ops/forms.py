@@ -225,4 +225,5 @@ def piecewise(kernel):
         factor = np.asarray(kernel(ones, a, *[_raw(x) for x in inputs], **params))
         return g * depends_on(factor, *inputs)
     formula.kernel = kernel
+    formula.ans_read_by = kernel  # (ans's values: only through the kernel)
     return formula
