@@ -157,21 +157,35 @@ def _kept(d: np.ndarray, a, extras: tuple) -> bool:
     return False
 
 
-def _read_counters(inputs, saved, out: np.ndarray, vc: list) -> tuple:
+def _read_counters(inputs, saved, out: np.ndarray, vc: list) -> list:
     """The version counters a declared op's node checks before its rules run (PyTorch
     checks its saved variables only): those of the inputs whose arrays the node keeps
     (not a placeholder, a stand-in or a promoted copy), then the output's if it keeps
     the output, else `_UNREAD`. An output that views an input (it shares that input's
     counter) keeps the counter in both places, whatever is saved: a write into that
-    memory changes the view's values behind its recorded history."""
+    memory changes the view's values behind its recorded history. On every op's path:
+    identity tests only, unless the node keeps extras (`Saved`)."""
     n = len(inputs)
-    extras = saved[n + 1:]
     vcs = []
+    view = False
+    if len(saved) == n + 1:
+        for i in range(n):
+            x = inputs[i]
+            if isinstance(x, Tensor):
+                xv = x._vc
+                if xv is vc:
+                    view = True
+                    vcs.append(xv)
+                elif saved[i + 1] is x.data:
+                    vcs.append(xv)
+        vcs.append(vc if view or saved[0] is out else _UNREAD)
+        return vcs
+    extras = saved[n + 1:]
     for i in range(n):
         x = inputs[i]
         if isinstance(x, Tensor) and (x._vc is vc or _kept(x.data, saved[i + 1], extras)):
+            view = view or x._vc is vc
             vcs.append(x._vc)
-    view = any(v is vc for v in vcs)
     vcs.append(vc if view or _kept(out, saved[0], extras) else _UNREAD)
     return vcs
 
@@ -243,7 +257,8 @@ class OpDef:
     __slots__ = ("name", "fn", "forward", "inputs", "params", "formulas", "kernels",
                  "has_kernel", "method", "module", "export", "composite", "cost", "threaded",
                  "tensor_params", "family", "torch_name", "aliases", "modules", "variadic",
-                 "shapes_only", "by_name", "needs", "unsaved", "promote", "__weakref__")
+                 "shapes_only", "by_name", "needs", "unsaved", "promote", "keeps_ans",
+                 "__weakref__")
 
     def __repr__(self):
         return f"<op {self.module}.{self.name}>"
@@ -272,15 +287,15 @@ class OpDef:
             if str(e).startswith(f"{self.name}:"):     # the forward named the op already
                 raise
             raise ValueError(f"{self.name}: {e}") from e
-        if type(ans) is Saved:
-            saved = (ans.out, *arrays, *ans.extras)
+        if type(ans) is Saved:  # (an output no rule reads: not kept, None in its place)
+            saved = (ans.out if self.keeps_ans else None, *arrays, *ans.extras)
             ans = ans.out
         else:
             saved = None
         if type(ans) is not np.ndarray:
             ans = np.asarray(ans)
         if saved is None:
-            saved = (ans, *arrays)
+            saved = (ans if self.keeps_ans else None, *arrays)
         if self.shapes_only:  # the rules read shapes and dtypes only: keep no array
             saved = _stand_ins(saved, len(arrays) + 1)
         elif self.unsaved is not None:  # values no rule reads: not kept alive by the node
@@ -376,7 +391,10 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
     - unsaved: the arrays no rule reads, by name ("result" for the output, or input names):
       the node does not keep them alive (PyTorch saves only what its formulas use); the
       rules get zeros of their shape and dtype in their place (`placeholder`), whose shape
-      and dtype they may read, not their values.
+      and dtype they may read, not their values. Without a declaration, an output that no
+      rule reads (none of them loads its `ans` parameter: `_reads_ans`) is not kept at
+      all (None in its place); its node then does not check the output's version, so
+      writing into the output in place (`y = a + b; y += 1`) leaves the node valid.
     - promote: PyTorch's type promotion of the inputs (True: all of `inputs`; a tuple: those
       named): before the forward they are brought to their `dtypes.result_type`
       (dimensioned tensors over 0-d tensors over Python numbers), arrays of another dtype
@@ -428,6 +446,7 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
     spec.family = _family(forward.__module__)
     spec.unsaved = None
     spec.promote = None
+    spec.keeps_ans = True  # whether nodes keep the output (False: no rule reads it)
     sig = inspect.signature(forward)
     spec.needs = _NEEDS in sig.parameters and not composite
     if spec.needs:
@@ -457,8 +476,8 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
                                    if "Tensor" in str(sig.parameters[n].annotation))
         spec.formulas, spec.kernels, spec.has_kernel = _rules(spec, formula, kernel)
         spec.unsaved = _unsaved(spec, unsaved)
-        if spec.formulas is not None and not _any_reads_ans(formula, kernel):
-            spec.unsaved = (spec.unsaved or frozenset()) | {0}  # the output: not kept
+        spec.keeps_ans = (spec.formulas is None or _any_reads_ans(formula, kernel) or
+                          0 in (spec.unsaved or ()))  # (declared unsaved: a placeholder)
         if quiet:
             spec.forward = _quiet(spec.forward)
             spec.kernels = _quiet_rules(spec.kernels)
@@ -489,15 +508,24 @@ def placeholder(a):
     and dtype holding one element (a read-only, zero-strided view); anything else as it is."""
     if type(a) is not np.ndarray:
         return a
+    key = (a.shape, a.dtype)
+    p = _PLACEHOLDERS.get(key)
+    if p is not None:  # (on the path of add, sub...: a dict lookup, no new array)
+        return p
     zero = _ZERO.get(a.dtype)
     if zero is None:  # one per dtype, shared (read only); a race makes two, both right
         zero = np.zeros(1, a.dtype)
         zero.flags.writeable = False
         _ZERO[a.dtype] = zero
-    return np.ndarray(a.shape, a.dtype, zero, 0, (0,) * a.ndim)
+    p = np.ndarray(a.shape, a.dtype, zero, 0, (0,) * a.ndim)
+    if len(_PLACEHOLDERS) >= 4096:  # a bound on shapes seen (thread safe: dict operations)
+        _PLACEHOLDERS.clear()
+    _PLACEHOLDERS[key] = p
+    return p
 
 
 _ZERO: dict = {}
+_PLACEHOLDERS: dict = {}  # (shape, dtype) -> a placeholder: read only, so shared
 
 
 def _family(module: str) -> str:

@@ -502,7 +502,7 @@ def _alpha_formula(g, ans, input, other, alpha):
 
 
 def _minus_alpha_formula(g, ans, input, other, alpha):
-    return -_alpha_formula(g, ans, input, other, alpha)
+    return -_alpha_formula(g, None, input, other, alpha)  # (ans: not read, not kept)
 
 
 def _pass(g, ans, *inputs, **params):
@@ -511,7 +511,7 @@ def _pass(g, ans, *inputs, **params):
 
 # ---- add, sub, mul, div ---------------------------------------------------------------------
 @defop(inputs=("input", "other"), formula=(_pass, _alpha_formula), method=True, promote=True,
-       unsaved=("result", "input", "other"))
+       unsaved=("input", "other"))
 def add(input: Tensor, other: Tensor, *, alpha=1) -> Tensor:
     """`input + alpha * other`, broadcast (the gradients are summed back to each shape)."""
     if _is_one(alpha):
@@ -520,7 +520,7 @@ def add(input: Tensor, other: Tensor, *, alpha=1) -> Tensor:
 
 
 @defop(inputs=("input", "other"), formula=(_pass, _minus_alpha_formula), method=True,
-       aliases=("subtract",), promote=True, unsaved=("result", "input", "other"))
+       aliases=("subtract",), promote=True, unsaved=("input", "other"))
 def sub(input: Tensor, other: Tensor, *, alpha=1) -> Tensor:
     """`input - alpha * other`, broadcast (two bool tensors: RuntimeError, as PyTorch)."""
     if _kind(input) == "b" and _kind(other) == "b":
@@ -533,7 +533,7 @@ def sub(input: Tensor, other: Tensor, *, alpha=1) -> Tensor:
 
 @defop(inputs=("input", "other"),
        formula=(lambda g, ans, input, other: g * other, lambda g, ans, input, other: g * input),
-       method=True, aliases=("multiply",), promote=True, unsaved=("result",))
+       method=True, aliases=("multiply",), promote=True)
 def mul(input: Tensor, other: Tensor) -> Tensor:
     """`input * other`, broadcast."""
     return _MUL(input, other)
