@@ -5,14 +5,15 @@ They write into the tensor's own ndarray (views and other references see the cha
 and bump its version counter (`parallel_autograd.version`), so a backward that needs
 an overwritten value fails with a clear error instead of computing a wrong gradient.
 
-When they are allowed (PyTorch's rules, stricter in one place):
+When they are allowed (PyTorch's rules, stricter for views):
 - under `no_grad()` (the optimizer-step case), or on tensors that do not require grad,
   with no operand that requires grad: allowed;
 - on a leaf that requires grad, with grad mode on: RuntimeError (PyTorch's "a leaf
   Variable that requires grad is being used in an in-place operation");
 - on a tensor with a gradient history, or with an operand that requires grad, with
-  grad mode on: RuntimeError. PyTorch records these; here they are refused, never
-  recorded wrongly: write the op out of place (`y = y + x`).
+  grad mode on: recorded, as PyTorch records them (`record.rebase`: the tensor takes
+  the out-of-place op's node as its history; docs/inplace.md); through a view of
+  another tensor's memory: RuntimeError (PyTorch rewrites the viewed tensor's history).
 
 Writes through `.data` (numpy) bypass the checks and the version counter, as in
 PyTorch. Thread safety: like any write to an array, not synchronised with readers.
