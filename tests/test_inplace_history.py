@@ -376,3 +376,67 @@ def test_retain_grad_follows_the_tensor_through_the_write():
         y.mul_(3)
         (y * lib.tensor(WEIGHTS)).sum().backward()
         np.testing.assert_allclose(np.array(y.grad.numpy()), WEIGHTS)
+
+
+# ---- inplace=True of nn.functional and the activation modules ----------------------------
+_DETERMINISTIC = {"relu6": (), "celu": (1.1,), "elu": (0.9,), "hardsigmoid": (),
+                  "hardswish": (), "hardtanh": (-0.5, 0.5), "leaky_relu": (0.2,), "mish": (),
+                  "relu": (), "selu": (), "silu": ()}
+
+
+def test_every_inplace_keyword_of_functional_is_covered():
+    import inspect
+    names = {n for n in PF.__all__ if "inplace" in inspect.signature(getattr(PF, n)).parameters}
+    assert names == set(_DETERMINISTIC) | {"dropout", "dropout1d", "dropout2d", "dropout3d",
+                                           "alpha_dropout", "feature_alpha_dropout"}
+
+
+@pytest.mark.parametrize("name", sorted(_DETERMINISTIC))
+def test_functional_inplace_writes_the_input_and_records_as_pytorch(name):
+    args = _DETERMINISTIC[name]
+    x0 = np.linspace(-2.0, 2.0, 12).reshape(3, 4)
+    # no grad involved: the input itself is overwritten and returned
+    p, t = pa.tensor(x0), torch.tensor(x0)
+    pr, tr = getattr(PF, name)(p, *args, inplace=True), \
+        getattr(torch.nn.functional, name)(t, *args, inplace=True)
+    assert pr is p and tr is t
+    np.testing.assert_allclose(p.numpy(), t.numpy(), rtol=1e-12, atol=1e-12)
+    # on a tensor with history: recorded, the same gradients as torch's
+    pw, tw = pa.tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)
+    ph, th = pw * 1.5, tw * 1.5
+    assert getattr(PF, name)(ph, *args, inplace=True) is ph
+    getattr(torch.nn.functional, name)(th, *args, inplace=True)
+    assert ph.grad_fn is not None
+    (ph * ph).sum().backward()
+    (th * th).sum().backward()
+    rtol = 1e-7 if name == "celu" else 1e-10  # PyTorch's celu rounds 1/alpha (docs/ops.md)
+    np.testing.assert_allclose(pw.grad.numpy(), tw.grad.numpy(), rtol=rtol, atol=1e-12)
+    # a leaf that requires grad: PyTorch's RuntimeError, nothing written
+    leaf = pa.tensor(x0, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable"):
+        getattr(PF, name)(leaf, *args, inplace=True)
+    np.testing.assert_array_equal(leaf.numpy(), x0)
+
+
+@pytest.mark.parametrize("module", ["ReLU", "SiLU", "Mish", "SELU", "Hardswish",
+                                    "Hardsigmoid", "ReLU6"])
+def test_activation_modules_with_inplace_overwrite_their_input(module):
+    x0 = np.linspace(-2.0, 2.0, 8)
+    p, t = pa.tensor(x0), torch.tensor(x0)
+    out = getattr(pa.nn, module)(inplace=True)(p)
+    getattr(torch.nn, module)(inplace=True)(t)
+    assert out is p
+    np.testing.assert_allclose(p.numpy(), t.numpy(), rtol=1e-12, atol=1e-12)
+    q = pa.tensor(x0)
+    getattr(pa.nn, module)()(q)  # inplace=False leaves it
+    np.testing.assert_array_equal(q.numpy(), x0)
+
+
+def test_dropout_inplace_overwrites_its_input():
+    x = pa.ones(1000)
+    out = PF.dropout(x, 0.5, True, True)
+    assert out is x
+    vals = set(np.unique(x.numpy()).tolist())
+    assert vals == {0.0, 2.0}
+    y = pa.ones(100)
+    assert pa.nn.Dropout(0.5, inplace=True)(y) is y

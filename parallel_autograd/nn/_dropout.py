@@ -14,9 +14,9 @@ same seed gives the same mask), or else the current generator (the default one t
 mask is drawn in blocks of 32,768 into one cached buffer: the same draws as one
 `rng.random(shape) >= p` without its full-size float64 temporary.
 
-`inplace=True` (PyTorch's keyword) is accepted and computed out of place: the result has
-PyTorch's values, the input is not overwritten (PyTorch writes it and rebases its
-history), as the activations do. Identity (the input itself) when not training or p == 0.
+`inplace=True` (PyTorch's keyword): computed out of place here; the forms
+`nn.functional` exports write the result into the input, as PyTorch's (ops/writes/
+inplace.py `inplace_form`), as for the activations. Identity (the input itself) when not training or p == 0.
 
 Thread safety: concurrent calls draw from the generator under its lock (which call gets
 which mask depends on scheduling); otherwise pure functions.

@@ -35,6 +35,9 @@ More of PyTorch's in-place methods, with the same checks:
 """
 from __future__ import annotations
 
+import functools
+import inspect
+
 import numpy as np
 
 from ... import version
@@ -452,3 +455,38 @@ METHODS.update({
 })
 for _name in _MATH:
     METHODS[_name].__doc__ = f"`{_name[:-1]}` in place (the tensor's own memory is written)."
+
+
+def inplace_form(op):
+    """`op` with PyTorch's `inplace=True`: `F.relu(x, inplace=True)` writes the result into
+    `x` and returns `x` (recorded through `op`'s node when grad is involved, as the
+    in-place methods are: `record.rebase`; a leaf that requires grad is refused, a view of
+    another tensor with history too), instead of computing out of place and leaving `x`
+    unchanged. `op` is a declared op with an `inplace` parameter it ignores.
+    The signature shown is `op`'s (`__wrapped__`)."""
+    name = op.__name__ + "_"
+    pos = list(inspect.signature(op).parameters).index("inplace")
+
+    @functools.wraps(op)
+    def f(*args, **kwargs):
+        if len(args) > pos:
+            inplace, args = args[pos], args[:pos] + args[pos + 1:]
+        else:
+            inplace = kwargs.pop("inplace", False)
+        if not inplace:
+            return op(*args, **kwargs)
+        if args:
+            t, operands = args[0], args[1:]
+        else:
+            t, operands = kwargs.pop("input"), ()
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op.__name__}(inplace=True): the input must be a Tensor, got "
+                            f"{type(t).__name__}")
+        if _records(t, name, operands + tuple(kwargs.values())):
+            return rebase(t, name, op, operands, kwargs)
+        out = op(t, *operands, **kwargs)
+        np.copyto(t.data, out.data, casting="same_kind")
+        version.bump(t)
+        return t
+
+    return f
