@@ -16,7 +16,8 @@ mask is drawn in blocks of 32,768 into one cached buffer: the same draws as one
 
 `inplace=True` (PyTorch's keyword): computed out of place here; the forms
 `nn.functional` exports write the result into the input, as PyTorch's (ops/writes/
-inplace.py `inplace_form`), as for the activations. Identity (the input itself) when not training or p == 0.
+inplace.py `inplace_form`), as for the activations. Identity (the input itself) when not
+training or p == 0.
 
 Thread safety: concurrent calls draw from the generator under its lock (which call gets
 which mask depends on scheduling); otherwise pure functions.
