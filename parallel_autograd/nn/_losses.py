@@ -905,11 +905,14 @@ def cross_entropy(input, target, weight=None, *, ignore_index: int = -100,
     if x.dtype.kind not in "fc":  # PyTorch's log_softmax kernel has no integer form
         raise NotImplementedError(f"cross_entropy: not implemented for input dtype "
                                   f"{x.dtype} (logits must be floating point)")
-    if t.shape == x.shape and x.ndim:  # PyTorch: the same shape means probabilities
+    if t.shape == x.shape:  # PyTorch: the same shape means probabilities
         if t.dtype.kind != "f":
             raise RuntimeError(f"cross_entropy: expected a floating point target with "
                                f"class probabilities (the input's shape {x.shape}), got "
                                f"{t.dtype}")
+        if x.ndim == 0:  # PyTorch's softmax over dim 1 of a 0-d input
+            raise IndexError("cross_entropy: Dimension specified as 1 but the input has "
+                             "no dimensions (expected (C,), (N, C) or (N, C, d1, ...))")
         return _soft_cross_entropy(input, target, weight, reduction, label_smoothing)
     x2, t, shape = _rows_of_classes("cross_entropy", input, target)
     _class_weight_dtype("cross_entropy", _raw(x2), weight)
