@@ -462,10 +462,18 @@ def inplace_form(op):
     `x` and returns `x` (recorded through `op`'s node when grad is involved, as the
     in-place methods are: `record.rebase`; a leaf that requires grad is refused, a view of
     another tensor with history too), instead of computing out of place and leaving `x`
-    unchanged. `op` is a declared op with an `inplace` parameter it ignores.
+    unchanged. `op` is a declared op with an `inplace` parameter it ignores. A dropout
+    that is the identity (`training=False` or `p=0`) returns `x` untouched, as PyTorch's.
     The signature shown is `op`'s (`__wrapped__`)."""
     name = op.__name__ + "_"
-    pos = list(inspect.signature(op).parameters).index("inplace")
+    sig = inspect.signature(op)
+    pos = list(sig.parameters).index("inplace")
+    identity = None
+    if "training" in sig.parameters and "p" in sig.parameters:  # the dropouts
+        def identity(args, kwargs):
+            b = sig.bind_partial(*args, **kwargs)
+            b.apply_defaults()
+            return not b.arguments["training"] or b.arguments["p"] == 0
 
     @functools.wraps(op)
     def f(*args, **kwargs):
@@ -473,7 +481,7 @@ def inplace_form(op):
             inplace, args = args[pos], args[:pos] + args[pos + 1:]
         else:
             inplace = kwargs.pop("inplace", False)
-        if not inplace:
+        if not inplace or (identity is not None and identity(args, kwargs)):
             return op(*args, **kwargs)
         if args:
             t, operands = args[0], args[1:]
