@@ -14,6 +14,7 @@ test_zero_size.py (empty dimensions give PyTorch's results).
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -154,6 +155,17 @@ def tensors_of(out) -> list:
     if isinstance(out, (tuple, list)):
         return [t for o in out for t in tensors_of(o)]
     return []
+
+
+def attempt(fn):
+    """(fn(), None), or (None, the exception it raised), its warnings silenced: the walks
+    compare PyTorch's outcome with ours, errors included."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return fn(), None
+        except Exception as e:  # noqa: BLE001 - the walk compares exceptions
+            return None, e
 
 
 # ---- input domains -------------------------------------------------------------------------

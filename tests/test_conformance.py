@@ -29,7 +29,6 @@ and on a listed one that is gone (remove it). docs/conformance.md is the table o
 from __future__ import annotations
 
 import sys
-import warnings
 
 import numpy as np
 import pytest
@@ -94,15 +93,6 @@ P = W.Lib("pa")
 T = W.Lib("torch") if torch is not None else None
 
 
-def _attempt(fn):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            return fn(), None
-        except Exception as e:  # noqa: BLE001 - the walk compares exceptions
-            return None, e
-
-
 def _dtype_name(t) -> str:
     return str(t.dtype).replace("torch.", "")
 
@@ -131,10 +121,10 @@ def outcome(case: W.Case, form: str, variant: str) -> str | None:
     before = torch.get_default_dtype()
     torch.set_default_dtype(getattr(torch, str(np.dtype(pa.get_default_dtype()))))
     try:  # integer inputs promote to the default dtype: the same one on both sides
-        tout, terr = _attempt(tcall)
+        tout, terr = W.attempt(tcall)
     finally:
         torch.set_default_dtype(before)
-    pout, perr = _attempt(pcall)
+    pout, perr = W.attempt(pcall)
     if terr is not None and perr is not None:
         if isinstance(perr, type(terr)):
             return None
