@@ -171,8 +171,8 @@ def test_stepping_the_scheduler_before_the_optimizer_warns():
     (lambda o: lr_scheduler.StepLR(o, step_size=0), ValueError, "step_size"),
     (lambda o: lr_scheduler.StepLR(o, step_size=2.5), TypeError, "step_size"),
     (lambda o: lr_scheduler.CosineAnnealingLR(o, T_max=0), ValueError, "T_max"),
-    (lambda o: lr_scheduler.LambdaLR(o, [lambda e: 1.0]), ValueError, "expected 2 lr_lambdas"),
-    (lambda o: lr_scheduler.LambdaLR(o, 0.5), TypeError, "callable"),
+    (lambda o: lr_scheduler.LambdaLR(o, [lambda e: 1.0]), ValueError, "Expected 2 lr_lambdas"),
+    (lambda o: lr_scheduler.LambdaLR(o, 0.5), TypeError, "should be a function"),
     (lambda o: lr_scheduler.StepLR(object(), step_size=1), TypeError, "not an Optimizer"),
 ])
 def test_bad_input(make, error, match):

@@ -126,6 +126,23 @@ class LRScheduler:
         self.__dict__.update(state_dict)
 
 
+def _lambdas(optimizer: Optimizer, lr_lambda) -> list:
+    """One callable per parameter group: `lr_lambda` repeated, or a list/tuple of the
+    groups' length (PyTorch's messages: ValueError for the length, TypeError for a value
+    that is not callable, raised here rather than at the first step)."""
+    n = len(optimizer.param_groups)
+    if isinstance(lr_lambda, (list, tuple)):
+        if len(lr_lambda) != n:
+            raise ValueError(f"Expected {n} lr_lambdas, but got {len(lr_lambda)}")
+        lambdas = list(lr_lambda)
+    else:
+        lambdas = [lr_lambda] * n
+    for f in lambdas:
+        if not callable(f):
+            raise TypeError(f"lr_lambda should be a function, but got {type(f).__name__}")
+    return lambdas
+
+
 def _check_int(owner: str, name: str, value: Any, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{owner}: {name} must be an int, got {type(value).__name__} {value!r}")
@@ -226,17 +243,7 @@ class LambdaLR(LRScheduler):
     def __init__(self, optimizer: Optimizer,
                  lr_lambda: Union[Callable[[int], float], Sequence[Callable[[int], float]]],
                  last_epoch: int = -1) -> None:
-        n = len(optimizer.param_groups)
-        if isinstance(lr_lambda, (list, tuple)):
-            if len(lr_lambda) != n:
-                raise ValueError(f"LambdaLR: expected {n} lr_lambdas (one per parameter "
-                                 f"group), got {len(lr_lambda)}")
-            self.lr_lambdas = list(lr_lambda)
-        else:
-            self.lr_lambdas = [lr_lambda] * n
-        for f in self.lr_lambdas:
-            if not callable(f):
-                raise TypeError(f"LambdaLR: lr_lambda must be callable, got {f!r}")
+        self.lr_lambdas = _lambdas(optimizer, lr_lambda)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
@@ -286,16 +293,7 @@ class MultiplicativeLR(LRScheduler):
     def __init__(self, optimizer: Optimizer,
                  lr_lambda: Union[Callable[[int], float], Sequence[Callable[[int], float]]],
                  last_epoch: int = -1) -> None:
-        n = len(optimizer.param_groups)
-        if isinstance(lr_lambda, (list, tuple)):
-            if len(lr_lambda) != n:
-                raise ValueError(f"Expected {n} lr_lambdas, but got {len(lr_lambda)}")
-            self.lr_lambdas = list(lr_lambda)
-        else:
-            self.lr_lambdas = [lr_lambda] * n
-        for f in self.lr_lambdas:
-            if not callable(f):
-                raise TypeError(f"lr_lambda should be a function, but got {type(f).__name__}")
+        self.lr_lambdas = _lambdas(optimizer, lr_lambda)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
