@@ -329,6 +329,10 @@ class OpDef:
         if type(lean) is tuple and len(lean) == len(arrays) + 1:
             if lean is self.nothing:  # (add, sub: no rule reads any of them)
                 return (*lean, *extras) if extras else lean
+            if lean is _ANS_ONLY:  # (exp, tanh, sigmoid: the output, not the input)
+                return (ans, None, *extras) if extras else (ans, None)
+            if lean is _INPUT_ONLY:  # (sin, relu: the input, not the output)
+                return (None, arrays[0], *extras) if extras else (None, arrays[0])
             saved = [ans, *arrays]
             for i, how in enumerate(lean):
                 if how is None:
@@ -352,6 +356,10 @@ def _KEEP(a):  # (`OpDef.lean`: the array kept as it is)
     return a
 
 
+_ANS_ONLY = (_KEEP, None)  # the two plans of most unary ops (`_lean`'s shortcuts)
+_INPUT_ONLY = (None, _KEEP)
+
+
 def _lean_plan(spec: OpDef):
     """`OpDef.lean`: per position of `(ans, *inputs)` what a node keeps (see `_lean`);
     None when it keeps them all as they are (the common case: no pass at all)."""
@@ -369,6 +377,9 @@ def _lean_plan(spec: OpDef):
     if all(p is _KEEP for p in plan):
         return None
     plan = tuple(plan)
+    for common in (_ANS_ONLY, _INPUT_ONLY):
+        if plan == common:
+            return common
     if all(p is None for p in plan):
         spec.nothing = plan
     return plan

@@ -112,3 +112,16 @@ def test_a_declared_op_whose_kernel_reads_an_input_keeps_it():
     a, b = _x()[1], _x()[1]
     node = op(a, b).grad_fn
     assert node.saved[1] is a.data and node.saved[2] is None
+
+
+def test_transpose_is_one_node_that_keeps_nothing_and_shares_the_counter():
+    # its own op (was a composite building a permutation for permute: 2x the
+    # pre-op-layer tree's forward on 8x8); a view, so it shares the input's counter
+    _, x = _x()
+    y = x.transpose(0, -1)
+    assert y.grad_fn.name == "transpose" and y.grad_fn.saved == (None, None)
+    assert y._vc is x._vc and np.shares_memory(y.data, x.data)
+    s = pa.tensor(2.0, requires_grad=True)
+    assert s.transpose(0, -1).grad_fn.name == "transpose"
+    with pytest.raises(IndexError, match="transpose"):
+        x.transpose(0, 2)
