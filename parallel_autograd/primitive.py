@@ -313,7 +313,9 @@ class OpDef:
         """The forward of an op whose inputs are a sequence, come by name, or that takes
         `needs_input_grad`."""
         forward = self.forward
-        if self.variadic:  # one parameter holding every input (cat, stack)
+        if self.variadic:  # one parameter holding every input (cat, stack, einsum)
+            if self.needs:
+                return forward(arrays, needs_input_grad=_needs(args), **(params or {}))
             return forward(arrays, **params) if params else forward(arrays)
         if self.by_name:  # inputs after other parameters (scatter_add's src)
             return forward(**dict(zip(self.inputs, arrays)), **params)
@@ -333,6 +335,10 @@ class OpDef:
                 return (ans, None, *extras) if extras else (ans, None)
             if lean is _INPUT_ONLY:  # (sin, relu: the input, not the output)
                 return (None, arrays[0], *extras) if extras else (None, arrays[0])
+            if lean is _SHAPE_ONLY:  # (getitem, reshape: the input's shape and dtype)
+                a = arrays[0]
+                a = _stand_in(a) if type(a) is np.ndarray else a
+                return (None, a, *extras) if extras else (None, a)
             saved = [ans, *arrays]
             for i, how in enumerate(lean):
                 if how is None:
@@ -377,7 +383,7 @@ def _lean_plan(spec: OpDef):
     if all(p is _KEEP for p in plan):
         return None
     plan = tuple(plan)
-    for common in (_ANS_ONLY, _INPUT_ONLY):
+    for common in (_ANS_ONLY, _INPUT_ONLY, _SHAPE_ONLY):
         if plan == common:
             return common
     if all(p is None for p in plan):
@@ -389,6 +395,7 @@ _STAND_INS: dict = {}
 
 
 def _stand_in(a: np.ndarray) -> np.ndarray:
+    """A read-only array of `a`'s shape and dtype holding one element (stride 0), shared."""
     key = (a.shape, a.dtype)
     s = _STAND_INS.get(key)
     if s is None:
@@ -396,6 +403,9 @@ def _stand_in(a: np.ndarray) -> np.ndarray:
             _STAND_INS.clear()
         s = _STAND_INS[key] = np.broadcast_to(np.zeros((), a.dtype), a.shape)
     return s
+
+
+_SHAPE_ONLY = (None, _stand_in)  # (`_lean`'s third shortcut: unary shape ops)
 
 
 REGISTRY: list[OpDef] = []  # every declared op, in declaration order
