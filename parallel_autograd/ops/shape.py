@@ -101,6 +101,24 @@ def fold(shape, have: tuple) -> tuple:
 
 def _target(shape, size: int, op: str) -> tuple:
     """A reshape's shape with its -1 inferred, PyTorch's checks (RuntimeError)."""
+    if type(shape) is int:  # (x.view(-1))
+        shape = (shape,)
+    if type(shape) is tuple:  # the common case: plain ints, at most one -1, a fit
+        known, infer = 1, -1
+        for i, d in enumerate(shape):
+            if type(d) is not int:
+                break
+            if d >= 0:
+                known *= d
+            elif d == -1 and infer < 0:
+                infer = i
+            else:
+                break
+        else:
+            if infer < 0 and known == size:
+                return shape
+            if infer >= 0 and known and size % known == 0:
+                return shape[:infer] + (size // known,) + shape[infer + 1:]
     shape = index_sizes((shape,), op)
     if shape.count(-1) > 1:
         raise RuntimeError(f"{op}: only one dimension can be inferred")
@@ -367,8 +385,8 @@ def squeeze(input: Tensor, dim=None) -> Tensor:
 @defop(formula=_same_shape_formula, kernel=_same_shape_kernel, method=True, shapes_only=True)
 def unsqueeze(input: Tensor, dim: int) -> Tensor:
     """A dimension of size 1 inserted at `dim` (in [-ndim - 1, ndim]). A view."""
-    x = np.asarray(input)
-    return np.expand_dims(x, one_dim(dim, x.ndim + 1, "unsqueeze"))
+    x = np.asarray(input)  # (an index with None: a view, without expand_dims' checks)
+    return x[(slice(None),) * one_dim(dim, x.ndim + 1, "unsqueeze") + (None,)]
 
 
 # ---- clone, cat, stack -------------------------------------------------------------------------
