@@ -98,7 +98,10 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
     nexts = [None] * n
     meta = [None] * n
     rules = None if vjps is None else [None] * n
-    vcs = []  # version counters of every tensor input, then the output's
+    # version counters: every tensor input's (a Function's or primitive's node), or those of
+    # the inputs a declared op's node keeps (`_read_counters`: `saved` is (ans, *inputs))
+    every = op is None
+    vcs = [] if every or len(saved) == n + 1 else None
     tracked = False
     root = out.base
     vc = None  # the output's: an input's when it aliases that input (see _shared_counter)
@@ -106,19 +109,18 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
         x = inputs[i]
         if not isinstance(x, Tensor):
             continue
-        vcs.append(x._vc)
-        if vc is None:
-            d = x.data
-            if d is out or (root is not None and (d is root or d.base is root)):
-                vc = x._vc
+        d = x.data
+        if vcs is not None and (every or saved[i + 1] is d):
+            vcs.append(x._vc)
+        if vc is None and (d is out or (root is not None and (d is root or d.base is root))):
+            vc = x._vc
         if x._requires_grad:
             rule = joint if rules is None else vjps[i]
             if rule is None:
                 continue
             fn = x.grad_fn
             nexts[i] = fn if fn is not None else accumulator_for(x)
-            data = x.data
-            meta[i] = (data.shape, data.dtype)
+            meta[i] = (d.shape, d.dtype)
             if rules is not None:
                 rules[i] = rule
             tracked = True
@@ -127,12 +129,16 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
         vc = [0] if root is None or _owns(root) else _shared_counter(out, inputs)
     if not tracked:
         return Tensor._wrap(out, None, vc)
-    if op is None:  # (a Function's or primitive's node: every tensor's counter, as before)
+    if every:  # (a Function's or primitive's node: every tensor's counter, as before)
         vcs.append(vc)
         vcs = tuple(vcs)
-    elif fresh and op.nothing is not None:  # new memory, no value kept (add, sub):
-        vcs = None                                   # nothing a write could invalidate
-    else:
+    elif fresh and vcs is not None:  # new memory: no counter is shared with an input
+        if saved[0] is out:
+            vcs.append(vc)
+        elif vcs:
+            vcs.append(_UNREAD)  # (the last is the output's: version.check's message)
+        vcs = tuple(vcs) if vcs else None  # (add, sub: nothing a write could invalidate)
+    else:  # (a view of an input, or extras kept: `_read_counters` decides)
         vcs = tuple(_read_counters(inputs, saved, out, vc))
     size = out.size
     node = Node(name, tuple(nexts), tuple(meta), saved,
@@ -262,7 +268,7 @@ class OpDef:
                  "has_kernel", "method", "module", "export", "composite", "cost", "threaded",
                  "tensor_params", "family", "torch_name", "aliases", "modules", "variadic",
                  "shapes_only", "by_name", "needs", "unsaved", "promote", "keeps_ans",
-                 "unread", "plain", "lean", "nothing", "__weakref__")
+                 "unread", "plain", "lean", "nothing", "inputs_only", "__weakref__")
 
     def __repr__(self):
         return f"<op {self.module}.{self.name}>"
@@ -335,6 +341,8 @@ class OpDef:
                 return (ans, None, *extras) if extras else (ans, None)
             if lean is _INPUT_ONLY:  # (sin, relu: the input, not the output)
                 return (None, arrays[0], *extras) if extras else (None, arrays[0])
+            if self.inputs_only:  # (mul, div, matmul: the inputs, not the output)
+                return (None, *arrays, *extras) if extras else (None, *arrays)
             if lean is _SHAPE_ONLY:  # (getitem, reshape: the input's shape and dtype)
                 a = arrays[0]
                 a = _stand_in(a) if type(a) is np.ndarray else a
@@ -383,6 +391,7 @@ def _lean_plan(spec: OpDef):
     if all(p is _KEEP for p in plan):
         return None
     plan = tuple(plan)
+    spec.inputs_only = plan[0] is None and all(p is _KEEP for p in plan[1:])
     for common in (_ANS_ONLY, _INPUT_ONLY, _SHAPE_ONLY):
         if plan == common:
             return common
@@ -563,6 +572,7 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
         spec.fn = _generate(spec, sig, forward, sizes)
     spec.plain = not (spec.variadic or spec.by_name or spec.needs)
     spec.nothing = None  # `lean` when the nodes keep none of ans and the inputs
+    spec.inputs_only = False  # `lean` drops the output only
     spec.lean = None if composite or spec.formulas is None else _lean_plan(spec)
     REGISTRY.append(spec)
     spec.fn.op = spec

@@ -125,3 +125,13 @@ def test_transpose_is_one_node_that_keeps_nothing_and_shares_the_counter():
     assert s.transpose(0, -1).grad_fn.name == "transpose"
     with pytest.raises(IndexError, match="transpose"):
         x.transpose(0, 2)
+
+
+def test_the_error_names_the_input_when_an_input_was_written():
+    # (a node that keeps its inputs, not its output: the counters' last slot is still the
+    # output's, so the message does not blame the output)
+    _, x = _x()
+    y = pa.mul(x, 2.0)
+    x.add_(1.0)
+    with pytest.raises(RuntimeError, match="an input of mul"):
+        pa.backward(y.sum())
