@@ -239,7 +239,24 @@ def _ints(values, op: str) -> tuple:
 
 
 # ---- permute, transpose and their kin ------------------------------------------------------------
+def _perm_fast(ds, ndim: int) -> tuple | None:
+    """`ds` normalised when it is a tuple of `ndim` plain ints in range, each dimension
+    once (the common case, one loop); None otherwise (`_perm` decides, with its errors)."""
+    if type(ds) is not tuple or len(ds) != ndim:
+        return None
+    seen, out = 0, []
+    for d in ds:
+        if type(d) is not int or not -ndim <= d < ndim or seen >> (d % ndim) & 1:
+            return None
+        seen |= 1 << (d % ndim)
+        out.append(d % ndim)
+    return tuple(out)
+
+
 def _perm(ds, ndim: int, op: str = "permute") -> tuple:
+    fast = _perm_fast(ds, ndim)
+    if fast is not None:
+        return fast
     out = dims(ds, ndim, op) if ndim else tuple(ds)
     if len(out) != ndim:
         raise RuntimeError(f"{op}(): number of dimensions in the tensor input does not match "
@@ -259,7 +276,10 @@ def permute(input: Tensor, dims) -> Tensor:
     """The dimensions reordered as `dims` (a view): `permute(x, (2, 0, 1))`,
     `x.permute(2, 0, 1)`."""
     x = np.asarray(input)
-    return np.transpose(x, _perm(index_sizes((dims,), "permute"), x.ndim))
+    order = _perm_fast(dims, x.ndim)
+    if order is None:
+        order = _perm(index_sizes((dims,), "permute"), x.ndim)
+    return np.transpose(x, order)
 
 
 def _transpose_kernel(g, ans, input, dim0, dim1):
