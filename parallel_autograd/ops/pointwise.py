@@ -733,6 +733,10 @@ def pow(input: Tensor, exponent: Tensor) -> Tensor:  # noqa: A001  (PyTorch's na
     """`input ** exponent`, broadcast (either may be a number). The exponent's gradient is
     g x^y log(x), 0 where x == 0 and y >= 0 (PyTorch's)."""
     x, y = weak(input), weak(exponent)
+    if type(x) is np.ndarray and x.dtype.kind == "c":
+        return _POW(x, y)  # (a complex base: no bool, integer or cube rule)
+    if type(x) is np.ndarray and x.dtype.kind == "f" and not (type(y) is int and y == 3):
+        return _POW(x, y)  # (a floating base: no bool or integer rule; the common case)
     if _kind(x) == "b":
         return _bool_pow(x, y)
     if type(y) is int and y == 3 and isinstance(x, np.ndarray) and x.dtype.kind == "f":
