@@ -27,7 +27,7 @@ from .function import Function, FunctionCtx, once_differentiable
 from .grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled,
                         no_grad, set_grad_enabled)
 from .ops import activations as _activations  # noqa: F401  (declares them: exported below)
-from .ops.index import einsum, take_along_axis
+from .ops.index import take_along_axis
 from .ops.writes import bernoulli
 from .ops import logic as _logic  # noqa: F401  (declares them: exported below)
 from . import linalg  # noqa: F401, I001  (pa.linalg: torch.linalg's ops)

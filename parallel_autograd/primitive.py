@@ -98,7 +98,10 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
     nexts = [None] * n
     meta = [None] * n
     rules = None if vjps is None else [None] * n
-    vcs = []  # version counters of every tensor input, then the output's
+    # version counters: every tensor input's (a Function's or primitive's node), or those of
+    # the inputs a declared op's node keeps (`_read_counters`: `saved` is (ans, *inputs))
+    every = op is None
+    vcs = [] if every or len(saved) == n + 1 else None
     tracked = False
     root = out.base
     vc = None  # the output's: an input's when it aliases that input (see _shared_counter)
@@ -106,34 +109,41 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
         x = inputs[i]
         if not isinstance(x, Tensor):
             continue
-        vcs.append(x._vc)
-        if vc is None:
-            d = x.data
-            if d is out or (root is not None and (d is root or d.base is root)):
-                vc = x._vc
+        d = x.data
+        if vcs is not None and (every or saved[i + 1] is d):
+            vcs.append(x._vc)
+        if vc is None and (d is out or (root is not None and (d is root or d.base is root))):
+            vc = x._vc
         if x._requires_grad:
             rule = joint if rules is None else vjps[i]
             if rule is None:
                 continue
             fn = x.grad_fn
             nexts[i] = fn if fn is not None else accumulator_for(x)
-            data = x.data
-            meta[i] = (data.shape, data.dtype)
+            meta[i] = (d.shape, d.dtype)
             if rules is not None:
                 rules[i] = rule
             tracked = True
+    fresh = vc is None and root is None  # (new memory: no input's counter)
     if vc is None:
         vc = [0] if root is None or _owns(root) else _shared_counter(out, inputs)
     if not tracked:
         return Tensor._wrap(out, None, vc)
-    if op is None:  # (a Function's or primitive's node: every tensor's counter, as before)
+    if every:  # (a Function's or primitive's node: every tensor's counter, as before)
         vcs.append(vc)
-    else:
-        vcs = _read_counters(inputs, saved, out, vc)
+        vcs = tuple(vcs)
+    elif fresh and vcs is not None:  # new memory: no counter is shared with an input
+        if saved[0] is out:
+            vcs.append(vc)
+        elif vcs:
+            vcs.append(_UNREAD)  # (the last is the output's: version.check's message)
+        vcs = tuple(vcs) if vcs else None  # (add, sub: nothing a write could invalidate)
+    else:  # (a view of an input, or extras kept: `_read_counters` decides)
+        vcs = tuple(_read_counters(inputs, saved, out, vc))
     size = out.size
     node = Node(name, tuple(nexts), tuple(meta), saved,
                 None if rules is None else tuple(rules), joint if rules is None else None,
-                kwargs, size if cost is None else cost, threaded, size, tuple(vcs), op)
+                kwargs, size if cost is None else cost, threaded, size, vcs, op)
     if mode is not True:  # a create_graph pass is recording (grad_mode.Recording)
         mode.made(node)
     if anomaly_mode()[0]:  # detect_anomaly: note where the op is created
@@ -258,7 +268,7 @@ class OpDef:
                  "has_kernel", "method", "module", "export", "composite", "cost", "threaded",
                  "tensor_params", "family", "torch_name", "aliases", "modules", "variadic",
                  "shapes_only", "by_name", "needs", "unsaved", "promote", "keeps_ans",
-                 "__weakref__")
+                 "unread", "plain", "lean", "nothing", "inputs_only", "__weakref__")
 
     def __repr__(self):
         return f"<op {self.module}.{self.name}>"
@@ -273,56 +283,128 @@ class OpDef:
         promote = self.promote
         if promote is not None:  # PyTorch's type promotion, or its dtype check
             arrays = promote(arrays)
-        forward = self.forward
         try:
-            if self.variadic:  # one parameter holding every input (cat, stack)
-                ans = forward(arrays, **params) if params else forward(arrays)
-            elif self.by_name:  # inputs after other parameters (scatter_add's src)
-                ans = forward(**dict(zip(self.inputs, arrays)), **params)
-            elif self.needs:  # the forward saves only what the inputs needing grad use
-                ans = forward(*arrays, needs_input_grad=_needs(args), **(params or {}))
+            if self.plain:  # (the common case first: one test)
+                ans = self.forward(*arrays, **params) if params else self.forward(*arrays)
             else:
-                ans = forward(*arrays, **params) if params else forward(*arrays)
+                ans = self._other_forward(args, arrays, params)
         except ValueError as e:
             if str(e).startswith(f"{self.name}:"):     # the forward named the op already
                 raise
             raise ValueError(f"{self.name}: {e}") from e
-        if type(ans) is Saved:  # (an output no rule reads: not kept, None in its place)
-            saved = (ans.out if self.keeps_ans else None, *arrays, *ans.extras)
-            ans = ans.out
-        else:
-            saved = None
+        extras = ()
         if type(ans) is not np.ndarray:
-            ans = np.asarray(ans)
-        if saved is None:
-            saved = (ans if self.keeps_ans else None, *arrays)
-        if self.shapes_only:  # the rules read shapes and dtypes only: keep no array
-            saved = _stand_ins(saved, len(arrays) + 1)
-        elif self.unsaved is not None:  # values no rule reads: not kept alive by the node
-            saved = tuple(placeholder(a) if i in self.unsaved else a
-                          for i, a in enumerate(saved))
+            if type(ans) is Saved:
+                extras = ans.extras
+                ans = ans.out
+            if type(ans) is not np.ndarray:
+                ans = np.asarray(ans)
         kernels = self.kernels
         if kernels is None:  # not differentiable: a Tensor without history (sharing the
             return record(self.name, ans, args, None, (), None)  # counter of one it views)
+        if self.lean is not None:  # values no rule reads: not kept alive by the node
+            saved = self._lean(ans, arrays, extras)
+        else:
+            saved = (ans, *arrays, *extras) if extras else (ans, *arrays)
         cost = self.cost
-        joint = type(kernels) is not tuple
-        return record(self.name, ans, args, None if joint else kernels, saved, params or None,
-                      kernels.fn if joint else None,
+        if type(kernels) is tuple:
+            return record(self.name, ans, args, kernels, saved, params or None, None,
+                          None if cost is None else cost(ans, *arrays, **(params or {})),
+                          self.threaded, self)
+        return record(self.name, ans, args, None, saved, params or None, kernels.fn,
                       None if cost is None else cost(ans, *arrays, **(params or {})),
                       self.threaded, self)
 
+    def _other_forward(self, args: tuple, arrays: list, params: dict | None):
+        """The forward of an op whose inputs are a sequence, come by name, or that takes
+        `needs_input_grad`."""
+        forward = self.forward
+        if self.variadic:  # one parameter holding every input (cat, stack, einsum)
+            if self.needs:
+                return forward(arrays, needs_input_grad=_needs(args), **(params or {}))
+            return forward(arrays, **params) if params else forward(arrays)
+        if self.by_name:  # inputs after other parameters (scatter_add's src)
+            return forward(**dict(zip(self.inputs, arrays)), **params)
+        # the forward saves only what the inputs needing grad use
+        return forward(*arrays, needs_input_grad=_needs(args), **(params or {}))
 
-def _stand_ins(saved: tuple, n: int) -> tuple:
-    """`saved` with its first `n` arrays (ans and the inputs) replaced by stand-ins of
-    their shapes and dtypes: read-only arrays of one element (stride 0), shared."""
-    return tuple(_stand_in(a) if i < n and type(a) is np.ndarray else a
-                 for i, a in enumerate(saved))
+    def _lean(self, ans: np.ndarray, arrays: list, extras: tuple) -> tuple:
+        """What a node keeps of `(ans, *arrays, *extras)` when some of it no rule reads
+        (`lean`, one entry per position: `_KEEP`, None for an output or input no rule
+        loads (`_unread_inputs`), `placeholder` for one declared `unsaved` (its shape and
+        dtype read), `_stand_in` for all under `shapes_only`)."""
+        lean = self.lean
+        if type(lean) is tuple and len(lean) == len(arrays) + 1:
+            if lean is self.nothing:  # (add, sub: no rule reads any of them)
+                return (*lean, *extras) if extras else lean
+            if lean is _ANS_ONLY:  # (exp, tanh, sigmoid: the output, not the input)
+                return (ans, None, *extras) if extras else (ans, None)
+            if lean is _INPUT_ONLY:  # (sin, relu: the input, not the output)
+                return (None, arrays[0], *extras) if extras else (None, arrays[0])
+            if self.inputs_only:  # (mul, div, matmul: the inputs, not the output)
+                return (None, *arrays, *extras) if extras else (None, *arrays)
+            if lean is _SHAPE_ONLY:  # (getitem, reshape: the input's shape and dtype)
+                a = arrays[0]
+                a = _stand_in(a) if type(a) is np.ndarray else a
+                return (None, a, *extras) if extras else (None, a)
+            saved = [ans, *arrays]
+            for i, how in enumerate(lean):
+                if how is None:
+                    saved[i] = None
+                elif how is not _KEEP and type(saved[i]) is np.ndarray:
+                    saved[i] = how(saved[i])
+            return (*saved, *extras) if extras else tuple(saved)
+        return self._lean_sequence(ans, arrays, extras)
+
+    def _lean_sequence(self, ans, arrays: list, extras: tuple) -> tuple:
+        """`_lean` of a sequence of inputs (cat): the output's entry, then the inputs' (one
+        rule for them all: stand-ins under `shapes_only`, else kept)."""
+        head = self.lean[0]
+        saved = [None if head is None else ans if head is _KEEP else head(ans), *arrays]
+        if self.shapes_only:
+            saved[1:] = [_stand_in(a) if type(a) is np.ndarray else a for a in arrays]
+        return (*saved, *extras) if extras else tuple(saved)
+
+
+def _KEEP(a):  # (`OpDef.lean`: the array kept as it is)
+    return a
+
+
+_ANS_ONLY = (_KEEP, None)  # the two plans of most unary ops (`_lean`'s shortcuts)
+_INPUT_ONLY = (None, _KEEP)
+
+
+def _lean_plan(spec: OpDef):
+    """`OpDef.lean`: per position of `(ans, *inputs)` what a node keeps (see `_lean`);
+    None when it keeps them all as they are (the common case: no pass at all)."""
+    n = 1 + (1 if spec.variadic else len(spec.inputs))
+    plan = [_KEEP] * n
+    if spec.shapes_only:
+        plan = [_stand_in] * n
+    elif spec.unsaved is not None:
+        for i in spec.unsaved:
+            plan[i] = placeholder
+    if not spec.keeps_ans:
+        plan[0] = None
+    for i in spec.unread:
+        plan[i] = None
+    if all(p is _KEEP for p in plan):
+        return None
+    plan = tuple(plan)
+    spec.inputs_only = plan[0] is None and all(p is _KEEP for p in plan[1:])
+    for common in (_ANS_ONLY, _INPUT_ONLY, _SHAPE_ONLY):
+        if plan == common:
+            return common
+    if all(p is None for p in plan):
+        spec.nothing = plan
+    return plan
 
 
 _STAND_INS: dict = {}
 
 
 def _stand_in(a: np.ndarray) -> np.ndarray:
+    """A read-only array of `a`'s shape and dtype holding one element (stride 0), shared."""
     key = (a.shape, a.dtype)
     s = _STAND_INS.get(key)
     if s is None:
@@ -330,6 +412,9 @@ def _stand_in(a: np.ndarray) -> np.ndarray:
             _STAND_INS.clear()
         s = _STAND_INS[key] = np.broadcast_to(np.zeros((), a.dtype), a.shape)
     return s
+
+
+_SHAPE_ONLY = (None, _stand_in)  # (`_lean`'s third shortcut: unary shape ops)
 
 
 REGISTRY: list[OpDef] = []  # every declared op, in declaration order
@@ -391,10 +476,11 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
     - unsaved: the arrays no rule reads, by name ("result" for the output, or input names):
       the node does not keep them alive (PyTorch saves only what its formulas use); the
       rules get zeros of their shape and dtype in their place (`placeholder`), whose shape
-      and dtype they may read, not their values. Without a declaration, an output that no
-      rule reads (none of them loads its `ans` parameter: `_reads_ans`) is not kept at
-      all (None in its place); its node then does not check the output's version, so
-      writing into the output in place (`y = a + b; y += 1`) leaves the node valid.
+      and dtype they may read, not their values. Without a declaration, an output or an
+      input that no rule reads (none of them loads that parameter: `_reads_ans`,
+      `_unread_inputs`) is not kept at all (None in its place); its node then does not
+      check its version, so writing into it in place (`y = a + b; y += 1`, or `a += 1`)
+      leaves the node valid, as PyTorch's nodes that do not save it.
     - promote: PyTorch's type promotion of the inputs (True: all of `inputs`; a tuple: those
       named): before the forward they are brought to their `dtypes.result_type`
       (dimensioned tensors over 0-d tensors over Python numbers), arrays of another dtype
@@ -447,6 +533,7 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
     spec.unsaved = None
     spec.promote = None
     spec.keeps_ans = True  # whether nodes keep the output (False: no rule reads it)
+    spec.unread = ()  # positions in `saved` (1 + k) of the inputs no rule loads
     sig = inspect.signature(forward)
     spec.needs = _NEEDS in sig.parameters and not composite
     if spec.needs:
@@ -478,10 +565,15 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
         spec.unsaved = _unsaved(spec, unsaved)
         spec.keeps_ans = (spec.formulas is None or _any_reads_ans(formula, kernel) or
                           0 in (spec.unsaved or ()))  # (declared unsaved: a placeholder)
+        spec.unread = _unread_inputs(spec, formula, kernel)
         if quiet:
             spec.forward = _quiet(spec.forward)
             spec.kernels = _quiet_rules(spec.kernels)
         spec.fn = _generate(spec, sig, forward, sizes)
+    spec.plain = not (spec.variadic or spec.by_name or spec.needs)
+    spec.nothing = None  # `lean` when the nodes keep none of ans and the inputs
+    spec.inputs_only = False  # `lean` drops the output only
+    spec.lean = None if composite or spec.formulas is None else _lean_plan(spec)
     REGISTRY.append(spec)
     spec.fn.op = spec
     return spec.fn
@@ -559,11 +651,18 @@ def _reads_ans(fn) -> bool:
     inner = getattr(fn, "ans_read_by", None)
     if inner is not None:
         return _reads_ans(inner)
+    return _reads_arg(fn, 1)
+
+
+def _reads_arg(fn, k: int) -> bool:
+    """Whether `fn` may read its positional argument `k` (`_reads_ans`'s test): False only
+    when its code never loads that parameter (or the `*args` holding it) nor hands it to a
+    nested function. A bound method, a builtin or a partial counts as reading."""
     code = getattr(fn, "__code__", None)
-    if code is None:
+    if code is None or inspect.ismethod(fn):
         return True
-    if code.co_argcount >= 2:
-        name = code.co_varnames[1]
+    if code.co_argcount > k:
+        name = code.co_varnames[k]
     elif code.co_flags & inspect.CO_VARARGS:  # `lambda g, *_:` (ans inside *_)
         name = code.co_varnames[code.co_argcount + code.co_kwonlyargcount]
     else:
@@ -577,10 +676,22 @@ def _reads_ans(fn) -> bool:
     return False
 
 
-def _any_reads_ans(formula, kernel) -> bool:
-    """Whether any of an op's declared rules may read its output (`_reads_ans`): if none
-    does, the node keeps no output, and writing into the output in place (`y.add_(1)`)
-    leaves the node valid, as PyTorch's nodes that save no result."""
+def _unread_inputs(spec: OpDef, formula, kernel) -> tuple:
+    """The positions in a node's `saved` (1 + k) of the inputs no declared rule (formula or
+    kernel, every input's) may read (`_reads_arg`): the node keeps None there, so it keeps
+    no memory of them alive and checks not their version counters (`_read_counters`): a
+    write into such an input leaves the node valid, as PyTorch's nodes that do not save it
+    (`add`'s). A sequence of inputs (cat) is kept as it is."""
+    if spec.formulas is None or spec.variadic:
+        return ()
+    rules = _declared_rules(formula, kernel)  # (a piecewise formula loads all: `*inputs`)
+    return tuple(1 + k for k in range(len(spec.inputs))
+                 if not any(_reads_arg(r, 2 + k) for r in rules))
+
+
+def _declared_rules(formula, kernel) -> list:
+    """Every rule function declared in `formula` and `kernel` (a function, a tuple of them
+    with None entries, or a `Joint`)."""
     rules = []
     for r in (formula, kernel):
         if isinstance(r, Joint):
@@ -589,7 +700,14 @@ def _any_reads_ans(formula, kernel) -> bool:
             rules.extend(f for f in r if f is not None)
         elif r is not None:
             rules.append(r)
-    return any(_reads_ans(f) for f in rules)
+    return rules
+
+
+def _any_reads_ans(formula, kernel) -> bool:
+    """Whether any of an op's declared rules may read its output (`_reads_ans`): if none
+    does, the node keeps no output, and writing into the output in place (`y.add_(1)`)
+    leaves the node valid, as PyTorch's nodes that save no result."""
+    return any(_reads_ans(f) for f in _declared_rules(formula, kernel))
 
 
 def _rules(spec: OpDef, formula, kernel):

@@ -22,6 +22,11 @@ IDX_G = np.array([[0, 3, 3], [1, 0, 2]])           # gather/scatter_add along di
 IDX_S = np.array([[4, 0, 2], [1, 3, 0]])           # scatter along dim 1: distinct per row
 
 
+def _equation(eq):
+    """prep: einsum's equation before the operands."""
+    return lambda a: [eq, *a]
+
+
 def normal(rng, shape):
     return rng.standard_normal(shape)
 
@@ -105,6 +110,15 @@ SAMPLES = {
     "masked_select": lambda rng: [
         Sample(normal(rng, (3, 4)), _mask(rng, (3, 4))),
         Sample(normal(rng, (1, 4)), _mask(rng, (3, 1)))],
+    "einsum": lambda rng: [   # (the equation placed first by `prep`)
+        Sample(normal(rng, (2, 3)), normal(rng, (3, 4)), prep=_equation("ij,jk->ik")),
+        Sample(normal(rng, (2, 2, 3)), normal(rng, (2, 3, 2)), prep=_equation("bij,bjk")),
+        Sample(normal(rng, (2, 3, 4)), normal(rng, (4,)), prep=_equation("...i,i->...")),
+        Sample(normal(rng, (3, 3)), prep=_equation("ii->i")),
+        Sample(normal(rng, (2, 3)), prep=_equation("ij->")),
+        Sample(normal(rng, (2,)), normal(rng, (3,)), normal(rng, (2, 3)),
+               prep=_equation("i,j,ij->j")),
+        Sample(normal(rng, (1, 3)), normal(rng, (2, 3)), prep=_equation("ij,kj->ikj"))],
     "take_along_dim": lambda rng: [
         Sample(normal(rng, (3, 4)), np.array([[0, 2], [1, 1], [2, 0]]), dim=1),
         Sample(normal(rng, (3, 4)), np.array([5, 0, 5, 11])),

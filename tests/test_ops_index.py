@@ -554,3 +554,20 @@ def test_zero_dim_inputs_of_the_index_ops_match_pytorch():
     }
     for _name, call in calls.items():
         _same_values_and_grads(call, np.array(1.5), np.array(-2.0))
+
+
+def test_einsum_is_declared_and_a_frozen_operand_costs_its_node_nothing():
+    # issue 26: one declared op (`einsum_contract`: a Joint formula of einsums, the numpy
+    # kernel tested equal to it by the registry walk); its kernel contracts only for the
+    # operands that take a gradient (the forward's needs_input_grad), as the per-operand
+    # rules did
+    from parallel_autograd.primitive import REGISTRY
+    ops = {op.name: op for op in REGISTRY}
+    assert ops["einsum"].composite and ops["einsum_contract"].has_kernel
+    x = pa.tensor(np.ones((2, 3)), requires_grad=True)
+    w = pa.tensor(np.ones((3, 4)))
+    y = pa.einsum("ij,jk->ik", x, w)
+    node = y.grad_fn
+    assert node.name == "einsum_contract" and node.saved[0] is None   # (ans: never read)
+    gx, gw = node.joint(np.ones((2, 4)), *node.saved, **node.kwargs)
+    assert gw is None and gx.shape == (2, 3)

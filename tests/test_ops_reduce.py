@@ -13,6 +13,7 @@ from op_samples import Sample
 from samples_reduce import COMPOSITES
 
 import parallel_autograd as pa
+from parallel_autograd.ops import _common
 from parallel_autograd.ops import reduce as rd
 from parallel_autograd.primitive import REGISTRY
 
@@ -648,7 +649,6 @@ def test_softmax_row_blocks_are_the_whole_array_arithmetic(name, dtype, monkeypa
     # classes last and contiguous go through cache-resident row blocks (issue 28): the
     # same arithmetic as the whole-array code, bit for bit, with many blocks (short last
     # block), -inf and inf rows included
-    from parallel_autograd.ops import _common
     rng = np.random.default_rng(7)
     x = (rng.standard_normal((3, 7, 11)) * 4).astype(dtype)
     x[0, 1] = -np.inf
@@ -670,3 +670,12 @@ def test_softmax_row_blocks_are_the_whole_array_arithmetic(name, dtype, monkeypa
     for a, b in zip(blocked, whole):
         np.testing.assert_array_equal(a, b)
         assert a.dtype == dtype
+
+
+def test_softmax_of_an_input_within_one_row_block_takes_the_whole_array_code():
+    # One block is no blocking: the block set-up (views, ranges, a loop) cost 8x8 inputs
+    # ~3 us a call (issue 26's per-op A/B: softmax 1.5x the pre-op-layer tree).
+    small = np.zeros((8, 8))
+    large = np.zeros((2, _common.ROW_BLOCK_BYTES // 8 + 1))
+    assert rd._rows(small, d=1) is None and rd._rows(small, small, d=1) is None
+    assert rd._rows(large, d=1) is not None

@@ -458,8 +458,9 @@ def test_shape_nodes_keep_shapes_not_arrays(call):
     gathers holds no copy of its inputs alive, and the gradient is unchanged."""
     x = leaf(np.random.default_rng(9).standard_normal((3, 40)))
     y = call(x)
-    saved = [a for a in y.grad_fn.saved if isinstance(a, np.ndarray)]
-    assert saved and all(a.size == 0 or not any(a.strides) for a in saved)
+    saved = [a for a in y.grad_fn.saved if isinstance(a, np.ndarray)]  # (flip: none at
+    assert all(a.size == 0 or not any(a.strides) for a in saved)      # all, its rules
+    # read no input: None in their place, primitive._unread_inputs)
     assert not any(np.shares_memory(a, x.data) or np.shares_memory(a, y.data) for a in saved)
     w = np.random.default_rng(8).standard_normal(y.shape)
     (g,) = pa.grad(y, [x], grad_outputs=w)

@@ -106,7 +106,7 @@ def _check_kernel(node, op, where: str, shape: tuple) -> None:
     g = np.random.default_rng(1).uniform(0.5, 1.5, shape)  # (saved[0]: None if unread)
     params = node.kwargs or {}
     saved = node.saved
-    n = len(op.inputs)
+    n = len(node.next_nodes) if op.variadic else len(op.inputs)  # (cat: one per tensor)
     if isinstance(op.formulas, Joint):
         kernel = node.joint(g, *saved, **params)
         formula = op.formulas.fn(g, *saved[:n + 1], **params)

@@ -9,8 +9,11 @@ because the package's imports are relative) side by side; for each op, on small 
 inputs (so the per-op Python cost dominates), times `calls` forward calls (recorded: the
 inputs require grad) and `calls` forward+backward calls (`backward(op(...).sum())`,
 the sequential engine), the two versions alternating in every repetition. Prints, per op,
-the median time per call of each version and the median ratio new/old with its
-interquartile range over the repetitions.
+the median time per call of each version and the median of the per-repetition ratios
+new/old with a 95% bootstrap interval of that median. `--size` sets the side of the square
+inputs (default 8), `--ops add,mul` picks ops. Times are the calling thread's CPU time by
+default (`--clock thread`: the sequential engine runs on it; on a shared machine the time
+other processes hold the core is left out), `--clock wall` for wall time.
 """
 from __future__ import annotations
 
@@ -21,45 +24,69 @@ import time
 import numpy as np
 
 
-def _cases(pa):
+def _cases(pa, size: int = 8):
     F = pa.nn.functional
     rng = np.random.default_rng(0)
 
     def t(*shape):
         return pa.tensor(rng.standard_normal(shape), requires_grad=True)
 
-    a, b, m, n = t(8, 8), t(8, 8), t(16, 32), t(32, 16)
+    a, b, m, n = t(size, size), t(size, size), t(16, 32), t(32, 16)
+    pos = pa.tensor(rng.uniform(1, 2, (size, size)), requires_grad=True)
     img, w = t(2, 3, 8, 8), t(4, 3, 3, 3)
     target = pa.tensor(np.arange(16) % 32)
     return {
         "add": lambda: a + b,
+        "sub": lambda: a - b,
         "mul": lambda: a * b,
+        "div": lambda: a / pos,
+        "add(scalar)": lambda: a + 1.0,
         "sin": lambda: a.sin(),
         "exp": lambda: a.exp(),
         "tanh": lambda: a.tanh(),
         "relu": lambda: F.relu(a),
+        "sum": lambda: a.sum(),
         "sum(dim)": lambda: a.sum(1),
         "mean": lambda: a.mean(),
         "matmul": lambda: m @ n,
+        "mm(small)": lambda: a @ b,
+        "einsum": lambda: pa.einsum("ij,jk->ik", a, b),
         "getitem": lambda: a[1:5, ::2],
         "reshape": lambda: a.reshape(4, 16),
         "transpose": lambda: a.transpose(0, 1),
         "softmax": lambda: F.softmax(a, dim=1),
+        "softmax(dim0)": lambda: F.softmax(a, dim=0),
         "log_softmax": lambda: F.log_softmax(a, dim=1),
         "cross_entropy": lambda: F.cross_entropy(m, target),
         "linear": lambda: F.linear(m, n.transpose(0, 1)),
-        "layer_norm": lambda: F.layer_norm(a, (8,)),
+        "layer_norm": lambda: F.layer_norm(a, (size,)),
         "conv2d": lambda: F.conv2d(img, w, padding=1),
         "cat": lambda: pa.cat([a, b], 0),
         "where": lambda: pa.where(a > 0, a, b),
+        "stack": lambda: pa.stack([a, b]),
+        "unsqueeze": lambda: a.unsqueeze(0),
+        "view": lambda: a.view(-1),
+        "permute": lambda: a.permute(1, 0),
+        "getitem(int)": lambda: a[2],
+        "sigmoid": lambda: a.sigmoid(),
+        "pow": lambda: a ** 2,
+        "neg": lambda: -a,
+        "max(dim)": lambda: a.max(1)[0],
     }
 
 
-def _time(fn, calls: int) -> float:
-    t0 = time.perf_counter()
+def _ci(r: np.ndarray, n_boot: int = 2000) -> tuple:
+    """A 95% bootstrap interval of the median of `r`."""
+    rng = np.random.default_rng(1)
+    meds = np.median(rng.choice(r, (n_boot, len(r))), axis=1)
+    return tuple(np.percentile(meds, [2.5, 97.5]))
+
+
+def _time(fn, calls: int, clock=time.thread_time) -> float:
+    t0 = clock()
     for _ in range(calls):
         fn()
-    return (time.perf_counter() - t0) / calls
+    return (clock() - t0) / calls
 
 
 def main(argv=None) -> int:
@@ -67,30 +94,37 @@ def main(argv=None) -> int:
     p.add_argument("--old", required=True, help="directory holding the old copy, pa_old/")
     p.add_argument("--reps", type=int, default=15, help="repetitions (default 15)")
     p.add_argument("--calls", type=int, default=300, help="calls per timing (default 300)")
+    p.add_argument("--size", type=int, default=8, help="side of the square inputs (default 8)")
+    p.add_argument("--ops", default="", help="comma-separated op names (default: all)")
+    p.add_argument("--clock", choices=("thread", "wall"), default="thread",
+                   help="thread: this thread's CPU time (default; on a shared machine it "
+                        "leaves out the time other processes hold the core); wall")
     args = p.parse_args(argv)
+    clock = time.thread_time if args.clock == "thread" else time.perf_counter
     sys.path.insert(0, args.old)
     import pa_old  # noqa: E402
     import parallel_autograd as pa_new  # noqa: E402
     libs = {"old": pa_old, "new": pa_new}
-    cases = {k: _cases(lib) for k, lib in libs.items()}
-    print(f"{'op':15s} {'fwd old us':>10s} {'fwd new us':>10s} {'ratio (IQR)':>20s} "
-          f"{'f+b old us':>10s} {'f+b new us':>10s} {'ratio (IQR)':>20s}")
-    for name in cases["new"]:
+    cases = {k: _cases(lib, args.size) for k, lib in libs.items()}
+    print(f"{'op':15s} {'fwd old us':>10s} {'fwd new us':>10s} {'ratio [95% CI]':>20s} "
+          f"{'f+b old us':>10s} {'f+b new us':>10s} {'ratio [95% CI]':>20s}")
+    names = args.ops.split(",") if args.ops else list(cases["new"])
+    for name in names:
         times = {(k, w): [] for k in libs for w in ("f", "fb")}
         for rep in range(args.reps):
             order = ("old", "new") if rep % 2 == 0 else ("new", "old")
             for k in order:
                 fn, lib = cases[k][name], libs[k]
-                times[k, "f"].append(_time(fn, args.calls))
+                times[k, "f"].append(_time(fn, args.calls, clock))
                 times[k, "fb"].append(_time(lambda fn=fn, lib=lib: lib.backward(fn().sum()),
-                                            args.calls // 3))
+                                            args.calls // 3, clock))
         row = f"{name:15s}"
         for w in ("f", "fb"):
             old, new = np.array(times["old", w]), np.array(times["new", w])
             r = new / old
-            q1, q2, q3 = np.percentile(r, [25, 50, 75])
+            lo, hi = _ci(r)
             row += (f" {np.median(old) * 1e6:10.1f} {np.median(new) * 1e6:10.1f} "
-                    f"{q2:8.3f} ({q1:.2f}-{q3:.2f})")
+                    f"{np.median(r):8.3f} [{lo:.2f}-{hi:.2f}]")
         print(row, flush=True)
     return 0
 

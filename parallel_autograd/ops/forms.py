@@ -101,7 +101,7 @@ def graph_input(node, i: int, arr):
     """Input `i` of `node` as a formula sees it: the leaf itself, a Tensor of `arr` (its
     saved value) routed to the node it came from, or `arr` (no gradient: a constant)."""
     nxt = node.next_nodes[i]
-    if nxt is None:
+    if nxt is None or arr is None:  # (None: an input no rule reads, not kept)
         return arr
     if nxt.variable is not None:
         return nxt.variable

@@ -38,11 +38,12 @@ Thread safety: pure functions of their arguments, like the other ops.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
 
-from ..primitive import Joint, Saved, composite, defop, record
+from ..primitive import Joint, Saved, composite, defop
 from ..tensor import Tensor
 from ._common import dim as one_dim
 from ._common import empty, raw
@@ -247,8 +248,12 @@ def index_plan(index, ndim: int) -> IndexPlan:
         return index
     if type(index) in _BASIC:               # the common cases first: x[1], x[1:3], x[None]
         return IndexPlan((index,) if index is Ellipsis else (index, Ellipsis), None, False)
-    if type(index) is tuple and all(type(p) in _BASIC for p in index):
-        return IndexPlan(index if Ellipsis in index else index + (Ellipsis,), None, False)
+    if type(index) is tuple:
+        for p in index:  # (a loop, not all(...): no generator on the per-op path)
+            if type(p) not in _BASIC:
+                break
+        else:
+            return IndexPlan(index if Ellipsis in index else index + (Ellipsis,), None, False)
     return _plan(tuple(_part(p) for p in _as_tuple(index)), ndim)
 
 
@@ -368,7 +373,7 @@ def _getitem_formula(g, ans, input, index):
 def getitem(input: Tensor, index) -> Tensor:
     """`input[index]`, PyTorch's indexing (see the module's docstring): basic indices give
     a view; the gradient accumulates repeated indices."""
-    plan = index_plan(index, np.ndim(input))
+    plan = index_plan(index, input.ndim if type(input) is np.ndarray else np.ndim(input))
     try:
         return Saved(plan.take(input), plan)
     except IndexError as e:
@@ -1081,6 +1086,13 @@ def _parse(equation: str, shapes: list) -> tuple:
     return tuple(subs), out
 
 
+@functools.lru_cache(maxsize=512)
+def _parse_cached(equation: str, shapes: tuple) -> tuple:
+    """`_parse`, remembered: a model calls einsum with a few equations and shapes, and the
+    parse is most of einsum's per-call cost on small operands (~3 us; thread safe)."""
+    return _parse(equation, list(shapes))
+
+
 def _np_einsum(eq: str, *arrays):
     big = len(arrays) > 2 or (len(arrays) == 2 and max(a.size for a in arrays) >= 4096)
     ans = np.einsum(eq, *arrays, optimize="greedy" if big else False)
@@ -1094,7 +1106,8 @@ def _einsum_grad(k: int, g, operands, spec, run):
     size 1, takes a vector of ones."""
     subs, out = spec
     mine = subs[k]
-    shapes = [np.shape(_data(o)) for o in operands]
+    operands = [o if isinstance(o, Tensor) else np.asarray(o) for o in operands]
+    shapes = [o.shape for o in operands]
     size = dict(zip(out, np.shape(_data(g))))
     for j, (s, sh) in enumerate(zip(subs, shapes)):
         if j != k:
@@ -1120,38 +1133,52 @@ def _einsum_grad(k: int, g, operands, spec, run):
     return run(eq + "->" + "".join(target), g, *others, *consts)
 
 
-def _einsum_rule(k: int):
-    def rule(g, ans, *arrays, spec):
-        return _einsum_grad(k, g, arrays, spec, _np_einsum)
-
-    rule.graph = lambda g, ans, *inputs, spec: _einsum_grad(k, g, inputs, spec, einsum)
-    return rule
+def _einsum_formula(g, ans, *operands, spec):
+    # every operand's gradient: another einsum of g and the others (recorded)
+    return tuple(_einsum_grad(k, g, operands, spec, einsum) for k in range(len(operands)))
 
 
-_EINSUM_RULES = tuple(_einsum_rule(k) for k in range(64))  # numpy takes at most 64 operands
+def _einsum_kernel(g, ans, *saved, spec):
+    # the formula's contractions on arrays, only for the operands that take a gradient
+    # (the forward's extra: numpy's einsum on a frozen weight would be a wasted GEMM)
+    *arrays, needs = saved
+    return tuple(_einsum_grad(k, g, arrays, spec, _np_einsum) if need else None
+                 for k, need in enumerate(needs))
 
 
+@defop(inputs=("*operands",), formula=Joint(_einsum_formula), kernel=Joint(_einsum_kernel),
+       export=False, threaded=True)
+def einsum_contract(operands, spec: tuple, *, needs_input_grad=()) -> Tensor:
+    """The contraction behind `einsum`: `spec` the parsed equation (subscripts per operand,
+    output subscripts, `_parse`), every `...` spelled out."""
+    ans = _np_einsum(",".join(spec[0]) + "->" + spec[1], *operands)
+    return Saved(ans, tuple(needs_input_grad) or (True,) * len(operands))
+
+
+@composite
 def einsum(*args) -> Tensor:
     """Einstein summation as numpy's and PyTorch's `einsum`: `einsum("ij,jk->ik", a, b)`,
     implicit outputs (`"ij,jk"`), `...` broadcasting, repeated subscripts (diagonals,
     traces), operands as a list (`einsum("ij,jk", [a, b])`) or numpy's sublist form
     (`einsum(a, [0, 1], b, [1, 2], [0, 2])`). Summed `...` dimensions are allowed in
-    explicit mode, as in PyTorch. Each operand's gradient is another einsum."""
+    explicit mode, as in PyTorch. Each operand's gradient is another einsum (one declared
+    op, `einsum_contract`)."""
     equation, operands = _einsum_args(args)
     if not isinstance(equation, str):
         raise TypeError(f"einsum: the equation must be a string, got "
                         f"{type(equation).__name__}")
-    if len(operands) > len(_EINSUM_RULES):
-        raise ValueError(f"einsum: at most {len(_EINSUM_RULES)} operands")
-    arrays = [_data(o) for o in operands]
-    spec = _parse(equation, [a.shape for a in arrays])
-    eq = ",".join(spec[0]) + "->" + spec[1]
+    if len(operands) > _MAX_OPERANDS:
+        raise ValueError(f"einsum: at most {_MAX_OPERANDS} operands")
+    operands = [o if isinstance(o, Tensor) else np.asarray(o) for o in operands]
+    shapes = [o.shape for o in operands]
+    spec = _parse_cached(equation, tuple(shapes))
     try:
-        ans = _np_einsum(eq, *arrays)
-    except ValueError as e:
-        raise ValueError(f"einsum: {e} (equation {equation!r}, shapes "
-                         f"{[a.shape for a in arrays]})") from e
-    return record("einsum", ans, operands, _EINSUM_RULES[:len(arrays)], (ans, *arrays),
-                  {"spec": spec}, threaded=len(arrays) > 1)
+        return einsum_contract(operands, spec)
+    except ValueError as e:  # (numpy's refusal, in the words of the public op)
+        msg = str(e).removeprefix("einsum_contract: ")
+        raise ValueError(f"einsum: {msg} (equation {equation!r}, shapes {shapes})") from e
+
+
+_MAX_OPERANDS = 64  # numpy's einsum takes at most 64 operands
 
 

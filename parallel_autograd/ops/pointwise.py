@@ -480,6 +480,10 @@ def _zero_formula(g, ans, *inputs, **params):
     return zeros_of(g)
 
 
+def _is_bool(x) -> bool:
+    return (x.dtype if type(x) is np.ndarray else np.asarray(x).dtype).kind == "b"
+
+
 def _is_one(alpha) -> bool:
     return alpha == 1 and not isinstance(alpha, (bool, np.bool_))
 
@@ -502,7 +506,7 @@ def _alpha_formula(g, ans, input, other, alpha):
 
 
 def _minus_alpha_formula(g, ans, input, other, alpha):
-    return -_alpha_formula(g, None, input, other, alpha)  # (ans: not read, not kept)
+    return -_alpha_formula(g, None, None, None, alpha)  # (reads neither ans nor inputs)
 
 
 def _pass(g, ans, *inputs, **params):
@@ -514,7 +518,7 @@ def _pass(g, ans, *inputs, **params):
        unsaved=("input", "other"))
 def add(input: Tensor, other: Tensor, *, alpha=1) -> Tensor:
     """`input + alpha * other`, broadcast (the gradients are summed back to each shape)."""
-    if _is_one(alpha):
+    if alpha.__class__ is int and alpha == 1 or _is_one(alpha):  # (the default: no call)
         return _ADD(input, other)
     return _ADD(input, _times_alpha(input, other, alpha, "add"))
 
@@ -523,10 +527,10 @@ def add(input: Tensor, other: Tensor, *, alpha=1) -> Tensor:
        aliases=("subtract",), promote=True, unsaved=("input", "other"))
 def sub(input: Tensor, other: Tensor, *, alpha=1) -> Tensor:
     """`input - alpha * other`, broadcast (two bool tensors: RuntimeError, as PyTorch)."""
-    if _kind(input) == "b" and _kind(other) == "b":
+    if _is_bool(input) and _is_bool(other):
         raise RuntimeError("sub: Subtraction, the `-` operator, with two bool tensors is not "
                            "supported; use the `^` or `logical_xor()` operator instead")
-    if _is_one(alpha):
+    if alpha.__class__ is int and alpha == 1 or _is_one(alpha):  # (the default: no call)
         return _SUB(input, other)
     return _SUB(input, _times_alpha(input, other, alpha, "sub"))
 
@@ -729,6 +733,10 @@ def pow(input: Tensor, exponent: Tensor) -> Tensor:  # noqa: A001  (PyTorch's na
     """`input ** exponent`, broadcast (either may be a number). The exponent's gradient is
     g x^y log(x), 0 where x == 0 and y >= 0 (PyTorch's)."""
     x, y = weak(input), weak(exponent)
+    if type(x) is np.ndarray and x.dtype.kind == "c":
+        return _POW(x, y)  # (a complex base: no bool, integer or cube rule)
+    if type(x) is np.ndarray and x.dtype.kind == "f" and not (type(y) is int and y == 3):
+        return _POW(x, y)  # (a floating base: no bool or integer rule; the common case)
     if _kind(x) == "b":
         return _bool_pow(x, y)
     if type(y) is int and y == 3 and isinstance(x, np.ndarray) and x.dtype.kind == "f":

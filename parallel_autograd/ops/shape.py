@@ -101,6 +101,24 @@ def fold(shape, have: tuple) -> tuple:
 
 def _target(shape, size: int, op: str) -> tuple:
     """A reshape's shape with its -1 inferred, PyTorch's checks (RuntimeError)."""
+    if type(shape) is int:  # (x.view(-1))
+        shape = (shape,)
+    if type(shape) is tuple:  # the common case: plain ints, at most one -1, a fit
+        known, infer = 1, -1
+        for i, d in enumerate(shape):
+            if type(d) is not int:
+                break
+            if d >= 0:
+                known *= d
+            elif d == -1 and infer < 0:
+                infer = i
+            else:
+                break
+        else:
+            if infer < 0 and known == size:
+                return shape
+            if infer >= 0 and known and size % known == 0:
+                return shape[:infer] + (size // known,) + shape[infer + 1:]
     shape = index_sizes((shape,), op)
     if shape.count(-1) > 1:
         raise RuntimeError(f"{op}: only one dimension can be inferred")
@@ -221,7 +239,24 @@ def _ints(values, op: str) -> tuple:
 
 
 # ---- permute, transpose and their kin ------------------------------------------------------------
+def _perm_fast(ds, ndim: int) -> tuple | None:
+    """`ds` normalised when it is a tuple of `ndim` plain ints in range, each dimension
+    once (the common case, one loop); None otherwise (`_perm` decides, with its errors)."""
+    if type(ds) is not tuple or len(ds) != ndim:
+        return None
+    seen, out = 0, []
+    for d in ds:
+        if type(d) is not int or not -ndim <= d < ndim or seen >> (d % ndim) & 1:
+            return None
+        seen |= 1 << (d % ndim)
+        out.append(d % ndim)
+    return tuple(out)
+
+
 def _perm(ds, ndim: int, op: str = "permute") -> tuple:
+    fast = _perm_fast(ds, ndim)
+    if fast is not None:
+        return fast
     out = dims(ds, ndim, op) if ndim else tuple(ds)
     if len(out) != ndim:
         raise RuntimeError(f"{op}(): number of dimensions in the tensor input does not match "
@@ -241,18 +276,25 @@ def permute(input: Tensor, dims) -> Tensor:
     """The dimensions reordered as `dims` (a view): `permute(x, (2, 0, 1))`,
     `x.permute(2, 0, 1)`."""
     x = np.asarray(input)
-    return np.transpose(x, _perm(index_sizes((dims,), "permute"), x.ndim))
+    order = _perm_fast(dims, x.ndim)
+    if order is None:
+        order = _perm(index_sizes((dims,), "permute"), x.ndim)
+    return np.transpose(x, order)
 
 
-@composite(method=True)
+def _transpose_kernel(g, ans, input, dim0, dim1):
+    return np.swapaxes(g, dim0, dim1) if g.ndim else g  # a view of g (dims checked before)
+
+
+# Its own op (not a permute): one swap, no order to build and check on each call.
+@defop(formula=lambda g, ans, input, dim0, dim1: transpose(g, dim0, dim1),
+       kernel=_transpose_kernel, method=True)
 def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:
     """Dimensions `dim0` and `dim1` exchanged (a view)."""
-    nd = len(_shape(input))
+    x = np.asarray(input)
+    nd = x.ndim
     a, b = one_dim(dim0, nd, "transpose"), one_dim(dim1, nd, "transpose")
-    order = list(range(nd))
-    if nd:
-        order[a], order[b] = order[b], order[a]
-    return permute(input, tuple(order))
+    return np.swapaxes(x, a, b) if nd else x.view()
 
 
 @composite(method=True)
@@ -363,8 +405,8 @@ def squeeze(input: Tensor, dim=None) -> Tensor:
 @defop(formula=_same_shape_formula, kernel=_same_shape_kernel, method=True, shapes_only=True)
 def unsqueeze(input: Tensor, dim: int) -> Tensor:
     """A dimension of size 1 inserted at `dim` (in [-ndim - 1, ndim]). A view."""
-    x = np.asarray(input)
-    return np.expand_dims(x, one_dim(dim, x.ndim + 1, "unsqueeze"))
+    x = np.asarray(input)  # (an index with None: a view, without expand_dims' checks)
+    return x[(slice(None),) * one_dim(dim, x.ndim + 1, "unsqueeze") + (None,)]
 
 
 # ---- clone, cat, stack -------------------------------------------------------------------------
