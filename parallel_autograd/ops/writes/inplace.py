@@ -41,7 +41,7 @@ import inspect
 import numpy as np
 
 from ... import version
-from ...dtypes import promote_operands, scalar_type_name
+from ...dtypes import not_implemented, promote_operands, scalar_type_name
 from ...grad_mode import is_grad_enabled
 from ...random import resolve_generator
 from ...tensor import Tensor
@@ -409,6 +409,8 @@ def bernoulli(input, p=None, *, generator=None) -> Tensor:
     """0 or 1 (input's dtype) drawn elementwise with probability `input` (or `p`, a number,
     for every element); the gradient is 0 (PyTorch's)."""
     x = input.data if isinstance(input, Tensor) else np.asarray(input)
+    if x.dtype.kind == "c" or (p is None and x.dtype.kind != "f"):  # PyTorch's kernels
+        raise not_implemented("bernoulli", x.dtype)
     prob = _probabilities(x if p is None else (p.data if isinstance(p, Tensor) else p),
                           "bernoulli: ")
     draw = resolve_generator(generator).random(x.shape) < np.broadcast_to(prob, x.shape)
