@@ -380,6 +380,7 @@ def promoter(where: tuple, to_float: _builtin_bool = False):
                                               a.dtype.kind in "fc"):
                 return values  # (narrower integers: the number wraps around, below)
         return _promote_operands(values, where, to_float)
+    promote2.pair = (i, j, to_float)  # (dtype_checker folds its check into the fast path)
     return promote2
 
 
@@ -461,20 +462,28 @@ def dtype_checker(name: str, where: _builtin_int, allowed: frozenset, then=None)
     the array at position `where` (the op's first input, promoted) must have a dtype in
     `allowed`, else `DtypeNotImplementedError`. One set lookup (~50 ns) on the op's path;
     a number or None there is not checked (the op reports it). Thread safe: reads only."""
-    if then is None:
-        def check(values: list) -> list:
-            a = values[where]
-            if type(a) is _ndarray and a.dtype not in allowed:
-                raise not_implemented(name, a.dtype)
-            return values
-        return check
-
-    def promote_check(values: list) -> list:
-        values = then(values)
+    def check(values: list) -> list:
         a = values[where]
         if type(a) is _ndarray and a.dtype not in allowed:
             raise not_implemented(name, a.dtype)
         return values
+    if then is None:
+        return check
+    pair = getattr(then, "pair", None)
+    if pair is not None and pair[0] == where:  # a binary promotion: one call, not two
+        i, j, to_float = pair
+
+        def promote2_check(values: list) -> list:
+            a = values[i]
+            b = values[j]
+            if type(a) is _ndarray and type(b) is _ndarray and a.dtype is b.dtype \
+                    and a.dtype in allowed and (not to_float or a.dtype.kind in "fc"):
+                return values  # (promote2's fast path: nothing to promote)
+            return check(then(values))
+        return promote2_check
+
+    def promote_check(values: list) -> list:
+        return check(then(values))
     return promote_check
 
 

@@ -133,6 +133,10 @@ def test_supported_dtypes_still_compute():
     assert pa.abs(i).dtype == pa.int64 and i.floor().dtype == pa.int64
     assert int(i.argmax()) == 15 and pa.matmul(i, i).dtype == pa.int64
     assert F.gelu(pa.ones(3, dtype=pa.float16)).dtype == pa.float16
+    # the check follows promotion: an integer with a float operand computes in the float
+    f32 = pa.ones(2, dtype=pa.float32)
+    assert pa.hypot(pa.ones(2, dtype=pa.int64), f32).dtype == pa.float32
+    assert pa.hypot(f32, pa.ones(2, dtype=pa.int64)).dtype == pa.float32
     v = pa.tensor(np.arange(2 * 4 * 4 * 4).reshape(1, 2, 4, 4, 4))
     assert F.max_pool3d(v, 2).dtype == pa.int64
     with pytest.raises(NotImplementedError):
