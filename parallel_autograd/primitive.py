@@ -28,6 +28,12 @@ annotations and docstring are the op's. From it `defop` makes:
 Composite ops (built from other ops) are declared with `composite`: no rule at all, since
 their ops record their own nodes; they get the method, export and registry entry.
 
+Dtypes. `dtypes=` (both) names the dtypes PyTorch's kernel computes in ("floating",
+"inexact", "real", "numeric", dtype names, or a tuple of them; default all): the first
+input of another dtype (after promotion) is refused with PyTorch's NotImplementedError
+(`dtypes.DtypeNotImplementedError`, `"gelu" not implemented for 'Long'`) at the public
+function; a composite's unchecked body is its `.unchecked`, for the library's own calls.
+
 Calling conventions. `inputs` names the differentiable parameters (default: the first);
 `inputs=("*tensors",)` makes the one parameter `tensors` a sequence of them (cat, stack:
 the forward gets a list of arrays, the Node one input per element, the formula a `Joint`
