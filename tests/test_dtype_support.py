@@ -185,3 +185,16 @@ def test_declaration_api():
     finally:  # the registry holds what is declared: leave it as it was
         for f in (_probe_identity, _probe_composite):
             REGISTRY.remove(f.op)
+
+
+@pytest.mark.parametrize("name,dtype", [("abs_", np.bool_), ("floor_", np.bool_),
+                                        ("trunc_", np.bool_), ("bernoulli_", np.complex64)])
+def test_inplace_forms_refuse_as_their_ops(name, dtype):
+    """An in-place method refuses the dtypes its op's declaration does not take, before
+    writing (PyTorch's `x.abs_()` of bool: NotImplementedError)."""
+    x = pa.tensor(np.ones(3, dtype))
+    version = x._vc[0]
+    with pytest.raises(NotImplementedError, match="not implemented for"):
+        getattr(x, name)()
+    assert np.array_equal(x.data, np.ones(3, dtype)) and x._vc[0] == version
+    assert pa.tensor(np.ones(3, np.int64)).abs_().dtype == pa.int64
