@@ -380,6 +380,7 @@ def promoter(where: tuple, to_float: _builtin_bool = False):
                                               a.dtype.kind in "fc"):
                 return values  # (narrower integers: the number wraps around, below)
         return _promote_operands(values, where, to_float)
+    promote2.pair = (i, j, to_float)  # (dtype_checker folds its check into the fast path)
     return promote2
 
 
@@ -412,6 +413,78 @@ def same_dtype_checker(name: str, where: tuple):
                                        f"inputs must have one dtype)")
         return values
     return check
+
+
+# ---- the op layer's dtype support (`defop(dtypes=...)`, `composite(dtypes=...)`) ------------
+class DtypeNotImplementedError(NotImplementedError, TypeError):
+    """An op called on a dtype it has no kernel for: PyTorch's NotImplementedError (a
+    RuntimeError: `"abs_cpu" not implemented for 'Bool'`), and also a TypeError, what
+    this library raised before for most of these refusals (numpy's own, or an op's check);
+    code catching either still works."""
+
+
+_FLOATING = ("float16", "float32", "float64")
+_COMPLEX = ("complex64", "complex128")
+_INTEGER = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64")
+# The named sets a declaration may use (with dtype names): PyTorch's CPU kernels' support.
+SUPPORT_SETS = {
+    "floating": _FLOATING,                                # gelu, softplus, the norms, losses
+    "inexact": _FLOATING + _COMPLEX,                      # silu, logaddexp, rms_norm
+    "real": _FLOATING + _INTEGER,                         # floor, argmax, topk, max_pool2d
+    "numeric": _FLOATING + _COMPLEX + _INTEGER,           # abs, matmul, conv: no bool
+}
+
+
+def supported(spec) -> frozenset:
+    """The numpy dtypes a declaration's `dtypes=` names: a set's name (`SUPPORT_SETS`), a
+    dtype name, or a tuple of them (their union)."""
+    names = (spec,) if isinstance(spec, str) else tuple(spec)
+    out = set()
+    for n in names:
+        if n in SUPPORT_SETS:
+            out.update(np.dtype(d) for d in SUPPORT_SETS[n])
+        elif n in _TORCH_NAMES:
+            out.add(np.dtype(n))
+        else:
+            raise ValueError(f"dtypes: unknown dtype or set {n!r} (one of "
+                             f"{sorted(SUPPORT_SETS)} or a dtype name)")
+    return frozenset(out)
+
+
+def not_implemented(name: str, d) -> DtypeNotImplementedError:
+    """PyTorch's refusal of a dtype: `"gelu" not implemented for 'Long'`."""
+    return DtypeNotImplementedError(f'"{name}" not implemented for '
+                                    f"'{scalar_type_name(d)}'")
+
+
+def dtype_checker(name: str, where: _builtin_int, allowed: frozenset, then=None):
+    """`values -> values` for the op layer: `then` (the op's promotion, if any) first, then
+    the array at position `where` (the op's first input, promoted) must have a dtype in
+    `allowed`, else `DtypeNotImplementedError`. One set lookup (~50 ns) on the op's path;
+    a number or None there is not checked (the op reports it). Thread safe: reads only."""
+    def check(values: list) -> list:
+        a = values[where]
+        if type(a) is _ndarray and a.dtype not in allowed:
+            raise not_implemented(name, a.dtype)
+        return values
+    if then is None:
+        return check
+    pair = getattr(then, "pair", None)
+    if pair is not None and pair[0] == where:  # a binary promotion: one call, not two
+        i, j, to_float = pair
+
+        def promote2_check(values: list) -> list:
+            a = values[i]
+            b = values[j]
+            if type(a) is _ndarray and type(b) is _ndarray and a.dtype is b.dtype \
+                    and a.dtype in allowed and (not to_float or a.dtype.kind in "fc"):
+                return values  # (promote2's fast path: nothing to promote)
+            return check(then(values))
+        return promote2_check
+
+    def promote_check(values: list) -> list:
+        return check(then(values))
+    return promote_check
 
 
 def _promote_operands(values: list, where: tuple, to_float: _builtin_bool,

@@ -28,6 +28,12 @@ annotations and docstring are the op's. From it `defop` makes:
 Composite ops (built from other ops) are declared with `composite`: no rule at all, since
 their ops record their own nodes; they get the method, export and registry entry.
 
+Dtypes. `dtypes=` (both) names the dtypes PyTorch's kernel computes in ("floating",
+"inexact", "real", "numeric", dtype names, or a tuple of them; default all): the first
+input of another dtype (after promotion) is refused with PyTorch's NotImplementedError
+(`dtypes.DtypeNotImplementedError`, `"gelu" not implemented for 'Long'`) at the public
+function; a composite's unchecked body is its `.unchecked`, for the library's own calls.
+
 Calling conventions. `inputs` names the differentiable parameters (default: the first);
 `inputs=("*tensors",)` makes the one parameter `tensors` a sequence of them (cat, stack:
 the forward gets a list of arrays, the Node one input per element, the formula a `Joint`
@@ -63,7 +69,7 @@ import os
 import numpy as np
 
 from . import anomaly
-from .dtypes import promoter, same_dtype_checker
+from .dtypes import dtype_checker, not_implemented, promoter, same_dtype_checker, supported
 from .grad_mode import grad_mode
 from .node import Node, accumulator_for
 from .tensor import Tensor
@@ -261,14 +267,16 @@ class OpDef:
     `torch.linalg`, `torch.special`); `aliases` its other names; `composite`: built from
     other ops, no rule; `needs`: the forward takes `needs_input_grad`; `promote`:
     `arrays -> arrays` run before the forward (None: none), the inputs brought to their
-    common dtype or checked for one (`defop(promote=, int_to_float=)`).
+    common dtype or checked for one (`defop(promote=, int_to_float=)`), and the first
+    input's dtype checked against `dtypes` (`defop(dtypes=)`: a frozenset of numpy dtypes,
+    None for every dtype).
     """
 
     __slots__ = ("name", "fn", "forward", "inputs", "params", "formulas", "kernels",
                  "has_kernel", "method", "module", "export", "composite", "cost", "threaded",
                  "tensor_params", "family", "torch_name", "aliases", "modules", "variadic",
                  "shapes_only", "by_name", "needs", "unsaved", "promote", "keeps_ans",
-                 "unread", "plain", "lean", "nothing", "inputs_only", "__weakref__")
+                 "unread", "plain", "lean", "nothing", "inputs_only", "dtypes", "__weakref__")
 
     def __repr__(self):
         return f"<op {self.module}.{self.name}>"
@@ -451,7 +459,7 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
           aliases: tuple = (), quiet: bool = False, cost=None, threaded: bool = False,
           torch_name: str | None = None, sizes: str | None = None,
           shapes_only: bool = False, unsaved: tuple = (), promote=False,
-          int_to_float: bool = False):
+          int_to_float: bool = False, dtypes=None):
     """Declare an op from its numpy forward (a decorator; see the module docstring).
 
     - formula: the derivative, for each name in `inputs` (a function, a tuple of them in
@@ -490,6 +498,12 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
     - int_to_float: an integer or bool (common) dtype becomes the default dtype
       (`get_default_dtype()`, read at each call), as PyTorch's floating ops (sqrt, sin,
       true division) do; the promoted positions are `promote`'s, else all of `inputs`.
+    - dtypes: the dtypes PyTorch's kernel computes in (None: all of them), a name of
+      `dtypes.SUPPORT_SETS` ("floating", "inexact", "real", "numeric"), a dtype name, or a
+      tuple of them; the first input (after promotion) of another dtype is PyTorch's
+      refusal, `DtypeNotImplementedError` (a NotImplementedError, RuntimeError and
+      TypeError): `"gelu" not implemented for 'Long'`. Checked at the public function
+      only: code that calls the forward on arrays is not refused.
 
     The differentiable inputs need not be the forward's first parameters (`layer_norm(input,
     normalized_shape, weight, bias)`): the forward is then called with them by name.
@@ -499,24 +513,27 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
                         name, aliases, quiet, cost, threaded, torch_name, composite=False,
                         sizes=sizes, shapes_only=shapes_only, unsaved=unsaved)
         _promotion(spec.op, promote, int_to_float)
+        _dtype_support(spec.op, dtypes)
         return spec
     return declare if fn is None else declare(fn)
 
 
 def composite(fn=None, *, method=False, module: str = "torch", also: tuple = (),
               export: bool = True, name: str | None = None, aliases: tuple = (),
-              torch_name: str | None = None):
+              torch_name: str | None = None, dtypes=None):
     """Declare an op built from other ops (no rule: they record their own nodes): the
     function is registered as it is, with its method and export (and, as `defop`'s,
-    numpy's `axis=`/`keepdims=` accepted for its `dim`/`keepdim` parameters)."""
+    numpy's `axis=`/`keepdims=` accepted for its `dim`/`keepdim` parameters). `dtypes`:
+    as `defop`'s, checked on the first parameter (a Tensor) before the body runs."""
     def declare(f):
         return _declare(f, None, None, None, method, (module, *also), export, name, aliases,
-                        False, None, False, torch_name, composite=True)
+                        False, None, False, torch_name, composite=True, dtypes=dtypes)
     return declare if fn is None else declare(fn)
 
 
 def _declare(forward, formula, kernel, inputs, method, modules, export, name, aliases, quiet,
-             cost, threaded, torch_name, composite, sizes=None, shapes_only=False, unsaved=()):
+             cost, threaded, torch_name, composite, sizes=None, shapes_only=False, unsaved=(),
+             dtypes=None):
     for module in modules:
         if module not in _MODULES:
             raise ValueError(f"defop: unknown module {module!r} (one of {_MODULES})")
@@ -532,6 +549,7 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
     spec.family = _family(forward.__module__)
     spec.unsaved = None
     spec.promote = None
+    spec.dtypes = None if dtypes is None else supported(dtypes)
     spec.keeps_ans = True  # whether nodes keep the output (False: no rule reads it)
     spec.unread = ()  # positions in `saved` (1 + k) of the inputs no rule loads
     sig = inspect.signature(forward)
@@ -552,6 +570,8 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
         spec.formulas = spec.kernels = None
         spec.has_kernel = False
         spec.fn = _aliased(forward, sig)
+        if spec.dtypes is not None:
+            spec.fn = _dtype_checked(spec.fn, sig, spec.name, spec.dtypes)
     else:
         spec.inputs = tuple(inputs) if inputs is not None else tuple(names[:1])
         unknown = [n for n in spec.inputs if n not in names]
@@ -593,6 +613,31 @@ def _promotion(spec: OpDef, promote, int_to_float: bool) -> None:
     where = tuple(spec.inputs.index(n) for n in names)
     spec.promote = same_dtype_checker(spec.name, where) if promote == "same" else \
         promoter(where, bool(int_to_float))
+
+
+def _dtype_support(spec: OpDef, dtypes) -> None:
+    """Set `spec.dtypes` from defop's `dtypes=` and fold its check into `spec.promote`, the
+    step that reads the inputs' dtypes already (ops without `dtypes=` pay nothing)."""
+    if dtypes is None:
+        return
+    spec.dtypes = supported(dtypes)
+    spec.promote = dtype_checker(spec.name, 0, spec.dtypes, spec.promote)
+
+
+def _dtype_checked(fn, sig: inspect.Signature, name: str, allowed: frozenset):
+    """A composite whose first parameter, a Tensor of a dtype not in `allowed`, is
+    refused (`defop(dtypes=)`) before its body runs."""
+    first = next(iter(sig.parameters))
+
+    @functools.wraps(fn)
+    def composite_op(*args, **kwargs):
+        x = args[0] if args else kwargs.get(first)
+        if isinstance(x, Tensor) and x.data.dtype not in allowed:
+            raise not_implemented(name, x.data.dtype)
+        return fn(*args, **kwargs)
+    composite_op.__signature__ = sig
+    composite_op.unchecked = fn  # for the library's own calls on other dtypes
+    return composite_op
 
 
 def placeholder(a):

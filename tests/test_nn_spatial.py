@@ -153,7 +153,10 @@ def test_integer_interpolation_pytorch_does_not_implement_raises():
         F.interpolate(pa.tensor(np.zeros((1, 1, 4), np.uint8)), size=5, mode="linear")
     with pytest.raises(NotImplementedError, match="not implemented"):
         F.adaptive_avg_pool2d(x, 2)
-    assert F.interpolate(x, size=(5, 5)).dtype == np.int64     # nearest: a gather
+    with pytest.raises(NotImplementedError, match="not implemented for 'Long'"):
+        F.interpolate(x, size=(5, 5))       # nearest too: PyTorch's kernels take uint8 only
+    u = pa.tensor(np.arange(16, dtype=np.uint8).reshape(1, 1, 4, 4))
+    assert F.interpolate(u, size=(5, 5)).dtype == np.uint8     # nearest: a gather
 
 
 # ---- what a forward keeps ------------------------------------------------------------------------

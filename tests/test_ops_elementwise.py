@@ -155,7 +155,8 @@ def test_integer_tensors_promote_like_numpy():
     t = pa.tensor(np.array([1, 2, 3]))
     assert (t * 0.5).dtype == np.float64
     assert (t + 1).dtype == t.dtype
-    np.testing.assert_allclose(pa.gelu(t).data, pa.gelu(pa.tensor([1.0, 2.0, 3.0])).data)
+    with pytest.raises(NotImplementedError, match="\"gelu\" not implemented for 'Long'"):
+        pa.gelu(t)  # PyTorch has no integer kernel for gelu
 
 
 # ---- semantics at special points (PyTorch's conventions) ------------------------------

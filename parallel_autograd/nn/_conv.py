@@ -678,7 +678,7 @@ _CONV = dict(inputs=("input", "weight", "bias"), module="torch.nn.functional", a
              cost=_cost, threaded=True, promote="same")
 
 
-@defop(formula=_conv_formulas(1), kernel=_conv_kernels(1), **_CONV)
+@defop(dtypes="numeric", formula=_conv_formulas(1), kernel=_conv_kernels(1), **_CONV)
 def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
            dilation=1, groups: int = 1, *, needs_input_grad=(False, False, False)) -> Tensor:
     """1-D cross-correlation of input (N, C, L) (or (C, L)) with weight (O, C/groups, k).
@@ -691,7 +691,7 @@ def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     return _conv(1, input, weight, bias, stride, padding, dilation, groups, needs_input_grad)
 
 
-@defop(formula=_conv_formulas(2), kernel=_conv_kernels(2), **_CONV)
+@defop(dtypes="numeric", formula=_conv_formulas(2), kernel=_conv_kernels(2), **_CONV)
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
            dilation=1, groups: int = 1, *, needs_input_grad=(False, False, False)) -> Tensor:
     """2-D cross-correlation, NCHW input (or CHW), weight (out_channels,
@@ -706,7 +706,7 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     return _conv(2, input, weight, bias, stride, padding, dilation, groups, needs_input_grad)
 
 
-@defop(formula=_conv_formulas(3), kernel=_conv_kernels(3), **_CONV)
+@defop(dtypes="numeric", formula=_conv_formulas(3), kernel=_conv_kernels(3), **_CONV)
 def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
            dilation=1, groups: int = 1, *, needs_input_grad=(False, False, False)) -> Tensor:
     """3-D cross-correlation of input (N, C, D, H, W) (or (C, D, H, W)) with weight
@@ -787,7 +787,8 @@ def _transpose_cost(ans, input, weight, *_, **__) -> float:
 _TRANSPOSE = dict(_CONV, cost=_transpose_cost)
 
 
-@defop(formula=_transpose_formulas(1), kernel=_transpose_kernels(1), **_TRANSPOSE)
+@defop(formula=_transpose_formulas(1), kernel=_transpose_kernels(1), **_TRANSPOSE,
+       dtypes=("int64", "inexact"))
 def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
                      padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
     """1-D transposed convolution of input (N, C_in, L) with weight (C_in, C_out/groups, k):
@@ -797,7 +798,8 @@ def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
                       dilation)
 
 
-@defop(formula=_transpose_formulas(2), kernel=_transpose_kernels(2), **_TRANSPOSE)
+@defop(formula=_transpose_formulas(2), kernel=_transpose_kernels(2), **_TRANSPOSE,
+       dtypes=("int64", "inexact"))
 def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
                      padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
     """2-D transposed convolution ("deconvolution") of NCHW input with weight (C_in,
@@ -808,7 +810,8 @@ def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
                       dilation)
 
 
-@defop(formula=_transpose_formulas(3), kernel=_transpose_kernels(3), **_TRANSPOSE)
+@defop(formula=_transpose_formulas(3), kernel=_transpose_kernels(3), **_TRANSPOSE,
+       dtypes=("int64", "inexact"))
 def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
                      padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
     """3-D transposed convolution of input (N, C_in, D, H, W) with weight (C_in,
@@ -846,7 +849,8 @@ def _fold_args(name, kernel_size, dilation, padding, stride) -> tuple:
             ntuple(dilation, 2, "dilation", name, 1))
 
 
-@defop(formula=lambda g, ans, input, kernel_size, dilation, padding, stride:
+@defop(dtypes=("bool", "inexact"),
+       formula=lambda g, ans, input, kernel_size, dilation, padding, stride:
        fold(g, _shape(input)[-2:], kernel_size, dilation, padding, stride),
        module="torch.nn.functional")
 def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
@@ -863,7 +867,8 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
     return _as_input(out, input.ndim == 3)
 
 
-@defop(formula=lambda g, ans, input, output_size, kernel_size, dilation, padding, stride:
+@defop(dtypes=("bool", "inexact"),
+       formula=lambda g, ans, input, output_size, kernel_size, dilation, padding, stride:
        unfold(g, kernel_size, dilation, padding, stride), module="torch.nn.functional")
 def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
     """Columns (N, C*kh*kw, L) (or (C*kh*kw, L)) summed back into an image (N, C,

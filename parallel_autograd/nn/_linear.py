@@ -103,7 +103,7 @@ def _cost(ans, input, weight, bias):
     return gemm_cost(ans.size, input.shape[-1])
 
 
-@defop(inputs=("input", "weight", "bias"),
+@defop(dtypes="numeric", inputs=("input", "weight", "bias"),
        formula=(_input_formula, _weight_formula, _bias_formula),
        kernel=(_input_kernel, _weight_kernel, None), unsaved=("result",),
        module="torch.nn.functional", cost=_cost, threaded=True)
@@ -137,7 +137,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return y + b              # the bias broadcasts the output up (PyTorch refuses this)
 
 
-@composite(module="torch.nn.functional")
+@composite(dtypes="numeric", module="torch.nn.functional")
 def bilinear(input1: Tensor, input2: Tensor, weight: Tensor,
              bias: Tensor | None = None) -> Tensor:
     """`y_k = x1^T A_k x2 + b_k` over the last dimensions: input1 (..., in1), input2 (...,

@@ -100,7 +100,7 @@ def _check_no_grad(name: str, what: str, t) -> None:
 
 
 # ---- mse_loss: a composite -------------------------------------------------------------------
-@composite(module=_FUNCTIONAL)
+@composite(dtypes="floating", module=_FUNCTIONAL)
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """Mean squared error; input and target broadcast against each other."""
     try:
@@ -337,7 +337,7 @@ def _operands(name, input, target, broadcast: bool = True) -> tuple:
     return input, target, x, y, _broadcast(name, x, y) if broadcast else None
 
 
-@composite(module=_FUNCTIONAL)
+@composite(dtypes="numeric", module=_FUNCTIONAL)
 def l1_loss(input, target, *, reduction: str = "mean", weight=None) -> Tensor:
     """Mean absolute error `|input - target|` (they broadcast), reduced; `weight` (the
     input's shape) scales each element, and 'mean' then divides by the weights' sum, as
@@ -351,7 +351,7 @@ def l1_loss(input, target, *, reduction: str = "mean", weight=None) -> Tensor:
     return fused_l1_loss(input, target, reduction=reduction, denom=math.prod(shape))
 
 
-@composite(module=_FUNCTIONAL)
+@composite(dtypes="floating", module=_FUNCTIONAL)
 def smooth_l1_loss(input, target, *, reduction: str = "mean", beta: float = 1.0) -> Tensor:
     """`0.5 (x - y)**2 / beta` where `|x - y| < beta`, else `|x - y| - beta / 2`
     (input and target broadcast); beta = 0 is l1_loss. One node."""
@@ -366,7 +366,7 @@ def smooth_l1_loss(input, target, *, reduction: str = "mean", beta: float = 1.0)
                   delta=beta, scale=1.0 / beta)
 
 
-@composite(module=_FUNCTIONAL)
+@composite(dtypes="floating", module=_FUNCTIONAL)
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0,
                weight=None) -> Tensor:
     """`0.5 (x - y)**2` where `|x - y| < delta`, else `delta (|x - y| - delta / 2)`
@@ -541,7 +541,7 @@ def _bce_weight(name, weight, x, what: str = "weight"):
     return w.astype(_float_dtype(x), copy=False)      # a constant: the loss keeps x's dtype
 
 
-@composite(module=_FUNCTIONAL)
+@composite(dtypes="floating", module=_FUNCTIONAL)
 def binary_cross_entropy(input, target, weight=None, *, reduction: str = "mean") -> Tensor:
     """`-weight (target log(input) + (1 - target) log(1 - input))` for probabilities
     `input` in [0, 1] (ValueError otherwise); each log is clamped at -100, and the input
@@ -562,7 +562,7 @@ def binary_cross_entropy(input, target, weight=None, *, reduction: str = "mean")
     return fused_binary_cross_entropy(input, target, w, reduction=reduction, denom=x.size)
 
 
-@composite(module=_FUNCTIONAL)
+@composite(dtypes="floating", module=_FUNCTIONAL)
 def binary_cross_entropy_with_logits(input, target, weight=None, *, reduction: str = "mean",
                                      pos_weight=None) -> Tensor:
     """binary_cross_entropy of `sigmoid(input)` from the logits, without overflow:
@@ -635,7 +635,7 @@ def fused_kl_div(input: Tensor, target: Tensor, reduction: str = "mean",
                       log_target=log_target)
 
 
-@composite(module=_FUNCTIONAL)
+@composite(dtypes="floating", module=_FUNCTIONAL)
 def kl_div(input, target, *, reduction: str = "mean", log_target: bool = False) -> Tensor:
     """Pointwise KL divergence `target (log(target) - input)` of log-probabilities
     `input` (0 where target is 0; `log_target=True`: the target is given as
@@ -874,7 +874,7 @@ def _unflatten(loss, reduction, shape):
     return loss if reduction != "none" or shape is None else S.reshape(loss, shape)
 
 
-@composite(module=_FUNCTIONAL)
+@composite(dtypes="floating", module=_FUNCTIONAL)
 def nll_loss(input, target, weight=None, *, ignore_index: int = -100,
              reduction: str = "mean") -> Tensor:
     """Negative log-likelihood of class-index targets given log-probabilities: input

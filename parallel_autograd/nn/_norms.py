@@ -198,7 +198,7 @@ def _bias_formula(g, ans, input, weight, bias, normalized_shape, eps):
     return g  # summed over the leading dims to the bias's shape (trailing) by the node
 
 
-@defop(inputs=("input", "weight", "bias"),
+@defop(dtypes="floating", inputs=("input", "weight", "bias"),
        formula=(_ln_input_formula, _ln_weight_formula, _bias_formula),
        kernel=(_ln_input_kernel, _ln_weight_kernel, None), unsaved=("result",),
        module="torch.nn.functional")
@@ -280,6 +280,7 @@ def _rms_weight_formula(g, ans, input, weight, normalized_shape, eps):
 
 
 @defop(inputs=("input", "weight"), formula=(_rms_input_formula, _rms_weight_formula),
+       dtypes="inexact",
        kernel=(_rms_input_kernel, _rms_weight_kernel), unsaved=("result",),
        module="torch.nn.functional")
 def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
@@ -571,7 +572,7 @@ def batch_norm_counted(name: str, input, running_mean, running_var, weight, bias
     return normalize_channels(input, weight, bias, mean, rstd, training, eps)
 
 
-@composite(module="torch.nn.functional")
+@composite(dtypes="floating", module="torch.nn.functional")
 def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
                weight: Tensor | None = None, bias: Tensor | None = None,
                training: bool = False, momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
@@ -600,7 +601,7 @@ def _repeated(p, n: int):
     return np.tile(array(p), n)
 
 
-@composite(module="torch.nn.functional")
+@composite(dtypes="floating", module="torch.nn.functional")
 def instance_norm(input: Tensor, running_mean: Tensor | None = None,
                   running_var: Tensor | None = None, weight: Tensor | None = None,
                   bias: Tensor | None = None, use_input_stats: bool = True,
@@ -648,7 +649,7 @@ def _channel_view(p, ndim: int):
     return S.reshape(p, shape) if isinstance(p, Tensor) else array(p).reshape(shape)
 
 
-@composite(module="torch.nn.functional")
+@composite(dtypes="floating", module="torch.nn.functional")
 def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None,
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """Normalization over groups of channels: input (N, C, *) with C divisible by
@@ -682,7 +683,7 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None,
     return y
 
 
-@composite(module="torch.nn.functional")
+@composite(dtypes=("int64", "floating"), module="torch.nn.functional")
 def local_response_norm(input: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75,
                         k: float = 1.0) -> Tensor:
     """`x / (k + alpha * avg(x**2)) ** beta`, the average over the `size` channels

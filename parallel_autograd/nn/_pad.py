@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import not_implemented
 from ..memory import empty
 from ..ops._common import array, zeros
 from ..primitive import defop
@@ -157,6 +158,9 @@ def _adjoint(g: np.ndarray, widths: list, mode: str, shape: tuple) -> np.ndarray
     return out if out is not g else g.copy()
 
 
+_NO_BOOL = {"reflect": "reflection_pad", "replicate": "replication_pad"}
+
+
 def _pad_formula(g, ans, input, pad, mode, value):
     return pad_backward(g, pad, mode, np.shape(array(input)))
 
@@ -178,6 +182,8 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
                 raise ValueError(f"pad: negative padding {(a, b)} of dimension {d} (size "
                                  f"{input.shape[d]}) gives a negative size")
         return _constant(input, widths, value)
+    if mode in _NO_BOOL and input.dtype == np.bool_:  # (PyTorch's kernels of these modes)
+        raise not_implemented(_NO_BOOL[mode], input.dtype)
     _check_mode(input.shape, widths, mode, value)
     return _gathered(input, widths, mode)
 

@@ -248,7 +248,7 @@ def _max_pool(name, nd, input, kernel_size, stride, padding, dilation, ceil_mode
     return y
 
 
-@composite(module="torch.nn.functional", also=("torch",))
+@composite(dtypes="floating", module="torch.nn.functional", also=("torch",))
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,
                ceil_mode: bool = False, return_indices: bool = False):
     """Max over sliding windows of input (N, C, L) (or (C, L)); padding never wins. The
@@ -259,7 +259,7 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,
                      ceil_mode, return_indices)
 
 
-@composite(module="torch.nn.functional", also=("torch",))
+@composite(dtypes="real", module="torch.nn.functional", also=("torch",))
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1,
                ceil_mode: bool = False, return_indices: bool = False):
     """Max over sliding (dilated) windows of NCHW input (or CHW); padding never wins. The
@@ -377,6 +377,7 @@ def _avg_formula(nd: int):
 
 
 @defop(formula=_avg_formula(1), kernel=_avg_kernel, module="torch.nn.functional",
+       dtypes=("int64", "floating"),
        also=("torch",))
 def avg_pool1d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                count_include_pad: bool = True) -> Tensor:
@@ -387,7 +388,8 @@ def avg_pool1d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bo
                      count_include_pad, None)
 
 
-@defop(formula=_avg_formula(2), kernel=_avg_kernel, module="torch.nn.functional")
+@defop(formula=_avg_formula(2), kernel=_avg_kernel, module="torch.nn.functional",
+       dtypes=("int64", "floating"))
 def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                count_include_pad: bool = True, divisor_override=None) -> Tensor:
     """Mean over each window of NCHW input (or CHW); zero padding is counted unless
@@ -486,7 +488,7 @@ def _adaptive_max(name, nd, input, output_size, return_indices):
     return yt
 
 
-@composite(module="torch.nn.functional")
+@composite(dtypes="floating", module="torch.nn.functional")
 def adaptive_max_pool1d(input, output_size, return_indices: bool = False):
     """Max over `output_size` adaptive windows of input (N, C, L) (or (C, L)): window i
     spans [floor(i*L/out), ceil((i+1)*L/out)), PyTorch's. The gradient goes to each
@@ -494,7 +496,7 @@ def adaptive_max_pool1d(input, output_size, return_indices: bool = False):
     return _adaptive_max("adaptive_max_pool1d", 1, input, output_size, return_indices)
 
 
-@composite(module="torch.nn.functional")
+@composite(dtypes="floating", module="torch.nn.functional")
 def adaptive_max_pool2d(input, output_size, return_indices: bool = False):
     """Max over adaptive windows of NCHW input (or CHW) giving `output_size` (int or
     pair; None keeps that input size): rows [floor(i*H/Ho), ceil((i+1)*H/Ho)), columns

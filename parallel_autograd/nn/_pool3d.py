@@ -69,7 +69,7 @@ def _flat_indices(depth_idx, plane_idx, n, c, d, h, w, ho, wo, batched):
     return Tensor._wrap(flat if batched else flat[0])
 
 
-@composite(module="torch.nn.functional", also=("torch",))
+@composite(dtypes="real", module="torch.nn.functional", also=("torch",))
 def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1,
                ceil_mode: bool = False, return_indices: bool = False):
     """Max over sliding (dilated) windows of (N, C, D, H, W) input (or (C, D, H, W)), as
@@ -85,8 +85,9 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1,
     y2 = _pool.max_pool2d(_planes(t), k[1:], s[1:], p[1:], dl[1:], ceil_mode, return_indices)
     y2, i2 = y2 if return_indices else (y2, None)
     ho, wo = y2.shape[-2:]
-    y1 = _pool.max_pool1d(_over_depth(y2, n, c, d), k[0], s[0], p[0], dl[0], ceil_mode,
-                      return_indices)
+    # (max_pool1d.unchecked: PyTorch's max_pool1d refuses the integers max_pool3d takes)
+    y1 = _pool.max_pool1d.unchecked(_over_depth(y2, n, c, d), k[0], s[0], p[0], dl[0],
+                                    ceil_mode, return_indices)
     y1, i1 = y1 if return_indices else (y1, None)
     out = _back(y1, n, c, ho, wo, batched)
     if not return_indices:
@@ -94,7 +95,7 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1,
     return out, _flat_indices(i1, i2, n, c, d, h, w, ho, wo, batched)
 
 
-@composite(module="torch.nn.functional")
+@composite(dtypes=("int64", "float32", "float64"), module="torch.nn.functional")
 def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                count_include_pad: bool = True, divisor_override=None) -> Tensor:
     """Mean over sliding windows of (N, C, D, H, W) input (or (C, D, H, W)), as PyTorch's
@@ -133,7 +134,7 @@ def adaptive_avg_pool3d(input, output_size) -> Tensor:
     return _back(y1, n, c, oh, ow, batched)
 
 
-@composite(module="torch.nn.functional")
+@composite(dtypes="floating", module="torch.nn.functional")
 def adaptive_max_pool3d(input, output_size, return_indices: bool = False):
     """Max over adaptive windows of (N, C, D, H, W) input (or (C, D, H, W)) giving
     `output_size`, PyTorch's windows; the gradient goes to each window's first maximum in

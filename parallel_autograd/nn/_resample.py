@@ -274,7 +274,8 @@ def _interpolate_formula(g, ans, input, size, scale_factor, mode, align_corners,
     return resample(g, _transposed(maps))
 
 
-@defop(formula=_interpolate_formula, kernel=_transposed_apply, module="torch.nn.functional")
+@defop(formula=_interpolate_formula, kernel=_transposed_apply, module="torch.nn.functional",
+       dtypes=("uint8", "floating"))
 def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",
                 align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
                 antialias: bool = False) -> Tensor:
@@ -410,19 +411,19 @@ def _uint8_resize(x: np.ndarray, out: tuple, scales: tuple, cubic: bool,
     return y if y is not x else x.copy()
 
 
-@composite(module="torch.nn.functional")
+@composite(dtypes=("uint8", "floating"), module="torch.nn.functional")
 def upsample(input, size=None, scale_factor=None, mode: str = "nearest", align_corners=None):
     """`interpolate` (PyTorch's deprecated alias)."""
     return interpolate(input, size, scale_factor, mode, align_corners)
 
 
-@composite(module="torch.nn.functional")
+@composite(dtypes=("uint8", "floating"), module="torch.nn.functional")
 def upsample_nearest(input, size=None, scale_factor=None):
     """`interpolate(..., mode='nearest')` (PyTorch's deprecated alias)."""
     return interpolate(input, size, scale_factor, mode="nearest")
 
 
-@composite(module="torch.nn.functional")
+@composite(dtypes=("uint8", "floating"), module="torch.nn.functional")
 def upsample_bilinear(input, size=None, scale_factor=None):
     """`interpolate(..., mode='bilinear', align_corners=True)` (PyTorch's deprecated
     alias)."""

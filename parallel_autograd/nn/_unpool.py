@@ -73,7 +73,7 @@ def _max_unpool(name, nd, input, indices, kernel_size, stride, padding, output_s
     return put_flat(input, flat.reshape(x.shape), lead + out, False)
 
 
-@composite(module="torch.nn.functional")
+@composite(dtypes="floating", module="torch.nn.functional")
 def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
     """The inverse of `max_pool1d(..., return_indices=True)` (PyTorch's): (N, C, L) or
     (C, L) values at their indices in an output of length (L - 1) * stride - 2 * padding +
@@ -82,7 +82,7 @@ def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_siz
                        output_size)
 
 
-@composite(module="torch.nn.functional")
+@composite(dtypes="floating", module="torch.nn.functional")
 def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
     """The inverse of `max_pool2d(..., return_indices=True)` (PyTorch's): (N, C, H, W) or
     (C, H, W) values at their flat per-plane indices in planes of (H - 1) * stride -

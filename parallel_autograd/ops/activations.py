@@ -99,6 +99,7 @@ def _leaky_relu_kernel(g, ans, input, negative_slope, inplace=False):
 
 
 @defop(formula=piecewise(_leaky_relu_kernel), kernel=_leaky_relu_kernel, module=_F,
+       dtypes="floating",
        also=_KEPT, method=True)
 def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
     """x where x > 0, else negative_slope * x. `inplace`: see the module docstring."""
@@ -158,7 +159,8 @@ def _silu_formula(g, ans, input, inplace=False):
     return g * (s * (1 + input * (1 - s)))
 
 
-@defop(formula=_silu_formula, kernel=_silu_kernel, module=_F, also=_KEPT, method=True)
+@defop(formula=_silu_formula, kernel=_silu_kernel, module=_F, also=_KEPT, method=True,
+       dtypes="inexact")
 def silu(input: Tensor, inplace: bool = False) -> Tensor:
     """`x * sigmoid(x)` (SiLU, swish). `inplace`: see the module docstring."""
     # x / (1 + exp(-x)), PyTorch's formula: 4 passes, one buffer
@@ -188,6 +190,7 @@ def _logsigmoid_kernel(g, ans, input):
 
 
 @defop(formula=lambda g, ans, input: g * sigmoid(-input), kernel=_logsigmoid_kernel,
+       dtypes="floating",
        module=_F)
 def logsigmoid(input: Tensor) -> Tensor:
     """log(sigmoid(x)), computed without overflow."""
@@ -270,7 +273,8 @@ def _gelu_formula(g, ans, input, approximate):
     return g * (ndtr(input) + input * _phi(input))   # d/dx x ndtr(x)
 
 
-@defop(formula=_gelu_formula, kernel=_gelu_kernel, module=_F, also=_KEPT, method=True)
+@defop(formula=_gelu_formula, kernel=_gelu_kernel, module=_F, also=_KEPT, method=True,
+       dtypes="floating")
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     """GELU: x ndtr(x); `approximate="tanh"` is PyTorch's tanh form.
 
@@ -321,7 +325,7 @@ def _softplus_formula(g, ans, input, beta, threshold):
     return where(linear, g, g * sigmoid(input * beta))
 
 
-@defop(formula=_softplus_formula, kernel=_softplus_kernel, module=_F, quiet=True)
+@defop(dtypes="floating", formula=_softplus_formula, kernel=_softplus_kernel, module=_F, quiet=True)
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (PyTorch's)."""
     beta = _number("softplus", beta, "beta")
@@ -342,7 +346,7 @@ def _softsign_formula(g, ans, input):
     return g / (d * d)
 
 
-@defop(formula=_softsign_formula, kernel=_softsign_kernel, module=_F)
+@defop(dtypes="numeric", formula=_softsign_formula, kernel=_softsign_kernel, module=_F)
 def softsign(input: Tensor) -> Tensor:
     """x / (1 + |x|)."""
     x = as_float(input)
@@ -378,7 +382,7 @@ def _mish_formula(g, ans, input, inplace=False):
     return g * (t + input * sigmoid(input) * (1 - t * t))
 
 
-@defop(formula=_mish_formula, kernel=_mish_kernel, module=_F, quiet=True)
+@defop(dtypes="floating", formula=_mish_formula, kernel=_mish_kernel, module=_F, quiet=True)
 def mish(input: Tensor, inplace: bool = False) -> Tensor:
     """x tanh(softplus(x)). `inplace`: see the module docstring."""
     x = as_float(input)             # 4 passes, one buffer
@@ -441,6 +445,7 @@ def _elu_formula(g, x, alpha, scale, input_scale):
 
 
 @defop(formula=lambda g, ans, input, alpha, inplace: _elu_formula(g, input, alpha, 1.0, 1.0),
+       dtypes="floating",
        kernel=lambda g, ans, input, alpha, inplace: _elu_kernel(g, input, alpha, 1.0, 1.0),
        module=_F)
 def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
@@ -448,7 +453,7 @@ def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     return _elu(input, _number("elu", alpha, "alpha"), 1.0, 1.0)
 
 
-@defop(formula=lambda g, ans, input, inplace: _elu_formula(g, input, _SELU_ALPHA,
+@defop(dtypes="floating", formula=lambda g, ans, input, inplace: _elu_formula(g, input, _SELU_ALPHA,
                                                            _SELU_SCALE, 1.0),
        kernel=lambda g, ans, input, inplace: _elu_kernel(g, input, _SELU_ALPHA, _SELU_SCALE,
                                                          1.0),
@@ -465,7 +470,8 @@ def _celu_scale(alpha) -> float:
     return 1.0 / float(np.float32(alpha))
 
 
-@defop(formula=lambda g, ans, input, alpha, inplace: _elu_formula(g, input, alpha, 1.0,
+@defop(dtypes="floating",
+       formula=lambda g, ans, input, alpha, inplace: _elu_formula(g, input, alpha, 1.0,
                                                                   _celu_scale(alpha)),
        kernel=lambda g, ans, input, alpha, inplace: _elu_kernel(g, input, alpha, 1.0,
                                                                 _celu_scale(alpha)),
@@ -495,7 +501,7 @@ def _hardtanh_kernel(g, ans, input, min_val, max_val, inplace=False):
                  (np.bool_, np.bool_), np.result_type(g, input))
 
 
-@defop(formula=piecewise(_hardtanh_kernel), kernel=_hardtanh_kernel, module=_F)
+@defop(dtypes="real", formula=piecewise(_hardtanh_kernel), kernel=_hardtanh_kernel, module=_F)
 def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0,
              inplace: bool = False) -> Tensor:
     """x clamped to [min_val, max_val]; the gradient is 1 strictly inside, 0 at the bounds
@@ -527,7 +533,8 @@ def _hardsigmoid_kernel(g, ans, input, inplace=False):
                  np.result_type(g, input))
 
 
-@defop(formula=piecewise(_hardsigmoid_kernel), kernel=_hardsigmoid_kernel, module=_F)
+@defop(formula=piecewise(_hardsigmoid_kernel), kernel=_hardsigmoid_kernel, module=_F,
+       dtypes="floating")
 def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
     """relu6(x + 3) / 6. `inplace`: see the module docstring."""
     t = buf(P.add(as_float(input), 3))  # min(max(x + 3, 0), 6) / 6: 3 passes
@@ -557,7 +564,7 @@ def _hardswish_formula(g, ans, input, inplace=False):
     return g * where(x <= -3, 0.0, where(x < 3, input / 3 + 0.5, 1.0))
 
 
-@defop(formula=_hardswish_formula, kernel=_hardswish_kernel, module=_F)
+@defop(dtypes="floating", formula=_hardswish_formula, kernel=_hardswish_kernel, module=_F)
 def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
     """x relu6(x + 3) / 6. `inplace`: see the module docstring."""
     x = as_float(input)
@@ -618,7 +625,7 @@ def _prelu_weight(g, ans, input, weight):
     return reshape(sum_to(t, _channel_shape(x.ndim, w)), np.shape(w))
 
 
-@defop(inputs=("input", "weight"), formula=(_prelu_input, _prelu_weight),
+@defop(dtypes="floating", inputs=("input", "weight"), formula=(_prelu_input, _prelu_weight),
        kernel=(_prelu_input_kernel, _prelu_weight_kernel), module=_F, also=("torch",),
        method=True)
 def prelu(input: Tensor, weight: Tensor) -> Tensor:
@@ -683,7 +690,7 @@ def _glu_formula(g, ans, input, dim):
     return concat([g * s, g * a * s * (1 - s)], axis=dim)
 
 
-@defop(formula=_glu_formula, kernel=_glu_kernel, module=_F)
+@defop(dtypes="floating", formula=_glu_formula, kernel=_glu_kernel, module=_F)
 def glu(input: Tensor, dim: int = -1) -> Tensor:
     """a * sigmoid(b), where a and b are the two halves of the input along `dim` (whose
     size must be even: RuntimeError otherwise, as PyTorch)."""

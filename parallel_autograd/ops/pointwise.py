@@ -64,7 +64,8 @@ def _abs_kernel(g, ans, input):
     return fused(_abs_chunk, input, (g, input), (np.bool_,), np.result_type(g, input))
 
 
-@defop(formula=piecewise(_abs_kernel), kernel=_abs_kernel, method=True, aliases=("absolute",))
+@defop(formula=piecewise(_abs_kernel), kernel=_abs_kernel, method=True, aliases=("absolute",),
+       dtypes="numeric")
 def abs(input: Tensor) -> Tensor:  # noqa: A001  (PyTorch's name)
     """|x|; the gradient is g sign(x): 0 at 0 and at NaN, as PyTorch's."""
     return P.abs(input)
@@ -402,19 +403,19 @@ def sign(input: Tensor) -> Tensor:
     return fused(_sign_kernel, x, (x,), (np.bool_,))  # 3 passes a chunk, a chunk-sized mask
 
 
-@defop(formula=_zero, method=True)
+@defop(dtypes="real", formula=_zero, method=True)
 def floor(input: Tensor) -> Tensor:
     """The largest integer <= x; the gradient is 0."""
     return P.floor(input)
 
 
-@defop(formula=_zero, method=True)
+@defop(dtypes="real", formula=_zero, method=True)
 def ceil(input: Tensor) -> Tensor:
     """The smallest integer >= x; the gradient is 0."""
     return P.ceil(input)
 
 
-@defop(formula=_zero, method=True, aliases=("fix",))
+@defop(dtypes="real", formula=_zero, method=True, aliases=("fix",))
 def trunc(input: Tensor) -> Tensor:
     """x rounded toward zero; the gradient is 0."""
     return P.trunc(input)
@@ -821,7 +822,7 @@ def atan2(input: Tensor, other: Tensor) -> Tensor:
     return np.arctan2(weak(input), weak(other))
 
 
-@defop(inputs=("input", "other"),
+@defop(dtypes="floating", inputs=("input", "other"),
        formula=(lambda g, ans, input, other: g * input / ans,
                 lambda g, ans, input, other: g * other / ans), method=True, quiet=True,
        promote=True)
@@ -830,7 +831,7 @@ def hypot(input: Tensor, other: Tensor) -> Tensor:
     return np.hypot(weak(input), weak(other))
 
 
-@defop(inputs=("input", "other"),
+@defop(dtypes="inexact", inputs=("input", "other"),
        formula=(lambda g, ans, input, other: g / (exp(other - input) + 1),
                 lambda g, ans, input, other: g / (exp(input - other) + 1)),
        method=True, quiet=True, promote=True)
@@ -839,7 +840,7 @@ def logaddexp(input: Tensor, other: Tensor) -> Tensor:
     return np.logaddexp(weak(input), weak(other))
 
 
-@defop(inputs=("input", "other"),
+@defop(dtypes="floating", inputs=("input", "other"),
        formula=(lambda g, ans, input, other: g / (exp2(other - input) + 1),
                 lambda g, ans, input, other: g / (exp2(input - other) + 1)),
        method=True, quiet=True, promote=True)
@@ -906,7 +907,7 @@ def lerp(input: Tensor, end: Tensor, weight: Tensor) -> Tensor:
     return np.where(small, input + weight * diff, end - diff * (1 - weight))
 
 
-@composite(method=True)
+@composite(dtypes="numeric", method=True)
 def addcmul(input, tensor1, tensor2, *, value=1) -> Tensor:
     """`input + value * tensor1 * tensor2`."""
     t1 = tensor1 if _is_one(value) else mul(tensor1, value)

@@ -621,14 +621,14 @@ def _arg(name: str, fn, input, dim, keepdim) -> np.ndarray:
     return np.asarray(fn(x, axis=d, keepdims=bool(keepdim)), np.int64)
 
 
-@defop(method=True)
+@defop(dtypes="real", method=True)
 def argmax(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     """The index of the maximum along `dim` (None: into the flattened tensor); the first
     on ties, a NaN counts as the maximum. An int64 tensor (no gradient)."""
     return _arg("argmax", np.argmax, input, dim, keepdim)
 
 
-@defop(method=True)
+@defop(dtypes="real", method=True)
 def argmin(input: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     """The index of the minimum along `dim` (None: into the flattened tensor); the first
     on ties, a NaN counts as the minimum. An int64 tensor (no gradient)."""

@@ -412,7 +412,7 @@ def _size(x: np.ndarray, d: int) -> int:
     return x.shape[d] if x.ndim else 1
 
 
-@composite(method=True)
+@composite(dtypes="real", method=True)
 def topk(input, k: int, dim: int = -1, largest: bool = True,
          sorted: bool = True) -> tuple[Tensor, Tensor]:  # noqa: A002  (PyTorch's name)
     """(values, indices) of the k largest (`largest=False`: smallest) along `dim`, in
@@ -431,7 +431,7 @@ def topk(input, k: int, dim: int = -1, largest: bool = True,
     return _selection("topk", input, dim, select, False, check)
 
 
-@composite(method=True)
+@composite(dtypes="real", method=True)
 def kthvalue(input, k: int, dim: int = -1, keepdim: bool = False) -> tuple[Tensor, Tensor]:
     """(values, indices) of the k-th smallest element (k from 1) along `dim`; NaN counts
     as the largest. The gradient goes to the selected element."""
@@ -484,7 +484,7 @@ def median_all(input: Tensor) -> Tensor:
     return np.asarray(np.partition(flat, (flat.size - 1) // 2)[(flat.size - 1) // 2])
 
 
-@composite(method=True)
+@composite(dtypes="real", method=True)
 def median(input, dim=None, keepdim: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """The lower median (of an even count, the smaller of the two middle values); a NaN
     in a slice makes it NaN. `dim=None`: over all elements, a 0-d tensor (ties share the

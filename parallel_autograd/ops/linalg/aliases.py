@@ -48,7 +48,7 @@ def matrix_power(input: Tensor, n: int) -> Tensor:
     return D.matrix_power(input, n)
 
 
-@composite(module="torch.linalg")
+@composite(dtypes="numeric", module="torch.linalg")
 def cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:
     """torch.linalg.cross: `torch.cross` along `dim` (default the last; the inputs have the
     same number of dimensions and broadcast in the others)."""

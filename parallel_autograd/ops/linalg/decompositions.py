@@ -397,7 +397,7 @@ def eigh_vectors(A: Tensor, eigenvalues, eigenvectors) -> Tensor:
     return eigenvectors
 
 
-@composite(module="torch.linalg")
+@composite(dtypes=("float32", "float64", "complex64", "complex128"), module="torch.linalg")
 def eigh(A: Tensor, UPLO: str = "L") -> EighResult:
     """Eigenvalues (ascending) and eigenvectors (columns) of a symmetric matrix (or
     batch), from its lower (`UPLO='L'`) or upper triangle. Gradients need distinct

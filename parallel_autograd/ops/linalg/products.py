@@ -119,7 +119,7 @@ def _shape_problem(sa: tuple, sb: tuple) -> str:
             f"against each other")
 
 
-@defop(inputs=("input", "other"), formula=(_input_formula, _other_formula),
+@defop(dtypes="numeric", inputs=("input", "other"), formula=(_input_formula, _other_formula),
        kernel=(_input_kernel, _other_kernel), method=True, also=("torch.linalg",),
        cost=_matmul_cost, threaded=True)
 def matmul(input: Tensor, other: Tensor) -> Tensor:
@@ -156,7 +156,7 @@ def _mm_shapes(a, b, op: str, names=("mat1", "mat2")) -> tuple:
     return sa[0], sb[1]
 
 
-@composite(method=True)
+@composite(dtypes="numeric", method=True)
 def mm(input: Tensor, mat2: Tensor) -> Tensor:
     """The matrix product of two matrices (no broadcasting, one dtype)."""
     _mm_shapes(input, mat2, "mm", ("input", "mat2"))
@@ -172,7 +172,7 @@ def _bmm_shapes(a, b, op: str, names=("input", "mat2")) -> tuple:
     return sa[0], sa[1], sb[2]
 
 
-@composite(method=True)
+@composite(dtypes="numeric", method=True)
 def bmm(input: Tensor, mat2: Tensor) -> Tensor:
     """Batched matrix products of (b, n, k) and (b, k, m) tensors (no broadcasting)."""
     _bmm_shapes(input, mat2, "bmm")
@@ -187,7 +187,7 @@ def _mv_shape(a, v, op: str) -> int:
     return sa[0]
 
 
-@composite(method=True)
+@composite(dtypes="numeric", method=True)
 def mv(input: Tensor, vec: Tensor) -> Tensor:
     """The product of a matrix and a vector."""
     _mv_shape(input, vec, "mv")
@@ -195,7 +195,7 @@ def mv(input: Tensor, vec: Tensor) -> Tensor:
     return matmul(input, vec)
 
 
-@composite(method=True)
+@composite(dtypes="numeric", method=True)
 def dot(input: Tensor, tensor: Tensor) -> Tensor:
     """The inner product of two 1-D tensors of the same size and dtype (a 0-d tensor)."""
     sa, sb = _ndim(input, 1, "dot", "input"), _ndim(tensor, 1, "dot", "tensor")
@@ -234,7 +234,7 @@ def _scaled_sum(input, product, beta, alpha, shape: tuple, op: str) -> Tensor:
     return (x if beta == 1 else x * beta) + product
 
 
-@composite(method=True)
+@composite(dtypes="numeric", method=True)
 def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta=1, alpha=1) -> Tensor:
     """`beta * input + alpha * (mat1 @ mat2)` (input broadcast to the product's shape)."""
     shape = _mm_shapes(mat1, mat2, "addmm")
@@ -242,7 +242,7 @@ def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta=1, alpha=1) -> Tens
     return _scaled_sum(input, matmul(mat1, mat2), beta, alpha, shape, "addmm")
 
 
-@composite(method=True)
+@composite(dtypes="numeric", method=True)
 def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta=1, alpha=1) -> Tensor:
     """`beta * input + alpha * (mat @ vec)`."""
     n = _mv_shape(mat, vec, "addmv")
@@ -250,7 +250,7 @@ def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta=1, alpha=1) -> Tensor
     return _scaled_sum(input, matmul(mat, vec), beta, alpha, (n,), "addmv")
 
 
-@composite(method=True)
+@composite(dtypes="numeric", method=True)
 def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta=1, alpha=1) -> Tensor:
     """`beta * input + alpha * (batch1 @ batch2)` for (b, n, k) and (b, k, m) batches."""
     shape = _bmm_shapes(batch1, batch2, "baddbmm", ("batch1", "batch2"))
@@ -283,7 +283,7 @@ def _cross_dim(sa: tuple, sb: tuple, dim) -> int:
     return d
 
 
-@defop(inputs=("input", "other"),
+@defop(dtypes="numeric", inputs=("input", "other"),
        formula=(lambda g, ans, input, other, dim: cross(other, g, dim),
                 lambda g, ans, input, other, dim: cross(g, input, dim)),
        method=True)
@@ -323,7 +323,7 @@ def diag(input: Tensor, diagonal: int = 0) -> Tensor:
     raise RuntimeError(f"diag: supports 1-D or 2-D tensors, got {nd}-D")
 
 
-@composite(method=True)
+@composite(dtypes="numeric", method=True)
 def trace(input: Tensor) -> Tensor:
     """The sum of a matrix's main diagonal (integers sum in int64)."""
     _ndim(input, 2, "trace", "input")

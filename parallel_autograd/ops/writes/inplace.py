@@ -41,7 +41,7 @@ import inspect
 import numpy as np
 
 from ... import version
-from ...dtypes import promote_operands, scalar_type_name
+from ...dtypes import not_implemented, promote_operands, scalar_type_name
 from ...grad_mode import is_grad_enabled
 from ...random import resolve_generator
 from ...tensor import Tensor
@@ -93,9 +93,14 @@ def _inplace(name: str, write, recorded=None):
     """An in-place method: `write(data, *raw_operands, **kwargs)` writes into `data`.
     With grad involved, `recorded(old, *operands, **kwargs)`, the out-of-place op, gives
     the new values and the node `t` takes as its history (`record.rebase`); None: such a
-    write is refused."""
+    write is refused. A tensor of a dtype the op's declaration does not take (`dtypes=`:
+    `abs_` of bool) is refused as the op refuses it, before anything is written."""
+    op = getattr(recorded, "op", None)
+    allowed = None if op is None else op.dtypes
 
     def method(self: Tensor, *operands, **kwargs) -> Tensor:
+        if allowed is not None and self.data.dtype not in allowed:
+            raise not_implemented(op.name, self.data.dtype)
         if _records(self, name, operands + tuple(kwargs.values())):
             if recorded is None:
                 _check(self, name, operands + tuple(kwargs.values()))
@@ -103,6 +108,8 @@ def _inplace(name: str, write, recorded=None):
         try:
             write(self.data, *[_raw(o) for o in operands],
                   **{k: _raw(v) for k, v in kwargs.items()})
+        except NotImplementedError:  # (PyTorch's refusal of a dtype: its type kept)
+            raise
         except (TypeError, ValueError) as e:
             kind = ValueError if isinstance(e, ValueError) else TypeError
             raise kind(f"{name}: {e}") from e
@@ -401,6 +408,8 @@ def _probabilities(p, prefix: str = "") -> np.ndarray:
 
 
 def _bernoulli(d, p=0.5, *, generator=None):
+    if d.dtype.kind == "c":  # (PyTorch's kernel: every real dtype, bool included)
+        raise not_implemented("bernoulli", d.dtype)
     p = _probabilities(p)
     _store(d, resolve_generator(generator).random(d.shape) < np.broadcast_to(p, d.shape))
 
@@ -409,6 +418,8 @@ def bernoulli(input, p=None, *, generator=None) -> Tensor:
     """0 or 1 (input's dtype) drawn elementwise with probability `input` (or `p`, a number,
     for every element); the gradient is 0 (PyTorch's)."""
     x = input.data if isinstance(input, Tensor) else np.asarray(input)
+    if x.dtype.kind == "c" or (p is None and x.dtype.kind != "f"):  # PyTorch's kernels
+        raise not_implemented("bernoulli", x.dtype)
     prob = _probabilities(x if p is None else (p.data if isinstance(p, Tensor) else p),
                           "bernoulli: ")
     draw = resolve_generator(generator).random(x.shape) < np.broadcast_to(prob, x.shape)
