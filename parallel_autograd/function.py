@@ -78,7 +78,9 @@ def once_differentiable(backward: Callable) -> Callable:
 
 
 def _delayed_error(o, args):
-    """`o` recorded as a function of the Tensors in `args` whose gradient raises."""
+    """`o` recorded as a node whose backward raises, on a leaf of its own (PyTorch's
+    DelayedError on a detached alias: only a pass that must run that node raises; a
+    `grad` asked of other inputs does not reach it)."""
     if not isinstance(o, Tensor):
         return o
 
@@ -87,8 +89,9 @@ def _delayed_error(o, args):
                            "@once_differentiable")
 
     refuse.graph = lambda g, node: refuse(g)
-    inputs = [a for a in args if isinstance(a, Tensor)]
-    return record("Error", o.data, inputs, joint=refuse)
+    alias = Tensor._wrap(o.data, None, o._vc)
+    alias._requires_grad = True
+    return record("Error", o.data, [alias], joint=refuse)
 
 
 class Function:

@@ -386,7 +386,7 @@ def _validated(ctx, grads: tuple) -> tuple:
         if gi is None:
             continue
         if not isinstance(gi, Tensor):
-            raise RuntimeError(f"expected Variable or None (got {type(gi).__name__}): "
+            raise RuntimeError(f"expected Variable or None (got {_type_name(gi)}): "
                                f"gradient {i} returned by {name}")
         if not is_tensor:
             raise RuntimeError(f"function {name} returned a gradient different than None at "
@@ -398,6 +398,11 @@ def _validated(ctx, grads: tuple) -> tuple:
                                f"got {list(gi.shape)} but expected shape compatible with "
                                f"{list(shape)}")
     return grads
+
+
+def _type_name(x) -> str:
+    t = type(x)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
 def _expandable(shape: tuple, to: tuple) -> bool:
