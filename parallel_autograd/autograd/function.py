@@ -46,6 +46,10 @@ from .. import anomaly, version
 from ..function import once_differentiable
 from ..grad_mode import grad_mode, is_grad_enabled, no_grad
 from ..node import Node, accumulator_for
+from ..ops import shape as S
+from ..ops.forms import cast
+from ..ops.writes.record import view_refused
+from ..ops.writes.setitem import _view_of_other
 from ..tensor import Tensor
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
@@ -179,8 +183,6 @@ def _check_dirty(ctx, inputs, outs, tracked: bool) -> set:
                            "returned as output. The inputs that are modified inplace must all "
                            "be outputs of the Function.")
     if tracked:
-        from ..ops.writes.record import view_refused
-        from ..ops.writes.setitem import _view_of_other
         for t in ctx.dirty_tensors:
             if t.requires_grad and t.grad_fn is None:
                 raise RuntimeError("a leaf Variable that requires grad has been used in an "
@@ -300,8 +302,6 @@ def _select(g, packing, k):
 
 def _select_graph(g: Tensor, node) -> tuple:
     """create_graph: the same packed vector, built with ops (cat of constants and g)."""
-    from ..ops import shape as S
-    from ..ops.forms import cast
     packing, k = node.saved
     total, dtype = packing[-1]
     off, shape, _ = packing[k]
@@ -335,7 +335,6 @@ def _grads_out(ctx, g, graph: bool) -> list:
 
 
 def _unpacked(ctx, g, res: list, graph: bool) -> list:
-    from ..ops.forms import cast
     packing = ctx._packing
     total = packing[-1][0]
     flags = (g.data if graph else g)[total - len(packing) + 1:]
