@@ -31,10 +31,11 @@ from __future__ import annotations
 import numpy as np
 
 import copy
+import functools
 import weakref
 from typing import Callable
 
-from .grad_mode import no_grad
+from .grad_mode import is_grad_enabled, no_grad
 from .ops.forms import graph_input
 from .primitive import record
 from .tensor import Tensor
@@ -54,12 +55,43 @@ class FunctionCtx:
 
 
 def once_differentiable(backward: Callable) -> Callable:
-    """Decorator for a `Function.backward` that works on ndarrays only (PyTorch's name):
-    in a create_graph pass it still runs on arrays, and its gradients are recorded as
-    nodes that raise a RuntimeError naming the Function if differentiated again. Put it
-    under `@staticmethod`."""
-    backward._once_differentiable = True
-    return backward
+    """Decorator for a `backward` that is not differentiable again (PyTorch's): it runs
+    with grad mode off; in a create_graph pass where a gradient it receives requires grad,
+    its results are recorded as nodes that raise PyTorch's RuntimeError ("trying to
+    differentiate twice a function that was marked with @once_differentiable") if
+    differentiated. Put it under `@staticmethod`. For `pa.Function` (arrays), it also
+    makes backward run on arrays in a create_graph pass and its gradients raise if
+    differentiated again (see the module docstring)."""
+    @functools.wraps(backward)
+    def wrapper(ctx, *args):
+        with no_grad():
+            outputs = backward(ctx, *args)
+        if not is_grad_enabled() or not any(isinstance(a, Tensor) and a.requires_grad
+                                            for a in args):
+            return outputs
+        tup = outputs if isinstance(outputs, tuple) else (outputs,)
+        wrapped = tuple(_delayed_error(o, args) for o in tup)
+        return wrapped if isinstance(outputs, tuple) else wrapped[0]
+
+    wrapper._once_differentiable = True
+    return wrapper
+
+
+def _delayed_error(o, args):
+    """`o` recorded as a node whose backward raises, on a leaf of its own (PyTorch's
+    DelayedError on a detached alias: only a pass that must run that node raises; a
+    `grad` asked of other inputs does not reach it)."""
+    if not isinstance(o, Tensor):
+        return o
+
+    def refuse(g, *_):
+        raise RuntimeError("trying to differentiate twice a function that was marked with "
+                           "@once_differentiable")
+
+    refuse.graph = lambda g, node: refuse(g)
+    alias = Tensor._wrap(o.data, None, o._vc)
+    alias._requires_grad = True
+    return record("Error", o.data, [alias], joint=refuse)
 
 
 class Function:

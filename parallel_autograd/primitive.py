@@ -111,6 +111,7 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
     tracked = False
     root = out.base
     vc = None  # the output's: an input's when it aliases that input (see _shared_counter)
+    src = None  # that input
     for i in range(n):
         x = inputs[i]
         if not isinstance(x, Tensor):
@@ -120,6 +121,7 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
             vcs.append(x._vc)
         if vc is None and (d is out or (root is not None and (d is root or d.base is root))):
             vc = x._vc
+            src = x
         if x._requires_grad:
             rule = joint if rules is None else vjps[i]
             if rule is None:
@@ -154,7 +156,10 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
         mode.made(node)
     if anomaly_mode()[0]:  # detect_anomaly: note where the op is created
         anomaly.note(node)
-    return Tensor._wrap(out, node, vc)
+    t = Tensor._wrap(out, node, vc)
+    if src is not None:  # a view: the tensor it views, for writes through it (CopySlices)
+        t._base = getattr(src, "_base", src)
+    return t
 
 
 anomaly_mode = anomaly.mode

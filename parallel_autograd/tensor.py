@@ -52,6 +52,7 @@ class Tensor:
 
     __slots__ = ("data", "_grad", "_requires_grad", "grad_fn", "_hooks", "_accumulator", "_vc",
                  "_post_hooks", "_ready_hooks",
+                 "_base",  # a view made with grad recorded: the tensor it views (unset else)
                  "__weakref__")
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
 

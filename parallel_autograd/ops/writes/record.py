@@ -23,11 +23,12 @@ PyTorch's "modified by an inplace operation" error at backward (`version.py`); n
 that saved nothing of `t` (add, linear, batch_norm's output) are unaffected
 (`primitive._read_counters`).
 
-Refused (RuntimeError, nothing written): a leaf that requires grad (PyTorch's message;
-allowed under `no_grad()`), and a view of another tensor's memory (`y[:, 0].mul_(2)`,
-`y.view(-1).add_(1)`): PyTorch rewrites the history of the viewed tensor (CopySlices),
-which this library does not track; write into the base (`y[:, 0] = y[:, 0] * 2`) or
-into a copy.
+A write through a view of a tensor with history (`y[:, 0].mul_(2)`, `y.view(-1).add_(1)`)
+rewrites the base's history, as PyTorch's CopySlices (`_through_view`, `views.py`).
+
+Refused (RuntimeError, nothing written): a leaf that requires grad, or a view of one
+(PyTorch's messages; allowed under `no_grad()`), and a view whose base is unknown (made
+while nothing was recorded), or a shape op (`unsqueeze_`) on a view.
 
 Thread safety: like any in-place write, not synchronised with readers of `t`.
 """
@@ -40,6 +41,7 @@ from ...dtypes import scalar_type_name
 from ...primitive import _UNREAD
 from ...tensor import Tensor
 from .setitem import _view_of_other
+from .views import Geometry, view_put, view_take
 
 __all__ = ["rebase", "rebase_view", "view_refused"]
 
@@ -71,6 +73,8 @@ def _prepare(t: Tensor, name: str) -> np.ndarray:
 
 def rebase(t: Tensor, name: str, op, operands: tuple, kwargs: dict) -> Tensor:
     """Record `t = op(t, *operands, **kwargs)` in place (see the module docstring)."""
+    if _view_of_other(t):
+        return _through_view(t, name, op, operands, kwargs)
     a = _prepare(t, name)
     old = Tensor._wrap(a, t.grad_fn, t._vc)
     old._requires_grad = t._requires_grad
@@ -83,16 +87,8 @@ def rebase(t: Tensor, name: str, op, operands: tuple, kwargs: dict) -> Tensor:
         _write(t, a, out)
         version.bump(t)
         return t
-    saved = list(node.saved)
+    saved = _detached(node, a)
     reads_out = len(saved) > 0 and saved[0] is out
-    copies = {}
-    for i in range(1, len(saved)):  # PyTorch's original_self: one copy, shared
-        if _aliases(saved[i], a):
-            key = (saved[i].__array_interface__["data"][0], saved[i].shape,
-                   saved[i].strides)
-            if key not in copies:
-                copies[key] = saved[i].copy()
-            saved[i] = copies[key]
     a = _write(t, a, out)
     if reads_out and a.dtype == out.dtype:
         saved[0] = a  # t's array holds the values: the node's own is dropped
@@ -102,6 +98,74 @@ def rebase(t: Tensor, name: str, op, operands: tuple, kwargs: dict) -> Tensor:
     node.epoch = version.EPOCH[0]
     _adopt(t, node)
     return t
+
+
+def _detached(node, a: np.ndarray) -> list:
+    """`node`'s saved values, those sharing memory with `a` (about to be written) replaced
+    by copies (PyTorch's original_self: one copy per distinct view, shared)."""
+    saved = list(node.saved)
+    copies = {}
+    for i in range(1, len(saved)):
+        if _aliases(saved[i], a):
+            key = (saved[i].__array_interface__["data"][0], saved[i].shape,
+                   saved[i].strides)
+            if key not in copies:
+                copies[key] = saved[i].copy()
+            saved[i] = copies[key]
+    return saved
+
+
+def _through_view(t: Tensor, name: str, op, operands: tuple, kwargs: dict) -> Tensor:
+    """Record `t = op(t, ...)` where `t` views its base's memory (PyTorch's CopySlices,
+    `views.py`): the base takes `view_put(old base, op(view of old base))` as its history,
+    `t` a view of the new base. Refused (nothing written) when the base is unknown, a
+    leaf that requires grad, or the geometry does not allow it."""
+    base, geom = _view_base(t, name)
+    a = t.data
+    old_base = Tensor._wrap(base.data, base.grad_fn, base._vc)
+    old_base._requires_grad = base._requires_grad
+    old = view_take(old_base, geom)
+    new = op(old, *operands, **kwargs)
+    if new.data.shape != a.shape:
+        raise RuntimeError(f"{name}: output with shape {list(a.shape)} doesn't match the "
+                           f"broadcast shape {list(new.data.shape)}")
+    node = new.grad_fn
+    if node is not None:
+        node.saved = tuple(_detached(node, a))
+    np.copyto(a, new.data, casting="unsafe")
+    version.bump(t)
+    epoch = version.EPOCH[0]
+    # the nodes made before the write read nothing it changed (old's reads nothing at all;
+    # the op's copies, above, or its own output): their checks start after it
+    old.grad_fn.versions = None
+    if node is not None:
+        node.versions = _counters(operands, kwargs, list(node.saved), new._vc)
+    put = view_put(old_base, new, geom, written=True).grad_fn
+    for n in (old.grad_fn, node, put):
+        if n is not None:
+            n.epoch = epoch
+    put.versions = None
+    _adopt(base, put)
+    _adopt(t, view_take(base, geom).grad_fn)
+    return t
+
+
+def _view_base(t: Tensor, name: str):
+    """The tensor `t` views and the view's `Geometry` in it, or the refusal."""
+    base = getattr(t, "_base", None)
+    a = t.data
+    if base is None or _view_of_other(base) or not a.flags.writeable:
+        raise view_refused(name)
+    if base.grad_fn is None and base._requires_grad:
+        raise RuntimeError(f"a view of a leaf Variable that requires grad is being used in an "
+                           f"in-place operation. ({name})")
+    if a.dtype.kind != "f":
+        raise RuntimeError(f"{name}: result type Float can't be cast to the desired output "
+                           f"type {scalar_type_name(a.dtype)} (an operand requires grad)")
+    try:
+        return base, Geometry(base.data, a)
+    except ValueError:
+        raise view_refused(name) from None
 
 
 def _write(t: Tensor, a: np.ndarray, out: np.ndarray) -> np.ndarray:
