@@ -48,7 +48,10 @@ class Tensor:
     `Tensor(data)`: a copy of `data`; Python numbers (floats, ints, bools: `Tensor([1])`)
     take the default dtype (`pa.get_default_dtype()`), as `torch.Tensor`'s; an ndarray
     keeps its dtype (torch.Tensor would convert it: use `pa.tensor` or `.to()` to say
-    which you mean)."""
+    which you mean). `Tensor(3)`, `Tensor(2, 3)`, `Tensor(pa.Size([2, 3]))`, `Tensor()`:
+    sizes, as torch.Tensor's, giving zeros (PyTorch's are uninitialised) of the default
+    dtype; a lone Python float or bool is a TypeError (PyTorch's "data must be a
+    sequence"). `pa.tensor(3)` is the 0-d tensor."""
 
     __slots__ = ("data", "_grad", "_requires_grad", "grad_fn", "_hooks", "_accumulator", "_vc",
                  "_post_hooks", "_ready_hooks",
@@ -56,7 +59,28 @@ class Tensor:
                  "__weakref__")
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
 
-    def __init__(self, data, requires_grad: bool = False, dtype=None):
+    def __init__(self, *args, requires_grad: bool = False, dtype=None):
+        sizes = _sizes(args)
+        if sizes is not None:
+            arr = np.zeros(sizes, dtype if dtype is not None else _default_of(np.dtype("f")))
+            if requires_grad and arr.dtype.kind not in FLOAT_KINDS:
+                raise GradDtypeError(_int_grad_message(arr.dtype))
+            self._init(arr, None)
+            self.requires_grad = requires_grad
+            return
+        if len(args) != 1:
+            raise TypeError(f"Tensor(): expected sizes (ints) or one sequence of data, got "
+                            f"{len(args)} arguments of types "
+                            f"{[type(a).__name__ for a in args]}")
+        if isinstance(args[0], (bool, float, complex, np.bool_, np.floating,
+                                np.complexfloating)):
+            raise TypeError(f"new(): data must be a sequence (got {type(args[0]).__name__}); "
+                            f"pa.tensor({args[0]!r}) makes a 0-d tensor")
+        self._from_data(args[0], requires_grad, dtype)
+
+    def _from_data(self, data, requires_grad: bool, dtype) -> None:
+        """`Tensor(data)` (and `pa.tensor`'s): a copy of `data`, Python numbers in the
+        default dtype."""
         if isinstance(data, Tensor):
             data = data.data
         arr = np.array(data, dtype=dtype, copy=True)
@@ -480,7 +504,27 @@ def numel(input: Tensor) -> int:
 
 
 def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:
-    """Make a leaf tensor from array-like data (always copies)."""
-    return Tensor(data, requires_grad=requires_grad, dtype=dtype)
+    """Make a leaf tensor from array-like data (always copies); a number gives a 0-d
+    tensor (where `Tensor(3)` is three zeros, as in PyTorch)."""
+    t = Tensor.__new__(Tensor)
+    t._from_data(data, requires_grad, dtype)
+    return t
+
+
+def _sizes(args: tuple):
+    """`args` as the sizes of `Tensor(*sizes)` (ints, or one `Size`; none: `(0,)`), or
+    None when they are data. Negative sizes: RuntimeError, as PyTorch's."""
+    if not args:
+        return (0,)
+    if len(args) == 1 and isinstance(args[0], Size):
+        args = tuple(args[0])
+    if not all(isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_))
+               for a in args):
+        return None
+    sizes = tuple(int(a) for a in args)
+    if any(s < 0 for s in sizes):
+        raise RuntimeError(f"Trying to create tensor with negative dimension "
+                           f"{min(sizes)}: {list(sizes)}")
+    return sizes
 
 

@@ -63,6 +63,29 @@ def _torch_embedding(rng):
             Sample(w, rng.permutation(5), scale_grad_by_freq=True)]
 
 
+def _embedding_bag(rng):
+    """Bags of every kind: fixed-length (2-D input), offsets with an empty bag, the
+    three modes, per_sample_weights (a differentiable input of its own), padding_idx
+    (left out of the bags), include_last_offset. 'max' with distinct values per column
+    (finite differences need a unique maximum)."""
+    w = normal(rng, (6, 3))
+    idx = _indices(rng, (7,), n=6)
+    off = np.array([0, 0, 2, 5])
+
+    def with_psw(a):
+        return [a[0], a[1], a[2], None, 2, False, "sum", False, a[3]]
+
+    return [Sample(_indices(rng, (3, 4), n=6), w),
+            Sample(_indices(rng, (2, 3), n=6), w, mode="sum"),
+            Sample(_indices(rng, (2, 3), n=6), w, mode="max"),
+            Sample(idx, w, off, mode="mean"),
+            Sample(idx, w, off, mode="max"),
+            Sample(idx, w, off, normal(rng, (7,)), prep=with_psw),
+            Sample(_indices(rng, (7,), n=6, avoid=2), w, off, padding_idx=2),
+            Sample(np.array([1, 2, 3, 2, 4, 0]), w, np.array([0, 2, 2, 6]), mode="sum",
+                   include_last_offset=True)]
+
+
 def _dropout(shape=(3, 4), **extra):
     """Deterministic cases only (torch draws other masks): p = 1 (zeros), not training
     (the input), p = 0."""
@@ -147,6 +170,7 @@ SAMPLES = {
     "local_response_norm": _local_response_norm,
     "linear": _linear, "bilinear": _bilinear,
     "torch.nn.functional.embedding": _embedding, "torch.embedding": _torch_embedding,
+    "embedding_bag": _embedding_bag,
     "dropout": _dropout(), "alpha_dropout": _dropout((2, 3)),
     "feature_alpha_dropout": _dropout((2, 3, 4)), "dropout1d": _dropout((2, 3, 4)),
     "dropout2d": _dropout((2, 3, 4, 2)), "dropout3d": _dropout((3, 2, 2, 2)),

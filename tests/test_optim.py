@@ -1,4 +1,4 @@
-"""pa.optim: SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta against torch.optim (float64
+"""pa.optim: SGD, Adam, AdamW, NAdam, RAdam, RMSprop, Adagrad, Adadelta against torch.optim (float64
 trajectories), on a problem with a known optimum, allocation, version counting, param
 groups, state dicts, pickling, zero_grad, closures and bad input."""
 import copy
@@ -32,9 +32,17 @@ GRID = {
                      maximize=True)],
     "Adadelta": [{}, dict(rho=0.5), dict(eps=1e-3), dict(weight_decay=0.1), dict(maximize=True),
                  dict(rho=0.95, eps=1e-4, weight_decay=0.1, maximize=True)],
+    "NAdam": [{}, dict(betas=(0.3, 0.9)), dict(weight_decay=0.1), dict(momentum_decay=0.1),
+              dict(weight_decay=0.1, decoupled_weight_decay=True), dict(maximize=True),
+              dict(betas=(0.5, 0.8), eps=1e-3, weight_decay=0.1, momentum_decay=0.01,
+                   decoupled_weight_decay=True, maximize=True)],
+    "RAdam": [{}, dict(betas=(0.3, 0.9)), dict(betas=(0.8, 0.5)), dict(weight_decay=0.1),
+              dict(weight_decay=0.1, decoupled_weight_decay=True), dict(maximize=True),
+              dict(betas=(0.5, 0.8), eps=1e-3, weight_decay=0.1, decoupled_weight_decay=True,
+                   maximize=True)],
 }
 LR = {"SGD": 0.05, "Adam": 0.01, "AdamW": 0.01, "RMSprop": 0.01, "Adagrad": 0.1,
-      "Adadelta": 1.0}
+      "Adadelta": 1.0, "NAdam": 0.01, "RAdam": 0.01}
 CASES = [(name, dict(kw, lr=LR[name])) for name, kws in GRID.items() for kw in kws]
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in kw.items())}" for name, kw in CASES]
 STEPS = 300
@@ -42,12 +50,15 @@ STEPS = 300
 
 @pytest.fixture
 def torch():
-    """torch on one thread (its pool fights the engine's workers on a small machine)."""
+    """torch on one thread (its pool fights the engine's workers on a small machine),
+    its default dtype ours (the tests' float64: NAdam's mu_product is a tensor of it)."""
     torch = pytest.importorskip("torch")
-    threads = torch.get_num_threads()
+    threads, default = torch.get_num_threads(), torch.get_default_dtype()
     torch.set_num_threads(1)
+    torch.set_default_dtype(getattr(torch, pa.get_default_dtype().name))
     yield torch
     torch.set_num_threads(threads)
+    torch.set_default_dtype(default)
 
 
 def leaves(arrays, lib=None):
@@ -238,7 +249,9 @@ ALLOC = [("SGD", {}), ("SGD", dict(momentum=0.9, nesterov=True, weight_decay=0.1
          ("Adam", dict(amsgrad=True, weight_decay=0.1, maximize=True)),
          ("AdamW", dict(amsgrad=True)), ("RMSprop", {}),
          ("RMSprop", dict(centered=True, momentum=0.9, weight_decay=0.1, maximize=True)),
-         ("Adagrad", {}), ("Adagrad", dict(weight_decay=0.1, lr_decay=0.1, maximize=True))]
+         ("Adagrad", {}), ("Adagrad", dict(weight_decay=0.1, lr_decay=0.1, maximize=True)),
+         ("NAdam", dict(weight_decay=0.1, decoupled_weight_decay=True, maximize=True)),
+         ("RAdam", dict(weight_decay=0.1, maximize=True))]
 
 
 @pytest.mark.parametrize("layout", ["C", "F"])
@@ -319,7 +332,9 @@ def test_a_bad_gradient_fails_the_step_before_any_write():
 @pytest.mark.parametrize("name,kw", [("Adam", dict(amsgrad=True, weight_decay=0.1)),
                                      ("RMSprop", dict(centered=True, momentum=0.9)),
                                      ("SGD", dict(momentum=0.9, nesterov=True)),
-                                     ("Adagrad", dict(lr_decay=0.1))])
+                                     ("Adagrad", dict(lr_decay=0.1)),
+                                     ("NAdam", dict(momentum_decay=0.01)),
+                                     ("RAdam", dict(betas=(0.5, 0.9)))])
 def test_blocked_and_strided_updates_equal_whole_array_updates(monkeypatch, name, kw):
     """Tiny blocks (flat and along leading axes), a Fortran-ordered parameter and a
     strided gradient give bitwise the results of one whole-array block."""
@@ -391,7 +406,8 @@ def test_step_runs_the_closure_with_grad_on_and_returns_its_loss():
 # ---- state dicts ----------------------------------------------------------------------------
 SD_CASES = [("SGD", dict(lr=0.05, momentum=0.9, nesterov=True)), ("Adam", dict(amsgrad=True)),
             ("AdamW", dict(lr=0.01)), ("RMSprop", dict(centered=True, momentum=0.5)),
-            ("Adagrad", dict(lr_decay=0.1))]
+            ("Adagrad", dict(lr_decay=0.1)), ("NAdam", dict(momentum_decay=0.01)),
+            ("RAdam", dict(betas=(0.5, 0.9)))]
 
 
 def _train(opt, params, steps, start):
@@ -492,15 +508,68 @@ def test_pickled_and_copied_optimizers_continue_identically(clone):
         np.testing.assert_array_equal(p.data, q.data)
 
 
-def test_repr_lists_each_groups_hyperparameters_like_torch():
+def test_repr_lists_each_groups_hyperparameters_like_torch(torch):
+    def make(lib, mod):
+        a = lib.tensor([1.0], requires_grad=True)
+        b = lib.tensor([2.0], requires_grad=True)
+        return mod.SGD([{"params": [a]}, {"params": [b], "lr": 0.5}], lr=0.1, momentum=0.9)
+
+    assert repr(make(pa, optim)) == repr(make(torch, torch.optim))
+
+
+IMPL_CASES = [(n, kw) for n in ("SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta",
+                                "NAdam", "RAdam")
+              for kw in (dict(foreach=True), dict(foreach=False), dict(fused=True),
+                         dict(fused=False), dict(capturable=True),
+                         dict(differentiable=True), dict(fused=True, foreach=True),
+                         dict(fused=True, differentiable=True),
+                         dict(fused=True, capturable=True))]
+
+
+def _outcome(make, p, grad):
+    """("init" | "step" | "ok", exception type or None) and the parameter after."""
+    try:
+        opt = make()
+    except Exception as e:  # noqa: BLE001 - compared with torch's
+        return "init", type(e), None
+    p.grad = grad
+    try:
+        opt.step()
+    except Exception as e:  # noqa: BLE001
+        return "step", type(e), None
+    return "ok", None, opt.param_groups[0]
+
+
+@pytest.mark.parametrize("name,kw", IMPL_CASES, ids=[f"{n}-{kw}" for n, kw in IMPL_CASES])
+def test_implementation_switches_are_accepted_or_refused_like_torch(torch, name, kw):
+    """foreach=/fused=/capturable=/differentiable= where torch.optim takes them: a
+    TypeError where it does not, its RuntimeError at construction for the clashes, its
+    exception at the step for capturable (CPU) and differentiable (a leaf), else a
+    normal step (the same parameters) and the flag kept in the group."""
+    ours = pa.tensor([1.0, -2.0], requires_grad=True)
+    theirs = torch.tensor([1.0, -2.0], dtype=torch.float64, requires_grad=True)
+    got = _outcome(lambda: getattr(optim, name)([ours], lr=0.1, **kw), ours,
+                   np.array([0.5, 0.25]))
+    want = _outcome(lambda: getattr(torch.optim, name)([theirs], lr=0.1, **kw), theirs,
+                    torch.tensor([0.5, 0.25], dtype=torch.float64))
+    assert got[:2] == want[:2]
+    if want[0] == "step":
+        np.testing.assert_array_equal(ours.data, [1.0, -2.0])  # nothing written
+    if want[0] == "ok":
+        np.testing.assert_allclose(ours.data, theirs.detach().numpy(), rtol=1e-15)
+        assert {k: got[2][k] for k in kw} == {k: want[2][k] for k in kw}
+
+
+def test_a_state_dict_without_the_switches_still_loads():
+    """A state dict saved before the groups held foreach/fused/... (or by hand) gets
+    the optimizer's defaults for them, as PyTorch's __setstate__ fills them in."""
     a = pa.tensor([1.0], requires_grad=True)
-    b = pa.tensor([2.0], requires_grad=True)
-    opt = optim.SGD([{"params": [a]}, {"params": [b], "lr": 0.5}], lr=0.1, momentum=0.9)
-    assert repr(opt) == (
-        "SGD (\nParameter Group 0\n    dampening: 0\n    lr: 0.1\n    maximize: False\n"
-        "    momentum: 0.9\n    nesterov: False\n    weight_decay: 0\nParameter Group 1\n"
-        "    dampening: 0\n    lr: 0.5\n    maximize: False\n    momentum: 0.9\n"
-        "    nesterov: False\n    weight_decay: 0\n)")
+    opt = optim.Adam([a], lr=0.1, fused=True)
+    sd = opt.state_dict()
+    for flag in ("foreach", "fused", "capturable", "differentiable"):
+        del sd["param_groups"][0][flag]
+    opt.load_state_dict(sd)
+    assert opt.param_groups[0]["fused"] is True and opt.param_groups[0]["foreach"] is None
 
 
 # ---- parameter groups --------------------------------------------------------------------------
@@ -688,3 +757,27 @@ def test_blocks_cover_every_element_once_for_any_shape_and_layout():
         assert (seen == 1).all()
 
     check()
+
+
+def test_nadam_mu_product_is_rounded_like_torchs_float32_scalar(torch):
+    """Under a float32 default dtype PyTorch keeps NAdam's mu_product in a float32
+    tensor: 60 steps of float64 parameters agree to rounding only if ours rounds the
+    same way (unrounded, they drift apart by ~1e-9 relative)."""
+    before = pa.get_default_dtype()
+    pa.set_default_dtype(pa.float32)
+    torch.set_default_dtype(torch.float32)
+    try:
+        r = np.random.default_rng(3)
+        ours = pa.tensor(r.standard_normal(5), requires_grad=True)
+        theirs = torch.tensor(ours.data.copy(), requires_grad=True)
+        opt, ref = optim.NAdam([ours], lr=0.05), torch.optim.NAdam([theirs], lr=0.05)
+        for _ in range(60):
+            g = r.standard_normal(5)
+            ours.grad, theirs.grad = g.copy(), torch.tensor(g)
+            opt.step()
+            ref.step()
+        assert opt.state[ours]["mu_product"] == ref.state[theirs]["mu_product"].item()
+        assert opt.state_dict()["state"][0]["mu_product"].dtype == pa.float32
+        assert rel_diff([ours], [theirs]) < 1e-13
+    finally:
+        pa.set_default_dtype(before)

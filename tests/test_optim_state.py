@@ -17,7 +17,9 @@ OPTS = {"SGD": dict(lr=0.1, momentum=0.9, dampening=0.2),
         "AdamW": dict(lr=0.01, amsgrad=True),
         "RMSprop": dict(lr=0.01, centered=True, momentum=0.5),
         "Adagrad": dict(lr=0.1, lr_decay=0.01),
-        "Adadelta": dict(lr=1.0, rho=0.8, weight_decay=0.1)}
+        "Adadelta": dict(lr=1.0, rho=0.8, weight_decay=0.1),
+        "NAdam": dict(lr=0.01, weight_decay=0.1, momentum_decay=0.01),
+        "RAdam": dict(lr=0.01, weight_decay=0.1, decoupled_weight_decay=True)}
 # arrays a step may make afresh when missing or None (PyTorch: only SGD's buffer; its Adam
 # and RMSprop raise KeyError/TypeError at the step, after updating earlier groups)
 OPTIONAL = {("SGD", "momentum_buffer"), ("Adam", "max_exp_avg_sq"),
@@ -26,15 +28,18 @@ OPTIONAL = {("SGD", "momentum_buffer"), ("Adam", "max_exp_avg_sq"),
 ARRAY_KINDS = ("int64", "bool", "float32", "complex", "shape", "list", "None", "missing")
 STEP_KINDS = ("int", "int array", "-1", "nan", "str", "missing")
 DELETE = object()
+SCALARS = ("step", "mu_product")  # numbers in the state (0-d tensors in state dicts)
 
 
 @pytest.fixture(scope="module")
 def torch():
     torch = pytest.importorskip("torch")
-    threads = torch.get_num_threads()
+    threads, default = torch.get_num_threads(), torch.get_default_dtype()
     torch.set_num_threads(1)
+    torch.set_default_dtype(torch.float64)  # the tests' (NAdam's mu_product is of it)
     yield torch
     torch.set_num_threads(threads)
+    torch.set_default_dtype(default)
 
 
 def _problem():
@@ -79,7 +84,7 @@ def _cases():
             p.grad = np.ones(p.shape)
         opt.step()
         for key in opt.state_dict()["state"][1]:
-            for kind in STEP_KINDS if key == "step" else ARRAY_KINDS:
+            for kind in STEP_KINDS if key in SCALARS else ARRAY_KINDS:
                 yield name, key, kind
 
 
@@ -102,7 +107,7 @@ def _run(lib, name, key, kind, torch=None):
         tsd = topt.state_dict()
         assert {i: set(s) for i, s in tsd["state"].items()} == \
             {i: set(s) for i, s in sd["state"].items()}
-        tsd["state"] = {i: {k: (torch.tensor(float(v)) if k == "step" else _to_torch(torch, v))
+        tsd["state"] = {i: {k: (torch.tensor(float(v)) if k in SCALARS else _to_torch(torch, v))
                             for k, v in s.items()} for i, s in sd["state"].items()}
         sd, make = tsd, (lambda: _torch(torch, name, now))
     else:
@@ -152,7 +157,8 @@ def _expected(name, key, kind, torch_out):
         return "ok", None  # starts afresh, as a buffer turned on later
     if torch_out[0] in ("ok", "nonfinite"):  # nonfinite: values that make a NaN in both
         return torch_out[:2]                   # (e.g. a centered RMSprop's v - a*a < 0)
-    return "load", TypeError if kind == "list" else ValueError
+    return "load", TypeError if kind == "list" or (kind, key) == ("str", "mu_product") \
+        else ValueError
 
 
 @pytest.mark.parametrize("name,key,kind", list(_cases()))
@@ -176,8 +182,8 @@ def test_bad_state_dicts_against_torch(torch, name, key, kind):
     assert before == after  # a refused state dict changes nothing
     # PyTorch's own outcome, recorded so a change in it shows up here
     if kind == "str":
-        assert t[:2] == ("load", ValueError)
-    elif kind == "missing" and key == "step":
+        assert t[:2] == ("load", TypeError if key == "mu_product" else ValueError)
+    elif kind == "missing" and key in SCALARS:
         assert t[:2] == ("load", KeyError)
     elif kind == "nan" and name in ("Adam", "AdamW", "Adagrad"):
         assert t[0] == "nonfinite"
@@ -243,6 +249,11 @@ STEP_BREAK = {
     "str step": (lambda o: _state_of_last(o).__setitem__("step", "1"), TypeError,
                  "real number"),
     "no step": (lambda o: _state_of_last(o).pop("step"), ValueError, "no 'step'"),
+    "nan mu": (lambda o: _state_of_last(o).__setitem__("mu_product", float("nan")),
+               ValueError, "finite"),
+    "str mu": (lambda o: _state_of_last(o).__setitem__("mu_product", "1"), TypeError,
+               "real number"),
+    "no mu": (lambda o: _state_of_last(o).pop("mu_product"), ValueError, "lacks"),
     "nan lr": (lambda o: o.param_groups[-1].__setitem__("lr", float("nan")), ValueError, "lr"),
     "str lr": (lambda o: o.param_groups[-1].__setitem__("lr", "0.1"), TypeError, "lr"),
 }
@@ -251,14 +262,14 @@ STEP_BREAK = {
 def _step_cases():
     for name in OPTS:
         _, opt = _stepped(name)
-        keys = [k for k in _state_of_last(opt) if k != "step"]
+        keys = [k for k in _state_of_last(opt) if k not in SCALARS]
         for key in keys:
             for how in BREAK:
                 if how == "missing" and (name, key) in OPTIONAL:
                     continue  # made afresh: not an error
                 yield name, key, how
         for how in STEP_BREAK:
-            if how.endswith("step") and name == "SGD":
+            if how.endswith("step") and name == "SGD" or how.endswith("mu") and name != "NAdam":
                 continue
             yield name, None, how
 

@@ -345,6 +345,9 @@ def l1_loss(input, target, *, reduction: str = "mean", weight=None) -> Tensor:
     _check_reduction("l1_loss", reduction)
     input, target, x, y, shape = _operands("l1_loss", input, target)
     _check_weight_like_input("l1_loss", weight, x)
+    if reduction == "none" and weight is None and x.dtype.kind in "iu" \
+            and y.dtype.kind in "iu":
+        return E.abs(E.sub(input, target))  # PyTorch keeps integers integer here
     if weight is not None:
         loss = fused_l1_loss(input, target, reduction="none", denom=None)
         return _weighted_mean_of("l1_loss", loss, weight, reduction, by_weight=True)

@@ -352,12 +352,24 @@ def _avg_geometry(name, nd, shape, kernel_size, stride, padding, ceil_mode,
     return geo, divisor
 
 
+def int_quotient(q: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Integer sums divided by integer divisors, computed in float64 as `q`, as C's
+    integer division (truncated toward zero) in `dtype`: PyTorch's average pools of
+    integer inputs. A quotient within 1e-9 of an integer is that integer (a staged float
+    division can miss an exact quotient by an ulp; a true fraction s/d is >= 1/d away)."""
+    r = np.round(q)
+    return np.where(np.abs(q - r) < 1e-9, r, np.trunc(q)).astype(dtype)
+
+
 def _avg_pool(name, nd, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
               divisor_override):
     geo, divisor = _avg_geometry(name, nd, input.shape, kernel_size, stride, padding,
                                  ceil_mode, count_include_pad, divisor_override)
-    out = _avg_pool_forward(input, divisor, geo["plane"], geo["kernel"], geo["stride"],
+    x = input if input.dtype.kind not in "iu" else input.astype(np.float64)
+    out = _avg_pool_forward(x, divisor, geo["plane"], geo["kernel"], geo["stride"],
                             geo["padding"], geo["out"])
+    if input.dtype.kind in "iu":  # PyTorch keeps integers integer (truncating division)
+        out = int_quotient(out, input.dtype)
     return Saved(out.reshape(input.shape[:-nd] + geo["out"][2 - nd:]), divisor, geo)
 
 

@@ -101,6 +101,12 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = Fal
     """Mean over sliding windows of (N, C, D, H, W) input (or (C, D, H, W)), as PyTorch's
     `avg_pool3d` (count_include_pad, ceil_mode's divisors, divisor_override)."""
     name = "avg_pool3d"
+    dtype = np.asarray(array(input)).dtype
+    if dtype.kind in "iu":  # PyTorch keeps integers integer (truncating division)
+        out = avg_pool3d(Tensor._wrap(np.asarray(array(input)).astype(np.float64)),
+                         kernel_size, stride, padding, ceil_mode, count_include_pad,
+                         divisor_override)
+        return Tensor._wrap(_pool.int_quotient(out.data, dtype))
     t, batched = _volume(name, input)
     k = ntuple(kernel_size, 3, "kernel_size", name, 1)
     s = k if stride is None or stride == () else ntuple(stride, 3, "stride", name, 1)

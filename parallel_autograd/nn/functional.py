@@ -37,6 +37,7 @@ from ._dropout import (alpha_dropout, dropout, dropout1d, dropout2d,  # noqa: F4
                        dropout3d, draws_from, feature_alpha_dropout, keep_mask)
 from ._attention import scaled_dot_product_attention  # noqa: F401
 from ._embedding import embedding  # noqa: F401
+from ._embedding_bag import embedding_bag  # noqa: F401
 from ._linear import bilinear, linear  # noqa: F401
 # The losses, one file (nn/_losses.py): nll_loss and cross_entropy (one fused node each over
 # (N, C) rows), the pointwise losses (one fused node each), the rest composed of ops.
@@ -47,7 +48,7 @@ from ._norms import (batch_norm, group_norm, instance_norm, layer_norm,  # noqa:
                      local_response_norm, rms_norm)
 
 __all__ = [
-    "linear", "bilinear", "layer_norm", "rms_norm", "embedding",
+    "linear", "bilinear", "layer_norm", "rms_norm", "embedding", "embedding_bag",
     "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
     "feature_alpha_dropout", "scaled_dot_product_attention", "softmax", "log_softmax",
     "batch_norm", "instance_norm", "group_norm", "local_response_norm",

@@ -505,11 +505,18 @@ def _hardtanh_kernel(g, ans, input, min_val, max_val, inplace=False):
 def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0,
              inplace: bool = False) -> Tensor:
     """x clamped to [min_val, max_val]; the gradient is 1 strictly inside, 0 at the bounds
-    and beyond (PyTorch). `inplace`: see the module docstring."""
+    and beyond (PyTorch). Integer input stays integer, the limits truncated to integers
+    (PyTorch's; negative limits on an unsigned input: RuntimeError). `inplace`: see the
+    module docstring."""
     lo = _number("hardtanh", min_val, "min_val")
     hi = _number("hardtanh", max_val, "max_val")
     if lo > hi:
         raise ValueError(f"hardtanh: min_val ({lo}) cannot be greater than max_val ({hi})")
+    if np.asarray(input).dtype.kind in "iu":
+        x = np.asarray(input)
+        if x.dtype.kind == "u" and (lo < 0 or hi < 0):
+            raise RuntimeError("cannot do hardtanh on an unsigned type with negative limits")
+        return np.clip(x, int(lo), int(hi)).astype(x.dtype, copy=False)
     x = as_float(input)
     return np.clip(x, lo, hi, out=empty(x.shape, x.dtype))  # 1 pass
 

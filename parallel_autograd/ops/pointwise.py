@@ -909,7 +909,11 @@ def lerp(input: Tensor, end: Tensor, weight: Tensor) -> Tensor:
 
 @composite(dtypes="numeric", method=True)
 def addcmul(input, tensor1, tensor2, *, value=1) -> Tensor:
-    """`input + value * tensor1 * tensor2`."""
+    """`input + value * tensor1 * tensor2`. With integer operands a float `value` is
+    truncated to an integer, as PyTorch casts it to the integer result dtype."""
+    if isinstance(value, (float, np.floating)) and _kind(raw(input)) in "iu" \
+            and _integral(raw(tensor1), raw(tensor2)):
+        value = int(value)
     t1 = tensor1 if _is_one(value) else mul(tensor1, value)
     return add(input, mul(t1, tensor2))
 

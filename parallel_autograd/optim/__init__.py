@@ -1,7 +1,8 @@
 """`pa.optim`: optimizers and learning-rate schedulers with `torch.optim`'s names,
 semantics and arithmetic (float64 runs agree with PyTorch's to rounding).
 
-`SGD`, `Adam`, `AdamW`, `RMSprop`, `Adagrad`, `Adadelta` (subclasses of `Optimizer`) update the
+`SGD`, `Adam`, `AdamW`, `NAdam`, `RAdam`, `RMSprop`, `Adagrad`, `Adadelta`, `LBFGS`
+(subclasses of `Optimizer`) update the
 parameters' arrays in place, blockwise, allocating nothing per step beyond their state,
 and bump each updated parameter's version counter. `lr_scheduler` holds torch's schedulers
 (`StepLR`, `MultiStepLR`, `ExponentialLR`, `CosineAnnealingLR`, `OneCycleLR`,
@@ -14,8 +15,11 @@ from . import lr_scheduler
 from .adadelta import Adadelta
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
+from .lbfgs import LBFGS
+from .nadam import NAdam, RAdam
 from .optimizer import Optimizer
 from .rmsprop import RMSprop
 from .sgd import SGD
 
-__all__ = ["Adadelta", "Adagrad", "Adam", "AdamW", "Optimizer", "RMSprop", "SGD", "lr_scheduler"]
+__all__ = ["Adadelta", "Adagrad", "Adam", "AdamW", "LBFGS", "NAdam", "Optimizer", "RAdam",
+           "RMSprop", "SGD", "lr_scheduler"]

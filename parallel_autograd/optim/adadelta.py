@@ -1,7 +1,7 @@
 """`Adadelta`, with torch.optim.Adadelta's arithmetic."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -23,6 +23,9 @@ class Adadelta(Optimizer):
         eps: added inside the square roots, >= 0 (default 1e-6).
         weight_decay: L2 penalty added to the gradient, >= 0 (default 0).
         maximize: maximize the objective instead of minimizing it.
+        foreach, fused, capturable, differentiable: PyTorch's implementation switches,
+            where torch.optim has them (`optimizer.IMPL_FLAGS`: foreach and fused are
+            ignored, a step with capturable or differentiable raises as PyTorch's).
 
     State per parameter: `"step"` (a float), `"square_avg"` and `"acc_delta"` (arrays of
     the parameter's shape and dtype, zeros at the first step).
@@ -35,8 +38,12 @@ class Adadelta(Optimizer):
     """
 
     def __init__(self, params: ParamsT, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6,
-                 weight_decay: float = 0, *, maximize: bool = False) -> None:
-        defaults = dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize)
+                 weight_decay: float = 0, foreach: Optional[bool] = None, *,
+                 capturable: bool = False, maximize: bool = False,
+                 differentiable: bool = False) -> None:
+        defaults = dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, foreach=foreach,
+                        capturable=capturable, maximize=maximize,
+                        differentiable=differentiable)
         super().__init__(params, defaults)
 
     def _check_group(self, group: dict[str, Any]) -> None:

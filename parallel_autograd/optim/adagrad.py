@@ -1,7 +1,7 @@
 """`Adagrad`, with torch.optim.Adagrad's arithmetic."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -23,6 +23,9 @@ class Adagrad(Optimizer):
         initial_accumulator_value: the sum's starting value, >= 0 (default 0).
         eps: added to the denominator, >= 0 (default 1e-10).
         maximize: maximize the objective instead of minimizing it.
+        foreach, fused, capturable, differentiable: PyTorch's implementation switches,
+            where torch.optim has them (`optimizer.IMPL_FLAGS`: foreach and fused are
+            ignored, a step with capturable or differentiable raises as PyTorch's).
 
     State per parameter, created at construction as in PyTorch: `"step"` (a float) and
     `"sum"` (an array of the parameter's shape and dtype).
@@ -33,10 +36,13 @@ class Adagrad(Optimizer):
 
     def __init__(self, params: ParamsT, lr: float = 1e-2, lr_decay: float = 0,
                  weight_decay: float = 0, initial_accumulator_value: float = 0,
-                 eps: float = 1e-10, *, maximize: bool = False) -> None:
+                 eps: float = 1e-10, foreach: Optional[bool] = None, *,
+                 maximize: bool = False, differentiable: bool = False,
+                 fused: Optional[bool] = None) -> None:
         defaults = dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                         initial_accumulator_value=initial_accumulator_value, eps=eps,
-                        maximize=maximize)
+                        foreach=foreach, maximize=maximize, differentiable=differentiable,
+                        fused=fused)
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """`Adam` and `AdamW`, with torch.optim.Adam's and torch.optim.AdamW's arithmetic."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -29,6 +29,9 @@ class Adam(Optimizer):
             `decoupled_weight_decay` AdamW's decay of the parameter.
         amsgrad: use the running maximum of the second moment.
         maximize: maximize the objective instead of minimizing it.
+        foreach, fused, capturable, differentiable: PyTorch's implementation switches,
+            where torch.optim has them (`optimizer.IMPL_FLAGS`: foreach and fused are
+            ignored, a step with capturable or differentiable raises as PyTorch's).
         decoupled_weight_decay: AdamW's weight decay (what `AdamW` sets).
 
     State per parameter: `"step"` (a float), `"exp_avg"`, `"exp_avg_sq"` and with
@@ -42,10 +45,13 @@ class Adam(Optimizer):
 
     def __init__(self, params: ParamsT, lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0, amsgrad: bool = False, *, maximize: bool = False,
-                 decoupled_weight_decay: bool = False) -> None:
+                 weight_decay: float = 0, amsgrad: bool = False, *,
+                 foreach: Optional[bool] = None, maximize: bool = False,
+                 capturable: bool = False, differentiable: bool = False,
+                 fused: Optional[bool] = None, decoupled_weight_decay: bool = False) -> None:
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                        amsgrad=amsgrad, maximize=maximize,
+                        amsgrad=amsgrad, maximize=maximize, foreach=foreach,
+                        capturable=capturable, differentiable=differentiable, fused=fused,
                         decoupled_weight_decay=decoupled_weight_decay)
         super().__init__(params, defaults)
 
@@ -121,6 +127,9 @@ class AdamW(Adam):
         weight_decay: decoupled weight decay, >= 0 (default 1e-2).
         amsgrad: use the running maximum of the second moment.
         maximize: maximize the objective instead of minimizing it.
+        foreach, fused, capturable, differentiable: PyTorch's implementation switches,
+            where torch.optim has them (`optimizer.IMPL_FLAGS`: foreach and fused are
+            ignored, a step with capturable or differentiable raises as PyTorch's).
 
     State, memory and thread safety: as `Adam`.
     """
@@ -130,9 +139,13 @@ class AdamW(Adam):
     def __init__(self, params: ParamsT, lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 1e-2, amsgrad: bool = False, *,
-                 maximize: bool = False) -> None:
+                 maximize: bool = False, foreach: Optional[bool] = None,
+                 capturable: bool = False, differentiable: bool = False,
+                 fused: Optional[bool] = None) -> None:
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                         amsgrad=amsgrad, maximize=maximize, decoupled_weight_decay=True)
+                         amsgrad=amsgrad, maximize=maximize, foreach=foreach,
+                         capturable=capturable, differentiable=differentiable, fused=fused,
+                         decoupled_weight_decay=True)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """As `Optimizer.load_state_dict`; the groups keep AdamW's decoupled weight

@@ -154,6 +154,7 @@ class Optimizer:
             raise TypeError(f"{name}: params must be an ordered iterable (a list) of "
                             f"Tensors or of param-group dicts, got a {type(params).__name__}")
         self.defaults = dict(defaults)
+        _check_impl_flags(name, self.defaults)
         self._check_group(self.defaults)
         self.state: defaultdict[Tensor, dict[str, Any]] = defaultdict(dict)
         self.param_groups: list[dict[str, Any]] = []
@@ -418,6 +419,7 @@ class Optimizer:
                     raise ValueError(self._bad_param(gi, pi, p, g))
                 if keys is None:
                     self._check_group(group)
+                    _check_step_flags(name, gi, group)
                     keys = self._state_keys(group)
                     where = f"{name}.step: parameter {{}} of group {gi}"
                 state = self.state.get(p)
@@ -508,6 +510,9 @@ class Optimizer:
         groups = []
         for gi, (group, sg) in enumerate(zip(self.param_groups, saved)):
             new = {k: copy.deepcopy(v) for k, v in sg.items() if k != "params"}
+            for flag in IMPL_FLAGS:  # PyTorch's __setstate__ fills these in too
+                if flag in self.defaults:
+                    new.setdefault(flag, self.defaults[flag])
             missing = sorted(set(self.defaults) - set(new))
             if missing:
                 raise ValueError(f"{name}.load_state_dict: saved group {gi} lacks {missing} "
@@ -564,13 +569,49 @@ class Optimizer:
         self._made = {}
 
     def __repr__(self) -> str:
-        """PyTorch's layout: the class, then each group's hyperparameters, sorted."""
-        lines = [type(self).__name__ + " ("]
+        """PyTorch's layout: the class, then each group's hyperparameters, sorted, a blank
+        line between groups."""
+        text = type(self).__name__ + " ("
         for i, group in enumerate(self.param_groups):
-            lines.append(f"Parameter Group {i}")
-            lines.extend(f"    {k}: {group[k]}" for k in sorted(group)
-                         if k not in ("params", "param_names"))
-        return "\n".join(lines) + "\n)"
+            text += f"\nParameter Group {i}\n"
+            text += "".join(f"    {k}: {group[k]}\n" for k in sorted(group)
+                            if k not in ("params", "param_names"))
+        return text + ")"
+
+
+IMPL_FLAGS = ("foreach", "fused", "capturable", "differentiable")
+"""PyTorch's implementation switches: accepted where torch.optim accepts them and kept in
+the groups (state dicts and reprs show them as PyTorch's do). `foreach` and `fused` pick
+one of PyTorch's kernels, which compute the same update: ignored here. `capturable`
+(CUDA graphs) and `differentiable` (autograd through the step) are refused by the step,
+as PyTorch's step refuses them for CPU parameters and for leaves that require grad."""
+
+
+def _check_impl_flags(owner: str, defaults: dict[str, Any]) -> None:
+    """PyTorch's constructor checks: RuntimeError for fused with differentiable or with
+    foreach (same messages)."""
+    if defaults.get("fused"):
+        if defaults.get("differentiable"):
+            raise RuntimeError(f"{owner}: `fused` does not support `differentiable`")
+        if defaults.get("foreach"):
+            raise RuntimeError(f"{owner}: `fused` and `foreach` cannot be `True` together.")
+
+
+def _check_step_flags(owner: str, gi: int, group: dict[str, Any]) -> None:
+    """Refuse, before any write, what PyTorch's step refuses for our parameters (CPU
+    leaves that require grad): `capturable` without `fused` (AssertionError, as
+    PyTorch's), `differentiable` (RuntimeError, as PyTorch's in-place update of such a
+    leaf; PyTorch fails after updating the state, this fails before)."""
+    if group.get("differentiable"):
+        raise RuntimeError(f"{owner}.step: group {gi} has differentiable=True: a step that "
+                           f"autograd can differentiate is not supported (PyTorch's fails "
+                           f"too on leaves that require grad: 'a leaf Variable that requires "
+                           f"grad is being used in an in-place operation')")
+    if group.get("capturable") and not group.get("fused"):
+        raise AssertionError(f"{owner}.step: group {gi} has capturable=True, which needs "
+                             f"parameters on a CUDA graph-capturable device (PyTorch: 'If "
+                             f"capturable=True, params and state_steps must be on supported "
+                             f"devices'); parallel_autograd runs on the CPU")
 
 
 def _check_step(where: str, state: dict[str, Any]) -> None:
@@ -646,14 +687,15 @@ def _load_param_state(owner: str, key: Any, p: Tensor, saved: Any) -> dict[str, 
     return out
 
 
-def _load_step(owner: str, key: Any, v: Any) -> float:
-    """A saved `"step"` (a number, or a 0-d array as PyTorch saves it) as a float."""
+def _load_step(owner: str, key: Any, v: Any, entry: str = "step") -> float:
+    """A saved `"step"` (or other number `entry`: a number, or a 0-d array as PyTorch
+    saves it) as a float."""
     a = None if isinstance(v, (str, bytes)) else np.asarray(v)
     if a is None or a.shape != () or a.dtype.kind not in "iuf":
-        raise ValueError(f"{owner}.load_state_dict: state 'step' of parameter {key!r} must "
+        raise ValueError(f"{owner}.load_state_dict: state {entry!r} of parameter {key!r} must "
                          f"be a number, got {type(v).__name__} {v!r}")
     step = float(a)
     if not (np.isfinite(step) and step >= 0):
-        raise ValueError(f"{owner}.load_state_dict: state 'step' of parameter {key!r} must be "
+        raise ValueError(f"{owner}.load_state_dict: state {entry!r} of parameter {key!r} must be "
                          f"finite and >= 0, got {step!r}")
     return step

@@ -1,7 +1,7 @@
 """`RMSprop`, with torch.optim.RMSprop's arithmetic."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -25,6 +25,9 @@ class RMSprop(Optimizer):
         momentum: momentum factor, >= 0 (default 0).
         centered: normalize by an estimate of the gradient's variance.
         maximize: maximize the objective instead of minimizing it.
+        foreach, fused, capturable, differentiable: PyTorch's implementation switches,
+            where torch.optim has them (`optimizer.IMPL_FLAGS`: foreach and fused are
+            ignored, a step with capturable or differentiable raises as PyTorch's).
 
     State per parameter: `"step"` (a float), `"square_avg"`, with momentum > 0
     `"momentum_buffer"`, centered `"grad_avg"` (arrays of the parameter's shape).
@@ -35,9 +38,12 @@ class RMSprop(Optimizer):
 
     def __init__(self, params: ParamsT, lr: float = 1e-2, alpha: float = 0.99,
                  eps: float = 1e-8, weight_decay: float = 0, momentum: float = 0,
-                 centered: bool = False, *, maximize: bool = False) -> None:
+                 centered: bool = False, capturable: bool = False,
+                 foreach: Optional[bool] = None, maximize: bool = False,
+                 differentiable: bool = False) -> None:
         defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
-                        momentum=momentum, centered=centered, maximize=maximize)
+                        momentum=momentum, centered=centered, capturable=capturable,
+                        foreach=foreach, maximize=maximize, differentiable=differentiable)
         super().__init__(params, defaults)
 
     def _check_group(self, group: dict[str, Any]) -> None:

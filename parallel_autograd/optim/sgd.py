@@ -2,7 +2,7 @@
 decay and maximize, with torch.optim.SGD's arithmetic."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -25,6 +25,9 @@ class SGD(Optimizer):
         weight_decay: L2 penalty added to the gradient, >= 0 (default 0).
         nesterov: Nesterov momentum (needs momentum > 0 and dampening 0).
         maximize: maximize the objective instead of minimizing it.
+        foreach, fused, capturable, differentiable: PyTorch's implementation switches,
+            where torch.optim has them (`optimizer.IMPL_FLAGS`: foreach and fused are
+            ignored, a step with capturable or differentiable raises as PyTorch's).
 
     State per parameter (only with momentum): `"momentum_buffer"`, an array.
     Memory: each step reads `p`, `.grad` (and the buffer) once and writes `p` (and the
@@ -34,9 +37,11 @@ class SGD(Optimizer):
 
     def __init__(self, params: ParamsT, lr: float = 1e-3, momentum: float = 0,
                  dampening: float = 0, weight_decay: float = 0, nesterov: bool = False,
-                 *, maximize: bool = False) -> None:
+                 *, maximize: bool = False, foreach: Optional[bool] = None,
+                 differentiable: bool = False, fused: Optional[bool] = None) -> None:
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening,
-                        weight_decay=weight_decay, nesterov=nesterov, maximize=maximize)
+                        weight_decay=weight_decay, nesterov=nesterov, maximize=maximize,
+                        foreach=foreach, differentiable=differentiable, fused=fused)
         super().__init__(params, defaults)
 
     def _check_group(self, group: dict[str, Any]) -> None:

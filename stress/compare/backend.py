@@ -30,7 +30,7 @@ DTYPE = np.float64
 
 
 def _pa_leaf(a):
-    return pa.Tensor(a, requires_grad=True, dtype=DTYPE)
+    return pa.tensor(a, requires_grad=True, dtype=DTYPE)
 
 
 def _pa_const(a):

@@ -34,8 +34,8 @@ from .stats import median_interval, ratio_interval, ratio_text, seed_for
 
 # ---- the chain row ----------------------------------------------------------------------------
 def _mlp(rng, layers: int, batch: int, width: int):
-    x = pa.Tensor(rng.standard_normal((batch, width)))
-    ws = [pa.Tensor(rng.standard_normal((width, width)) / np.sqrt(width), requires_grad=True)
+    x = pa.tensor(rng.standard_normal((batch, width)))
+    ws = [pa.tensor(rng.standard_normal((width, width)) / np.sqrt(width), requires_grad=True)
           for _ in range(layers)]
 
     def build():
@@ -47,7 +47,7 @@ def _mlp(rng, layers: int, batch: int, width: int):
 
 
 def _ew_chain(rng, nodes: int, size: int):
-    x = pa.Tensor(rng.standard_normal(size), requires_grad=True)
+    x = pa.tensor(rng.standard_normal(size), requires_grad=True)
 
     def build():
         h = x
@@ -151,9 +151,9 @@ def run_jacobian(reps: int, inner: int, seed: int, n: int = 64, hidden: int = 12
     rng = np.random.default_rng(seed_for(seed, "jacobian"))
     out = {}
     for name, make, x in _jac_cases(rng, n, hidden):
-        f_pa = make(pa, lambda a: pa.Tensor(a))
+        f_pa = make(pa, lambda a: pa.tensor(a))
         f_t = make(torch, torch.from_numpy)
-        x_pa, x_t = pa.Tensor(x), torch.from_numpy(x.copy())
+        x_pa, x_t = pa.tensor(x), torch.from_numpy(x.copy())
         pa_fn = getattr(pa.autograd.functional, name)
         t_fn = getattr(TAF, name)
         configs = {f"pa-vec{v:d}": (lambda v=v: pa_fn(f_pa, x_pa, vectorize=v))

@@ -70,12 +70,12 @@ def _callables(case, dtype, rng):
     shape = shape[:2] if name != "gelu" else shape
     x = rng.standard_normal(shape).astype(dtype)
     g = rng.standard_normal(shape).astype(dtype)
-    px, tx = pa.Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
-    pg, tg = pa.Tensor(g), torch.tensor(g)
+    px, tx = pa.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    pg, tg = pa.tensor(g), torch.tensor(g)
     extra_p, extra_t = (), ()
     if d is not None:
         w, b = rng.standard_normal(d).astype(dtype), rng.standard_normal(d).astype(dtype)
-        extra_p = (pa.Tensor(w, requires_grad=True), pa.Tensor(b, requires_grad=True))
+        extra_p = (pa.tensor(w, requires_grad=True), pa.tensor(b, requires_grad=True))
         extra_t = (torch.tensor(w, requires_grad=True), torch.tensor(b, requires_grad=True))
 
     def pa_fwd():
@@ -138,8 +138,8 @@ def _old_new(reps: int) -> None:
     for name, shape, dtypes, fn, use in plans:
         for dtype in dtypes:
             x = rng.standard_normal(shape).astype(dtype)
-            px = pa.Tensor(x, requires_grad=True)
-            g = pa.Tensor(rng.standard_normal(shape).astype(dtype))
+            px = pa.tensor(x, requires_grad=True)
+            g = pa.tensor(rng.standard_normal(shape).astype(dtype))
 
             def fwd():
                 with pa.no_grad():

@@ -7,7 +7,7 @@ from .conv import (Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d,
                    ConvTranspose3d, Fold, Unfold)
 from .dropout import Dropout
 from .flatten import Flatten
-from .linear import Identity, Linear
+from .linear import Bilinear, Identity, Linear
 from .loss import CrossEntropyLoss, MSELoss, NLLLoss
 from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, HuberLoss, KLDivLoss,
                    L1Loss, MarginRankingLoss, SmoothL1Loss, TripletMarginLoss)
@@ -21,16 +21,18 @@ from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d,
                       MaxUnpool2d, PixelShuffle, PixelUnshuffle, Upsample)
 from .attention import MultiheadAttention
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
-from .sparse import Embedding
+from .sparse import Embedding, EmbeddingBag
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
                           TransformerEncoder, TransformerEncoderLayer)
 
 __all__ = [
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d",
     "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
-    "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "BCELoss", "BCEWithLogitsLoss", "CELU",
+    "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "BCELoss", "BCEWithLogitsLoss", "Bilinear",
+    "CELU",
     "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
-    "CosineEmbeddingLoss", "CrossEntropyLoss", "Dropout", "ELU", "Embedding", "Flatten",
+    "CosineEmbeddingLoss", "CrossEntropyLoss", "Dropout", "ELU", "Embedding", "EmbeddingBag",
+    "Flatten",
     "Fold", "GELU", "GLU", "GroupNorm", "GRU", "GRUCell", "Hardsigmoid", "Hardswish",
     "Hardtanh", "HuberLoss", "Identity", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
     "KLDivLoss", "L1Loss", "LayerNorm", "LeakyReLU", "Linear", "LocalResponseNorm",

@@ -1,4 +1,4 @@
-"""`Identity` and `Linear`."""
+"""`Identity`, `Linear` and `Bilinear`."""
 from __future__ import annotations
 
 import math
@@ -65,6 +65,63 @@ class Linear(Module):
         """`in_features=…, out_features=…, bias=…`."""
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}")
+
+
+class Bilinear(Module):
+    """`y_k = x1^T weight[k] x2 + bias[k]` (PyTorch's `nn.Bilinear`, `F.bilinear`).
+
+    Args:
+        in1_features, in2_features: sizes of the two inputs' last dimensions (in1 > 0).
+        out_features: size of the output's last dimension.
+        bias: whether to learn an additive bias (default True).
+        dtype: parameter dtype (default: `pa.get_default_dtype()`).
+        generator: numpy Generator for the initial values (default: the default
+            generator that `pa.manual_seed` reseeds).
+
+    Parameters: `weight` (out_features, in1_features, in2_features) and `bias`
+    (out_features,), both ~ U(-k, k) with k = 1/sqrt(in1_features), drawn in that order
+    (PyTorch's initialisation).
+    Inputs (..., in1_features) and (..., in2_features) -> output (..., out_features).
+    """
+
+    def __init__(self, in1_features: int, in2_features: int, out_features: int,
+                 bias: bool = True, dtype=None,
+                 generator: np.random.Generator | None = None) -> None:
+        super().__init__()
+        self.in1_features = size_int(in1_features, "in1_features", "Bilinear")
+        self.in2_features = size_int(in2_features, "in2_features", "Bilinear")
+        self.out_features = size_int(out_features, "out_features", "Bilinear")
+        dt = float_dtype(dtype, "Bilinear")
+        self.weight = empty_parameter((self.out_features, self.in1_features,
+                                       self.in2_features), dt)
+        if bias:
+            self.bias = empty_parameter((self.out_features,), dt)
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters(generator)
+
+    def reset_parameters(self, generator: np.random.Generator | None = None) -> None:
+        """Redraw weight and bias from U(-1/sqrt(in1_features), 1/sqrt(in1_features)).
+
+        Raises:
+            ValueError: in1_features is 0 (as PyTorch's).
+        """
+        if self.in1_features <= 0:
+            raise ValueError(f"in1_features must be > 0, but got "
+                             f"(in1_features={self.in1_features})")
+        bound = 1 / math.sqrt(self.in1_features)
+        init.uniform_(self.weight, -bound, bound, generator)
+        if self.bias is not None:
+            init.uniform_(self.bias, -bound, bound, generator)
+
+    def forward(self, input1, input2):
+        """`F.bilinear(input1, input2, weight, bias)`."""
+        return F.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        """PyTorch's: the three sizes and whether there is a bias."""
+        return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+                f"out_features={self.out_features}, bias={self.bias is not None}")
 
 
 def init_linear_like(weight: Parameter, bias: Parameter | None,

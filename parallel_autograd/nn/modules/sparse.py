@@ -1,4 +1,4 @@
-"""`Embedding`."""
+"""`Embedding` and `EmbeddingBag`."""
 from __future__ import annotations
 
 import numpy as np
@@ -101,3 +101,95 @@ def _padding_idx(padding_idx, n: int) -> int | None:
         raise ValueError(f"Embedding: padding_idx must be within num_embeddings "
                          f"(-{n} <= padding_idx < {n}), got {padding_idx}")
     return int(padding_idx) % n
+
+
+class EmbeddingBag(Module):
+    """Sums, means or maxima of bags of embedding vectors (PyTorch's `nn.EmbeddingBag`,
+    `F.embedding_bag`): `forward(input, offsets=None, per_sample_weights=None)` -> (B,
+    embedding_dim), a 2-D input (B, N) being B bags of N indices, a 1-D one cut at
+    `offsets`.
+
+    Args:
+        num_embeddings, embedding_dim: table size.
+        max_norm, norm_type, scale_grad_by_freq, sparse: as `Embedding`'s.
+        mode: 'sum', 'mean' (default) or 'max'.
+        include_last_offset: `offsets` ends with the input's length (CSR layout).
+        padding_idx: a row initialised to zeros, left out of every bag (so it gets no
+            gradient; negative values count from the end and are stored normalised).
+        dtype: weight dtype (default: `pa.get_default_dtype()`).
+        generator: numpy Generator for the initial values (default: the default
+            generator).
+
+    Parameter: `weight` (num_embeddings, embedding_dim) ~ N(0, 1), PyTorch's default.
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, max_norm: float | None = None,
+                 norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean",
+                 sparse: bool = False, _weight=None, include_last_offset: bool = False,
+                 padding_idx: int | None = None, dtype=None,
+                 generator: np.random.Generator | None = None) -> None:
+        super().__init__()
+        self.num_embeddings = size_int(num_embeddings, "num_embeddings", "EmbeddingBag")
+        self.embedding_dim = size_int(embedding_dim, "embedding_dim", "EmbeddingBag")
+        if mode not in ("sum", "mean", "max"):
+            raise ValueError(f"EmbeddingBag: mode has to be one of sum, mean or max, got "
+                             f"{mode!r}")
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq = scale_grad_by_freq
+        self.padding_idx = _padding_idx(padding_idx, self.num_embeddings)
+        if _weight is None:
+            self.weight = empty_parameter((self.num_embeddings, self.embedding_dim),
+                                          float_dtype(dtype, "EmbeddingBag"))
+            self.reset_parameters(generator)
+        else:
+            self.weight = Parameter(_weight)
+            if self.weight.shape != (self.num_embeddings, self.embedding_dim):
+                raise AssertionError("Shape of weight does not match num_embeddings and "
+                                     "embedding_dim")
+        self.mode, self.sparse = mode, sparse
+        self.include_last_offset = include_last_offset
+
+    def reset_parameters(self, generator: np.random.Generator | None = None) -> None:
+        """Redraw the weight from N(0, 1) and zero the padding row."""
+        init.normal_(self.weight, generator=generator)
+        if self.padding_idx is not None:
+            self.weight.data[self.padding_idx] = 0
+            version.bump(self.weight)
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze: bool = True, max_norm: float | None = None,
+                        norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                        mode: str = "mean", sparse: bool = False,
+                        include_last_offset: bool = False,
+                        padding_idx: int | None = None) -> "EmbeddingBag":
+        """An EmbeddingBag whose weight is `embeddings` (2-D); `freeze=True` makes it not
+        require grad. The other arguments are the constructor's."""
+        shape = np.shape(embeddings.data if isinstance(embeddings, Tensor) else embeddings)
+        if len(shape) != 2:
+            raise ValueError("Embeddings parameter is expected to be 2-dimensional")
+        bag = cls(shape[0], shape[1], max_norm=max_norm, norm_type=norm_type,
+                  scale_grad_by_freq=scale_grad_by_freq, mode=mode, sparse=sparse,
+                  _weight=embeddings, include_last_offset=include_last_offset,
+                  padding_idx=padding_idx)
+        bag.weight.requires_grad = not freeze
+        return bag
+
+    def forward(self, input, offsets=None, per_sample_weights=None):
+        """`F.embedding_bag` with this layer's weight and settings."""
+        return F.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type,
+                               self.scale_grad_by_freq, self.mode, self.sparse,
+                               per_sample_weights, self.include_last_offset, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        """PyTorch's: sizes, the options that differ from the defaults, the mode."""
+        s = f"{self.num_embeddings!r}, {self.embedding_dim!r}"
+        if self.max_norm is not None:
+            s += f", max_norm={self.max_norm!r}"
+        if self.norm_type != 2:
+            s += f", norm_type={self.norm_type!r}"
+        if self.scale_grad_by_freq is not False:
+            s += f", scale_grad_by_freq={self.scale_grad_by_freq!r}"
+        s += f", mode={self.mode!r}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx!r}"
+        return s
