@@ -101,11 +101,12 @@ def test_conv_strided_channels_first_path(conv, xs, ws):
     x, w = leaf(rand(xs, 1)), leaf(rand(ws, 2))
     y, _ = forward(conv, x, w, stride=2, padding=1)
     assert _conv._channels_first_pays(xs, ws, y.shape[2:], 1)
-    # per chunk of samples, g's chunk (O, nb*P) and its columns' gradient (C*K, nb*P),
-    # together <= _GRAD_CHUNK_BYTES (or _GRAD_MIN_ROWS output positions), reused
+    # per chunk of samples, its columns' gradient (C*K, nb*P), at most the input's size
+    # (as the flat path's), and g's chunk (O, nb*P), reused; one GEMM a chunk
     gx, extra = rule(y, 0)
     assert gx.flags.c_contiguous
-    assert extra <= _conv._GRAD_CHUNK_BYTES + w.data.nbytes + SLACK < y.data.nbytes
+    o, ck = ws[0], ws[1] * int(np.prod(ws[2:]))
+    assert extra <= gx.nbytes * (1 + o / ck) + SLACK
 
 
 def test_conv1d_flat_path():
