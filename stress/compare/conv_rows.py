@@ -4,6 +4,12 @@ and conv_transpose2d forward, float32 and float64, against PyTorch at the same t
     PYTHONPATH=. python -m stress.compare.conv_rows [--cases mnist1,...] [--reps N]
                                                     [--threads 1,2] [--dtypes float32,...]
                                                     [--parts fwd,gx,gw,step]
+    git show REV:parallel_autograd/nn/_conv.py > /tmp/old_conv.py
+    PYTHONPATH=. python -m stress.compare.conv_rows --old /tmp/old_conv.py [--parts fwd,gx]
+
+`--old FILE`: an earlier nn/_conv.py's kernels (`_apply`, `_input_of`, `_weight_of`)
+against this tree's, interleaved in one process (ratio new/old, and the max relative
+difference of the results); the transposed cases' `fwd` is Bx*.
 
 Parts: `fwd` the forward (no grad); `gx` the input gradient and `gw` the weight gradient
 alone (ours: the kernels `_input_of` / `_weight_of` with the columns rebuilt; torch:
@@ -110,6 +116,67 @@ def _measure(pair, reps: int) -> tuple:
     return np.median(ta) * 1e3, np.median(tb) * 1e3, q
 
 
+def _load_old(path: str):
+    """The module in `path` (an nn/_conv.py), its relative imports made absolute."""
+    import importlib.util
+    import re
+    import sys
+    import tempfile
+    src = open(path).read()
+    src = re.sub(r"from \.\. import", "from parallel_autograd import", src)
+    src = re.sub(r"from \.\.([a-z_.]+) import", r"from parallel_autograd.\1 import", src)
+    src = re.sub(r"from \.([a-z_]+) import", r"from parallel_autograd.nn.\1 import", src)
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location("conv_old", f.name)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["conv_old"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _kernels(case, dtype, rng) -> dict:
+    """{part: f(module)} calling a conv module's kernels on the case's arrays."""
+    n, c, o, h, wd, k, s, p, d, tr = CASES[case]
+    geom = dict(stride=(s, s), padding=(p, p), dilation=(d, d), groups=1)
+    x = rng.standard_normal((n, c, h, wd)).astype(dtype)
+    if tr:                                  # conv_transpose2d's forward: Bx*(x, w)
+        w = rng.standard_normal((c, o, k, k)).astype(dtype)
+        xs = (n, o) + tuple((a - 1) * s - 2 * p + d * (k - 1) + 1 for a in (h, wd))
+        return {"fwd": lambda m: m._input_of(x, w, xs, geom)}
+    w = rng.standard_normal((o, c, k, k)).astype(dtype)
+    out_sz = _conv._out_sizes("conv2d", (h, wd), (k, k), (s, s), (p, p), (p, p), (d, d))
+    g = rng.standard_normal((n, o) + out_sz).astype(dtype)
+    return {"fwd": lambda m: m._apply(x, w, geom, out_sz)[0],
+            "gx": lambda m: m._input_of(g, w, x.shape, geom),
+            "gw": lambda m: m._weight_of(g, None, x, w.shape, geom)}
+
+
+def _old_new(args) -> None:
+    from threadpoolctl import threadpool_limits
+    old = _load_old(args.old)
+    print("| case | dtype | thr | part | old ms | new ms | new/old [25%, 75%] | rel diff |")
+    print("|---|---|---|---|---|---|---|---|")
+    rng = np.random.default_rng(0)
+    for t in map(int, args.threads.split(",")):
+        with threadpool_limits(t, user_api="blas"):
+            for case in args.cases.split(","):
+                for dtype in args.dtypes.split(","):
+                    fs = _kernels(case, np.dtype(dtype), rng)
+                    for part in args.parts.split(","):
+                        if part not in fs:
+                            continue
+                        f = fs[part]
+                        ra, rb = f(old), f(_conv)
+                        diff = np.max(np.abs(ra - rb)) / max(1e-30, np.max(np.abs(ra)))
+                        a, b, q = _measure((lambda: f(old), lambda: f(_conv)), args.reps)
+                        q = 1 / q[::-1]                 # new/old quantiles
+                        print(f"| {case} | {dtype} | {t} | {part} | {a:.2f} | {b:.2f} | "
+                              f"{q[1]:.2f} [{q[0]:.2f}, {q[2]:.2f}] | {diff:.1e} |",
+                              flush=True)
+                    gc.collect()
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", default=",".join(CASES))
@@ -117,7 +184,14 @@ def main(argv=None) -> None:
     p.add_argument("--threads", default="1,2")
     p.add_argument("--parts", default="fwd,gx,gw,step")
     p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--old", help="an earlier nn/_conv.py to run against this tree's")
     args = p.parse_args(argv)
+    if args.old:
+        gc.disable()
+        print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load "
+              f"{os.getloadavg()[0]:.1f}, reps {args.reps}, old {args.old}")
+        _old_new(args)
+        return
     import torch
     from threadpoolctl import threadpool_limits
     gc.disable()
