@@ -462,3 +462,34 @@ def test_strided_input_gradient_kernels_match_torch(name, kernel, chunk, monkeyp
                                                     xs, taps, groups)
     assert got32.dtype == np.float32
     np.testing.assert_allclose(got32, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("xs,ws,stride,padding", [
+    ((4, 16, 12, 12), (8, 16, 3, 3), 2, 1),       # deeper layer: channels-last
+    ((4, 16, 12, 12), (8, 16, 3, 3), 1, 0),       # 'valid' stride 1: channels-last
+    ((4, 3, 16, 16), (8, 3, 4, 4), 2, 1),         # first layer: channels-first
+], ids=["strided", "valid", "first_layer"])
+def test_strided_input_gradient_one_gemm_per_chunk(xs, ws, stride, padding, monkeypatch):
+    """Bx*'s non-flat kernels, ungrouped, run one GEMM per chunk of samples for all kernel
+    offsets (issue 28: was one per offset, the cost on 2 threads), and stay torch's."""
+    torch = pytest.importorskip("torch")
+    from parallel_autograd.nn import _conv
+    out_sz = _conv._out_sizes("c", xs[2:], ws[2:], (stride,) * 2, (padding,) * 2,
+                              (padding,) * 2, (1, 1))
+    g, w = rand((xs[0], ws[0]) + out_sz, 1), rand(ws, 2)
+    calls = []
+    real = np.matmul
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(np, "matmul", counting)
+    geom = dict(stride=(stride,) * 2, padding=(padding,) * 2, dilation=(1, 1), groups=1)
+    got = _conv._input_of(g, w, xs, geom)
+    monkeypatch.undo()
+    # at most one a sample (chunks of columns <= the input's size: one sample for the
+    # first layer, all 4 for the others), fewer than the 9-16 kernel offsets
+    assert len(calls) <= xs[0] < np.prod(ws[2:])
+    want = torch.nn.grad.conv2d_input(xs, torch.tensor(w), torch.tensor(g), stride,
+                                      padding).numpy()
+    np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)

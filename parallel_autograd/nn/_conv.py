@@ -15,9 +15,10 @@ gradient when the weight takes one (`needs_input_grad`). Its input gradient Bx*(
 two kernels: 'same'-like stride-1 convolutions (output as wide as the input in every
 spatial dim but the first) see every offset as a shift of the flattened image, so the
 columns' gradient is one GEMM per chunk of samples and col2im is one add per offset over
-long contiguous rows; everything else takes, per chunk of samples, one product per offset
-added into the input's strided block, channels-first straight from g (first layers, 1x1
-kernels, 1-d) or channels-last from a chunk of g copied so (deeper layers). The weight
+long contiguous rows; everything else, per chunk of samples, ungrouped: ONE GEMM for all
+kernel offsets, then one add per offset into the input's strided block, channels-first
+through the columns' gradient (first layers, 1x1 kernels, 1-d) or channels-last from a
+chunk of g copied so (deeper layers); grouped: one product per offset. The weight
 gradient Bw*(x, g) is a GEMM per chunk of samples against the columns (kept by the
 forward, or rebuilt chunk by chunk). The transposed convolution is Bx* itself.
 
