@@ -6,10 +6,11 @@ DistributedDataParallel averages the gradients during the backward.
     python examples/train_ddp.py                         # also works: a world of one
 
 The data is synthetic (8x8 "images" labelled by a random teacher network, seeded), so the
-example needs nothing but the package and the extra. `--check` makes rank 0 train the same
-model on the concatenated batches in one process afterwards and compare the loss curve and
-the final parameters (exit status 1 beyond `--tol`); every rank also checks that its
-parameters are bitwise those of rank 0. `--fault-rank` injects an exception into one rank's
+example needs nothing but the package and the extra. It trains in float32 (the default
+dtype) unless `--dtype float64`. `--check` makes rank 0 train the same model on the
+concatenated batches in one process afterwards and compare the loss curve and the final
+parameters (exit status 1 beyond `--tol`); every rank also checks that its parameters are
+bitwise those of rank 0. `--fault-rank` injects an exception into one rank's
 backward: the job must end (MPI_Abort), not hang.
 """
 from __future__ import annotations
@@ -31,12 +32,13 @@ from train_digits import HelpFormatter, make_model  # this script's directory is
 
 
 def make_data(n: int, seed: int):
-    """(x, y): n images (n, 1, 8, 8) and labels 0..9 from a fixed random teacher."""
+    """(x, y): n images (n, 1, 8, 8) in the default dtype and labels 0..9 from a fixed
+    random teacher."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, 1, 8, 8))
     teacher = rng.standard_normal((64, 10))
     y = np.argmax(np.tanh(x.reshape(n, 64) @ teacher) + 0.3 * rng.standard_normal((n, 10)), 1)
-    return x, y.astype(np.int64)
+    return x.astype(np.dtype(pa.get_default_dtype())), y.astype(np.int64)
 
 
 def batches(n: int, batch: int, steps: int, seed: int):
@@ -135,8 +137,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the data, weights and batches")
     p.add_argument("--check", action="store_true",
                    help="rank 0 then trains the same model in one process and compares")
-    p.add_argument("--tol", type=float, default=1e-10,
-                   help="largest loss or parameter difference --check accepts")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                   help="the model's and the data's dtype (pa.set_default_dtype)")
+    p.add_argument("--tol", type=float, default=None,
+                   help="largest loss or parameter difference --check accepts (default: "
+                        "1e-10 in float64, 1e-5 in float32: the ranks' averaged gradient "
+                        "is rounded differently from one process's)")
     p.add_argument("--trace", metavar="FILE.json",
                    help="write the last step's Chrome trace (all ranks) here")
     p.add_argument("--fault-rank", type=int, default=-1,
@@ -152,6 +158,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    pa.set_default_dtype(getattr(pa, args.dtype))
+    if args.tol is None:
+        args.tol = 1e-10 if args.dtype == "float64" else 1e-5
     dist.init()
     r, w = dist.rank(), dist.world_size()
     if args.batch % w:

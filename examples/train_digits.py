@@ -4,7 +4,8 @@
     python examples/train_digits.py --model cnn --epochs 15 --workers 2
 
 A PyTorch-style loop: `pa.nn` modules, `pa.optim.Adam`, `backward_parallel`, seeded so a
-run is reproducible (same initial weights, same batch order). Prints loss and accuracy
+run is reproducible (same initial weights, same batch order), in float32 (the default
+dtype, as PyTorch's: the images are converted to it). Prints loss and accuracy
 per epoch with a progress line, and exits non-zero if the final test accuracy is under
 `--target` (95% by default).
 """
@@ -30,7 +31,7 @@ def load_digits(seed: int, test_fraction: float = 0.25):
     except ImportError:
         sys.exit("this example needs scikit-learn: pip install '.[examples]' (or make example)")
     d = sk_load()
-    x = (d.images / 16.0).astype(np.float64)[:, None, :, :]  # (N, 1, 8, 8)
+    x = (d.images / 16.0).astype(np.float32)[:, None, :, :]  # (N, 1, 8, 8), the layers' dtype
     y = d.target.astype(np.int64)
     order = np.random.default_rng(seed).permutation(len(y))
     n_test = int(len(y) * test_fraction)

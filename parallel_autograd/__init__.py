@@ -1,4 +1,5 @@
 """parallel_autograd: reverse-mode autodiff on numpy with a parallel backward engine."""
+import warnings as _warnings
 from . import allocator, autograd, distributed, intraop, memory, nn, optim, utils  # noqa: F401
 from . import amp, backends, cuda  # noqa: F401  (torch.amp, torch.backends' flags, torch.cuda
 # without CUDA)
@@ -85,3 +86,10 @@ __all__ = [
 globals().update(_exports("torch"))
 __all__ = sorted(set(__all__) | {n for n in _exports("torch") if n not in _BUILTINS}
                  | {n for n in _TORCH_NAMES if n not in _BUILTINS})
+
+# numpy's floating-point RuntimeWarnings raised inside the library's kernels (log(0),
+# sqrt(-1), 0/0, overflow): PyTorch's ops return inf/nan silently, and so do the ops here.
+# Scoped to this package's modules: the caller's own numpy code warns as before. An
+# `np.errstate` the caller sets ("raise", "call", "log") still applies inside the ops, and
+# `warnings.simplefilter("always")` (or pytest.warns) shows the warnings again.
+_warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"parallel_autograd(\.|$)")

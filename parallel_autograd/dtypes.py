@@ -129,8 +129,8 @@ bfloat16 = _BFloat16Unavailable()
 _ALL = (float16, float32, float64, complex64, complex128, uint8, uint16, uint32, uint64, int8,
         int16, int32, int64, bool)
 _BY_NUMPY = {d._np: d for d in _ALL}
-# MIGRATION: float64 until every factory and op reads it; then float32, as PyTorch's
-_DEFAULT = [float64]
+# float32, as PyTorch's (set_default_dtype(float64) for gradient checks)
+_DEFAULT = [float32]
 
 
 def as_dtype(d) -> dtype:

@@ -54,6 +54,7 @@ generated functions are as thread safe as their forwards (pure functions of thei
 """
 from __future__ import annotations
 
+import dis
 import functools
 import inspect
 import keyword
@@ -125,7 +126,10 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
         vc = [0] if root is None or _owns(root) else _shared_counter(out, inputs)
     if not tracked:
         return Tensor._wrap(out, None, vc)
-    vcs.append(vc)
+    if op is None:  # (a Function's or primitive's node: every tensor's counter, as before)
+        vcs.append(vc)
+    else:
+        vcs = _read_counters(inputs, saved, out, vc)
     size = out.size
     node = Node(name, tuple(nexts), tuple(meta), saved,
                 None if rules is None else tuple(rules), joint if rules is None else None,
@@ -138,6 +142,52 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
 
 
 anomaly_mode = anomaly.mode
+_UNREAD = [0]  # the counter of an output no rule reads: never stamped (version.check)
+
+
+def _kept(d: np.ndarray, a, extras: tuple) -> bool:
+    """The node keeps `d` itself (`a`, its slot in `saved`) or a view of its memory among
+    the extras (`Saved`)."""
+    if a is d:
+        return True
+    root = d if d.base is None else d.base
+    for e in extras:
+        if type(e) is np.ndarray and (e is d or e.base is root or e is root):
+            return True
+    return False
+
+
+def _read_counters(inputs, saved, out: np.ndarray, vc: list) -> list:
+    """The version counters a declared op's node checks before its rules run (PyTorch
+    checks its saved variables only): those of the inputs whose arrays the node keeps
+    (not a placeholder, a stand-in or a promoted copy), then the output's if it keeps
+    the output, else `_UNREAD`. An output that views an input (it shares that input's
+    counter) keeps the counter in both places, whatever is saved: a write into that
+    memory changes the view's values behind its recorded history. On every op's path:
+    identity tests only, unless the node keeps extras (`Saved`)."""
+    n = len(inputs)
+    vcs = []
+    view = False
+    if len(saved) == n + 1:
+        for i in range(n):
+            x = inputs[i]
+            if isinstance(x, Tensor):
+                xv = x._vc
+                if xv is vc:
+                    view = True
+                    vcs.append(xv)
+                elif saved[i + 1] is x.data:
+                    vcs.append(xv)
+        vcs.append(vc if view or saved[0] is out else _UNREAD)
+        return vcs
+    extras = saved[n + 1:]
+    for i in range(n):
+        x = inputs[i]
+        if isinstance(x, Tensor) and (x._vc is vc or _kept(x.data, saved[i + 1], extras)):
+            view = view or x._vc is vc
+            vcs.append(x._vc)
+    vcs.append(vc if view or _kept(out, saved[0], extras) else _UNREAD)
+    return vcs
 
 
 def _shared_counter(out: np.ndarray, inputs) -> list:
@@ -207,7 +257,8 @@ class OpDef:
     __slots__ = ("name", "fn", "forward", "inputs", "params", "formulas", "kernels",
                  "has_kernel", "method", "module", "export", "composite", "cost", "threaded",
                  "tensor_params", "family", "torch_name", "aliases", "modules", "variadic",
-                 "shapes_only", "by_name", "needs", "unsaved", "promote", "__weakref__")
+                 "shapes_only", "by_name", "needs", "unsaved", "promote", "keeps_ans",
+                 "__weakref__")
 
     def __repr__(self):
         return f"<op {self.module}.{self.name}>"
@@ -236,15 +287,15 @@ class OpDef:
             if str(e).startswith(f"{self.name}:"):     # the forward named the op already
                 raise
             raise ValueError(f"{self.name}: {e}") from e
-        if type(ans) is Saved:
-            saved = (ans.out, *arrays, *ans.extras)
+        if type(ans) is Saved:  # (an output no rule reads: not kept, None in its place)
+            saved = (ans.out if self.keeps_ans else None, *arrays, *ans.extras)
             ans = ans.out
         else:
             saved = None
         if type(ans) is not np.ndarray:
             ans = np.asarray(ans)
         if saved is None:
-            saved = (ans, *arrays)
+            saved = (ans if self.keeps_ans else None, *arrays)
         if self.shapes_only:  # the rules read shapes and dtypes only: keep no array
             saved = _stand_ins(saved, len(arrays) + 1)
         elif self.unsaved is not None:  # values no rule reads: not kept alive by the node
@@ -340,7 +391,10 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
     - unsaved: the arrays no rule reads, by name ("result" for the output, or input names):
       the node does not keep them alive (PyTorch saves only what its formulas use); the
       rules get zeros of their shape and dtype in their place (`placeholder`), whose shape
-      and dtype they may read, not their values.
+      and dtype they may read, not their values. Without a declaration, an output that no
+      rule reads (none of them loads its `ans` parameter: `_reads_ans`) is not kept at
+      all (None in its place); its node then does not check the output's version, so
+      writing into the output in place (`y = a + b; y += 1`) leaves the node valid.
     - promote: PyTorch's type promotion of the inputs (True: all of `inputs`; a tuple: those
       named): before the forward they are brought to their `dtypes.result_type`
       (dimensioned tensors over 0-d tensors over Python numbers), arrays of another dtype
@@ -392,6 +446,7 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
     spec.family = _family(forward.__module__)
     spec.unsaved = None
     spec.promote = None
+    spec.keeps_ans = True  # whether nodes keep the output (False: no rule reads it)
     sig = inspect.signature(forward)
     spec.needs = _NEEDS in sig.parameters and not composite
     if spec.needs:
@@ -421,6 +476,8 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
                                    if "Tensor" in str(sig.parameters[n].annotation))
         spec.formulas, spec.kernels, spec.has_kernel = _rules(spec, formula, kernel)
         spec.unsaved = _unsaved(spec, unsaved)
+        spec.keeps_ans = (spec.formulas is None or _any_reads_ans(formula, kernel) or
+                          0 in (spec.unsaved or ()))  # (declared unsaved: a placeholder)
         if quiet:
             spec.forward = _quiet(spec.forward)
             spec.kernels = _quiet_rules(spec.kernels)
@@ -451,15 +508,24 @@ def placeholder(a):
     and dtype holding one element (a read-only, zero-strided view); anything else as it is."""
     if type(a) is not np.ndarray:
         return a
+    key = (a.shape, a.dtype)
+    p = _PLACEHOLDERS.get(key)
+    if p is not None:  # (on the path of add, sub...: a dict lookup, no new array)
+        return p
     zero = _ZERO.get(a.dtype)
     if zero is None:  # one per dtype, shared (read only); a race makes two, both right
         zero = np.zeros(1, a.dtype)
         zero.flags.writeable = False
         _ZERO[a.dtype] = zero
-    return np.ndarray(a.shape, a.dtype, zero, 0, (0,) * a.ndim)
+    p = np.ndarray(a.shape, a.dtype, zero, 0, (0,) * a.ndim)
+    if len(_PLACEHOLDERS) >= 4096:  # a bound on shapes seen (thread safe: dict operations)
+        _PLACEHOLDERS.clear()
+    _PLACEHOLDERS[key] = p
+    return p
 
 
 _ZERO: dict = {}
+_PLACEHOLDERS: dict = {}  # (shape, dtype) -> a placeholder: read only, so shared
 
 
 def _family(module: str) -> str:
@@ -482,6 +548,48 @@ def _unsaved(spec: OpDef, names) -> frozenset | None:
         raise TypeError(f"defop {spec.name}: unsaved {unknown} are neither 'result' nor "
                         f"inputs {spec.inputs}")
     return frozenset(where[n] for n in names)
+
+
+def _reads_ans(fn) -> bool:
+    """Whether rule `fn(g, ans, ...)` may read `ans`'s values: False only when its code
+    never loads its second parameter (or the `*args` holding it), nor hands it to a nested
+    function; anything else (no code object: a builtin, a partial) counts as reading. A rule
+    that passes `ans` on names the function that reads it as `fn.ans_read_by`
+    (`forms.piecewise`: the kernel)."""
+    inner = getattr(fn, "ans_read_by", None)
+    if inner is not None:
+        return _reads_ans(inner)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return True
+    if code.co_argcount >= 2:
+        name = code.co_varnames[1]
+    elif code.co_flags & inspect.CO_VARARGS:  # `lambda g, *_:` (ans inside *_)
+        name = code.co_varnames[code.co_argcount + code.co_kwonlyargcount]
+    else:
+        return True
+    if name in code.co_cellvars:
+        return True
+    for ins in dis.get_instructions(code):
+        if "LOAD" in ins.opname and (ins.argval == name or
+                                     (isinstance(ins.argval, tuple) and name in ins.argval)):
+            return True
+    return False
+
+
+def _any_reads_ans(formula, kernel) -> bool:
+    """Whether any of an op's declared rules may read its output (`_reads_ans`): if none
+    does, the node keeps no output, and writing into the output in place (`y.add_(1)`)
+    leaves the node valid, as PyTorch's nodes that save no result."""
+    rules = []
+    for r in (formula, kernel):
+        if isinstance(r, Joint):
+            rules.append(r.fn)
+        elif isinstance(r, tuple):
+            rules.extend(f for f in r if f is not None)
+        elif r is not None:
+            rules.append(r)
+    return any(_reads_ans(f) for f in rules)
 
 
 def _rules(spec: OpDef, formula, kernel):

@@ -14,14 +14,41 @@ import weakref
 
 import numpy as np
 
+from . import dtypes as D
 from . import locks
 from .device import CPU, device
 
 FLOAT_KINDS = "f"  # complex is rejected: no rule conjugates
 
 
+def _python_numbers_only(data) -> bool:
+    """Whether `data` is a Python number or nested lists/tuples of them (no array,
+    numpy scalar or tensor, whose dtype numpy's inference keeps)."""
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif not isinstance(x, (bool, int, float, complex)) or isinstance(x, np.generic):
+            return False
+    return True
+
+
+def _default_of(kind_dtype: np.dtype) -> np.dtype:
+    """The default dtype (complex: its complex twin) for what numpy inferred from Python
+    numbers (bool, int64, float64, complex128)."""
+    d = D.to_numpy(D.get_default_dtype())
+    if kind_dtype.kind == "c":
+        return np.dtype(np.complex64 if d == np.float32 else np.complex128)
+    return d
+
+
 class Tensor:
-    """A numpy array that records the ops applied to it when it requires grad."""
+    """A numpy array that records the ops applied to it when it requires grad.
+    `Tensor(data)`: a copy of `data`; Python numbers (floats, ints, bools: `Tensor([1])`)
+    take the default dtype (`pa.get_default_dtype()`), as `torch.Tensor`'s; an ndarray
+    keeps its dtype (torch.Tensor would convert it: use `pa.tensor` or `.to()` to say
+    which you mean)."""
 
     __slots__ = ("data", "_grad", "_requires_grad", "grad_fn", "_hooks", "_accumulator", "_vc",
                  "_post_hooks", "_ready_hooks",
@@ -32,6 +59,9 @@ class Tensor:
         if isinstance(data, Tensor):
             data = data.data
         arr = np.array(data, dtype=dtype, copy=True)
+        if dtype is None and arr.dtype.kind in "biufc" and _python_numbers_only(data):
+            # Python numbers (bools and ints too): the default dtype, as torch.Tensor's
+            arr = arr.astype(_default_of(arr.dtype))
         if arr.dtype.kind not in FLOAT_KINDS and requires_grad:
             raise GradDtypeError(_int_grad_message(arr.dtype))
         self._init(arr, None)
@@ -249,14 +279,20 @@ class Tensor:
 
     def __repr__(self):
         """`tensor([1., 2.], requires_grad=True)`, like PyTorch: the values as numpy
-        prints them (summarised past 1,000 elements), then the dtype unless float64,
-        then `grad_fn` or `requires_grad`."""
+        prints them (summarised past 1,000 elements), then the dtype unless PyTorch
+        leaves it out (the default dtype, its complex twin, int64, bool), then `grad_fn`
+        or `requires_grad`."""
         name = "tensor" if type(self) is Tensor else type(self).__name__
         body = np.array2string(self.data, separator=", ", prefix=name + "(",
                                threshold=1000, edgeitems=3)
         extra = []
-        if self.data.dtype != np.float64:
-            extra.append(f"dtype={self.data.dtype}")
+        dt = self.data.dtype
+        if dt.kind in "fc":
+            implied = dt == _default_of(dt)
+        else:
+            implied = dt in (np.int64, np.bool_)
+        if not implied:
+            extra.append(f"dtype={dt}")
         if self.grad_fn is not None:
             extra.append(f"grad_fn=<{self.grad_fn.name}>")
         elif self._requires_grad:

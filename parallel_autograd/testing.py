@@ -51,7 +51,9 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
         raise ValueError("gradcheck: no input requires grad")
     for t in checked:
         if t.dtype != np.float64:
-            raise TypeError(f"gradcheck needs float64 inputs, got {t.dtype}")
+            raise TypeError(f"gradcheck needs float64 inputs, got {t.dtype} (make them with "
+                            f"dtype=pa.float64, or pa.set_default_dtype(pa.float64) first: "
+                            f"the default dtype is float32)")
     out = fn(*inputs)
     w = np.random.default_rng(seed).uniform(0.5, 1.5, size=out.shape)
     analytic = grad(out, checked, grad_outputs=w.astype(out.dtype), allow_unused=True)

@@ -642,5 +642,13 @@ def _lost_updates(missing, terms) -> int:
 
 
 def run(cfg: Config | None = None, engine_factory=None, families=None, stream=None) -> Report:
-    """Run the harness; returns the Report (`.ok`, `.summary()`, `.as_dict()`)."""
-    return Harness(cfg or Config(), engine_factory, families, stream).run()
+    """Run the harness; returns the Report (`.ok`, `.summary()`, `.as_dict()`). It runs
+    with float64 as the default dtype (its gradient checks and sums against float64
+    references need it; the graphs state float32 where they want it), and puts the
+    caller's default back after."""
+    before = pa.get_default_dtype()
+    pa.set_default_dtype(pa.float64)
+    try:
+        return Harness(cfg or Config(), engine_factory, families, stream).run()
+    finally:
+        pa.set_default_dtype(before)

@@ -55,6 +55,19 @@ import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
+def _float64_default():
+    """The tests run with float64 as the default dtype (the library's is float32, as
+    PyTorch's): most compare against finite differences or torch's float64 results to
+    1e-10. Set per test and put back after it, so a test that changes it cannot leak.
+    Tests of the real default run it in a subprocess (test_dtypes) or set float32."""
+    from parallel_autograd import dtypes
+    before = dtypes.get_default_dtype()
+    dtypes.set_default_dtype(dtypes.float64)
+    yield
+    dtypes.set_default_dtype(before)
+
+
+@pytest.fixture(autouse=True)
 def _grad_mode_left_enabled():
     """Every test must leave this thread's grad mode on (a test that does not would
     break the tests after it): fail the culprit, then put it back."""
@@ -66,13 +79,18 @@ def _grad_mode_left_enabled():
 
 
 def pytest_configure(config):
-    """Ctrl+C: a process started in the background of a non-interactive shell (CI's
+    """float64 as the default dtype from the start of the session (module-level code and
+    module-scoped fixtures run before `_float64_default`, the per-test fixture).
+
+    Ctrl+C: a process started in the background of a non-interactive shell (CI's
     lanes) inherits SIGINT ignored, so Python installs no KeyboardInterrupt handler and
     `_thread.interrupt_main()` does nothing: the Ctrl+C tests need Python's own handler.
 
     `PA_REQUIRE_TORCH=1` (set by `make test PARITY=1`, which CI runs): the PyTorch
     parity tests must run, so a torch that fails to import stops the session instead of
     turning a quarter of the suite into skips."""
+    from parallel_autograd import dtypes
+    dtypes.set_default_dtype(dtypes.float64)
     import signal
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -123,11 +141,13 @@ SLOW = frozenset({
     "tests/test_docs.py::test_python_block_runs_as_printed",
     "tests/test_docs.py::test_shell_block_names_what_exists",
     "tests/test_engine_semantics.py::test_deep_chain_no_recursion_error",
+    "tests/test_getitem_torch.py::test_the_grid_of_index_expressions_matches_pytorch",
     "tests/test_higher_order.py::test_nn_third_derivatives",
     "tests/test_lean_index_linalg.py::test_forward_and_rules_allocate_within_their_bound",
     "tests/test_lean_index_linalg.py::test_the_lean_rules_keep_their_values",
     "tests/test_lean_nn.py::test_recurrence",
     "tests/test_nn_conv.py::test_third_derivatives",
+    "tests/test_nn_spatial.py::test_composites_gradcheck_and_gradgradcheck",
     "tests/test_programs.py::test_gpt_generates_pytorchs_tokens",
     "tests/test_programs.py::test_program_trains_as_on_pytorch",
     "tests/test_programs.py::test_program_with_its_gap_rewritten_trains_as_on_pytorch",

@@ -48,6 +48,8 @@ import parallel_autograd.distributed as dist
 from parallel_autograd import nn
 from parallel_autograd.nn.parallel import DistributedDataParallel as DDP
 
+pa.set_default_dtype(pa.float64)   # the checks compare gradients to 1e-13
+
 
 def say(msg: str) -> None:
     sys.stdout.write(msg + "\n")  # one write: the ranks' lines do not interleave

@@ -14,6 +14,7 @@ test_zero_size.py (empty dimensions give PyTorch's results).
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -156,6 +157,17 @@ def tensors_of(out) -> list:
     return []
 
 
+def attempt(fn):
+    """(fn(), None), or (None, the exception it raised), its warnings silenced: the walks
+    compare PyTorch's outcome with ours, errors included."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return fn(), None
+        except Exception as e:  # noqa: BLE001 - the walk compares exceptions
+            return None, e
+
+
 # ---- input domains -------------------------------------------------------------------------
 def _pos(rng, shape):
     return rng.uniform(0.5, 2.0, shape)
@@ -258,6 +270,8 @@ add("__iadd__ __isub__ __imul__ __itruediv__", ["ij", "ij"], where="o", inplace=
 add("__setitem__", ["ij"], lambda m, x: (x, 0, 1.0), where="o", inplace=True)
 add("__len__ __repr__ __array__", ["ij"], where="o", grad=False)
 add("__bool__ __float__", [""], where="o")
+add("__int__ __complex__", [""], where="o")
+add("__index__", [""], where="o", dtypes="i")
 
 # reductions and scans
 add("sum mean prod amax amin logsumexp argmax argmin std norm median count_nonzero", ["ij"],

@@ -67,14 +67,20 @@ def test_grad_of_wrong_shape():
     np.testing.assert_array_equal(x.grad, [2.0, 2.0])
 
 
-def test_grad_of_wrong_dtype():
-    x = pa.tensor([1.0, 2.0], requires_grad=True)
+def test_grad_of_another_real_dtype_is_cast_as_pytorch():
+    """PyTorch casts a real grad_output to the output's dtype (numpy's float64 ones for a
+    float32 output, an int, a float16) and refuses only complex against real."""
+    x = pa.tensor([1.0, 2.0], dtype=pa.float32, requires_grad=True)
     y = x * 2.0
-    with pytest.raises(TypeError, match="float32.*float64"):
-        y.backward(np.ones(2, dtype=np.float32))
-    with pytest.raises(TypeError, match="dtype"):
-        y.backward(pa.tensor(np.ones(2, dtype=np.float32)))
+    with pytest.raises(RuntimeError, match=r"grad_output\[0\] has a dtype of complex128"):
+        y.backward(np.ones(2, dtype=np.complex128), retain_graph=True)
     assert x.grad is None
+    y.backward(np.ones(2), retain_graph=True)
+    y.backward(pa.tensor([1, 1]), retain_graph=True)
+    (g,) = pa.grad(y, [x], grad_outputs=np.ones(2, np.float16))
+    assert x.grad.dtype == g.dtype == pa.float32
+    np.testing.assert_array_equal(x.grad.data, [4.0, 4.0])
+    np.testing.assert_array_equal(g.data, [2.0, 2.0])
 
 
 def test_grad_outputs_count_mismatch():

@@ -214,7 +214,7 @@ def test_faster_than_torch_pass_miss_unresolved_and_noisy_rows():
 
 
 def test_training_step_faster_on_at_least_five_of_eight():
-    names = list(workloads.WORKLOADS)
+    names = list(workloads.MODEL_WORKLOADS)  # the real programs have targets 10-12
     torch = {n: torch_row(1.0, spread=0.2) for n in names}
 
     def t5(fast, unresolved=0, noisy=0):
@@ -230,6 +230,33 @@ def test_training_step_faster_on_at_least_five_of_eight():
     assert t5(3, unresolved=1)["status"] == "MISS"
     assert t5(8)["detail"].startswith("8 of 8 PASS, need 5")
     assert status(5, {"cnn": row(par=0.3)}, {"cnn": torch_row()})["status"] == "n/a"
+
+
+def test_real_program_targets_from_step_intervals():
+    f32 = [n for n in workloads.PROGRAM_WORKLOADS if n.endswith("f32")]
+    f64 = [n for n in workloads.PROGRAM_WORKLOADS if n.endswith("f64")]
+
+    def run(r32, r64, spread=0.0, names=None):
+        wls = {n: row(r, r, spread=spread) for n, r in zip(f32 + f64, r32 + r64)}
+        wls = {n: r for n, r in wls.items() if names is None or n in names}
+        ts = targets.evaluate_targets(raw(**wls), raw("torch", **{
+            n: torch_row(1.0, spread) for n in wls}))
+        return {t["id"]: t for t in ts}
+    t = run([0.9, 0.9, 0.9, 1.0, 1.1, 1.14], [0.9] * 6)  # step ratio = par / torch
+    assert [t[i]["status"] for i in (10, 11, 12)] == ["PASS", "PASS", "PASS"]
+    assert t[10]["detail"].startswith("4 of 6 PASS, need 4")
+    assert t[5]["status"] == t[3]["status"] == "n/a"  # the first eight: none run
+    t = run([0.9, 0.9, 0.9, 1.1, 1.1, 1.2], [0.9] * 5 + [1.0])
+    assert [t[i]["status"] for i in (10, 11, 12)] == ["MISS", "MISS", "MISS"]
+    assert "dcgan-f32 1.20x [1.20, 1.20] MISS" in t[11]["detail"]
+    assert "dcgan-f64 1.00x [1.00, 1.00] MISS" in t[12]["detail"]  # equal: not faster
+    t = run([1.0] * 6, [1.0] * 6, spread=0.2)
+    assert [t[i]["status"] for i in (10, 11, 12)] == ["unresolved", "unresolved", "unresolved"]
+    assert set(t[10]["recheck"]) == set(f32) and set(t[12]["recheck"]) == set(f64)
+    t = run([0.5] * 6, [0.5] * 6, names=f32[:3])  # "4 of the 6" needs all six
+    assert t[10]["status"] == "n/a" and t[11]["status"] == "PASS" and t[12]["status"] == "n/a"
+    assert verdict.workload_verdict("dcgan-f32", list(run(
+        [0.9] * 5 + [1.2], [0.9] * 6).values())) == ("MISS", [10, 11])
 
 
 def test_wide_elementwise_gap_against_numpys_kernel_gap():
@@ -381,6 +408,9 @@ def test_profile_graph_walks_every_node_and_frees_the_graph():
 
 
 # ---- workloads ---------------------------------------------------------------------------
+F32_TOL = {"rtol": 1e-4, "atol": 1e-6}  # float32 programs: float32 rounding, not 1e-10
+
+
 @pytest.mark.parametrize("name", list(workloads.WORKLOADS))
 def test_workload_matches_torch(name):
     pytest.importorskip("torch")
@@ -390,10 +420,61 @@ def test_workload_matches_torch(name):
     pa.backward(loss)
     tloss, tleaves = w.build_torch(data)
     tloss.backward()
-    np.testing.assert_allclose(loss.data, tloss.detach().numpy(), rtol=1e-10)
+    f32 = w.dtype == "f32"
+    np.testing.assert_allclose(loss.data, tloss.detach().numpy(),
+                               **(F32_TOL if f32 else {"rtol": 1e-10}))
     assert len(leaves) == len(tleaves)
     for a, b in zip(leaves, tleaves):
-        np.testing.assert_allclose(a.grad, b.grad.numpy(), rtol=1e-8, atol=1e-12)
+        assert a.grad.dtype == b.grad.numpy().dtype == (np.float32 if f32 else np.float64)
+        np.testing.assert_allclose(a.grad, b.grad.numpy(),
+                                   **(F32_TOL if f32 else {"rtol": 1e-8, "atol": 1e-12}))
+
+
+def test_the_real_programs_are_six_in_both_dtypes():
+    names = workloads.PROGRAM_WORKLOADS
+    assert names == tuple(f"{p}-{dt}" for p in ("gpt", "mnist-cnn", "lstm-lm", "gru-lm",
+                                                 "transformer-lm", "dcgan")
+                          for dt in ("f32", "f64"))
+    assert len(workloads.MODEL_WORKLOADS) == 8 and not set(names) & set(workloads.MODEL_WORKLOADS)
+    for n in names:  # sizes a step of ~5-50 ms at full size, smaller ones for --quick
+        assert set(workloads.WORKLOADS[n].dims) == set(workloads.SIZES)
+
+
+@pytest.mark.parametrize("name", [n for n in workloads.PROGRAM_WORKLOADS if n.endswith("f64")])
+def test_a_real_program_steps_alike_in_both_libraries_from_the_same_weights(name):
+    # Sessions as the benchmark makes them (each library's model built once, weights set by
+    # name), one training step each (Adam included): the same weights before and after,
+    # and the next loss within 1e-10.
+    pytest.importorskip("torch")
+    w = workloads.WORKLOADS[name]
+    data = w.data(0, "tiny")
+    ours, theirs = step.Session(w, data), step.Session(w, data, torch=True)
+    assert len(ours.leaves) == len(theirs.leaves)
+    for a, b in zip(ours.leaves, theirs.leaves):
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
+        assert a.dtype == np.float64
+    step.timed_step(ours, step.backward_call("par2", None))
+    step.timed_step(theirs, step.backward_call("torch", None))
+    for a, b in zip(ours.leaves, theirs.leaves):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-9,
+                                   atol=1e-12)
+    lo, lt = ours.forward(), theirs.forward()
+    assert abs(float(lo.item()) - float(lt.item())) <= 1e-10
+
+
+def test_a_real_program_keeps_its_dtype_whatever_the_default(monkeypatch):
+    # the workload sets float32 / float64 itself: the library default does not leak in
+    for default in (np.float32, np.float64):
+        pa.set_default_dtype(default)
+        try:
+            for name in ("gpt-f32", "dcgan-f64"):
+                w = workloads.WORKLOADS[name]
+                s = step.Session(w, w.data(0, "tiny"))
+                want = np.float32 if name.endswith("f32") else np.float64
+                assert s.forward().dtype == want
+                assert all(t.dtype == want for t in s.leaves)
+        finally:
+            pa.set_default_dtype(np.float64)
 
 
 def test_workloads_are_seeded():
@@ -414,6 +495,10 @@ def test_options_and_their_defaults():
     a = cli.parse_args(["--workloads", "cnn, lstm", "--python", sys.executable])
     assert (a.workloads, a.timeline, a.allocator, a.reps, a.retries, a.size, a.budget) == \
         (["cnn", "lstm"], "cnn", "default", 7, 1, "full", 120.0)
+    assert cli.parse_args(["--workloads", "programs,cnn,gpt-f32"]).workloads == \
+        list(workloads.PROGRAM_WORKLOADS) + ["cnn"]  # a group, then names, no repeats
+    assert cli.parse_args(["--workloads", "models"]).workloads == \
+        list(workloads.MODEL_WORKLOADS)
     assert cli.parse_args(["--size", "tiny", "--budget", "5"]).budget == 5.0
     assert cli.parse_args(["--size", "tiny"]).budget == 0.0
     assert a.python_path == os.path.abspath(sys.executable)
@@ -761,11 +846,13 @@ def test_verdict_table_leads_with_ratios_and_verdicts():
     lines = text.splitlines()
     assert lines[0].startswith("# Verdict: backward_parallel against the sequential engine")
     assert lines[2] == ("| workload | speedup over sequential (2 cores) | time / PyTorch's "
-                        "(below 1: faster) | verdict |")
+                        "(below 1: faster) | training step / PyTorch's | verdict |")
     # cnn: 2x over seq, half PyTorch's time; lstm slower than seq and than PyTorch
-    assert "| cnn | 2.00x [2.00, 2.00] | 0.50x [0.50, 0.50] | PASS |" in lines
+    assert "| cnn | 2.00x [2.00, 2.00] | 0.50x [0.50, 0.50] | 0.50x [0.50, 0.50] | PASS |" \
+        in lines
     lstm = next(x for x in lines if x.startswith("| lstm |"))
-    assert lstm.startswith("| lstm | 0.67x [0.67, 0.67] | 1.50x [1.50, 1.50] | MISS (targets 1")
+    assert lstm.startswith("| lstm | 0.67x [0.67, 0.67] | 1.50x [1.50, 1.50] | "
+                           "1.50x [1.50, 1.50] | MISS (targets 1")
     assert "Plot: p.png" in lines
     assert any(x.startswith("Targets: ") and " MISS, " in x for x in lines)
     assert "wait-quiet" not in text  # nothing noisy: no hint
@@ -780,7 +867,7 @@ def test_verdict_without_torch_says_so_once_and_hints_at_a_quiet_run():
     assert "because rows were measured under other load" in summary
     assert "`make bench BENCH_ARGS='--wait-quiet 120'`" in summary
     c = verdict.counts(fake_result(contention=1.0, torch=False, lstm=0.5)["targets"])
-    assert c["noisy"] >= 1 and sum(c[k] for k in ("PASS", "MISS", "unresolved", "n/a")) == 9
+    assert c["noisy"] >= 1 and sum(c[k] for k in ("PASS", "MISS", "unresolved", "n/a")) == 12
 
 
 def test_eta_and_progress_lines():

@@ -48,7 +48,8 @@ def test_training_matches_one_process(n, model):
     equal one process on the concatenated batches within 1e-10, and every rank ends with
     bitwise the same parameters."""
     rep = report(run_mpi(n, "examples/train_ddp.py", "--model", model, "--check",
-                         "--bucket-cap-mb", "0.01", "--steps", "12" if model == "cnn" else "20"))
+                         "--dtype", "float64", "--bucket-cap-mb", "0.01",
+                         "--steps", "12" if model == "cnn" else "20"))
     assert rep["ok"] and rep["ranks_bitwise_equal"] and rep["world_size"] == n
     assert rep["max_loss_diff"] <= 1e-10 and rep["max_param_diff"] <= 1e-10
     if model == "mlp":  # it learns (the small CNN needs more than 12 steps)

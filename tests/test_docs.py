@@ -3,8 +3,9 @@
 Each fence says what it is:
 
 - ```python: runs as printed, alone, in a fresh namespace (no prelude: a block imports what
-  it uses); a `print(...)` line whose comment starts with `# True` must print a line starting
-  with True. `/tmp/` paths go to the test's temporary directory.
+  it uses), with the library's default dtype (float32); a `print(...)` line whose comment
+  starts with `# True` must print a line starting with True. `/tmp/` paths go to the
+  test's temporary directory.
 - ```python mpi: starts MPI (`dist.init()`): runs the same way in a child process when
   mpi4py is installed (MPI must not start in the test process), else skipped.
 - ```python no-run: a sketch that cannot run as is (your model and data); the line before it
@@ -120,6 +121,10 @@ def test_python_block_runs_as_printed(block, tmp_path, monkeypatch):
         assert proc.returncode == 0, proc.stderr
         printed = proc.stdout.splitlines()
     else:
+        # the library's own default (float32), as a reader's program gets; conftest's
+        # per-test fixture puts the suite's float64 back afterwards
+        from parallel_autograd import dtypes
+        dtypes.set_default_dtype(dtypes.float32)
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             exec(compile(code, str(block), "exec"), {"__name__": "__docs__"})  # noqa: S102

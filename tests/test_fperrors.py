@@ -3,6 +3,9 @@ the engine's workers run in a copy of the caller's context, so a rule on a worke
 warns as on the caller; `fperrors.Deferred` carries the modes to split work and handles its
 errors on the caller as numpy would (intraop's and the optimizer's own tests check them in
 use)."""
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import warnings
@@ -119,3 +122,34 @@ def test_ignored_categories_are_not_logged_and_modes_come_back():
     _events(d, (0, lambda: np.log(np.zeros(1))))
     assert d.events == [] and np.geterr() == before
     d.replay()
+
+
+@pytest.mark.timeout(120)
+def test_ops_do_not_warn_on_inf_and_nan_as_pytorch_but_user_numpy_does():
+    # PyTorch's log(0) is -inf, sqrt(-1) nan, 1/0 inf, silently; numpy's RuntimeWarnings
+    # from inside the library's kernels leaked out ("divide by zero" from memory.py).
+    code = textwrap.dedent("""
+        import warnings
+        import numpy as np
+        import parallel_autograd as pa
+        x = pa.tensor([0.0, 1.0, -1.0], requires_grad=True)
+        y = x.log().sum() + x.sqrt().sum() + (1 / x).sum() + (x / x).sum() + x.pow(-1).sum()
+        y = y + (pa.tensor([1e308]) * 10).sum()
+        y.backward()
+        assert np.isnan(y.item()), y
+        with np.errstate(divide="raise"):  # the caller's errstate still applies
+            try:
+                x.log()
+            except FloatingPointError:
+                pass
+            else:
+                raise AssertionError("np.errstate(divide='raise') was ignored")
+        try:  # the caller's own numpy code still warns
+            np.log(np.zeros(1))
+        except RuntimeWarning:
+            print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True,
+                       text=True, timeout=100)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok", r.stdout

@@ -233,8 +233,11 @@ def test_dropout_accepts_inplace_and_keeps_the_eval_identity():
         warnings.simplefilter("ignore")            # a 2-D input to dropout2d/3d warns
         for fn in (F.dropout, F.dropout1d, F.dropout2d, F.dropout3d):
             assert fn(x, 0.5, False, True) is x
-    y = F.dropout(x, 1.0, True, True)
-    np.testing.assert_array_equal(y.data, 0)
+    with pytest.raises(RuntimeError, match="leaf Variable"):  # PyTorch's refusal
+        F.dropout(x, 1.0, True, True)
+    z = pa.tensor(rand((3, 4)))
+    assert F.dropout(z, 1.0, True, True) is z  # written in place, as PyTorch's
+    np.testing.assert_array_equal(z.data, 0)
     with pytest.warns(UserWarning, match="dropout2d: Received a 3D input"):
         F.dropout2d(pa.ones(2, 3, 4), 0.5)
     with pytest.warns(UserWarning, match="dropout3d: Received a 3-D input"):

@@ -77,7 +77,10 @@ def test_batch_norm_without_running_stats_and_float32():
     x = _data((5, 4, 3))
     _compare(torch, lambda x: F.batch_norm(x, None, None, training=True),
              lambda x: torch.nn.functional.batch_norm(x, None, None, training=True), [x])
-    y = F.batch_norm(pa.tensor(x.astype(np.float32)), np.zeros(4), np.ones(4), training=True)
+    x32 = pa.tensor(x.astype(np.float32))
+    with pytest.raises(RuntimeError, match="mixed dtype"):  # float64 stats: torch raises too
+        F.batch_norm(x32, np.zeros(4), np.ones(4), training=True)
+    y = F.batch_norm(x32, np.zeros(4, np.float32), np.ones(4, np.float32), training=True)
     assert y.dtype == np.float32
     np.testing.assert_allclose(y.data.mean(axis=(0, 2)), 0, atol=1e-6)
 

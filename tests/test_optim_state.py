@@ -65,6 +65,9 @@ def _bad(kind, v):
 
 
 def _to_torch(torch, v):
+    """pa's state-dict values (Tensors, as PyTorch's) or numpy arrays as torch tensors."""
+    if isinstance(v, pa.Tensor):
+        v = v.data
     return torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v
 
 
@@ -99,7 +102,7 @@ def _run(lib, name, key, kind, torch=None):
         tsd = topt.state_dict()
         assert {i: set(s) for i, s in tsd["state"].items()} == \
             {i: set(s) for i, s in sd["state"].items()}
-        tsd["state"] = {i: {k: (torch.tensor(v) if k == "step" else _to_torch(torch, v))
+        tsd["state"] = {i: {k: (torch.tensor(float(v)) if k == "step" else _to_torch(torch, v))
                             for k, v in s.items()} for i, s in sd["state"].items()}
         sd, make = tsd, (lambda: _torch(torch, name, now))
     else:
@@ -192,7 +195,7 @@ def test_integer_state_is_cast_and_the_step_runs():
     opt.step()
     sd = opt.state_dict()
     for s in sd["state"].values():
-        s["exp_avg"] = s["exp_avg"].astype(np.int64)
+        s["exp_avg"] = s["exp_avg"].to(pa.int64)  # a Tensor, as in PyTorch
         s["exp_avg_sq"] = np.ones(s["exp_avg_sq"].shape, np.int32)
     opt.load_state_dict(sd)
     for s in opt.state.values():

@@ -102,20 +102,11 @@ def _vae_inputs(np_dtype, rng):
 DATA_IS_NUMPY = pytest.mark.xfail(
     strict=True, raises=AttributeError,
     reason="Tensor.data is a numpy array, not a Tensor: p.data.add_(p.grad, alpha=-lr) fails")
-# torchvision's BasicBlock adds the shortcut in place, `out += self.shortcut(x)`, on the
-# output of a BatchNorm: PyTorch records it; ops/writes/inplace.py refuses an in-place op on
-# a tensor with a gradient history (RuntimeError "+=: in-place operations are not recorded
-# on a tensor with a gradient history (grad_fn=<batch_norm>)"). `t[i] = v` is recorded
-# (setitem.py rebinds t's history); += -= *= /= and add_ ... are not.
-INPLACE_ON_HISTORY = pytest.mark.xfail(
-    strict=True, raises=RuntimeError,
-    reason="out += shortcut(x) on a tensor with history is refused, not recorded")
 XFAIL = {"word_lm_lstm": DATA_IS_NUMPY, "word_lm_gru": DATA_IS_NUMPY,
-         "word_lm_transformer": DATA_IS_NUMPY, "resnet": INPLACE_ON_HISTORY}
+         "word_lm_transformer": DATA_IS_NUMPY}
 # Each gap's line, and what runs instead on pa (PyTorch runs the original) in
 # test_program_with_its_gap_rewritten_trains_as_on_pytorch.
-REWRITES = {"word_lm": {"p.data.add_(p.grad, alpha=-lr)": "p.data -= lr * p.grad.data"},
-            "resnet": {"out += self.shortcut(x)": "out = out + self.shortcut(x)"}}
+REWRITES = {"word_lm": {"p.data.add_(p.grad, alpha=-lr)": "p.data -= lr * p.grad.data"}}
 
 
 def _cases():
@@ -171,8 +162,8 @@ def test_program_with_its_gap_rewritten_trains_as_on_pytorch(case, dtype, engine
                                                              default_dtypes):
     """Until the gaps above are closed: each xfail program with its one failing line
     rewritten for pa (REWRITES; PyTorch runs the original), so that the rest of it (LSTM,
-    GRU, the nn.Transformer subclass, clip_grad_norm_, repackage_hidden; the ResNet's
-    BatchNorm, nesterov SGD, OneCycleLR, label smoothing) stays compared with PyTorch."""
+    GRU, the nn.Transformer subclass, clip_grad_norm_, repackage_hidden) stays compared
+    with PyTorch."""
     ours, theirs, _ = _run_both(case, dtype, REWRITES[PROGRAMS[case][0]])
     distance = max_rel(ours, theirs)
     assert distance <= DTYPES[dtype], (distance, ours, theirs)

@@ -98,12 +98,12 @@ def test_kernel_equals_formula_at_first_order(op):
         if not want:
             continue
         y = _call(op, args, sample)
-        _check_kernel(y.grad_fn, op, f"{op.name} {sample}")
+        _check_kernel(y.grad_fn, op, f"{op.name} {sample}", y.shape)
 
 
-def _check_kernel(node, op, where: str) -> None:
+def _check_kernel(node, op, where: str, shape: tuple) -> None:
     """`node`'s kernels (the op's) against the op's formulas run on the same arrays."""
-    g = np.random.default_rng(1).uniform(0.5, 1.5, np.shape(node.saved[0]))
+    g = np.random.default_rng(1).uniform(0.5, 1.5, shape)  # (saved[0]: None if unread)
     params = node.kwargs or {}
     saved = node.saved
     n = len(op.inputs)
@@ -241,17 +241,22 @@ def _differentiable(y) -> list:
     return [t for t in _outputs(y) if isinstance(t, pa.Tensor) and t.requires_grad]
 
 
-def _recorded(outputs) -> list:
-    """Every node the outputs' graph holds (the composite's own and those of `post`)."""
+def _recorded(outputs) -> dict:
+    """Every node the outputs' graph holds (the composite's own and those of `post`), with
+    its output's shape (a node need not keep its output: a consumer's input_meta says)."""
     todo = [t.grad_fn for t in outputs if t.grad_fn is not None]
+    shapes = {t.grad_fn: t.shape for t in outputs if t.grad_fn is not None}
     seen = set()
     while todo:
         node = todo.pop()
         if node in seen or node.variable is not None:
             continue
         seen.add(node)
-        todo.extend(n for n in node.next_nodes if n is not None)
-    return list(seen)
+        for n, meta in zip(node.next_nodes, node.input_meta):
+            if n is not None:
+                shapes.setdefault(n, meta[0])
+                todo.append(n)
+    return {n: shapes[n] for n in seen}
 
 
 def _flat(y):
@@ -270,9 +275,9 @@ def test_composite_gradcheck_gradgradcheck_and_kernels(op):
 
         assert pa.gradcheck(fn, args), sample
         assert pa.gradgradcheck(fn, args), sample
-        for node in _recorded(_differentiable(_call(op, args, sample))):
+        for node, shape in _recorded(_differentiable(_call(op, args, sample))).items():
             if node.op is not None and node.op.has_kernel:
-                _check_kernel(node, node.op, f"{op.name} -> {node.name} {sample}")
+                _check_kernel(node, node.op, f"{op.name} -> {node.name} {sample}", shape)
 
 
 @pytest.mark.parametrize("op", COMPOSITES, ids=CIDS)

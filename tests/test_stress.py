@@ -25,6 +25,7 @@ from parallel_autograd.engine import blas
 from parallel_autograd.engine import engine as engine_module
 from parallel_autograd.engine import sequential as sequential_module
 from parallel_autograd.engine import step as step_module
+from parallel_autograd.engine import strategy as strategy_module
 from parallel_autograd.engine import task as task_module
 from parallel_autograd import grad_mode as grad_mode_module
 from parallel_autograd.grad_mode import enable_grad
@@ -143,7 +144,7 @@ ORDER_FAMILIES = ("shared", "wide", "random", "lstm")
 
 
 def test_detects_accumulation_out_of_canonical_order(monkeypatch):
-    monkeypatch.setattr(task_module.GraphTask, "contribute", _contribute_reversed)
+    monkeypatch.setattr(strategy_module.Ranked, "contribute", _contribute_reversed)
     rep = run(quick(iterations=4, families=ORDER_FAMILIES, faults=(), threads=1,
                     workers=(1, 2), tracemalloc=False))
     assert not rep.ok
@@ -158,14 +159,14 @@ def test_detects_accumulation_out_of_canonical_order(monkeypatch):
 def test_detects_arrival_order_accumulation(monkeypatch):
     """Timing decides the arrival order, so give it a few graphs with many
     contributions per gradient and slow rules; any mismatch (or hang) is a catch."""
-    monkeypatch.setattr(task_module.GraphTask, "contribute", _contribute_in_arrival_order)
+    monkeypatch.setattr(strategy_module.Ranked, "contribute", _contribute_in_arrival_order)
     rep = run(quick(iterations=8, families=("shared", "wide"), faults=(), threads=1,
                     workers=(4,), variants=("queue",), scale=0.3, tracemalloc=False))
     assert rep.total().mismatches > 0, rep.summary()
 
 
 def test_detects_unlocked_accumulation(monkeypatch):
-    monkeypatch.setattr(task_module.GraphTask, "contribute", _contribute_unlocked)
+    monkeypatch.setattr(strategy_module.Ranked, "contribute", _contribute_unlocked)
     rep = run(quick(iterations=4, families=("shared", "wide"), faults=(), threads=1,
                     workers=(4,), variants=("queue",), scale=0.3, deadline=2.0,
                     tracemalloc=False))
@@ -878,7 +879,7 @@ def test_cli_runs_quietly_in_ci_writes_report_and_exits_zero(tmp_path, capsys, m
 
 
 def test_cli_exits_nonzero_and_replay_reproduces_the_failure(monkeypatch, capsys):
-    monkeypatch.setattr(task_module.GraphTask, "contribute", _contribute_reversed)
+    monkeypatch.setattr(strategy_module.Ranked, "contribute", _contribute_reversed)
     rc = main(["--profile", "quick", "--iterations", "3", "--families", "shared,wide",
                "--no-faults", "--threads", "1", "--workers", "2", "--seed", "5",
                "--no-tracemalloc", "--quiet"])
@@ -900,7 +901,7 @@ def test_bad_arguments_are_rejected(capsys):
 
 def test_regression_no_hang_on_shared_leaves_with_four_workers():
     """The harness found this graph hanging the engine of e715697 (about one call in
-    a hundred): GraphTask.contribute overwrote `released` when a second batch of
+    a hundred): the ranked contribute overwrote `released` when a second batch of
     deferred items was released in the same loop, losing queued items, so the call
     never completed. Run it enough times to notice if that comes back."""
     case = graphs.build("shared", 3000015, 1.0)

@@ -14,7 +14,8 @@ def test_repr_shows_values_like_pytorch():
     x = pa.tensor([1.0, 2.0], requires_grad=True)
     assert repr(x) == "tensor([1., 2.], requires_grad=True)"
     assert repr(x * 2) == "tensor([2., 4.], grad_fn=<mul>)"
-    assert repr(pa.tensor([1, 2])) == "tensor([1, 2], dtype=int64)"
+    assert repr(pa.tensor([1, 2])) == "tensor([1, 2])"   # int64 and bool implied, as torch's
+    assert repr(pa.tensor([True])) == "tensor([ True])"
     assert "dtype=float32" in repr(pa.tensor(np.ones(2, np.float32)))
     big = repr(pa.tensor(np.arange(5000.0)))
     assert "..." in big and len(big) < 200  # summarised

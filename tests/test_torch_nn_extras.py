@@ -54,7 +54,8 @@ def test_relu6_matches_torch_including_the_bounds():
     x = np.array([-1.0, 0.0, 0.5, 3.0, 6.0, 7.0])
     check(F.relu6, TF.relu6, x)
     check(pa.nn.ReLU6(), torch.nn.ReLU6(), x)
-    check(lambda v: F.relu6(v, inplace=True), lambda v: TF.relu6(v.clone(), inplace=True), x)
+    check(lambda v: F.relu6(v.clone(), inplace=True), lambda v: TF.relu6(v.clone(), inplace=True),
+          x)
     m = pa.nn.ReLU6(inplace=True)
     assert isinstance(m, pa.nn.Hardtanh) and (m.min_val, m.max_val) == (0.0, 6.0)
     assert repr(m) == repr(torch.nn.ReLU6(inplace=True)) and repr(pa.nn.ReLU6()) == "ReLU6()"

@@ -107,15 +107,6 @@ def _arrays(case: W.Case, sizes: dict, variant: str) -> list:
     return arrays
 
 
-def _attempt(fn):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            return fn(), None
-        except Exception as e:  # noqa: BLE001 - the walk compares exceptions
-            return None, e
-
-
 # torch's exception -> the kinds that count as the same category here (a bad shape or
 # value is RuntimeError in PyTorch, ValueError in parallel_autograd's convention, and an
 # index out of range IndexError in either)
@@ -187,9 +178,9 @@ def _compare_grads(ours: list, theirs: list, pleaves: list, tleaves: list) -> No
         return
     rng = np.random.default_rng(1)
     seeds = {k: rng.standard_normal(tuple(theirs[k].shape)) for k in graded}
-    _, terr = _attempt(lambda: sum((theirs[k] * torch.tensor(seeds[k])).sum()
+    _, terr = W.attempt(lambda: sum((theirs[k] * torch.tensor(seeds[k])).sum()
                                    for k in graded).backward())
-    _, perr = _attempt(lambda: pa.stack([(ours[k] * pa.tensor(seeds[k])).sum()
+    _, perr = W.attempt(lambda: pa.stack([(ours[k] * pa.tensor(seeds[k])).sum()
                                          for k in graded]).sum().backward())
     if terr is not None:  # PyTorch has no derivative, or refuses this one
         if perr is not None:
@@ -219,8 +210,8 @@ def test_zero_size_follows_pytorch(case, form, variant, sizes, strided):
         tcall, pcall = W.prepare(case, form, T, tins), W.prepare(case, form, P, pins)
     except (AttributeError, IndexError):
         return  # PyTorch has no such op or method, or the case has no call for 0-d inputs
-    tout, terr = _attempt(tcall)
-    pout, perr = _attempt(pcall)
+    tout, terr = W.attempt(tcall)
+    pout, perr = W.attempt(pcall)
     if terr is not None:
         if perr is not None:
             _same_category(terr, perr)
@@ -321,10 +312,10 @@ def test_zero_size_layers_follow_pytorch(layer, letter):
             arrays.append(W.index_array(shape, sizes["n"]))
         else:
             arrays.append(rng.standard_normal(shape))
-    tm, pm = _attempt(lambda: _modules(layer, sizes))[0] or (None, None)
+    tm, pm = W.attempt(lambda: _modules(layer, sizes))[0] or (None, None)
     if tm is None:
-        _, terr = _attempt(lambda: _modules(layer, sizes))
-        _, perr = _attempt(lambda: getattr(nn, layer.name)(*layer.make(sizes), **layer.kwargs))
+        _, terr = W.attempt(lambda: _modules(layer, sizes))
+        _, perr = W.attempt(lambda: getattr(nn, layer.name)(*layer.make(sizes), **layer.kwargs))
         assert perr is not None, \
             f"PyTorch refuses to build it ({terr}); parallel_autograd builds it"
         _same_category(terr, perr)
@@ -332,8 +323,8 @@ def test_zero_size_layers_follow_pytorch(layer, letter):
     tins = [T.t(a, requires_grad=a.dtype.kind == "f") for a in arrays]
     pins = [P.t(a, requires_grad=a.dtype.kind == "f") for a in arrays]
     run = layer.forward or (lambda m, *xs: m(*xs))
-    tout, terr = _attempt(lambda: run(tm, *tins))
-    pout, perr = _attempt(lambda: run(pm, *pins))
+    tout, terr = W.attempt(lambda: run(tm, *tins))
+    pout, perr = W.attempt(lambda: run(pm, *pins))
     if terr is not None:
         if perr is not None:
             _same_category(terr, perr)

@@ -228,6 +228,7 @@ class Engine:
         try:
             self._run_limited(task, ready, st)
             callbacks.finish(calls)  # queue_callback's, on this thread, before commit
+            task.succeeded()
         except BaseException as e:
             callbacks.fail(calls, e)
             task.release()  # every thread has left the call (run_to_completion waits)

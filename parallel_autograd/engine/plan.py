@@ -79,8 +79,14 @@ def seed_gradient(root: Tensor, grad, index: int = 0) -> np.ndarray:
         grad = grad.data
     if isinstance(grad, (np.ndarray, np.generic)):
         if grad.dtype != root.dtype:
-            raise TypeError(f"grad for output {index} has dtype {grad.dtype} but the output "
-                            f"has dtype {root.dtype}")
+            # PyTorch casts a real grad_output to the output's dtype (float64 ones for a
+            # float32 output); complex against real it refuses
+            if grad.dtype.kind == "c" or root.dtype.kind == "c":
+                raise RuntimeError(
+                    f"For complex Tensors, both grad_output and output are required to "
+                    f"have the same dtype. Mismatch in dtype: grad_output[{index}] has a "
+                    f"dtype of {grad.dtype} and output[{index}] has a dtype of {root.dtype}.")
+            grad = grad.astype(root.dtype)
         grad = np.asarray(grad)
     else:
         grad = np.asarray(grad, dtype=root.dtype)

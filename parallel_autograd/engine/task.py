@@ -290,6 +290,18 @@ class GraphTask:
             self.staged, self.captured = [], {}
             self.shared.clear()
 
+    def succeeded(self) -> None:
+        """The call ended well (every thread has left its items): drop what holds the
+        graph (the plan, the strategy's slots and edges, the context the workers ran in)
+        and keep only the results the caller commits (`staged`, `captured`). A worker
+        still holds the task object for a moment after its last item (until its loop
+        drops it), and the graph must not live on through it: a loaded machine
+        preempts that worker long enough for a create_graph leak check to see the
+        recorded nodes alive (the stress harness's `leak`, CI 2026-11-27)."""
+        with self.lock:
+            self.plan = self.calls = self.context = None
+            self.acc.release()
+
     def abandon(self) -> None:
         """The calling thread stops working on this call (after Ctrl+C): drop its
         runner entries so the call can end without it."""

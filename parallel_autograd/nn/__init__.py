@@ -5,7 +5,8 @@ pools (max, avg, adaptive), `Upsample`, `PixelShuffle`, `Fold`/`Unfold`, `Embedd
 `LayerNorm`, `RMSNorm`, `BatchNorm1d/2d/3d`, `GroupNorm`, `InstanceNorm1d/2d/3d`,
 `LocalResponseNorm`, `Dropout`, the activations, `MultiheadAttention`, `RNN`/`LSTM`/`GRU`,
 the losses, `Sequential`, `ModuleList`, `ModuleDict`, `Flatten`; `nn.functional` (the ops
-the layers call) and `nn.init` (initialisers). Layers are float64 unless given `dtype=`, and
+the layers call) and `nn.init` (initialisers). Layers take the default dtype
+(`pa.get_default_dtype()`: float32 unless changed, as PyTorch's) unless given `dtype=`, and
 draw their initial values from `generator=` or the default generator that `pa.manual_seed`
 reseeds.
 """

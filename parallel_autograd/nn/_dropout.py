@@ -14,9 +14,10 @@ same seed gives the same mask), or else the current generator (the default one t
 mask is drawn in blocks of 32,768 into one cached buffer: the same draws as one
 `rng.random(shape) >= p` without its full-size float64 temporary.
 
-`inplace=True` (PyTorch's keyword) is accepted and computed out of place: the result has
-PyTorch's values, the input is not overwritten (PyTorch writes it and rebases its
-history), as the activations do. Identity (the input itself) when not training or p == 0.
+`inplace=True` (PyTorch's keyword): computed out of place here; the forms
+`nn.functional` exports write the result into the input, as PyTorch's (ops/writes/
+inplace.py `inplace_form`), as for the activations. Identity (the input itself) when not
+training or p == 0.
 
 Thread safety: concurrent calls draw from the generator under its lock (which call gets
 which mask depends on scheduling); otherwise pure functions.
@@ -29,7 +30,7 @@ import warnings
 import numpy as np
 
 from ..memory import pooled as P
-from ..ops._common import empty, zeros
+from ..ops._common import default_float, empty, zeros
 from ..primitive import composite, defop
 from ..random import SegmentDraws, resolve_generator
 from ..tensor import Tensor
@@ -58,9 +59,9 @@ def _mask_formula(g, ans, input, mask, scale, offset):
 def apply_mask(input: Tensor, mask: Tensor, scale, offset=None) -> Tensor:
     """`input * mask * scale + offset`, the mask boolean (broadcasting against the input:
     per element, or per channel), `offset` None or an array (alpha dropout's). Integers
-    and booleans are computed as float64."""
+    and booleans are computed in the default dtype."""
     x = np.asarray(input)
-    dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
+    dtype = x.dtype if x.dtype.kind == "f" else default_float()
     shape = np.broadcast_shapes(x.shape, np.shape(mask))
     if x.dtype == dtype and shape == x.shape:       # the loop `dtype=` would pick
         out = P.multiply(x, mask)
@@ -121,7 +122,7 @@ def _dropped(input, p: float, mask_shape: tuple, alpha: bool, seed, rng):
     if alpha and p < 1.0:
         a = 1.0 / math.sqrt((_SELU_ALPHA * _SELU_ALPHA * p + 1) * (1 - p))
         scale = a
-        dtype = _data(input).dtype if _data(input).dtype.kind == "f" else np.float64
+        dtype = _data(input).dtype if _data(input).dtype.kind == "f" else default_float()
         # b = (keep - 1) alpha a + alpha a p: alpha a (p - 1) where dropped, alpha a p kept
         offset = np.where(keep, _SELU_ALPHA * a * p, _SELU_ALPHA * a * (p - 1)).astype(dtype)
     return apply_mask(input, keep, scale, offset)

@@ -60,7 +60,7 @@ def normalize(input, p: float = 2.0, dim=1, eps: float = 1e-12, out=None) -> Ten
 
 def relu6(input, inplace: bool = False) -> Tensor:
     """PyTorch's `F.relu6`: `min(max(0, x), 6)` (hardtanh(x, 0, 6): gradient 1 strictly
-    inside, 0 at the bounds). `inplace`: accepted, computed out of place."""
+    inside, 0 at the bounds). `inplace`: see `nn.functional`'s in-place form."""
     return _act.hardtanh(input, 0.0, 6.0)
 
 

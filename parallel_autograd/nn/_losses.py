@@ -36,6 +36,7 @@ import math
 import numpy as np
 
 from ..grad_mode import is_grad_enabled
+from ..ops._common import default_float
 from ..ops import pointwise as E
 from ..ops.activations import sigmoid
 from ..ops.reduce import softmax
@@ -88,7 +89,7 @@ def _broadcast(name: str, *arrays) -> tuple:
 
 def _float_dtype(*arrays) -> np.dtype:
     dt = np.result_type(*(a for a in arrays if a is not None))
-    return dt if dt.kind == "f" else np.dtype(np.float64)
+    return dt if dt.kind == "f" else default_float()
 
 
 def _check_no_grad(name: str, what: str, t) -> None:
@@ -552,6 +553,9 @@ def binary_cross_entropy(input, target, weight=None, *, reduction: str = "mean")
     if y.shape != x.shape:
         raise ValueError(f"{name}: target shape {y.shape} must be the input's shape "
                          f"{x.shape}")
+    if y.dtype != x.dtype:   # PyTorch refuses it (numpy would compute in the wider dtype)
+        raise RuntimeError(f"{name}: Found dtype {y.dtype} but expected {x.dtype} (the "
+                           f"target's dtype must be the input's)")
     if x.size and not (x.min() >= 0 and x.max() <= 1):
         raise ValueError(f"{name}: all elements of input should be between 0 and 1")
     w = _bce_weight(name, weight, x)
@@ -858,6 +862,14 @@ def _rows_of_classes(name: str, input, target) -> tuple:
     return S.reshape(rows, (-1, c)), t.reshape(-1), want
 
 
+def _class_weight_dtype(name: str, x: np.ndarray, weight) -> None:
+    """PyTorch's RuntimeError for a class-weight Tensor of another dtype than the input
+    (numpy would compute in the wider dtype). A numpy array is a constant and is cast."""
+    if isinstance(weight, Tensor) and weight.dtype != x.dtype:
+        raise RuntimeError(f"{name}: expected scalar type {x.dtype} but found {weight.dtype} "
+                           f"(the class weight's dtype must be the input's)")
+
+
 def _unflatten(loss, reduction, shape):
     return loss if reduction != "none" or shape is None else S.reshape(loss, shape)
 
@@ -872,6 +884,7 @@ def nll_loss(input, target, weight=None, *, ignore_index: int = -100,
     weight of the targets that count, as in PyTorch. One node for (N, C); other ranks
     are reshaped (and, from 3 dimensions, copied channels-last) into it."""
     x2, t, shape = _rows_of_classes("nll_loss", input, target)
+    _class_weight_dtype("nll_loss", _raw(x2), weight)
     return _unflatten(nll_loss_rows(x2, t, weight, ignore_index, reduction), reduction, shape)
 
 
@@ -892,13 +905,17 @@ def cross_entropy(input, target, weight=None, *, ignore_index: int = -100,
     if x.dtype.kind not in "fc":  # PyTorch's log_softmax kernel has no integer form
         raise NotImplementedError(f"cross_entropy: not implemented for input dtype "
                                   f"{x.dtype} (logits must be floating point)")
-    if t.shape == x.shape and x.ndim:  # PyTorch: the same shape means probabilities
+    if t.shape == x.shape:  # PyTorch: the same shape means probabilities
         if t.dtype.kind != "f":
             raise RuntimeError(f"cross_entropy: expected a floating point target with "
                                f"class probabilities (the input's shape {x.shape}), got "
                                f"{t.dtype}")
+        if x.ndim == 0:  # PyTorch's softmax over dim 1 of a 0-d input
+            raise IndexError("cross_entropy: Dimension specified as 1 but the input has "
+                             "no dimensions (expected (C,), (N, C) or (N, C, d1, ...))")
         return _soft_cross_entropy(input, target, weight, reduction, label_smoothing)
     x2, t, shape = _rows_of_classes("cross_entropy", input, target)
+    _class_weight_dtype("cross_entropy", _raw(x2), weight)
     return _unflatten(cross_entropy_rows(x2, t, weight, ignore_index, reduction,
                                          label_smoothing), reduction, shape)
 

@@ -45,7 +45,7 @@ from .. import locks, version
 from ..ops import pointwise as PW
 from ..ops import reduce as R
 from ..ops import shape as S
-from ..ops._common import array, empty, reshaped, row_blocks, zeros
+from ..ops._common import array, default_float, empty, reshaped, row_blocks, zeros
 from ..primitive import Saved, composite, defop
 from ..tensor import Tensor
 
@@ -72,7 +72,7 @@ def _shape(x) -> tuple:
 
 
 def _float(x: np.ndarray) -> np.ndarray:
-    return x if x.dtype.kind == "f" else x.astype(np.float64)
+    return x if x.dtype.kind == "f" else x.astype(default_float())
 
 
 def _inv_sqrt(v, out):
@@ -213,6 +213,7 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
     """
     ns = _normalized(normalized_shape)
     _check_trailing("layer_norm", np.asarray(input), ns, (("weight", weight), ("bias", bias)))
+    _same_dtype("layer_norm", np.asarray(input).dtype, (("weight", weight), ("bias", bias)))
     x2, w, shape, _ = _operands(input, weight, ns)
     b = None if bias is None else np.asarray(bias).reshape(x2.shape[1])
     d, dtype = x2.shape[1], x2.dtype
@@ -441,6 +442,21 @@ def _channels_input(name: str, input) -> tuple:
     return x, _as_ncs(x)
 
 
+def _same_dtype(name: str, x_dtype: np.dtype, params) -> None:
+    """PyTorch's CPU rule for the norms: `params` ((what, tensor or None), ...) have the
+    floating input's dtype (a float16 input may have float32 ones); RuntimeError
+    otherwise, where numpy would silently compute in the wider dtype."""
+    if x_dtype.kind != "f":
+        return
+    for what, p in params:
+        d = None if p is None else array(p).dtype
+        if d is None or d == x_dtype or (x_dtype == np.float16 and d == np.float32):
+            continue
+        raise RuntimeError(f"{name}: mixed dtype (CPU): all inputs must share same datatype "
+                           f"(the input is {x_dtype}, {what} {d}: convert one, e.g. the "
+                           f"input with .to(dtype) or the module with .to(dtype))")
+
+
 def _per_channel(name: str, what: str, p, c: int):
     if p is None:
         return None
@@ -532,6 +548,8 @@ def batch_norm_counted(name: str, input, running_mean, running_var, weight, bias
     _per_channel(name, "weight", weight, c)
     _per_channel(name, "bias", bias, c)
     _check_running(name, running_mean, running_var, c)
+    _same_dtype(name, x.dtype, (("weight", weight), ("bias", bias),
+                                ("running_mean", running_mean), ("running_var", running_var)))
     training = bool(training)
     eps = _check_eps(name, eps, training)
     if training and n * s == 1:         # PyTorch's check: an empty batch passes
@@ -599,6 +617,8 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None,
     _per_channel(name, "weight", weight, c)
     _per_channel(name, "bias", bias, c)
     _check_running(name, running_mean, running_var, c)
+    _same_dtype(name, x.dtype, (("weight", weight), ("bias", bias),
+                                ("running_mean", running_mean), ("running_var", running_var)))
     momentum = _check_momentum(name, momentum)
     if not use_input_stats:
         if running_mean is None:
@@ -647,6 +667,7 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None,
             raise RuntimeError(f"{name}: expected {what} to be a vector of size equal to the "
                                f"number of channels ({c}), got {what} shape "
                                f"{array(p).shape}")
+    _same_dtype(name, x.dtype, (("weight", weight), ("bias", bias)))
     eps = _check_eps(name, eps, False)
     if n * c // num_groups * s == 1:       # PyTorch's check
         raise ValueError(f"{name}: expected more than 1 value per channel when training, "

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..memory import empty
 from ..memory import pooled as P
-from ..ops._common import array, reshaped, zeros
+from ..ops._common import array, default_float, reshaped, zeros
 from ..ops.forms import connect
 from ..primitive import Saved, composite, defop
 from ..tensor import Tensor
@@ -299,7 +299,7 @@ def _avg_pool_forward(x, divisor, plane, kernel, stride, padding, out_hw) -> np.
     taps = window_taps((h, w), out_hw, kernel, stride, padding, (1, 1))
     x3 = planes_of(x, (h, w))
     out = empty((x3.shape[0],) + tuple(out_hw),
-                dtype=x.dtype if x.dtype.kind == "f" else np.float64)
+                dtype=x.dtype if x.dtype.kind == "f" else default_float())
     full = all(s.stop - s.start == n for s, n in zip(taps[0][2][1:], out_hw))
     for a, b in _plane_blocks(x3.shape[0], h * w * x.itemsize)[1]:
         xb, ob = x3[a:b], out[a:b]

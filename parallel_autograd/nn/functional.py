@@ -14,9 +14,12 @@ pages to fault in every step.
 """
 from __future__ import annotations
 
+import inspect as _inspect
+
 from ..ops.reduce import log_softmax, softmax  # torch.nn.functional's too
 from ..ops import activations as _activations  # noqa: F401  (declares F's activations)
 from ..primitive import exports as _exports
+from ..ops.writes.inplace import inplace_form as _inplace_form
 # The spatial families, each op declared once in its file (`primitive.defop`/`composite`):
 # convolutions, pooling, resampling, padding.
 from ._conv import (conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d,  # noqa: F401
@@ -56,3 +59,10 @@ globals().update(_exports("torch.nn.functional"))
 __all__.extend(sorted(set(_exports("torch.nn.functional")) - set(__all__)))
 
 
+
+# PyTorch's `inplace=True`: the ops above take the keyword; these forms write the result into
+# the input and return it (ops/writes/inplace.py `inplace_form`), recorded when grad is
+# involved, as PyTorch's.
+for _name in [n for n in __all__ if "inplace" in _inspect.signature(globals()[n]).parameters]:
+    globals()[_name] = _inplace_form(globals()[_name])
+del _name

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import get_default_dtype, to_numpy
+from .. import dtypes as D
+from ..creation import _array
 from ..tensor import Tensor
 
 __all__ = ["Parameter"]
@@ -14,11 +15,11 @@ class Parameter(Tensor):
     registers as a parameter (PyTorch's `torch.nn.Parameter`).
 
     Args:
-        data: an ndarray, a Tensor or array-like; None gives an empty array of the
-            default dtype (`pa.set_default_dtype`), as PyTorch's.
-            Like PyTorch, an ndarray or a Tensor is not copied: the parameter shares its
-            memory (and, for a Tensor, its version counter, as `detach()` does); other
-            array-likes are converted with `np.asarray`. The parameter is always a leaf,
+        data: an ndarray, a Tensor or array-like; None gives an empty tensor of the
+            default dtype. Like PyTorch, an ndarray or a Tensor is not copied: the
+            parameter shares its memory (and, for a Tensor, its version counter, as
+            `detach()` does); other array-likes are converted as `pa.tensor` converts them
+            (Python floats: the default dtype). The parameter is always a leaf,
             even when `data` has a gradient history.
         requires_grad: whether the parameter requires grad (default True); a
             non-floating `data` with `requires_grad=True` raises TypeError.
@@ -30,11 +31,13 @@ class Parameter(Tensor):
     def __init__(self, data=None, requires_grad: bool = True):
         vc = None
         if data is None:
-            arr = np.empty(0, dtype=to_numpy(get_default_dtype()))
+            arr = np.empty(0, D.to_numpy(D.get_default_dtype()))
         elif isinstance(data, Tensor):
             arr, vc = data.data, data._vc
-        else:
+        elif isinstance(data, (np.ndarray, np.generic)):
             arr = np.asarray(data)
+        else:   # Python floats take the default dtype, as in `pa.tensor`
+            arr = _array(data, None)
         self._init(arr, None)
         if vc is not None:
             self._vc = vc

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import dtypes as D
 from ..memory import empty
 from ..memory import pooled as P
 from ..tensor import Tensor
 
-__all__ = ["P", "empty", "raw", "array", "const", "buf", "fused", "as_float", "weak",
-           "quiet", "dim", "dims", "reduction_dims", "kept_shape", "as_dtype",
+__all__ = ["P", "empty", "raw", "array", "const", "buf", "fused", "as_float", "default_float",
+           "weak", "quiet", "dim", "dims", "reduction_dims", "kept_shape", "as_dtype",
            "accumulate_dtype", "BLOCK", "zeros", "copy", "reshaped", "row_blocks",
            "ROW_BLOCK_BYTES"]
 
@@ -49,10 +50,17 @@ def weak(a):
     return a.item() if isinstance(a, np.generic) else a
 
 
+def default_float() -> np.dtype:
+    """The default dtype (`pa.get_default_dtype()`) as a numpy dtype: what integer and
+    boolean inputs are computed in by ops that give floats."""
+    return D.to_numpy(D.get_default_dtype())
+
+
 def as_float(x) -> np.ndarray:
-    """`x` as an array of a floating dtype (integers and booleans as float64)."""
+    """`x` as an array of a floating dtype (integers and booleans in the default dtype, as
+    PyTorch's integer-to-float ops)."""
     x = np.asarray(x)
-    return x if x.dtype.kind in "fc" else x.astype(np.float64)
+    return x if x.dtype.kind in "fc" else x.astype(default_float())
 
 
 BLOCK = 32768  # elements per chunk in `fused`: 256 KiB of float64, cache resident

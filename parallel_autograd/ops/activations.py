@@ -18,8 +18,9 @@ erfc, vectorized), accurate in the lower tail. Piecewise-linear ones (relu, leak
 hardtanh, hardsigmoid, prelu's input) record their gradient as a function of the input
 with derivative 0 (`forms.piecewise`), as PyTorch's threshold_backward does.
 
-`inplace=True` (PyTorch's keyword) is accepted and computed out of place: the result has
-the same values, the input is not overwritten (PyTorch writes it and rebases its history).
+`inplace=True` (PyTorch's keyword): these declarations compute out of place; the forms
+`nn.functional` exports write the result into the input and rebase its history, as
+PyTorch's (ops/writes/inplace.py `inplace_form`).
 Integer inputs give float64 results where PyTorch raises (relu keeps integers, as it does).
 hardsigmoid's gradient is g times 1/6 rounded to float32 and celu's uses 1 / alpha with
 alpha rounded to float32: PyTorch's factors (for float64 too), so the gradients are its.
@@ -632,6 +633,9 @@ def prelu(input: Tensor, weight: Tensor) -> Tensor:
         raise RuntimeError(f"prelu: Mismatch of parameter numbers and input channel size. "
                            f"Found parameter numbers = {w.size} and channel size = "
                            f"{channels} (dimension 1 of the input of shape {x.shape})")
+    if isinstance(weight, (Tensor, np.ndarray)) and w.dtype != x.dtype:   # PyTorch: refused
+        raise RuntimeError(f"prelu: Type promoting not supported. Got {x.dtype} and "
+                           f"{w.dtype}")
     wb = np.reshape(w, _channel_shape(x.ndim, w))
     return fused(_prelu_chunk, x, (x, wb), (np.bool_,), np.result_type(x, w))  # 3 passes
 

@@ -220,9 +220,11 @@ def piecewise(kernel):
     it is differentiable: the factor from the kernel at g = 1, as a zero-derivative function
     of the inputs that take a gradient (`depends_on`), then g times it (recorded)."""
     def formula(g, ans, *inputs, **params):
-        a = _raw(ans)
+        a = _raw(g)                 # (ans: None when the kernel does not read it)
         ones = np.ones(a.shape, a.dtype)
-        factor = np.asarray(kernel(ones, a, *[_raw(x) for x in inputs], **params))
+        factor = np.asarray(kernel(ones, None if ans is None else _raw(ans),
+                                   *[_raw(x) for x in inputs], **params))
         return g * depends_on(factor, *inputs)
     formula.kernel = kernel
+    formula.ans_read_by = kernel  # (ans's values: only through the kernel)
     return formula

@@ -502,7 +502,7 @@ def _alpha_formula(g, ans, input, other, alpha):
 
 
 def _minus_alpha_formula(g, ans, input, other, alpha):
-    return -_alpha_formula(g, ans, input, other, alpha)
+    return -_alpha_formula(g, None, input, other, alpha)  # (ans: not read, not kept)
 
 
 def _pass(g, ans, *inputs, **params):
@@ -510,7 +510,8 @@ def _pass(g, ans, *inputs, **params):
 
 
 # ---- add, sub, mul, div ---------------------------------------------------------------------
-@defop(inputs=("input", "other"), formula=(_pass, _alpha_formula), method=True, promote=True)
+@defop(inputs=("input", "other"), formula=(_pass, _alpha_formula), method=True, promote=True,
+       unsaved=("input", "other"))
 def add(input: Tensor, other: Tensor, *, alpha=1) -> Tensor:
     """`input + alpha * other`, broadcast (the gradients are summed back to each shape)."""
     if _is_one(alpha):
@@ -519,7 +520,7 @@ def add(input: Tensor, other: Tensor, *, alpha=1) -> Tensor:
 
 
 @defop(inputs=("input", "other"), formula=(_pass, _minus_alpha_formula), method=True,
-       aliases=("subtract",), promote=True)
+       aliases=("subtract",), promote=True, unsaved=("input", "other"))
 def sub(input: Tensor, other: Tensor, *, alpha=1) -> Tensor:
     """`input - alpha * other`, broadcast (two bool tensors: RuntimeError, as PyTorch)."""
     if _kind(input) == "b" and _kind(other) == "b":
@@ -541,8 +542,9 @@ def mul(input: Tensor, other: Tensor) -> Tensor:
 def _div_other_kernel(g, ans, input, other, rounding_mode):
     if rounding_mode is not None:
         return _zeros(g)
-    t = buf(P.multiply(g, ans))     # -g ans / other: 3 passes, one buffer
-    t /= other
+    t = buf(P.multiply(g, input))   # -g input / other / other: 4 passes, one buffer (not
+    t /= other                      # ans: the node keeps no output, so `y /= 2` after
+    t /= other                      # `y = a / b` leaves it valid, as PyTorch's)
     return np.negative(t, out=t)
 
 
@@ -551,7 +553,7 @@ def _div_input(g, ans, input, other, rounding_mode):
 
 
 def _div_other(g, ans, input, other, rounding_mode):
-    return -(g * ans) / other if rounding_mode is None else zeros_of(g)
+    return -(g * input) / (other * other) if rounding_mode is None else zeros_of(g)
 
 
 def _rounded_quotient(x, y, mode: str, op: str):
@@ -586,8 +588,8 @@ def div(input: Tensor, other: Tensor, *, rounding_mode: str | None = None) -> Te
 
 @defop(inputs=("input", "other"),
        formula=(lambda g, ans, input, other: g / other,
-                lambda g, ans, input, other: -(g * ans) / other),
-       kernel=(None, lambda g, ans, input, other: _div_other_kernel(g, ans, input, other, None)),
+                lambda g, ans, input, other: -(g * input) / (other * other)),
+       kernel=(None, lambda g, ans, input, other: _div_other_kernel(g, None, input, other, None)),
        method=True, promote=True, int_to_float=True)
 def true_divide(input: Tensor, other: Tensor) -> Tensor:
     """`input / other`: `div` without a rounding mode (PyTorch's alias)."""

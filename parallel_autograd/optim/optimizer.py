@@ -54,6 +54,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 
 import numpy as np
 
+from .. import dtypes as D
 from .. import fperrors, locks, version
 # the engine's write-back deferral of Ctrl+C, reused so that both work the same way
 from ..locks import InterruptsDeferred
@@ -467,15 +468,17 @@ class Optimizer:
     def state_dict(self) -> dict[str, Any]:
         """The optimizer's state in PyTorch's structure: `{"state": {index: {name: value}},
         "param_groups": [{hyperparameters..., "params": [index, ...]}]}`, parameters
-        referred to by their index in the order of `param_groups`. Arrays are copies
-        (later steps do not change a state dict taken before); `pa.save` can write it."""
+        referred to by their index in the order of `param_groups`. The state's arrays are
+        Tensors and `"step"` a 0-d float32 Tensor (float64 under a float64 default dtype),
+        as PyTorch's; they are copies (later steps do not change a state dict taken
+        before, where PyTorch's shares them); `pa.save` can write it."""
         index: dict[int, int] = {}
         groups = []
         for group in self.param_groups:
             packed = {k: copy.deepcopy(v) for k, v in group.items() if k != "params"}
             packed["params"] = [index.setdefault(id(p), len(index)) for p in group["params"]]
             groups.append(packed)
-        state = {index[id(p)]: {k: _copy_value(v) for k, v in s.items()}
+        state = {index[id(p)]: {k: _copy_value(k, v) for k, v in s.items()}
                  for p, s in self.state.items() if id(p) in index}
         return {"state": state, "param_groups": groups}
 
@@ -603,8 +606,16 @@ def _check_array(where: str, key: str, value: Any, arr: np.ndarray, state: dict[
         raise ValueError(f"{where}: state {key!r} is read-only")
 
 
-def _copy_value(value: Any) -> Any:
-    return value.copy() if isinstance(value, np.ndarray) else copy.deepcopy(value)
+def _copy_value(key: str, value: Any) -> Any:
+    """A state entry as PyTorch's state_dict holds it: an array as a Tensor (a copy), the
+    `"step"` count as a 0-d Tensor of PyTorch's scalar dtype (float32, or float64 when
+    that is the default dtype: torch.optim's `_get_scalar_dtype`)."""
+    if isinstance(value, np.ndarray):
+        return Tensor._wrap(value.copy())
+    if key == "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        scalar = np.float64 if D.get_default_dtype() == D.float64 else np.float32
+        return Tensor._wrap(np.array(value, dtype=scalar))
+    return copy.deepcopy(value)
 
 
 def _load_param_state(owner: str, key: Any, p: Tensor, saved: Any) -> dict[str, Any]:

@@ -24,8 +24,13 @@ class Backend:
     const: Callable
 
 
+# The workloads' dtype, stated (the library's default is float32, as PyTorch's): the
+# data is numpy's float64 and both libraries' leaves are made in it.
+DTYPE = np.float64
+
+
 def _pa_leaf(a):
-    return pa.Tensor(a, requires_grad=True)
+    return pa.Tensor(a, requires_grad=True, dtype=DTYPE)
 
 
 def _pa_const(a):
@@ -43,7 +48,7 @@ def torch_backend() -> Backend:
         import torch.nn.functional as TF
 
         def leaf(a):
-            t = torch.from_numpy(np.array(a, dtype=np.float64, copy=True))
+            t = torch.from_numpy(np.array(a, dtype=DTYPE, copy=True))
             return t.requires_grad_(True)
 
         _TORCH.append(Backend("torch", torch, TF, leaf, torch.from_numpy))

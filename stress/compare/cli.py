@@ -18,7 +18,7 @@ from .schedule import measure_all, split, torch_available
 from .stats import MISS
 from .targets import evaluate_all, evaluate_ft_targets
 from .verdict import verdict
-from .workloads import SIZES, WORKLOADS
+from .workloads import MODEL_WORKLOADS, PROGRAM_WORKLOADS, SIZES, WORKLOADS
 
 BUDGET = {"full": 120.0, "quick": 20.0, "tiny": 0.0}  # default --budget per --size
 TORCH_HINT = ("no PyTorch columns: torch is not installed for " + sys.executable + ". "
@@ -48,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="where the full markdown tables go; '-': on stdout after the "
                         "verdict (default %(default)s)")
     p.add_argument("--workloads", default=",".join(WORKLOADS),
-                   help="comma-separated subset of: " + ", ".join(WORKLOADS) + " (default: all)")
+                   help="comma-separated subset of: " + ", ".join(WORKLOADS) + "; 'models': "
+                        "the first eight, 'programs': the real programs (default: all)")
     p.add_argument("--reps", type=int, default=None,
                    help="timed repetitions per configuration (default 7, --quick 3)")
     p.add_argument("--allocator", choices=("default", "tuned", "both"), default=None,
@@ -91,7 +92,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     """The options, with the defaults that depend on --quick, --size and --python."""
     p = _parser()
     args = p.parse_args(argv)
-    args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    groups = {"programs": PROGRAM_WORKLOADS, "models": MODEL_WORKLOADS}
+    args.workloads = list(dict.fromkeys(
+        x for w in args.workloads.split(",") if w.strip()
+        for x in groups.get(w.strip(), (w.strip(),))))
     unknown = [w for w in args.workloads if w not in WORKLOADS]
     if unknown or not args.workloads:
         p.error(f"unknown workload(s) {unknown}; choose from {', '.join(WORKLOADS)}")

@@ -54,6 +54,7 @@ from .stats import Interval, boot_medians, interval, median_interval, ratio_text
 SIZES = [2**k for k in range(13, 26, 2)]  # 8 KiB .. 32 MiB
 RANKS = [1, 2, 4, 8, 16, 32, 64]
 CONFIGS = ("local", "ddp", "serial", "comm")
+DTYPE = np.float64  # the MLP's, stated (the default dtype is float32): docs/benchmarks.md's rows
 
 
 def slowest(seconds: float) -> float:
@@ -96,12 +97,12 @@ class Step:
         pa.manual_seed(args.seed)
         layers = []
         for _ in range(args.layers):
-            layers += [pa.nn.Linear(args.width, args.width), pa.nn.Tanh()]
-        self.model = pa.nn.Sequential(*layers, pa.nn.Linear(args.width, 10))
+            layers += [pa.nn.Linear(args.width, args.width, dtype=DTYPE), pa.nn.Tanh()]
+        self.model = pa.nn.Sequential(*layers, pa.nn.Linear(args.width, 10, dtype=DTYPE))
         self.ddp = DistributedDataParallel(self.model, bucket_cap_mb=args.bucket_cap_mb,
                                            gradient_as_bucket_view=args.bucket_view)
         rng = np.random.default_rng(args.seed + r)
-        self.x = rng.standard_normal((args.batch, args.width))
+        self.x = rng.standard_normal((args.batch, args.width)).astype(DTYPE)
         self.y = rng.integers(0, 10, args.batch)
         self.engine = pa.Engine(args.workers)
         self.buffers = [b.buffer for b in self.ddp._buckets]

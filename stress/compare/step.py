@@ -43,6 +43,12 @@ class Session:
     def __init__(self, w, data: dict, torch: bool = False):
         self.w, self.data = w, data
         base = torch_backend() if torch else PA
+        self._program = w.program(data, base) if getattr(w, "program", None) else None
+        if self._program is not None:  # an nn.Module model, built once
+            self.leaves = list(self._program.leaves)
+            self._next = None
+            self._init_optimizer(torch)
+            return
         made = []
 
         def make(a):
@@ -54,6 +60,9 @@ class Session:
         self.leaves = made
         self._next: Optional[Callable] = None
         self._replay = dataclasses.replace(base, leaf=lambda a: self._next())
+        self._init_optimizer(torch)
+
+    def _init_optimizer(self, torch: bool) -> None:
         factory = OPTIMIZERS["torch" if torch else "parallel_autograd"]
         self.optimizer_step = factory(self.leaves) if factory is not None else None
 
@@ -64,6 +73,8 @@ class Session:
 
     def forward(self):
         """Record the forward pass on the persistent leaves: the loss."""
+        if self._program is not None:
+            return self._program.loss()
         self._next = iter(self.leaves).__next__
         loss, _ = self.w.define(self.data, self._replay)
         self._next = None

@@ -22,7 +22,7 @@ from typing import Optional
 from . import ratios as R
 from .samples import is_noisy
 from .stats import MISS, NA, NOISY, PASS, UNRESOLVED, Interval, decide, ratio_text
-from .workloads import WORKLOADS
+from .workloads import MODEL_WORKLOADS, PROGRAM_WORKLOADS, WORKLOADS
 
 NO_SLOWDOWN = 1.03      # 1 and free-threaded (b): parallel / sequential
 WIDE_SPEEDUP = {"default": 1.25, "tuned": 1.5}  # 2, per malloc setting
@@ -33,6 +33,11 @@ MIN_EFFICIENCY = 0.90   # 7, where the engine runs in parallel
 MAX_US_PER_NODE = 5.0   # 8: tiny-nodes, sequential backward
 MAX_MEMORY = 1.5        # 9: peak bytes, parallel / sequential
 FT_SPEEDUP_TINY = 1.4   # free-threaded (a): tiny-nodes parallel over sequential
+# 10-12, the real programs (issue 28): training step, ours / PyTorch's
+F32_AT_MOST = 1.0       # 10: float32 step at most PyTorch's ...
+F32_HOW_MANY = 4        # ... on at least this many of the six
+F32_NEVER_ABOVE = 1.15  # 11: and never above this
+F64_FASTER = 1.0        # 12: float64 step faster than PyTorch's on all
 
 
 def check(name: str, iv: Interval, op: str, limit: float, noisy: bool = False,
@@ -109,10 +114,12 @@ def _torch_checks(raw, torch, names, series, op, limit) -> list:
 
 
 def _faster_backward(raw: dict, torch: Optional[dict]) -> dict:
-    text = f"backward_parallel faster than PyTorch's backward on every workload but {WIDE}"
+    text = (f"backward_parallel faster than PyTorch's backward on every workload but {WIDE} "
+            "(the first eight; the real programs: targets 10-12)")
     if torch is None:
         return target(3, text, None, "no PyTorch child column")
-    names = [n for n in raw["workloads"] if n != WIDE and n in torch["workloads"]]
+    names = [n for n in raw["workloads"]
+             if n != WIDE and n in MODEL_WORKLOADS and n in torch["workloads"]]
     return all_of(3, text, _torch_checks(raw, torch, names, "times", "<", 1.0),
                   "ours / PyTorch's time")
 
@@ -134,12 +141,12 @@ def _wide_gap(raw: dict, torch: Optional[dict]) -> dict:
 
 def _step_faster(raw: dict, torch: Optional[dict]) -> dict:
     text = (f"training step (forward + backward_parallel) faster than PyTorch's on >= "
-            f"{STEP_FASTER} of {len(WORKLOADS)} workloads")
+            f"{STEP_FASTER} of the first {len(MODEL_WORKLOADS)} workloads")
     if torch is None:
         return target(5, text, None, "no PyTorch child column")
-    names = [n for n in raw["workloads"] if n in torch["workloads"]]
+    names = [n for n in raw["workloads"] if n in torch["workloads"] and n in MODEL_WORKLOADS]
     checks = _torch_checks(raw, torch, names, "step", "<", 1.0)
-    if set(names) != set(WORKLOADS):
+    if set(names) != set(MODEL_WORKLOADS):
         t = at_least(5, text, STEP_FASTER, checks, "not every workload run")
         return dict(t, status=NA, recheck=[])
     return at_least(5, text, STEP_FASTER, checks, "ours / PyTorch's step time")
@@ -194,12 +201,50 @@ def _memory(raw: dict) -> dict:
                   "engine's (traced bytes, one pass each)", checks)
 
 
+def _programs(raw: dict, torch: Optional[dict], dtype: str) -> tuple:
+    """(every program workload of `dtype`, those measured in both `raw` and `torch`)."""
+    every = [n for n in PROGRAM_WORKLOADS if WORKLOADS[n].dtype == dtype]
+    return every, [n for n in every if n in raw["workloads"] and n in torch["workloads"]]
+
+
+def _program_f32(raw: dict, torch: Optional[dict]) -> list:
+    """Targets 10 and 11: the real programs' float32 training step against PyTorch's."""
+    t10 = (f"real programs, float32: training step at most PyTorch's on >= {F32_HOW_MANY} "
+           "of the 6")
+    t11 = f"real programs, float32: training step <= {F32_NEVER_ABOVE}x PyTorch's on all 6"
+    if torch is None:
+        return [target(10, t10, None, "no PyTorch child column"),
+                target(11, t11, None, "no PyTorch child column")]
+    every, names = _programs(raw, torch, "f32")
+    if not names:
+        return [target(10, t10, None, "not run"), target(11, t11, None, "not run")]
+    first = at_least(10, t10, F32_HOW_MANY,
+                     _torch_checks(raw, torch, names, "step", "<=", F32_AT_MOST),
+                     "ours / PyTorch's step time")
+    if len(names) < len(every):  # "4 of the 6" needs all six
+        first = dict(first, status=NA, recheck=[],
+                     detail="not every program run: " + first["detail"])
+    return [first, all_of(11, t11, _torch_checks(raw, torch, names, "step", "<=",
+                                                 F32_NEVER_ABOVE), "ours / PyTorch's step")]
+
+
+def _program_f64(raw: dict, torch: Optional[dict]) -> dict:
+    """Target 12: the real programs' float64 training step faster than PyTorch's."""
+    text = "real programs, float64: training step faster than PyTorch's on all 6"
+    if torch is None:
+        return target(12, text, None, "no PyTorch child column")
+    _, names = _programs(raw, torch, "f64")
+    return all_of(12, text, _torch_checks(raw, torch, names, "step", "<", F64_FASTER),
+                  "ours / PyTorch's step")
+
+
 def evaluate_targets(raw: dict, torch: Optional[dict] = None,
                      tuned: Optional[dict] = None) -> list:
     """The benchmark's targets for one setting's measurements `raw` (same run)."""
     return [_no_slowdown(1, raw), _wide_speedup(raw), _faster_backward(raw, torch),
             _wide_gap(raw, torch), _step_faster(raw, torch), _allocator(raw, tuned),
-            _efficiency(raw), _tiny_per_node(raw, torch), _memory(raw)]
+            _efficiency(raw), _tiny_per_node(raw, torch), _memory(raw),
+            *_program_f32(raw, torch), _program_f64(raw, torch)]
 
 
 def evaluate_all(settings: dict, torch: Optional[dict] = None) -> dict:

@@ -50,18 +50,18 @@ def verdict_cell(status: str, ids: list, noisy: bool) -> str:
 
 def verdict_table(raw: dict, torch, targets: list) -> str:
     """Per workload of one setting: ours (`backward_parallel` at all cores) as a speedup
-    over the sequential engine, our backward time over PyTorch's (its own process; the
-    column is left out without PyTorch) and the verdict."""
+    over the sequential engine, our backward and training-step times over PyTorch's (its
+    own process; the columns are left out without PyTorch) and the verdict."""
     p = R.par(raw)
     head = ["workload", f"speedup over sequential ({raw['cores']} cores)"]
     if torch is not None:
-        head.append("time / PyTorch's (below 1: faster)")
+        head += ["time / PyTorch's (below 1: faster)", "training step / PyTorch's"]
     rows = []
     for n in raw["workloads"]:
         row = [n, ratio_text(R.speedup(raw, n, p))]
         if torch is not None:
-            row.append(ratio_text(R.vs_torch(raw, torch, n))
-                       if n in torch["workloads"] else "n/a")
+            row += ([ratio_text(R.vs_torch(raw, torch, n, s)) for s in ("times", "step")]
+                    if n in torch["workloads"] else ["n/a", "n/a"])
         noisy = R.noisy(raw, n) or R.noisy(torch, n)
         rows.append(row + [verdict_cell(*workload_verdict(n, targets), noisy)])
     return markdown(head + ["verdict"], rows)

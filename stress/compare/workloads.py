@@ -12,20 +12,28 @@ same arrays:
   copied from the arrays, constants sharing them through `torch.from_numpy`).
 
 `size` is "full" (the benchmark's sizes), "quick" (smaller, for `--quick`) or "tiny"
-(for tests). Everything is float64. `build(name, seed, size)` and
+(for tests). Everything is float64 (`backend.DTYPE`, stated: the library's default
+dtype is float32) but the real programs' "-f32" rows. `build(name, seed, size)` and
 `build_torch(name, seed, size)` build a workload in one call.
 
 `branches` is True for workloads built with independent branches (inter-op
 parallelism available); mlp-chain, cnn and lstm are mostly chains.
+
+The real-program workloads (issue 28, `stress.compare.programs`: `gpt`, `mnist-cnn`,
+`lstm-lm`, `gru-lm`, `transformer-lm`, `dcgan`, each as `NAME-f32` and `NAME-f64`) are
+`nn.Module` models: their `program(data, backend)` builds the model once (a `Session`
+keeps it), their `define` builds it afresh for the one-off passes (bound, memory,
+timeline). Their group is "program"; the first eight workloads' is "model".
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
 from . import models as M
+from . import programs as P
 from . import synthetic as S
 from .backend import PA, torch_backend
 
@@ -40,6 +48,9 @@ class Workload:
     make_data: Callable   # (rng, **dims) -> dict
     define: Callable      # (data, backend) -> (loss, leaves): the one definition
     branches: bool = True
+    program: Optional[Callable] = None  # (data, backend) -> programs.Program
+    group: str = "model"  # "program": a real-program workload (issue 28)
+    dtype: str = "f64"
 
     def data(self, seed: int = 0, size: str = "full") -> dict:
         """The workload's seeded arrays at `size`, with its dimensions under "_dims"."""
@@ -101,6 +112,29 @@ WORKLOADS = {w.name: w for w in [
               "tiny": dict(batch=1, seq=4, model=8, heads=2, rank=2, layers=1)},
              M.lora_data, M.lora),
 ]}
+
+
+def _program_define(make: Callable) -> Callable:
+    def define(data, B):
+        p = make(data, B)
+        return p.loss(), p.leaves
+    return define
+
+
+def _programs() -> list:
+    out = []
+    for name, (description, _, _, dims) in P.PROGRAMS.items():
+        for dt in P.DTYPES:
+            make = P.program(name, dt)
+            out.append(Workload(f"{name}-{dt}", f"{description} ({dt[1:]}-bit)", dims,
+                                P.program_data(name, dt), _program_define(make),
+                                branches=False, program=make, group="program", dtype=dt))
+    return out
+
+
+WORKLOADS.update({w.name: w for w in _programs()})
+PROGRAM_WORKLOADS = tuple(n for n, w in WORKLOADS.items() if w.group == "program")
+MODEL_WORKLOADS = tuple(n for n, w in WORKLOADS.items() if w.group == "model")
 
 
 def build(name: str, seed: int = 0, size: str = "full"):

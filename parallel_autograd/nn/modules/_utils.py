@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...dtypes import get_default_dtype, to_numpy
+from ... import dtypes as D
 from ..parameter import Parameter
 
 
 def float_dtype(dtype, layer: str) -> np.dtype:
-    """`dtype` as a numpy floating dtype (TypeError naming `layer` otherwise); None is
-    the default dtype (`pa.set_default_dtype`), as PyTorch's layers take it."""
-    dt = to_numpy(get_default_dtype() if dtype is None else dtype)
+    """`dtype` as a numpy floating dtype, None the default dtype (`pa.get_default_dtype()`,
+    read at construction: float32 unless changed, as PyTorch's); TypeError naming `layer`
+    for a non-floating dtype."""
+    dt = D.to_numpy(D.get_default_dtype() if dtype is None else dtype)
     if dt.kind != "f":
         raise TypeError(f"{layer}: dtype must be a floating dtype, got {dt}")
     return dt

@@ -2,15 +2,16 @@
 Softplus, Softsign, Mish, ELU, SELU, CELU, Hardtanh, Hardsigmoid, Hardswish, LogSigmoid,
 PReLU (a learnable slope) and GLU.
 
-`inplace=True` (ReLU, SiLU, LeakyReLU) is accepted so PyTorch code runs unchanged,
-but the result is computed out of place: the values are the same, the input is not
-overwritten.
+`inplace=True` writes the result into the input and returns it, as PyTorch's (recorded
+when grad is involved; a leaf that requires grad is refused): `nn.functional`'s in-place
+forms, ops/writes/inplace.py `inplace_form`.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ...ops import activations as _act
+from .. import functional as F
 from ...ops import pointwise as _pw
 from ...ops import reduce as _rd
 from .._extras import softmin as _softmin
@@ -34,7 +35,7 @@ class ReLU(Module):
 
     def forward(self, input):
         """relu(input)."""
-        return _act.relu(input)
+        return F.relu(input, inplace=self.inplace)
 
     def extra_repr(self) -> str:
         """`inplace=True` when set."""
@@ -69,7 +70,7 @@ class SiLU(Module):
 
     def forward(self, input):
         """silu(input)."""
-        return _act.silu(input)
+        return F.silu(input, inplace=self.inplace)
 
     def extra_repr(self) -> str:
         """`inplace=True` when set."""
@@ -101,7 +102,7 @@ class LeakyReLU(Module):
 
     def forward(self, input):
         """leaky_relu(input, negative_slope)."""
-        return _act.leaky_relu(input, self.negative_slope)
+        return F.leaky_relu(input, self.negative_slope, inplace=self.inplace)
 
     def extra_repr(self) -> str:
         """`negative_slope=…` (and `inplace=True` when set)."""
@@ -178,7 +179,7 @@ class Mish(Module):
 
     def forward(self, input):
         """mish(input)."""
-        return _act.mish(input)
+        return F.mish(input, inplace=self.inplace)
 
     def extra_repr(self) -> str:
         """`inplace=True` when set."""
@@ -194,7 +195,7 @@ class ELU(Module):
 
     def forward(self, input):
         """elu(input, alpha)."""
-        return _act.elu(input, self.alpha)
+        return F.elu(input, self.alpha, inplace=self.inplace)
 
     def extra_repr(self) -> str:
         """`alpha=…` (and `inplace=True` when set)."""
@@ -210,7 +211,7 @@ class SELU(Module):
 
     def forward(self, input):
         """selu(input)."""
-        return _act.selu(input)
+        return F.selu(input, inplace=self.inplace)
 
     def extra_repr(self) -> str:
         """`inplace=True` when set."""
@@ -226,7 +227,7 @@ class CELU(Module):
 
     def forward(self, input):
         """celu(input, alpha)."""
-        return _act.celu(input, self.alpha)
+        return F.celu(input, self.alpha, inplace=self.inplace)
 
     def extra_repr(self) -> str:
         """`alpha=…` (and `inplace=True` when set)."""
@@ -246,7 +247,7 @@ class Hardtanh(Module):
 
     def forward(self, input):
         """hardtanh(input, min_val, max_val)."""
-        return _act.hardtanh(input, self.min_val, self.max_val)
+        return F.hardtanh(input, self.min_val, self.max_val, inplace=self.inplace)
 
     def extra_repr(self) -> str:
         """`min_val=…, max_val=…` (and `inplace=True` when set)."""
@@ -263,7 +264,7 @@ class Hardsigmoid(Module):
 
     def forward(self, input):
         """hardsigmoid(input)."""
-        return _act.hardsigmoid(input)
+        return F.hardsigmoid(input, inplace=self.inplace)
 
     def extra_repr(self) -> str:
         """`inplace=True` when set."""
@@ -279,7 +280,7 @@ class Hardswish(Module):
 
     def forward(self, input):
         """hardswish(input)."""
-        return _act.hardswish(input)
+        return F.hardswish(input, inplace=self.inplace)
 
     def extra_repr(self) -> str:
         """`inplace=True` when set."""
@@ -297,7 +298,7 @@ class LogSigmoid(Module):
 class PReLU(Module):
     """x where x > 0, else weight * x, with a learnable `weight`: one slope shared by
     all channels (`num_parameters=1`) or one per channel (dimension 1 of the input),
-    each initialised to `init` (PyTorch's `nn.PReLU`; `dtype` default: the default dtype)."""
+    each initialised to `init` (PyTorch's `nn.PReLU`; `dtype` default `pa.get_default_dtype()`)."""
 
     def __init__(self, num_parameters: int = 1, init: float = 0.25, dtype=None) -> None:
         super().__init__()

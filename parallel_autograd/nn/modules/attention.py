@@ -37,8 +37,9 @@ class MultiheadAttention(Module):
         add_zero_attn: append a position of zeros to the keys and values (default False).
         kdim, vdim: key and value features (default embed_dim).
         batch_first: inputs and output are (N, L, E) instead of (L, N, E).
-        dtype: parameter dtype (default: the default dtype). generator: numpy Generator for the
-            initial values (default: the default generator `pa.manual_seed` reseeds).
+        dtype: parameter dtype (default: `pa.get_default_dtype()`). generator: numpy
+            Generator for the initial values (default: the default generator
+            `pa.manual_seed` reseeds).
 
     Parameters, PyTorch's names and initialisation (so a torch state dict loads):
     `in_proj_weight` (3*embed_dim, embed_dim) when kdim == vdim == embed_dim, else

@@ -134,10 +134,9 @@ class Conv1d(_ConvNd):
     Args: in_channels, out_channels; kernel_size, stride (default 1), dilation (default
     1): ints; padding: int (default 0), 'valid' or 'same'; groups (default 1: in and out
     channels divisible by it; groups == in_channels is depthwise); bias (default True);
-    padding_mode: 'zeros', 'reflect', 'replicate' or 'circular'; dtype (default: the default dtype);
-    generator for the initial
-    values. Parameters: weight (out_channels, in_channels/groups, k) and bias, PyTorch's
-    initialisation.
+    padding_mode: 'zeros', 'reflect', 'replicate' or 'circular'; dtype (default:
+    `pa.get_default_dtype()`); generator for the initial values. Parameters: weight
+    (out_channels, in_channels/groups, k) and bias, PyTorch's initialisation.
     """
 
     _nd = 1
@@ -164,7 +163,7 @@ class Conv2d(_ConvNd):
         bias: whether to learn a bias (default True).
         padding_mode: "zeros" (default), "reflect", "replicate" or "circular" (the input
             is padded by `F.pad` in that mode, then convolved without padding).
-        dtype: parameter dtype (default: the default dtype).
+        dtype: parameter dtype (default: `pa.get_default_dtype()`).
         generator: numpy Generator for the initial values (default: the default
             generator).
 

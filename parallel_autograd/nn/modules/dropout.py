@@ -14,7 +14,7 @@ class Dropout(Module):
 
     Args:
         p: drop probability in [0, 1] (default 0.5).
-        inplace: accepted for compatibility; the result is computed out of place.
+        inplace: write the result into the input and return it, as PyTorch's.
         generator: numpy Generator for the masks; default None draws each mask from
             the default generator at call time (so `pa.manual_seed` makes runs
             reproducible). A generator given here is deep-copied with the module.
@@ -35,7 +35,8 @@ class Dropout(Module):
         """`input` with dropout applied when `self.training`, else `input` itself."""
         if not self.training or self.p == 0.0:
             return input
-        return F.dropout(input, self.p, True, rng=_random.resolve_generator(self.generator))
+        return F.dropout(input, self.p, True, self.inplace,
+                         rng=_random.resolve_generator(self.generator))
 
     def extra_repr(self) -> str:
         """`p=…, inplace=…`."""

@@ -30,7 +30,7 @@ class Linear(Module):
         in_features: size of each input's last dimension.
         out_features: size of each output's last dimension.
         bias: whether to learn an additive bias (default True).
-        dtype: parameter dtype (default: the default dtype).
+        dtype: parameter dtype (default: `pa.get_default_dtype()`).
         generator: numpy Generator for the initial values (default: the default
             generator that `pa.manual_seed` reseeds).
 

@@ -49,7 +49,7 @@ class LayerNorm(Module):
         elementwise_affine: learn `weight` (ones) and `bias` (zeros) of shape
             `normalized_shape` (default True).
         bias: learn the bias too (default True; only with elementwise_affine).
-        dtype: parameter dtype (default: the default dtype).
+        dtype: parameter dtype (default: `pa.get_default_dtype()`).
     """
 
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True,
@@ -87,7 +87,7 @@ class RMSNorm(Module):
         eps: added to the mean square; None (default) is the machine epsilon of the
             input's dtype, as in PyTorch.
         elementwise_affine: learn `weight` (ones) of shape `normalized_shape`.
-        dtype: parameter dtype (default: the default dtype).
+        dtype: parameter dtype (default: `pa.get_default_dtype()`).
     """
 
     def __init__(self, normalized_shape, eps: float | None = None,
@@ -204,7 +204,7 @@ class BatchNorm1d(_BatchNorm):
         affine: learn `weight` (ones) and `bias` (zeros) (default True).
         track_running_stats: keep `running_mean`, `running_var`, `num_batches_tracked`
             buffers (default True); False: the batch's statistics in evaluation too.
-        dtype: parameter and buffer dtype (default: the default dtype).
+        dtype: parameter and buffer dtype (default: `pa.get_default_dtype()`).
         bias: learn the bias (default True; with affine).
 
     Thread safety: each training forward's update of the buffers is atomic

@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 
+from ... import dtypes as D
 from .. import init
 from .._recurrent import GATES, run
 from ..module import Module
@@ -21,6 +22,24 @@ from ...tensor import Tensor
 from ..utils import rnn as _rnn_utils
 from ..utils.rnn import PackedSequence
 from ._utils import empty_parameter, float_dtype
+
+
+def _input_dtype(x: np.ndarray, weight, exc: type = ValueError) -> None:
+    """PyTorch's refusal of an input whose dtype is not the weights' (ValueError for the
+    layers, whose message says how to convert; any input dtype, integer too): numpy would
+    compute a float64 input against float32 weights silently in float64."""
+    if x.dtype != weight.dtype:
+        got, want = D.as_dtype(x.dtype), D.as_dtype(weight.dtype)
+        raise exc(f"RNN input dtype ({got}) does not match weight dtype ({want}). Convert "
+                  f"input: input.to({want}), or convert model: model.to({got})")
+
+
+def _same_dtype(name: str, what: str, a: np.ndarray, weight) -> None:
+    """PyTorch's RuntimeError for a state (or a cell's input) in another dtype than the
+    weights (torch: "mat1 and mat2 must have the same dtype")."""
+    if a.dtype != weight.dtype:
+        raise RuntimeError(f"{name}: {what} and weights must have the same dtype, but got "
+                           f"{a.dtype} and {weight.dtype}")
 
 
 def _check_args(name: str, sizes: dict, flags: dict, device) -> None:
@@ -118,8 +137,7 @@ class RNNBase(Module):
                              f"{self.input_size}, got {x.shape[-1]}")
         if x.shape[0 if x.ndim == 2 or not self.batch_first else 1] == 0:
             raise ValueError(f"{name}: the input sequence is empty")
-        if x.dtype.kind != "f":
-            raise TypeError(f"{name}: expected a floating input, got {x.dtype}")
+        _input_dtype(x, self.weight_ih_l0)
         batched = x.ndim == 3
         if not batched:
             input = S.unsqueeze(_tensor(input), 0 if self.batch_first else 1)
@@ -143,6 +161,7 @@ class RNNBase(Module):
                 sd = sd[:, None]
             if sd.shape != want:
                 raise ValueError(f"{name}: Expected hidden size {want}, got {sd.shape}")
+            _same_dtype(name, "hx", sd, self.weight_ih_l0)
             fixed.append(s)
         hx = None if not fixed else (tuple(fixed) if self.mode == "LSTM" else fixed[0])
         return input, hx, batched
@@ -170,6 +189,9 @@ class RNNBase(Module):
         if data.ndim != 2 or data.shape[1] != self.input_size:
             raise ValueError(f"{name}: packed data must be (steps, {self.input_size}), got "
                              f"{data.shape}")
+        # torch 2.13's packed LSTM fails in its GEMM (RuntimeError), RNN and GRU check first
+        _input_dtype(data.data, self.weight_ih_l0,
+                     RuntimeError if self.mode == "LSTM" else ValueError)
         sizes = np.asarray(_rnn_utils._raw(packed.batch_sizes), np.int64)
         sort, unsort = (None if i is None else np.asarray(_rnn_utils._raw(i), np.int64)
                         for i in (packed.sorted_indices, packed.unsorted_indices))
@@ -201,6 +223,7 @@ class RNNBase(Module):
         for s in states:
             if s.shape != want:
                 raise ValueError(f"{name}: Expected hidden size {want}, got {s.shape}")
+            _same_dtype(name, "hx", s.data, self.weight_ih_l0)
         return states if lstm else states[0]
 
     def extra_repr(self) -> str:
@@ -237,8 +260,9 @@ class RNN(RNNBase):
         dropout: dropout on each layer's output but the last, in training (default 0).
         bidirectional: a second direction from the last step to the first; outputs are
             concatenated (default False).
-        dtype: parameter dtype (default: the default dtype). generator: numpy Generator for the
-            initial values (default: the default generator `pa.manual_seed` reseeds).
+        dtype: parameter dtype (default: `pa.get_default_dtype()`). generator: numpy
+            Generator for the initial values (default: the default generator
+            `pa.manual_seed` reseeds).
 
     `forward(input, hx=None)`: input (T, N, input_size) (batch_first: (N, T, ...)),
     unbatched (T, input_size), or a `nn.utils.rnn.PackedSequence` (then the output is one
@@ -350,8 +374,7 @@ class RNNCellBase(Module):
         if x.shape[-1] != self.input_size:
             raise ValueError(f"{name}: input has inconsistent input_size: got {x.shape[-1]} "
                              f"expected {self.input_size}")
-        if x.dtype.kind != "f":
-            raise TypeError(f"{name}: expected a floating input, got {x.dtype}")
+        _same_dtype(name, "input", x, self.weight_ih)
         batched = x.ndim == 2
         want = (x.shape[0], self.hidden_size) if batched else (self.hidden_size,)
         fixed = []
@@ -362,6 +385,7 @@ class RNNCellBase(Module):
             sd = s.data if isinstance(s, Tensor) else np.asarray(s)
             if sd.shape != want:
                 raise ValueError(f"{name}: Expected hidden size {want}, got {sd.shape}")
+            _same_dtype(name, "hx", sd, self.weight_ih)
             fixed.append(S.unsqueeze(_tensor(s), 0) if batched else S.reshape(_tensor(s),
                                                                              (1, 1, -1)))
         seq = S.unsqueeze(_tensor(input), 0) if batched else S.reshape(_tensor(input),

@@ -24,7 +24,7 @@ class Embedding(Module):
             renormalized to it, in place (PyTorch's).
         scale_grad_by_freq: each row's gradient divided by its index's count in the batch.
         sparse: accepted; the gradient is dense (no sparse tensors here).
-        dtype: weight dtype (default: the default dtype).
+        dtype: weight dtype (default: `pa.get_default_dtype()`).
         generator: numpy Generator for the initial values (default: the default
             generator).
 

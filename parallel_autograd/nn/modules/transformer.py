@@ -12,8 +12,8 @@ True is a hint that the given mask is causal (a mask is still required, as torch
 Differences: no inference fast path (torch's eval-mode path turns a padded batch into
 nested tensors and returns zeros at the padded positions of the last layer, here every
 position is computed); no `enable_nested_tensor` warning (`use_nested_tensor` is False).
-Layers are float64 unless given `dtype=`; `generator=` (an extension, as on the other
-layers) seeds the initial weights.
+Layers take the default dtype (float32 unless changed) unless given `dtype=`; `generator=`
+(an extension, as on the other layers) seeds the initial weights.
 
 Thread safety: as every Module (forward only reads parameters).
 """

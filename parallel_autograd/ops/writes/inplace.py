@@ -5,14 +5,15 @@ They write into the tensor's own ndarray (views and other references see the cha
 and bump its version counter (`parallel_autograd.version`), so a backward that needs
 an overwritten value fails with a clear error instead of computing a wrong gradient.
 
-When they are allowed (PyTorch's rules, stricter in one place):
+When they are allowed (PyTorch's rules, stricter for views):
 - under `no_grad()` (the optimizer-step case), or on tensors that do not require grad,
   with no operand that requires grad: allowed;
 - on a leaf that requires grad, with grad mode on: RuntimeError (PyTorch's "a leaf
   Variable that requires grad is being used in an in-place operation");
 - on a tensor with a gradient history, or with an operand that requires grad, with
-  grad mode on: RuntimeError. PyTorch records these; here they are refused, never
-  recorded wrongly: write the op out of place (`y = y + x`).
+  grad mode on: recorded, as PyTorch records them (`record.rebase`: the tensor takes
+  the out-of-place op's node as its history; docs/inplace.md); through a view of
+  another tensor's memory: RuntimeError (PyTorch rewrites the viewed tensor's history).
 
 Writes through `.data` (numpy) bypass the checks and the version counter, as in
 PyTorch. Thread safety: like any write to an array, not synchronised with readers.
@@ -34,6 +35,9 @@ More of PyTorch's in-place methods, with the same checks:
 """
 from __future__ import annotations
 
+import functools
+import inspect
+
 import numpy as np
 
 from ... import version
@@ -41,9 +45,13 @@ from ...dtypes import promote_operands, scalar_type_name
 from ...grad_mode import is_grad_enabled
 from ...random import resolve_generator
 from ...tensor import Tensor
+from .. import activations as AC
 from .. import index as IX
+from .. import pointwise as PW
+from .. import shape as S
 from ..forms import depends_on
-from .setitem import setitem
+from .record import rebase, rebase_view
+from .setitem import index_put, setitem
 
 __all__ = ["bernoulli", "METHODS"]
 
@@ -52,32 +60,46 @@ def _raw(x):
     return x.data if isinstance(x, Tensor) else x
 
 
-def _check(t: Tensor, name: str, operands) -> None:
+_LEAF = ("a leaf Variable that requires grad is being used in an in-place operation. "
+         "({name}: for an update such as an optimizer step, run it under "
+         "`with pa.no_grad():`)")
+
+
+def _records(t: Tensor, name: str, operands) -> bool:
+    """Whether the write is recorded (grad mode on, and `t` or an operand requires grad);
+    a leaf that requires grad is refused (PyTorch's RuntimeError)."""
     if not is_grad_enabled():
-        return
+        return False
     if t._requires_grad:
         if t.grad_fn is None:
-            raise RuntimeError(
-                f"a leaf Variable that requires grad is being used in an in-place operation "
-                f"({name}); for an update such as an optimizer step, run it under "
-                f"`with pa.no_grad():`")
-        raise RuntimeError(
-            f"{name}: in-place operations are not recorded on a tensor with a gradient "
-            f"history (grad_fn=<{t.grad_fn.name}>); write it out of place (y = y + x), or "
-            f"run it under pa.no_grad()")
+            raise RuntimeError(_LEAF.format(name=name))
+        return True
     for o in operands:
         if isinstance(o, Tensor) and o._requires_grad:
-            raise RuntimeError(
-                f"{name}: an operand requires grad, but the in-place result would not "
-                f"record it (the tensor written does not require grad); write it out of "
-                f"place (y = y + x)")
+            return True
+    return False
 
 
-def _inplace(name: str, write):
-    """An in-place method: `write(data, *raw_operands, **kwargs)` writes into `data`."""
+def _check(t: Tensor, name: str, operands) -> None:
+    """Refuse a write that would need recording (the methods that have no recorded form)."""
+    if _records(t, name, operands):
+        raise RuntimeError(
+            f"{name}: this in-place operation is not recorded on a tensor with a gradient "
+            f"history or with an operand that requires grad; write it out of place, or run "
+            f"it under pa.no_grad()")
+
+
+def _inplace(name: str, write, recorded=None):
+    """An in-place method: `write(data, *raw_operands, **kwargs)` writes into `data`.
+    With grad involved, `recorded(old, *operands, **kwargs)`, the out-of-place op, gives
+    the new values and the node `t` takes as its history (`record.rebase`); None: such a
+    write is refused."""
 
     def method(self: Tensor, *operands, **kwargs) -> Tensor:
-        _check(self, name, operands + tuple(kwargs.values()))
+        if _records(self, name, operands + tuple(kwargs.values())):
+            if recorded is None:
+                _check(self, name, operands + tuple(kwargs.values()))
+            return rebase(self, name, recorded, operands, kwargs)
         try:
             write(self.data, *[_raw(o) for o in operands],
                   **{k: _raw(v) for k, v in kwargs.items()})
@@ -224,27 +246,40 @@ def _masked_fill(d, mask, value):
     np.copyto(d, value, where=m)
 
 
+def _copied(old, src):
+    """`copy_`'s recorded form: `src` (broadcast, cast) written over all of `old`."""
+    return index_put(old, Ellipsis, src)
+
+
+def _filled(old, value):
+    return index_put(old, Ellipsis, value)
+
+
+def _zeroed(old):
+    return index_put(old, Ellipsis, 0)
+
+
 METHODS = {
-    "add_": _inplace("add_", _promoting("add_", _add)),
-    "sub_": _inplace("sub_", _promoting("sub_", _sub)),
-    "mul_": _inplace("mul_", _promoting("mul_", _mul)),
-    "div_": _inplace("div_", _promoting("div_", _div, to_float=True)),
-    "neg_": _inplace("neg_", lambda d: np.negative(d, out=d)),
-    "zero_": _inplace("zero_", lambda d: d.fill(0)),
-    "fill_": _inplace("fill_", lambda d, value: d.fill(value)),
-    "copy_": _inplace("copy_", _copy),
-    "clamp_": _inplace("clamp_", _promoting("clamp_", _clamp, 2)),
-    "addcmul_": _inplace("addcmul_", _promoting("addcmul_", _addcmul, 2)),
-    "lerp_": _inplace("lerp_", _lerp),
-    "__iadd__": _inplace("+=", _promoting("+=", _add)),
-    "__isub__": _inplace("-=", _promoting("-=", _sub)),
-    "__imul__": _inplace("*=", _promoting("*=", _mul)),
-    "__itruediv__": _inplace("/=", _promoting("/=", _div, to_float=True)),
-    "scatter_": _inplace("scatter_", _scatter),
-    "scatter_add_": _inplace("scatter_add_", _scatter_add),
-    "index_add_": _inplace("index_add_", _index_add),
+    "add_": _inplace("add_", _promoting("add_", _add), PW.add),
+    "sub_": _inplace("sub_", _promoting("sub_", _sub), PW.sub),
+    "mul_": _inplace("mul_", _promoting("mul_", _mul), PW.mul),
+    "div_": _inplace("div_", _promoting("div_", _div, to_float=True), PW.div),
+    "neg_": _inplace("neg_", lambda d: np.negative(d, out=d), PW.neg),
+    "zero_": _inplace("zero_", lambda d: d.fill(0), _zeroed),
+    "fill_": _inplace("fill_", lambda d, value: d.fill(value), _filled),
+    "copy_": _inplace("copy_", _copy, _copied),
+    "clamp_": _inplace("clamp_", _promoting("clamp_", _clamp, 2), PW.clamp),
+    "addcmul_": _inplace("addcmul_", _promoting("addcmul_", _addcmul, 2), PW.addcmul),
+    "lerp_": _inplace("lerp_", _lerp, PW.lerp),
+    "__iadd__": _inplace("+=", _promoting("+=", _add), PW.add),
+    "__isub__": _inplace("-=", _promoting("-=", _sub), PW.sub),
+    "__imul__": _inplace("*=", _promoting("*=", _mul), PW.mul),
+    "__itruediv__": _inplace("/=", _promoting("/=", _div, to_float=True), PW.div),
+    "scatter_": _inplace("scatter_", _scatter, IX.scatter),
+    "scatter_add_": _inplace("scatter_add_", _scatter_add, IX.scatter_add),
+    "index_add_": _inplace("index_add_", _index_add, IX.index_add),
     "index_fill_": _inplace("index_fill_", _index_fill),
-    "masked_fill_": _inplace("masked_fill_", _masked_fill),
+    "masked_fill_": _inplace("masked_fill_", _masked_fill, IX.masked_fill),
 }
 METHODS["clip_"] = METHODS["clamp_"]
 METHODS["__setitem__"] = setitem
@@ -294,10 +329,12 @@ _MATH = {
 
 
 # ---- shape: a new view of the same memory ----------------------------------------------------
-def _reshaping(name: str, view):
-    """An in-place shape method: `view(data, *args)` is the tensor's new array."""
+def _reshaping(name: str, view, recorded):
+    """An in-place shape method: `view(data, *args)` is the tensor's new array; with a
+    history, `recorded(t, *args)` (the shape op) gives its node (`record.rebase_view`)."""
     def method(self: Tensor, *args) -> Tensor:
-        _check(self, name, ())
+        if _records(self, name, ()):
+            return rebase_view(self, name, recorded, args)
         self.data = view(self.data, *args)
         version.bump(self)
         return self
@@ -379,17 +416,85 @@ def bernoulli(input, p=None, *, generator=None) -> Tensor:
     return out if isinstance(out, Tensor) else Tensor._wrap(out)
 
 
-METHODS.update({name: _inplace(name, write) for name, write in _MATH.items()})
+METHODS.update({name: _inplace(name, write, getattr(AC if name[:-1] in ("relu", "sigmoid")
+                                                   else PW, name[:-1]))
+                for name, write in _MATH.items()})
+def _drawn(write):
+    """The recorded form of a random fill: the draw written over all of the old values
+    (PyTorch's: their gradient is 0)."""
+    def recorded(old, *args, **kwargs):
+        values = np.empty(old.shape, old.dtype)
+        write(values, *args, **kwargs)
+        return index_put(old, Ellipsis, values)
+    return recorded
+
+
+def _index_filled(old, dim, index, value):
+    """`index_fill_`'s recorded form: `value` written at `index` along `dim`."""
+    d = old.data
+    if d.ndim == 0:
+        raise ValueError("index_fill_: input must have at least 1 dimension")
+    k = IX.old_dim(dim, d.ndim, "index_fill_")
+    if np.ndim(_raw(value)):
+        raise ValueError("index_fill_: value must be a number or a 0-d tensor")
+    return index_put(old, IX.along(k, IX.vector_index(index, d.shape[k], "index_fill_", k)),
+                     value)
+
+
+METHODS["index_fill_"] = _inplace("index_fill_", _index_fill, _index_filled)
 METHODS.update({
-    "unsqueeze_": _reshaping("unsqueeze_", _unsqueeze),
-    "squeeze_": _reshaping("squeeze_", _squeeze),
-    "transpose_": _reshaping("transpose_", _transpose),
-    "swapaxes_": _reshaping("swapaxes_", _transpose),
-    "t_": _reshaping("t_", _t),
-    "uniform_": _inplace("uniform_", _uniform),
-    "normal_": _inplace("normal_", _normal),
-    "bernoulli_": _inplace("bernoulli_", _bernoulli),
+    "unsqueeze_": _reshaping("unsqueeze_", _unsqueeze, S.unsqueeze),
+    "squeeze_": _reshaping("squeeze_", _squeeze, S.squeeze),
+    "transpose_": _reshaping("transpose_", _transpose, S.transpose),
+    "swapaxes_": _reshaping("swapaxes_", _transpose, S.swapaxes),
+    "t_": _reshaping("t_", _t, S.t),
+    "uniform_": _inplace("uniform_", _uniform, _drawn(_uniform)),
+    "normal_": _inplace("normal_", _normal, _drawn(_normal)),
+    "bernoulli_": _inplace("bernoulli_", _bernoulli, _drawn(_bernoulli)),
     "bernoulli": bernoulli,
 })
 for _name in _MATH:
     METHODS[_name].__doc__ = f"`{_name[:-1]}` in place (the tensor's own memory is written)."
+
+
+def inplace_form(op):
+    """`op` with PyTorch's `inplace=True`: `F.relu(x, inplace=True)` writes the result into
+    `x` and returns `x` (recorded through `op`'s node when grad is involved, as the
+    in-place methods are: `record.rebase`; a leaf that requires grad is refused, a view of
+    another tensor with history too), instead of computing out of place and leaving `x`
+    unchanged. `op` is a declared op with an `inplace` parameter it ignores. A dropout
+    that is the identity (`training=False` or `p=0`) returns `x` untouched, as PyTorch's.
+    The signature shown is `op`'s (`__wrapped__`)."""
+    name = op.__name__ + "_"
+    sig = inspect.signature(op)
+    pos = list(sig.parameters).index("inplace")
+    identity = None
+    if "training" in sig.parameters and "p" in sig.parameters:  # the dropouts
+        def identity(args, kwargs):
+            b = sig.bind_partial(*args, **kwargs)
+            b.apply_defaults()
+            return not b.arguments["training"] or b.arguments["p"] == 0
+
+    @functools.wraps(op)
+    def f(*args, **kwargs):
+        if len(args) > pos:
+            inplace, args = args[pos], args[:pos] + args[pos + 1:]
+        else:
+            inplace = kwargs.pop("inplace", False)
+        if not inplace or (identity is not None and identity(args, kwargs)):
+            return op(*args, **kwargs)
+        if args:
+            t, operands = args[0], args[1:]
+        else:
+            t, operands = kwargs.pop("input"), ()
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op.__name__}(inplace=True): the input must be a Tensor, got "
+                            f"{type(t).__name__}")
+        if _records(t, name, operands + tuple(kwargs.values())):
+            return rebase(t, name, op, operands, kwargs)
+        out = op(t, *operands, **kwargs)
+        np.copyto(t.data, out.data, casting="same_kind")
+        version.bump(t)
+        return t
+
+    return f
