@@ -493,3 +493,47 @@ def test_strided_input_gradient_one_gemm_per_chunk(xs, ws, stride, padding, monk
     want = torch.nn.grad.conv2d_input(xs, torch.tensor(w), torch.tensor(g), stride,
                                       padding).numpy()
     np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+
+
+@pytest.mark.parametrize("xs,ws,stride,padding", [
+    ((4, 16, 12, 12), (8, 16, 3, 3), 2, 1),       # deeper layer: channels-last
+    ((4, 1, 12, 12), (8, 1, 3, 3), 1, 0),         # first layer: channels-first
+    ((4, 4, 12, 12), (8, 2, 3, 3), 2, 1),         # grouped: one product per offset
+], ids=["channels_last", "channels_first", "grouped"])
+def test_small_input_gradient_gemms_run_on_one_blas_thread(xs, ws, stride, padding,
+                                                            monkeypatch):
+    """Bx*'s GEMMs below `_ONE_THREAD_MACS` run with BLAS held at one thread (on loaded
+    cores each threaded call waited for its helper: mnist1's input gradient 3.5 -> 124 ms
+    at 2 threads, issue 28), the count restored after; bigger ones keep BLAS's threads."""
+    from parallel_autograd.engine import blas
+    from parallel_autograd.nn import _conv
+    before = blas.current_threads()
+    if before is None:
+        pytest.skip("no BLAS library found by threadpoolctl")
+    out_sz = _conv._out_sizes("c", xs[2:], ws[2:], (stride,) * 2, (padding,) * 2,
+                              (padding,) * 2, (1, 1))
+    g, w = rand((xs[0], ws[0]) + out_sz, 1), rand(ws, 2)
+    geom = dict(stride=(stride,) * 2, padding=(padding,) * 2, dilation=(1, 1),
+                groups=xs[1] // ws[1])
+    want = _conv._input_of(g, w, xs, geom)
+    seen = []
+    real = np.matmul
+
+    def recording(*args, **kwargs):
+        seen.append(blas.current_threads())
+        return real(*args, **kwargs)
+    blas.set_threads(2)
+    try:
+        if blas.current_threads() != 2:
+            pytest.skip("BLAS threads cannot be set here")
+        for limit, threads in ((_conv._ONE_THREAD_MACS, 1), (0, 2)):
+            monkeypatch.setattr(_conv, "_ONE_THREAD_MACS", limit)
+            monkeypatch.setattr(np, "matmul", recording)
+            seen.clear()
+            got = _conv._input_of(g, w, xs, geom)
+            monkeypatch.undo()
+            assert seen and set(seen) == {threads}
+            assert blas.current_threads() == 2 and blas.holders() == 0
+            np.testing.assert_array_equal(got, want)
+    finally:
+        blas.set_threads(before)

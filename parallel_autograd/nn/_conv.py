@@ -18,7 +18,9 @@ columns' gradient is one GEMM per chunk of samples and col2im is one add per off
 long contiguous rows; everything else, per chunk of samples, ungrouped: ONE GEMM for all
 kernel offsets, then one add per offset into the input's strided block, channels-first
 through the columns' gradient (first layers, 1x1 kernels, 1-d) or channels-last from a
-chunk of g copied so (deeper layers); grouped: one product per offset. The weight
+chunk of g copied so (deeper layers); grouped: one product per offset. Bx*'s GEMMs
+smaller than `_ONE_THREAD_MACS` run with BLAS held at one thread (`engine.blas.limited`,
+process-wide while the kernel runs): a thread hand-off costs more than they do. The weight
 gradient Bw*(x, g) is a GEMM per chunk of samples against the columns (kept by the
 forward, or rebuilt chunk by chunk). The transposed convolution is Bx* itself.
 
@@ -32,12 +34,14 @@ allocator (thread-safe).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 
 import numpy as np
 
 from .. import memory
+from ..engine import blas
 from ..engine.cost import gemm_cost
 from ..memory import empty
 from ..ops import reduce as R
@@ -53,6 +57,22 @@ __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
 
 # Columns per chunk of the conv forward (cache resident for its GEMM; tests shrink it).
 _COLS_BYTES = 1 << 22
+
+# A GEMM of fewer multiply-adds runs with BLAS held at one thread (`_blas_threads`):
+# OpenBLAS threads any GEMM above ~0.5M, and on loaded cores each threaded call waits
+# for its helper to be scheduled: 2 threads took 15-230x one thread's median time from
+# 1.6M to 42M multiply-adds (one thread: 0.1-1.7 ms float32), 0.6-2.3x at 134-537M
+# (2026-11-27, load ~10 on 2 cores; `docs/benchmarks.md`). Below this, an idle second
+# core could save at most ~half of a ~1-2.5 ms GEMM.
+_ONE_THREAD_MACS = 1 << 25
+_ANY_THREADS = contextlib.nullcontext()
+
+
+def _blas_threads(macs: int):
+    """The context a kernel's GEMMs of `macs` multiply-adds each run in: BLAS held at one
+    thread below `_ONE_THREAD_MACS` (`blas.limited`, ~60 us when it changes the count),
+    else as it is."""
+    return blas.limited(1) if macs < _ONE_THREAD_MACS else _ANY_THREADS
 
 
 # ---- arguments -----------------------------------------------------------------------------
@@ -258,15 +278,16 @@ def _input_grad_columns(g, w, x_shape, geo, groups, nb: int) -> np.ndarray:
     buf = scratch[o * nb * p:].reshape(ck, nb * p)
     gx = zeros(x_shape, dtype=dtype)
     nd = len(kernel)
-    for a in range(0, n, nb):
-        m = min(n, a + nb) - a
-        gc = gbuf[:, :m]
-        np.copyto(gc, g3[a:a + m].transpose(1, 0, 2))
-        d = buf[:, :m * p]
-        np.matmul(wt, gc.reshape(groups, og, m * p), out=d.reshape(groups, ckg, m * p))
-        d = d.reshape((c,) + kernel + (m, p)).transpose(
-            (nd + 1, 0) + tuple(range(1, nd + 1)) + (nd + 2,))      # (m, C, *kernel, P)
-        _col2im_add(gx[a:a + m], d, geo, out_sz, flat=geo[1] is not None)
+    with _blas_threads(ckg * og * nb * p):
+        for a in range(0, n, nb):
+            m = min(n, a + nb) - a
+            gc = gbuf[:, :m]
+            np.copyto(gc, g3[a:a + m].transpose(1, 0, 2))
+            d = buf[:, :m * p]
+            np.matmul(wt, gc.reshape(groups, og, m * p), out=d.reshape(groups, ckg, m * p))
+            d = d.reshape((c,) + kernel + (m, p)).transpose(
+                (nd + 1, 0) + tuple(range(1, nd + 1)) + (nd + 2,))  # (m, C, *kernel, P)
+            _col2im_add(gx[a:a + m], d, geo, out_sz, flat=geo[1] is not None)
     return gx
 
 
@@ -413,13 +434,14 @@ def _input_grad_channels_last(g, w, x_shape, taps, groups) -> np.ndarray:
     gbuf = scratch[:nb * p * o].reshape((nb,) + out_sz + (o,))
     t = scratch[nb * p * o:].reshape(nb * p, tc)
     perm = (0,) + tuple(range(2, nd + 2)) + (1,)
-    for a in range(0, n, nb):
-        m = min(n, a + nb) - a
-        np.copyto(gbuf[:m], g[a:a + m].transpose(perm))
-        if groups == 1:
-            _channels_last_dense(gbuf[:m], w2, out[a:a + m], t[:m * p], taps)
-        else:
-            _channels_last_chunk(gbuf[:m], w2, out[a:a + m], t[:m * p], taps, groups)
+    with _blas_threads(nb * p * (o // groups) * (tc if groups == 1 else c // groups)):
+        for a in range(0, n, nb):
+            m = min(n, a + nb) - a
+            np.copyto(gbuf[:m], g[a:a + m].transpose(perm))
+            if groups == 1:
+                _channels_last_dense(gbuf[:m], w2, out[a:a + m], t[:m * p], taps)
+            else:
+                _channels_last_chunk(gbuf[:m], w2, out[a:a + m], t[:m * p], taps, groups)
     return out.transpose((0, nd + 1) + tuple(range(1, nd + 1)))
 
 
