@@ -469,11 +469,17 @@ def test_strided_input_gradient_kernels_match_torch(name, kernel, chunk, monkeyp
     ((4, 16, 12, 12), (8, 16, 3, 3), 1, 0),       # 'valid' stride 1: channels-last
     ((4, 3, 16, 16), (8, 3, 4, 4), 2, 1),         # first layer: channels-first
 ], ids=["strided", "valid", "first_layer"])
-def test_strided_input_gradient_one_gemm_per_chunk(xs, ws, stride, padding, monkeypatch):
-    """Bx*'s non-flat kernels, ungrouped, run one GEMM per chunk of samples for all kernel
-    offsets (issue 28: was one per offset, the cost on 2 threads), and stay torch's."""
+@pytest.mark.parametrize("big", [True, False], ids=["threaded", "one_thread"])
+def test_strided_input_gradient_gemms_per_chunk(xs, ws, stride, padding, big, monkeypatch):
+    """Bx*'s non-flat kernels, ungrouped: first layers run one GEMM per chunk of samples
+    for all kernel offsets (issue 28: was one per offset, the cost on 2 threads); deeper
+    layers too when those GEMMs are big enough to thread (`_ONE_THREAD_MACS`, here
+    lowered to 0), else one per offset (faster on one thread: the product stays in
+    cache). Both stay torch's."""
     torch = pytest.importorskip("torch")
     from parallel_autograd.nn import _conv
+    if big:
+        monkeypatch.setattr(_conv, "_ONE_THREAD_MACS", 0)
     out_sz = _conv._out_sizes("c", xs[2:], ws[2:], (stride,) * 2, (padding,) * 2,
                               (padding,) * 2, (1, 1))
     g, w = rand((xs[0], ws[0]) + out_sz, 1), rand(ws, 2)
@@ -487,9 +493,13 @@ def test_strided_input_gradient_one_gemm_per_chunk(xs, ws, stride, padding, monk
     geom = dict(stride=(stride,) * 2, padding=(padding,) * 2, dilation=(1, 1), groups=1)
     got = _conv._input_of(g, w, xs, geom)
     monkeypatch.undo()
-    # at most one a sample (chunks of columns <= the input's size: one sample for the
-    # first layer, all 4 for the others), fewer than the 9-16 kernel offsets
-    assert len(calls) <= xs[0] < np.prod(ws[2:])
+    offsets = int(np.prod(ws[2:]))
+    if big or xs[1] <= 8:
+        # at most one a sample (chunks of columns <= the input's size: one sample for
+        # the first layer, all 4 for the others), fewer than the 9-16 kernel offsets
+        assert len(calls) <= xs[0] < offsets
+    else:
+        assert len(calls) == offsets                # one chunk: all 4 samples
     want = torch.nn.grad.conv2d_input(xs, torch.tensor(w), torch.tensor(g), stride,
                                       padding).numpy()
     np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)

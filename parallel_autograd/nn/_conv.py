@@ -18,7 +18,8 @@ columns' gradient is one GEMM per chunk of samples and col2im is one add per off
 long contiguous rows; everything else, per chunk of samples, ungrouped: ONE GEMM for all
 kernel offsets, then one add per offset into the input's strided block, channels-first
 through the columns' gradient (first layers, 1x1 kernels, 1-d) or channels-last from a
-chunk of g copied so (deeper layers); grouped: one product per offset. Bx*'s GEMMs
+chunk of g copied so (deeper layers; there only when that GEMM is big enough to thread,
+else one per offset); grouped: one product per offset. Bx*'s GEMMs
 smaller than `_ONE_THREAD_MACS` run with BLAS held at one thread (`engine.blas.limited`,
 process-wide while the kernel runs): a thread hand-off costs more than they do. The weight
 gradient Bw*(x, g) is a GEMM per chunk of samples against the columns (kept by the
@@ -382,11 +383,11 @@ def _channels_last_dense(gc, w2, out, t, taps) -> None:
 
 
 def _channels_last_chunk(gc, w2, out, t, taps, groups) -> None:
-    """Add the input gradient of one chunk of samples into `out` (m, *in, C), grouped:
-    `gc` (m, *out, O) is the chunk of g channels-last, `w2` (*kernel, O, C/G) the weight.
-    Per kernel offset one batched GEMM over the groups (m*P, O/G) @ (O/G, C/G) (a
-    product for depthwise weights) into the product buffer `t` (m*P, C), added into
-    out's block."""
+    """Add the input gradient of one chunk of samples into `out` (m, *in, C), one GEMM
+    per kernel offset: `gc` (m, *out, O) is the chunk of g channels-last, `w2` (*kernel,
+    O, C/G) the weight. Per offset one batched GEMM over the groups (m*P, O/G) @ (O/G,
+    C/G) (a product for depthwise weights) into the product buffer `t` (m*P, C), added
+    into out's block."""
     m, out_sz, o = gc.shape[0], gc.shape[1:-1], gc.shape[-1]
     c = out.shape[-1]
     og, cg = o // groups, c // groups
@@ -406,39 +407,52 @@ def _channels_last_chunk(gc, w2, out, t, taps, groups) -> None:
         np.add(dst, tn[(slice(None),) + out_blk[1:]], out=dst)
 
 
+def _all_offsets_pays(n: int, p: int, o: int, c: int, kk: int, itemsize: int) -> bool:
+    """Whether Bx*'s channels-last kernel, ungrouped, takes ONE GEMM for all `kk` kernel
+    offsets (`_channels_last_dense`) rather than one per offset (`_channels_last_chunk`):
+    when those GEMMs are big enough to thread (`_ONE_THREAD_MACS`), where fewer
+    hand-offs win (0.15-0.57x the per-offset time on dcgan_d2/g1 at 2 loaded threads).
+    Smaller ones run on one thread either way, and there the per-offset product (one
+    offset's rows of C) stays in cache: the all-offsets kernel was 1.15-1.29x its time
+    on mnist2 in float32. Depends on the shapes only, never on the threads in force:
+    both engines' results stay bitwise equal."""
+    nb = _grad_chunk(n, p, o + kk * c, itemsize)
+    return kk > 1 and nb * p * o * kk * c >= _ONE_THREAD_MACS
+
+
 def _input_grad_channels_last(g, w, x_shape, taps, groups) -> np.ndarray:
     """Bx*(g, w) into an (N, *in, C) buffer whose rows of C channels are contiguous
     (strided NCHW adds over short rows are up to 2x slower), returned as its
-    channels-first view: per chunk of samples, g's chunk copied channels-last, then
-    ungrouped one GEMM for all kernel offsets (`_channels_last_dense`), grouped one per
-    offset (`_channels_last_chunk`). Extra memory: g's chunk and the product (K*C or C
-    per output position), together at most `_GRAD_CHUNK_BYTES` (or `_GRAD_MIN_ROWS`
-    output positions, if more), reused. Passes: the zero fill, one copy of g (by
-    chunks), the GEMM(s) writing the product and one add per offset reading it (in
-    cache) into the buffer's block."""
+    channels-first view: per chunk of samples, g's chunk copied channels-last, then one
+    GEMM for all kernel offsets (`_channels_last_dense`) as `_all_offsets_pays` says,
+    else one per offset (`_channels_last_chunk`). Extra memory: g's chunk and the
+    product (K*C or C per output position), together at most `_GRAD_CHUNK_BYTES` (or
+    `_GRAD_MIN_ROWS` output positions, if more), reused. Passes: the zero fill, one copy
+    of g (by chunks), the GEMM(s) writing the product and one add per offset reading it
+    into the buffer's block."""
     n, c = x_shape[:2]
     o, nd = w.shape[0], len(x_shape) - 2
     out_sz = tuple(g.shape[2:])
     dtype = np.result_type(g, w)
-    kk = prod(w.shape[2:])
-    if groups == 1:                                    # (O, *kernel, C) as (O, K*C)
+    kk, p = prod(w.shape[2:]), prod(out_sz)
+    dense = groups == 1 and _all_offsets_pays(n, p, o, c, kk, dtype.itemsize)
+    if dense:                                          # (O, *kernel, C) as (O, K*C)
         w2 = copy(w.transpose((0,) + tuple(range(2, nd + 2)) + (1,))).reshape(o, kk * c)
         tc = kk * c
     else:                                              # (*kernel, O, C/G)
         w2 = copy(w.transpose(tuple(range(2, nd + 2)) + (0, 1)))
         tc = c
     out = zeros((n,) + tuple(x_shape[2:]) + (c,), dtype=dtype)
-    p = prod(out_sz)
     nb = _grad_chunk(n, p, o + tc, dtype.itemsize)
     scratch = empty((nb * p * (o + tc),), dtype=dtype)  # one block: rounded up once
     gbuf = scratch[:nb * p * o].reshape((nb,) + out_sz + (o,))
     t = scratch[nb * p * o:].reshape(nb * p, tc)
     perm = (0,) + tuple(range(2, nd + 2)) + (1,)
-    with _blas_threads(nb * p * (o // groups) * (tc if groups == 1 else c // groups)):
+    with _blas_threads(nb * p * (o // groups) * (tc if dense else c // groups)):
         for a in range(0, n, nb):
             m = min(n, a + nb) - a
             np.copyto(gbuf[:m], g[a:a + m].transpose(perm))
-            if groups == 1:
+            if dense:
                 _channels_last_dense(gbuf[:m], w2, out[a:a + m], t[:m * p], taps)
             else:
                 _channels_last_chunk(gbuf[:m], w2, out[a:a + m], t[:m * p], taps, groups)
