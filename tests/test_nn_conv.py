@@ -547,3 +547,33 @@ def test_small_input_gradient_gemms_run_on_one_blas_thread(xs, ws, stride, paddi
             np.testing.assert_array_equal(got, want)
     finally:
         blas.set_threads(before)
+
+
+@pytest.mark.parametrize("xs,ks,stride,dilation", [
+    ((3, 4, 11, 13), (3, 2), (1, 1), (1, 1)),
+    ((3, 4, 11, 13), (3, 3), (2, 3), (2, 1)),
+    ((2, 2, 9), (3,), (2,), (2,)),
+    ((2, 2, 6, 7, 8), (2, 3, 2), (1, 2, 1), (2, 1, 1)),
+], ids=["2d", "2d_strided_dilated", "1d", "3d"])
+def test_im2col_valid_windows_view_matches_per_offset_copies(xs, ks, stride, dilation,
+                                                              monkeypatch):
+    """'valid' im2col is one copy from a strided view of every window (issue 28 item 2:
+    no Python loop over the kernel offsets), into a chunk of a bigger column buffer too
+    (the forward's kept columns); the same columns as the per-offset copies."""
+    from parallel_autograd.nn import _conv
+    nd = len(ks)
+    x = rand(xs, 3)
+    out_sz = _conv._out_sizes("c", xs[2:], ks, stride, (0,) * nd, (0,) * nd, dilation)
+    geo = _conv._geometry(xs, ks, stride, (0,) * nd, dilation, out_sz)
+    assert _conv._windows_view(x, geo[0], out_sz) is not None
+    got = np.full((xs[1],) + ks + (xs[0] + 2, int(np.prod(out_sz))), np.nan)
+    _conv._im2col(x, got[..., 1:-1, :], geo, out_sz)
+    assert np.isnan(got[..., [0, -1], :]).all()
+    monkeypatch.setattr(_conv, "_windows_view", lambda *a: None)
+    want = np.empty((xs[1],) + ks + (xs[0], int(np.prod(out_sz))))
+    _conv._im2col(x, want, geo, out_sz)
+    np.testing.assert_array_equal(got[..., 1:-1, :], want)
+    monkeypatch.undo()
+    out_p = _conv._out_sizes("c", xs[2:], ks, stride, (1,) * nd, (1,) * nd, dilation)
+    padded = _conv._geometry(xs, ks, stride, (1,) * nd, dilation, out_p)
+    assert _conv._windows_view(x, padded[0], out_p) is None    # padding cuts blocks

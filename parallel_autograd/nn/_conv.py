@@ -10,7 +10,8 @@ padding is never materialized (`_windows.taps`: per offset, the block of outputs
 input lies inside the image, and that block of inputs).
 
 conv is the bilinear map B(x, w). Forward: per chunk of samples, im2col (one strided
-copy per kernel offset) and one GEMM per group; the columns are kept for the weight
+copy per kernel offset; 'valid' geometries one copy from a strided view of every
+window) and one GEMM per group; the columns are kept for the weight
 gradient when the weight takes one (`needs_input_grad`). Its input gradient Bx*(g, w) has
 two kernels: 'same'-like stride-1 convolutions (output as wide as the input in every
 spatial dim but the first) see every offset as a shift of the flattened image, so the
@@ -154,13 +155,42 @@ def _zero_outside(a, blk) -> None:
         a[pre + (slice(s.stop, None),) + post] = 0
 
 
+def _windows_view(x, taps, out_sz):
+    """The windows of `x` (n, C, *in) as a read-only strided view (n, C, *kernel, *out)
+    when no kernel offset's block is cut by the padding (every output reads inside the
+    image: 'valid' convolutions), else None. From the taps' input blocks: the first
+    offset's start, the stride (a block's step) and the dilation (last offset's start
+    minus the first's, over kernel - 1)."""
+    if any(b.start != 0 or b.stop != o for t in taps for b, o in zip(t[2][1:], out_sz)):
+        return None
+    first, last = taps[0][3][1:], taps[-1][3][1:]
+    kernel = tuple(k + 1 for k in taps[-1][1])
+    base = x[(Ellipsis,) + tuple(slice(f.start, None) for f in first)]
+    st = base.strides[2:]
+    dil = tuple(a * ((b.start - f.start) // (k - 1) if k > 1 else 0)
+                for a, f, b, k in zip(st, first, last, kernel))
+    step = tuple(a * (f.step or 1) for a, f in zip(st, first))
+    return np.lib.stride_tricks.as_strided(
+        base, x.shape[:2] + kernel + tuple(out_sz), base.strides[:2] + dil + step,
+        writeable=False)
+
+
 def _im2col(x, cols, geo, out_sz) -> None:
     """Fill `cols` (C, *kernel, n, P), the columns of samples `x` (n, C, *in): row
     (c, *k) holds input channel c at kernel offset k for every output position, 0 in the
-    padding. One strided copy per kernel offset (rows are long: P per sample and
-    channel); `geo` is `_geometry`'s."""
+    padding. 'valid' geometries: one copy from the strided view of every window
+    (`_windows_view`; 0.65x the per-offset loop's time on mnist1/mnist2's chunks);
+    others: one strided copy per kernel offset (rows are long: P per sample and channel);
+    `geo` is `_geometry`'s."""
     taps, shifts = geo
     n, c = x.shape[:2]
+    src = None if shifts else _windows_view(x, taps, out_sz)
+    if src is not None:
+        nd = len(out_sz)
+        dst = cols.reshape(cols.shape[:-1] + tuple(out_sz))       # (C, *kernel, n, *out)
+        np.copyto(dst.transpose((nd + 1, 0) + tuple(range(1, nd + 1))
+                                + tuple(range(nd + 2, 2 * nd + 2))), src)
+        return
     shape = (n, c) + tuple(out_sz)
     xf = reshaped(x, (n, c, -1)) if shifts else None
     for k, (_, idx, out_blk, in_blk) in enumerate(taps):
@@ -776,8 +806,9 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     `stride`, `dilation`: int or pair; `padding`: int, pair, 'valid' or 'same' (stride 1,
     asymmetric like PyTorch's when the total is odd); `groups` splits the channels into
     independent convolutions (groups == in_channels: depthwise). Per chunk of samples,
-    im2col (one strided copy per kernel offset) and one GEMM per group; the columns are
-    kept for the weight gradient only when the weight needs one.
+    im2col (one strided copy per kernel offset, or one for all when unpadded) and one
+    GEMM per group; the columns are kept for the weight gradient only when the weight
+    needs one.
     """
     return _conv(2, input, weight, bias, stride, padding, dilation, groups, needs_input_grad)
 
