@@ -87,11 +87,12 @@ def test_conv2d_strided_channels_last_path():
     y, extra = forward(F.conv2d, x, w, stride=2, padding=1)
     assert extra <= y.grad_fn.saved[4].nbytes + _obuf(32, 144) + SLACK
     assert not _conv._channels_first_pays(x.shape, w.shape, y.shape[2:], 1)
-    # per chunk of 10 samples, g's chunk channels-last (10, 16, 16, O) and the product
-    # (10*16*16, C) reused across kernel offsets: 0.94 MiB (not g's 1 MiB and one
-    # (N*P, C) product as before); the weight reordered (*kernel, O, C)
+    # per chunk of 4 samples (_GRAD_MIN_ROWS output positions), g's chunk channels-last
+    # (4, 16, 16, O) and the product of all 9 kernel offsets (4*16*16, 9*C), reused:
+    # 1.4 MiB, not g and the whole batch's product (5.5 MiB); the weight reordered
     gx, extra = rule(y, 0)
-    assert extra <= _conv._GRAD_CHUNK_BYTES + w.data.nbytes + SLACK < y.data.nbytes * 3 // 2
+    chunk = max(_conv._GRAD_CHUNK_BYTES, _conv._GRAD_MIN_ROWS * (32 + 9 * 16) * 8)
+    assert extra <= chunk + w.data.nbytes + SLACK < y.data.nbytes * (1 + 9 * 16 // 32) // 2
 
 
 @pytest.mark.parametrize("conv,xs,ws", [(F.conv2d, (16, 8, 64, 64), (16, 8, 3, 3)),
@@ -100,11 +101,12 @@ def test_conv_strided_channels_first_path(conv, xs, ws):
     x, w = leaf(rand(xs, 1)), leaf(rand(ws, 2))
     y, _ = forward(conv, x, w, stride=2, padding=1)
     assert _conv._channels_first_pays(xs, ws, y.shape[2:], 1)
-    # no copy of g: one (nb, C, P) product buffer of <= _GRAD_CHUNK_BYTES reused across
-    # kernel offsets and chunks (before: g channels-last and an (N*P, C) product)
+    # per chunk of samples, its columns' gradient (C*K, nb*P), at most the input's size
+    # (as the flat path's), and g's chunk (O, nb*P), reused; one GEMM a chunk
     gx, extra = rule(y, 0)
     assert gx.flags.c_contiguous
-    assert extra <= _conv._GRAD_CHUNK_BYTES + w.data.nbytes + SLACK < y.data.nbytes
+    o, ck = ws[0], ws[1] * int(np.prod(ws[2:]))
+    assert extra <= gx.nbytes * (1 + o / ck) + SLACK
 
 
 def test_conv1d_flat_path():
@@ -125,10 +127,11 @@ def test_conv_frozen_weight_keeps_one_chunk_of_columns():
 def test_conv_transpose2d_and_its_rules():
     x, w, b = leaf(rand((16, 32, 16, 16), 1)), leaf(rand((32, 16, 3, 3), 2)), leaf(rand(16, 3))
     y, extra = forward(F.conv_transpose2d, x, w, b, stride=2, padding=1, output_padding=1)
-    # conv's input gradient, channels-last: per chunk of samples, x's chunk
-    # channels-last and the product, at most _GRAD_CHUNK_BYTES (before: x channels-last
-    # and one product, 1.5 MiB)
-    assert extra <= _conv._GRAD_CHUNK_BYTES + w.data.nbytes + SLACK
+    # conv's input gradient, channels-last: per chunk of 4 samples (_GRAD_MIN_ROWS
+    # positions of x), x's chunk channels-last (4, 16, 16, 32) and the product of all
+    # 9 kernel offsets (4*16*16, 9*16): 1.4 MiB, not x and the whole batch's (10 MiB)
+    chunk = max(_conv._GRAD_CHUNK_BYTES, _conv._GRAD_MIN_ROWS * (32 + 9 * 16) * 8)
+    assert extra <= chunk + w.data.nbytes + SLACK < 10 * MiB
     gx, extra = rule(y, 0)                    # conv2d without kept columns: one chunk
     assert extra <= _conv._COLS_BYTES + _obuf(32, 144) + SLACK
     gw, extra = rule(y, 1)

@@ -462,3 +462,118 @@ def test_strided_input_gradient_kernels_match_torch(name, kernel, chunk, monkeyp
                                                     xs, taps, groups)
     assert got32.dtype == np.float32
     np.testing.assert_allclose(got32, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("xs,ws,stride,padding", [
+    ((4, 16, 12, 12), (8, 16, 3, 3), 2, 1),       # deeper layer: channels-last
+    ((4, 16, 12, 12), (8, 16, 3, 3), 1, 0),       # 'valid' stride 1: channels-last
+    ((4, 3, 16, 16), (8, 3, 4, 4), 2, 1),         # first layer: channels-first
+], ids=["strided", "valid", "first_layer"])
+@pytest.mark.parametrize("big", [True, False], ids=["threaded", "one_thread"])
+def test_strided_input_gradient_gemms_per_chunk(xs, ws, stride, padding, big, monkeypatch):
+    """Bx*'s non-flat kernels, ungrouped: first layers run one GEMM per chunk of samples
+    for all kernel offsets (issue 28: was one per offset, the cost on 2 threads); deeper
+    layers too when those GEMMs are big enough to thread (`_ONE_THREAD_MACS`, here
+    lowered to 0), else one per offset (faster on one thread: the product stays in
+    cache). Both stay torch's."""
+    torch = pytest.importorskip("torch")
+    from parallel_autograd.nn import _conv
+    if big:
+        monkeypatch.setattr(_conv, "_ONE_THREAD_MACS", 0)
+    out_sz = _conv._out_sizes("c", xs[2:], ws[2:], (stride,) * 2, (padding,) * 2,
+                              (padding,) * 2, (1, 1))
+    g, w = rand((xs[0], ws[0]) + out_sz, 1), rand(ws, 2)
+    calls = []
+    real = np.matmul
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(np, "matmul", counting)
+    geom = dict(stride=(stride,) * 2, padding=(padding,) * 2, dilation=(1, 1), groups=1)
+    got = _conv._input_of(g, w, xs, geom)
+    monkeypatch.undo()
+    offsets = int(np.prod(ws[2:]))
+    if big or xs[1] <= 8:
+        # at most one a sample (chunks of columns <= the input's size: one sample for
+        # the first layer, all 4 for the others), fewer than the 9-16 kernel offsets
+        assert len(calls) <= xs[0] < offsets
+    else:
+        assert len(calls) == offsets                # one chunk: all 4 samples
+    want = torch.nn.grad.conv2d_input(xs, torch.tensor(w), torch.tensor(g), stride,
+                                      padding).numpy()
+    np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+
+
+@pytest.mark.parametrize("xs,ws,stride,padding", [
+    ((4, 16, 12, 12), (8, 16, 3, 3), 2, 1),       # deeper layer: channels-last
+    ((4, 1, 12, 12), (8, 1, 3, 3), 1, 0),         # first layer: channels-first
+    ((4, 4, 12, 12), (8, 2, 3, 3), 2, 1),         # grouped: one product per offset
+], ids=["channels_last", "channels_first", "grouped"])
+def test_small_input_gradient_gemms_run_on_one_blas_thread(xs, ws, stride, padding,
+                                                            monkeypatch):
+    """Bx*'s GEMMs below `_ONE_THREAD_MACS` run with BLAS held at one thread (on loaded
+    cores each threaded call waited for its helper: mnist1's input gradient 3.5 -> 124 ms
+    at 2 threads, issue 28), the count restored after; bigger ones keep BLAS's threads."""
+    from parallel_autograd.engine import blas
+    from parallel_autograd.nn import _conv
+    before = blas.current_threads()
+    if before is None:
+        pytest.skip("no BLAS library found by threadpoolctl")
+    out_sz = _conv._out_sizes("c", xs[2:], ws[2:], (stride,) * 2, (padding,) * 2,
+                              (padding,) * 2, (1, 1))
+    g, w = rand((xs[0], ws[0]) + out_sz, 1), rand(ws, 2)
+    geom = dict(stride=(stride,) * 2, padding=(padding,) * 2, dilation=(1, 1),
+                groups=xs[1] // ws[1])
+    want = _conv._input_of(g, w, xs, geom)
+    seen = []
+    real = np.matmul
+
+    def recording(*args, **kwargs):
+        seen.append(blas.current_threads())
+        return real(*args, **kwargs)
+    blas.set_threads(2)
+    try:
+        if blas.current_threads() != 2:
+            pytest.skip("BLAS threads cannot be set here")
+        for limit, threads in ((_conv._ONE_THREAD_MACS, 1), (0, 2)):
+            monkeypatch.setattr(_conv, "_ONE_THREAD_MACS", limit)
+            monkeypatch.setattr(np, "matmul", recording)
+            seen.clear()
+            got = _conv._input_of(g, w, xs, geom)
+            monkeypatch.undo()
+            assert seen and set(seen) == {threads}
+            assert blas.current_threads() == 2 and blas.holders() == 0
+            np.testing.assert_array_equal(got, want)
+    finally:
+        blas.set_threads(before)
+
+
+@pytest.mark.parametrize("xs,ks,stride,dilation", [
+    ((3, 4, 11, 13), (3, 2), (1, 1), (1, 1)),
+    ((3, 4, 11, 13), (3, 3), (2, 3), (2, 1)),
+    ((2, 2, 9), (3,), (2,), (2,)),
+    ((2, 2, 6, 7, 8), (2, 3, 2), (1, 2, 1), (2, 1, 1)),
+], ids=["2d", "2d_strided_dilated", "1d", "3d"])
+def test_im2col_valid_windows_view_matches_per_offset_copies(xs, ks, stride, dilation,
+                                                              monkeypatch):
+    """'valid' im2col is one copy from a strided view of every window (issue 28 item 2:
+    no Python loop over the kernel offsets), into a chunk of a bigger column buffer too
+    (the forward's kept columns); the same columns as the per-offset copies."""
+    from parallel_autograd.nn import _conv
+    nd = len(ks)
+    x = rand(xs, 3)
+    out_sz = _conv._out_sizes("c", xs[2:], ks, stride, (0,) * nd, (0,) * nd, dilation)
+    geo = _conv._geometry(xs, ks, stride, (0,) * nd, dilation, out_sz)
+    assert _conv._windows_view(x, geo[0], out_sz) is not None
+    got = np.full((xs[1],) + ks + (xs[0] + 2, int(np.prod(out_sz))), np.nan)
+    _conv._im2col(x, got[..., 1:-1, :], geo, out_sz)
+    assert np.isnan(got[..., [0, -1], :]).all()
+    monkeypatch.setattr(_conv, "_windows_view", lambda *a: None)
+    want = np.empty((xs[1],) + ks + (xs[0], int(np.prod(out_sz))))
+    _conv._im2col(x, want, geo, out_sz)
+    np.testing.assert_array_equal(got[..., 1:-1, :], want)
+    monkeypatch.undo()
+    out_p = _conv._out_sizes("c", xs[2:], ks, stride, (1,) * nd, (1,) * nd, dilation)
+    padded = _conv._geometry(xs, ks, stride, (1,) * nd, dilation, out_p)
+    assert _conv._windows_view(x, padded[0], out_p) is None    # padding cuts blocks

@@ -166,6 +166,31 @@ def set_threads(n: int) -> None:
                 _set(lib, min(n, _target))
 
 
+class limited:
+    """`with limited(n):` holds BLAS at most `n` threads for the block (`acquire` /
+    `release` on the object itself as token, so the invariants above hold: never
+    raised, the last holder restores). For kernels whose GEMMs are too small to pay a
+    thread hand-off (`nn._conv`). Process-wide like every BLAS limit: another thread's
+    GEMMs meanwhile get at most `n` threads too. Cost: ~10 us when BLAS is at or below
+    `n` already (a parallel backward's workers), ~60 us when it changes (measured on
+    2 loaded cores; holding Ctrl+C back around both, as the engine does, would add
+    ~100 us). A Ctrl+C landing inside leaves at worst a vanished holder or a lowered
+    count with none, which the next acquire or release restores (invariant 3)."""
+
+    __slots__ = ("threads", "__weakref__")
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+
+    def __enter__(self) -> limited:
+        acquire(self, self.threads)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        release(self)
+        return False
+
+
 def holders() -> int:
     """Parallel calls holding a BLAS limit right now."""
     with _lock:

@@ -10,14 +10,19 @@ padding is never materialized (`_windows.taps`: per offset, the block of outputs
 input lies inside the image, and that block of inputs).
 
 conv is the bilinear map B(x, w). Forward: per chunk of samples, im2col (one strided
-copy per kernel offset) and one GEMM per group; the columns are kept for the weight
+copy per kernel offset; 'valid' geometries one copy from a strided view of every
+window) and one GEMM per group; the columns are kept for the weight
 gradient when the weight takes one (`needs_input_grad`). Its input gradient Bx*(g, w) has
 two kernels: 'same'-like stride-1 convolutions (output as wide as the input in every
 spatial dim but the first) see every offset as a shift of the flattened image, so the
 columns' gradient is one GEMM per chunk of samples and col2im is one add per offset over
-long contiguous rows; everything else takes, per chunk of samples, one product per offset
-added into the input's strided block, channels-first straight from g (first layers, 1x1
-kernels, 1-d) or channels-last from a chunk of g copied so (deeper layers). The weight
+long contiguous rows; everything else, per chunk of samples, ungrouped: ONE GEMM for all
+kernel offsets, then one add per offset into the input's strided block, channels-first
+through the columns' gradient (first layers, 1x1 kernels, 1-d) or channels-last from a
+chunk of g copied so (deeper layers; there only when that GEMM is big enough to thread,
+else one per offset); grouped: one product per offset. Bx*'s GEMMs
+smaller than `_ONE_THREAD_MACS` run with BLAS held at one thread (`engine.blas.limited`,
+process-wide while the kernel runs): a thread hand-off costs more than they do. The weight
 gradient Bw*(x, g) is a GEMM per chunk of samples against the columns (kept by the
 forward, or rebuilt chunk by chunk). The transposed convolution is Bx* itself.
 
@@ -31,12 +36,14 @@ allocator (thread-safe).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 
 import numpy as np
 
 from .. import memory
+from ..engine import blas
 from ..engine.cost import gemm_cost
 from ..memory import empty
 from ..ops import reduce as R
@@ -52,6 +59,22 @@ __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
 
 # Columns per chunk of the conv forward (cache resident for its GEMM; tests shrink it).
 _COLS_BYTES = 1 << 22
+
+# A GEMM of fewer multiply-adds runs with BLAS held at one thread (`_blas_threads`):
+# OpenBLAS threads any GEMM above ~0.5M, and on loaded cores each threaded call waits
+# for its helper to be scheduled: 2 threads took 15-230x one thread's median time from
+# 1.6M to 42M multiply-adds (one thread: 0.1-1.7 ms float32), 0.6-2.3x at 134-537M
+# (2026-11-27, load ~10 on 2 cores; `docs/benchmarks.md`). Below this, an idle second
+# core could save at most ~half of a ~1-2.5 ms GEMM.
+_ONE_THREAD_MACS = 1 << 25
+_ANY_THREADS = contextlib.nullcontext()
+
+
+def _blas_threads(macs: int):
+    """The context a kernel's GEMMs of `macs` multiply-adds each run in: BLAS held at one
+    thread below `_ONE_THREAD_MACS` (`blas.limited`, ~60 us when it changes the count),
+    else as it is."""
+    return blas.limited(1) if macs < _ONE_THREAD_MACS else _ANY_THREADS
 
 
 # ---- arguments -----------------------------------------------------------------------------
@@ -132,13 +155,42 @@ def _zero_outside(a, blk) -> None:
         a[pre + (slice(s.stop, None),) + post] = 0
 
 
+def _windows_view(x, taps, out_sz):
+    """The windows of `x` (n, C, *in) as a read-only strided view (n, C, *kernel, *out)
+    when no kernel offset's block is cut by the padding (every output reads inside the
+    image: 'valid' convolutions), else None. From the taps' input blocks: the first
+    offset's start, the stride (a block's step) and the dilation (last offset's start
+    minus the first's, over kernel - 1)."""
+    if any(b.start != 0 or b.stop != o for t in taps for b, o in zip(t[2][1:], out_sz)):
+        return None
+    first, last = taps[0][3][1:], taps[-1][3][1:]
+    kernel = tuple(k + 1 for k in taps[-1][1])
+    base = x[(Ellipsis,) + tuple(slice(f.start, None) for f in first)]
+    st = base.strides[2:]
+    dil = tuple(a * ((b.start - f.start) // (k - 1) if k > 1 else 0)
+                for a, f, b, k in zip(st, first, last, kernel))
+    step = tuple(a * (f.step or 1) for a, f in zip(st, first))
+    return np.lib.stride_tricks.as_strided(
+        base, x.shape[:2] + kernel + tuple(out_sz), base.strides[:2] + dil + step,
+        writeable=False)
+
+
 def _im2col(x, cols, geo, out_sz) -> None:
     """Fill `cols` (C, *kernel, n, P), the columns of samples `x` (n, C, *in): row
     (c, *k) holds input channel c at kernel offset k for every output position, 0 in the
-    padding. One strided copy per kernel offset (rows are long: P per sample and
-    channel); `geo` is `_geometry`'s."""
+    padding. 'valid' geometries: one copy from the strided view of every window
+    (`_windows_view`; 0.65x the per-offset loop's time on mnist1/mnist2's chunks);
+    others: one strided copy per kernel offset (rows are long: P per sample and channel);
+    `geo` is `_geometry`'s."""
     taps, shifts = geo
     n, c = x.shape[:2]
+    src = None if shifts else _windows_view(x, taps, out_sz)
+    if src is not None:
+        nd = len(out_sz)
+        dst = cols.reshape(cols.shape[:-1] + tuple(out_sz))       # (C, *kernel, n, *out)
+        np.copyto(dst.transpose((nd + 1, 0) + tuple(range(1, nd + 1))
+                                + tuple(range(nd + 2, 2 * nd + 2))), src)
+        return
     shape = (n, c) + tuple(out_sz)
     xf = reshaped(x, (n, c, -1)) if shifts else None
     for k, (_, idx, out_blk, in_blk) in enumerate(taps):
@@ -222,39 +274,51 @@ def _conv_array(x, w, geom: dict, out_sz) -> np.ndarray:
 def _input_grad(g, w, x_shape, stride, padding, dilation, groups) -> np.ndarray:
     """Bx*(g, w): conv's input gradient, of shape `x_shape`, for the output gradient `g`.
 
-    Flat geometries ('same' stride 1): per chunk of samples, g's chunk copied as (O,
-    n*P) into a chunk buffer, one GEMM per group W_g^T @ g_g into a column buffer of at
-    most the input's size (one sample's columns if larger), then col2im as one add per
-    kernel offset over long contiguous rows (a GEMM per chunk threads well; one per
-    sample does not, one over the whole batch leaves the cache). Passes: the zero fill,
-    then per chunk a copy of g's chunk, the GEMM writing the chunk's columns and K adds
-    reading them (while in cache). Other geometries: `_input_grad_strided`."""
+    Flat geometries ('same' stride 1): `_input_grad_columns` with col2im over long
+    contiguous rows, chunks of samples whose columns take at most the input's size (a
+    GEMM per chunk threads well; one per sample does not, one over the whole batch
+    leaves the cache). Other geometries: `_input_grad_strided`."""
     out_sz = tuple(g.shape[2:])
     kernel = tuple(w.shape[2:])
     geo = _geometry(tuple(x_shape), kernel, stride, padding, dilation, out_sz)
     if geo[1] is None:
         return _input_grad_strided(g, w, x_shape, geo[0], groups)
+    n = x_shape[0]
+    ck, p = w.shape[1] * groups * prod(kernel), prod(out_sz)
+    nb = min(n, max(1, prod(x_shape[1:]) * n // (ck * p)))        # samples per chunk
+    return _input_grad_columns(g, w, x_shape, geo, groups, nb)
+
+
+def _input_grad_columns(g, w, x_shape, geo, groups, nb: int) -> np.ndarray:
+    """Bx*(g, w) channels-first through the columns' gradient: per chunk of `nb` samples,
+    g's chunk copied as (O, n*P) into a chunk buffer, ONE GEMM per group W_g^T @ g_g
+    (all kernel offsets at once) into a column buffer, then col2im (`_col2im_add`, flat
+    rows when `geo` has shifts, else strided blocks). Passes: the zero fill, then per
+    chunk a copy of g's chunk, the GEMM writing the chunk's columns and K adds reading
+    them (while in cache)."""
     n, c = x_shape[:2]
-    o = w.shape[0]
+    o, kernel = w.shape[0], tuple(w.shape[2:])
+    out_sz = tuple(g.shape[2:])
     ck, p = c * prod(kernel), prod(out_sz)
     og, ckg = o // groups, ck // groups
     g3 = reshaped(g, (n, o, p))
     wt = reshaped(w, (groups, og, ckg)).transpose(0, 2, 1)
-    nb = min(n, max(1, prod(x_shape[1:]) * n // (ck * p)))        # samples per chunk
     dtype = np.result_type(g, w)
-    gbuf = empty((o, nb, p), dtype=dtype)
-    buf = empty((ck, nb * p), dtype=dtype)
+    scratch = empty(((o + ck) * nb * p,), dtype=dtype)  # one block: rounded up once
+    gbuf = scratch[:o * nb * p].reshape(o, nb, p)
+    buf = scratch[o * nb * p:].reshape(ck, nb * p)
     gx = zeros(x_shape, dtype=dtype)
     nd = len(kernel)
-    for a in range(0, n, nb):
-        m = min(n, a + nb) - a
-        gc = gbuf[:, :m]
-        np.copyto(gc, g3[a:a + m].transpose(1, 0, 2))
-        d = buf[:, :m * p]
-        np.matmul(wt, gc.reshape(groups, og, m * p), out=d.reshape(groups, ckg, m * p))
-        d = d.reshape((c,) + kernel + (m, p)).transpose(
-            (nd + 1, 0) + tuple(range(1, nd + 1)) + (nd + 2,))      # (m, C, *kernel, P)
-        _col2im_add(gx[a:a + m], d, geo, out_sz, flat=True)
+    with _blas_threads(ckg * og * nb * p):
+        for a in range(0, n, nb):
+            m = min(n, a + nb) - a
+            gc = gbuf[:, :m]
+            np.copyto(gc, g3[a:a + m].transpose(1, 0, 2))
+            d = buf[:, :m * p]
+            np.matmul(wt, gc.reshape(groups, og, m * p), out=d.reshape(groups, ckg, m * p))
+            d = d.reshape((c,) + kernel + (m, p)).transpose(
+                (nd + 1, 0) + tuple(range(1, nd + 1)) + (nd + 2,))  # (m, C, *kernel, P)
+            _col2im_add(gx[a:a + m], d, geo, out_sz, flat=geo[1] is not None)
     return gx
 
 
@@ -284,10 +348,10 @@ def _channels_first_pays(x_shape, w_shape, out_sz, groups) -> bool:
 
 
 def _input_grad_strided(g, w, x_shape, taps, groups) -> np.ndarray:
-    """Bx*(g, w) for geometries that are not flat shifts (strided, or narrower outputs):
-    one product per kernel offset, added into the strided block of the inputs it came
-    from, channels-first (`_input_grad_channels_first`: no copy of g, adds along output
-    rows) or channels-last (`_input_grad_channels_last`: adds along rows of C), as
+    """Bx*(g, w) for geometries that are not flat shifts (strided, or narrower outputs),
+    added into the strided block of the inputs each kernel offset came from,
+    channels-first (`_input_grad_channels_first`: adds along output rows) or
+    channels-last (`_input_grad_channels_last`: adds along rows of C), as
     `_channels_first_pays` says."""
     if _channels_first_pays(x_shape, w.shape, g.shape[2:], groups):
         return _input_grad_channels_first(g, w, x_shape, taps, groups)
@@ -295,24 +359,24 @@ def _input_grad_strided(g, w, x_shape, taps, groups) -> np.ndarray:
 
 
 def _input_grad_channels_first(g, w, x_shape, taps, groups) -> np.ndarray:
-    """Bx*(g, w), groups 1 or depthwise, straight from g's (N, O, P) layout: per chunk of
-    samples and kernel offset, W_k^T (C, O) @ g_n (O, P) for each sample (one batched
-    GEMM; a product for depthwise weights) into an (nb, C, P) buffer reused across
-    offsets and chunks (at most `_GRAD_CHUNK_BYTES`), added into the strided block of
-    the (N, C, *in) gradient. No copy of g. Passes: the zero fill of the gradient, then
-    per offset the GEMM reading g's chunk and writing the buffer, and one add reading
-    the buffer (in cache) into the gradient's block."""
+    """Bx*(g, w), groups 1 or depthwise, channels-first. Ungrouped: through the columns'
+    gradient (`_input_grad_columns`: one GEMM for all kernel offsets per chunk of
+    samples, the chunk's columns at most the input's size: few GEMMs, which is what
+    matters on 2 loaded cores, 0.48x the small chunks' time on dcgan_d1). Depthwise, straight
+    from g's (N, O, P) layout with no copy of g: per chunk of samples and kernel
+    offset, g's chunk times the offset's weight column into an (nb, C, P) buffer reused
+    across offsets and chunks (at most `_GRAD_CHUNK_BYTES`), added into the strided
+    block of the (N, C, *in) gradient."""
     n, c = x_shape[:2]
     o, nd = w.shape[0], len(x_shape) - 2
     out_sz = tuple(g.shape[2:])
     p = prod(out_sz)
     dtype = np.result_type(g, w)
-    depthwise = groups > 1
+    if groups == 1:          # columns of at most the input's size, as the flat path's
+        nb = min(n, max(1, prod(x_shape[1:]) * n // (c * prod(w.shape[2:]) * p)))
+        return _input_grad_columns(g, w, x_shape, (taps, None), 1, nb)
     g3 = reshaped(g, (n, o, p))
-    if depthwise:                                   # (*kernel, C, 1): a column per offset
-        w2 = copy(w.transpose(tuple(range(2, nd + 2)) + (0, 1)))
-    else:                                           # (*kernel, C, O): W_k^T per offset
-        w2 = copy(w.transpose(tuple(range(2, nd + 2)) + (1, 0)))
+    w2 = copy(w.transpose(tuple(range(2, nd + 2)) + (0, 1)))     # (*kernel, C, 1)
     nb = min(n, max(1, _GRAD_CHUNK_BYTES // (c * p * dtype.itemsize)))
     buf = empty((nb, c, p), dtype=dtype)
     gx = zeros(x_shape, dtype=dtype)
@@ -321,34 +385,51 @@ def _input_grad_channels_first(g, w, x_shape, taps, groups) -> np.ndarray:
         b, ga, gxa = buf[:m], g3[a:a + m], gx[a:a + m]
         bn = b.reshape((m, c) + out_sz)
         for _, idx, out_blk, in_blk in taps:
-            if depthwise:
-                np.multiply(ga, w2[idx], out=b)
-            else:
-                np.matmul(w2[idx], ga, out=b)
+            np.multiply(ga, w2[idx], out=b)
             dst = gxa[in_blk]
             np.add(dst, bn[out_blk], out=dst)
     return gx
 
 
+def _grad_chunk(n: int, p: int, per_row: int, itemsize: int) -> int:
+    """Samples per chunk of Bx*'s strided kernels: temporaries of `per_row` entries per
+    output position within `_GRAD_CHUNK_BYTES`, but as many whole samples as
+    `_GRAD_MIN_ROWS` output positions hold (at least one)."""
+    return min(n, max(1, _GRAD_MIN_ROWS // p, _GRAD_CHUNK_BYTES // (p * per_row * itemsize)))
+
+
+def _channels_last_dense(gc, w2, out, t, taps) -> None:
+    """Add the input gradient of one chunk of samples into `out` (m, *in, C), ungrouped:
+    `gc` (m, *out, O) is the chunk of g channels-last, `w2` (O, K*C) the weight. ONE
+    GEMM (m*P, O) @ (O, K*C) for all kernel offsets into `t` (m*P, K*C), then per
+    offset its (m, *out, C) slice added into out's block (rows of C contiguous)."""
+    m, out_sz, o = gc.shape[0], tuple(gc.shape[1:-1]), gc.shape[-1]
+    c = out.shape[-1]
+    np.matmul(gc.reshape(-1, o), w2, out=t)
+    tn = t.reshape((m,) + out_sz + (-1, c))                    # (m, *out, K, C)
+    for k, (_, _, out_blk, in_blk) in enumerate(taps):
+        dst = out[(slice(None),) + in_blk[1:]]
+        np.add(dst, tn[(slice(None),) + out_blk[1:] + (k,)], out=dst)
+
+
 def _channels_last_chunk(gc, w2, out, t, taps, groups) -> None:
-    """Add the input gradient of one chunk of samples into `out` (m, *in, C): `gc`
-    (m, *out, O) is the chunk of g channels-last, `w2` (*kernel, O, C/G) the weight. Per
-    kernel offset one GEMM per group (m*P, O/G) @ (O/G, C/G) (a product for depthwise
-    weights) into the product buffer `t` (m*P, C), added into out's block."""
+    """Add the input gradient of one chunk of samples into `out` (m, *in, C), one GEMM
+    per kernel offset: `gc` (m, *out, O) is the chunk of g channels-last, `w2` (*kernel,
+    O, C/G) the weight. Per offset one batched GEMM over the groups (m*P, O/G) @ (O/G,
+    C/G) (a product for depthwise weights) into the product buffer `t` (m*P, C), added
+    into out's block."""
     m, out_sz, o = gc.shape[0], gc.shape[1:-1], gc.shape[-1]
     c = out.shape[-1]
     og, cg = o // groups, c // groups
     g2 = gc.reshape(-1, o)
     tn = t.reshape((m,) + tuple(out_sz) + (c,))
-    depthwise = groups > 1 and og == cg == 1
-    if groups > 1 and not depthwise:
+    depthwise = og == cg == 1
+    if not depthwise:
         gg = g2.reshape(-1, groups, og).transpose(1, 0, 2)
         tg = t.reshape(-1, groups, cg).transpose(1, 0, 2)
     for _, idx, out_blk, in_blk in taps:
         wk = w2[idx]
-        if groups == 1:
-            np.matmul(g2, wk, out=t)
-        elif depthwise:
+        if depthwise:
             np.multiply(g2, wk.reshape(o), out=t)
         else:
             np.matmul(gg, wk.reshape(groups, og, cg), out=tg)
@@ -356,30 +437,55 @@ def _channels_last_chunk(gc, w2, out, t, taps, groups) -> None:
         np.add(dst, tn[(slice(None),) + out_blk[1:]], out=dst)
 
 
+def _all_offsets_pays(n: int, p: int, o: int, c: int, kk: int, itemsize: int) -> bool:
+    """Whether Bx*'s channels-last kernel, ungrouped, takes ONE GEMM for all `kk` kernel
+    offsets (`_channels_last_dense`) rather than one per offset (`_channels_last_chunk`):
+    when those GEMMs are big enough to thread (`_ONE_THREAD_MACS`), where fewer
+    hand-offs win (0.15-0.57x the per-offset time on dcgan_d2/g1 at 2 loaded threads).
+    Smaller ones run on one thread either way, and there the per-offset product (one
+    offset's rows of C) stays in cache: the all-offsets kernel was 1.15-1.29x its time
+    on mnist2 in float32. Depends on the shapes only, never on the threads in force:
+    both engines' results stay bitwise equal."""
+    nb = _grad_chunk(n, p, o + kk * c, itemsize)
+    return kk > 1 and nb * p * o * kk * c >= _ONE_THREAD_MACS
+
+
 def _input_grad_channels_last(g, w, x_shape, taps, groups) -> np.ndarray:
     """Bx*(g, w) into an (N, *in, C) buffer whose rows of C channels are contiguous
     (strided NCHW adds over short rows are up to 2x slower), returned as its
-    channels-first view: per chunk of samples, g's chunk copied channels-last and
-    `_channels_last_chunk` (one GEMM per offset and group). Extra memory: g's chunk and
-    one product per offset, together at most `_GRAD_CHUNK_BYTES` (or `_GRAD_MIN_ROWS`
-    output positions, if more), reused. Passes: the zero fill, one copy of g (by
-    chunks), per offset the GEMM writing the product and one add reading it (in cache)
+    channels-first view: per chunk of samples, g's chunk copied channels-last, then one
+    GEMM for all kernel offsets (`_channels_last_dense`) as `_all_offsets_pays` says,
+    else one per offset (`_channels_last_chunk`). Extra memory: g's chunk and the
+    product (K*C or C per output position), together at most `_GRAD_CHUNK_BYTES` (or
+    `_GRAD_MIN_ROWS` output positions, if more), reused. Passes: the zero fill, one copy
+    of g (by chunks), the GEMM(s) writing the product and one add per offset reading it
     into the buffer's block."""
     n, c = x_shape[:2]
     o, nd = w.shape[0], len(x_shape) - 2
     out_sz = tuple(g.shape[2:])
     dtype = np.result_type(g, w)
-    w2 = copy(w.transpose(tuple(range(2, nd + 2)) + (0, 1)))       # (*kernel, O, C/G)
+    kk, p = prod(w.shape[2:]), prod(out_sz)
+    dense = groups == 1 and _all_offsets_pays(n, p, o, c, kk, dtype.itemsize)
+    if dense:                                          # (O, *kernel, C) as (O, K*C)
+        w2 = copy(w.transpose((0,) + tuple(range(2, nd + 2)) + (1,))).reshape(o, kk * c)
+        tc = kk * c
+    else:                                              # (*kernel, O, C/G)
+        w2 = copy(w.transpose(tuple(range(2, nd + 2)) + (0, 1)))
+        tc = c
     out = zeros((n,) + tuple(x_shape[2:]) + (c,), dtype=dtype)
-    p = prod(out_sz)
-    nb = min(n, max(-(-_GRAD_MIN_ROWS // p), _GRAD_CHUNK_BYTES // (p * (o + c) * dtype.itemsize)))
-    gbuf = empty((nb,) + out_sz + (o,), dtype=dtype)
-    t = empty((nb * p, c), dtype=dtype)
+    nb = _grad_chunk(n, p, o + tc, dtype.itemsize)
+    scratch = empty((nb * p * (o + tc),), dtype=dtype)  # one block: rounded up once
+    gbuf = scratch[:nb * p * o].reshape((nb,) + out_sz + (o,))
+    t = scratch[nb * p * o:].reshape(nb * p, tc)
     perm = (0,) + tuple(range(2, nd + 2)) + (1,)
-    for a in range(0, n, nb):
-        m = min(n, a + nb) - a
-        np.copyto(gbuf[:m], g[a:a + m].transpose(perm))
-        _channels_last_chunk(gbuf[:m], w2, out[a:a + m], t[:m * p], taps, groups)
+    with _blas_threads(nb * p * (o // groups) * (tc if dense else c // groups)):
+        for a in range(0, n, nb):
+            m = min(n, a + nb) - a
+            np.copyto(gbuf[:m], g[a:a + m].transpose(perm))
+            if dense:
+                _channels_last_dense(gbuf[:m], w2, out[a:a + m], t[:m * p], taps)
+            else:
+                _channels_last_chunk(gbuf[:m], w2, out[a:a + m], t[:m * p], taps, groups)
     return out.transpose((0, nd + 1) + tuple(range(1, nd + 1)))
 
 
@@ -700,8 +806,9 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     `stride`, `dilation`: int or pair; `padding`: int, pair, 'valid' or 'same' (stride 1,
     asymmetric like PyTorch's when the total is odd); `groups` splits the channels into
     independent convolutions (groups == in_channels: depthwise). Per chunk of samples,
-    im2col (one strided copy per kernel offset) and one GEMM per group; the columns are
-    kept for the weight gradient only when the weight needs one.
+    im2col (one strided copy per kernel offset, or one for all when unpadded) and one
+    GEMM per group; the columns are kept for the weight gradient only when the weight
+    needs one.
     """
     return _conv(2, input, weight, bias, stride, padding, dilation, groups, needs_input_grad)
 
