@@ -9,10 +9,11 @@ load is a second process spinning on one core (`SPINNER`, a Python busy loop), s
 and stopped by the child: each round times `STEPS` steps quiet and `STEPS` steps loaded
 (the spinner started `SETTLE` s before), which phase goes first alternating by round; a
 phase's sample is the median of its steps. Per library: loaded / quiet, paired by round,
-with its 95% bootstrap interval, and the process CPU time per step in both phases (a
-library whose threads spin while waiting burns CPU time the load then takes from its
-useful work). PyTorch's pool collapsed this way when another process used the cores
-(issue 28: a 9 ms step took 112-680 ms).
+with its 95% bootstrap interval, and the cores it kept busy in both phases (its CPU
+time over the phase's wall time: a library whose threads spin while waiting keeps it
+high, and under load the spinning takes CPU from its useful work). PyTorch's pool
+collapsed this way when another process used the cores (issue 28: a 9 ms step took
+112-680 ms).
 """
 from __future__ import annotations
 
@@ -50,13 +51,14 @@ class Spinner:
 
 
 def _phase(session, backward, steps: int) -> tuple:
-    """(median wall seconds of `steps` steps, process CPU seconds per step)."""
+    """(median wall seconds of `steps` steps, the process's CPU time over the wall time
+    of the phase: the cores' worth its threads kept busy)."""
     from .step import timed_step
     walls = []
-    c0 = time.process_time()
+    c0, t0 = time.process_time(), time.perf_counter()
     for _ in range(steps):
         walls.append(timed_step(session, backward)["step"])
-    return statistics.median(walls), (time.process_time() - c0) / steps
+    return statistics.median(walls), (time.process_time() - c0) / (time.perf_counter() - t0)
 
 
 def measure(lib: str, size: str, reps: int, seed: int) -> dict:
@@ -74,7 +76,7 @@ def measure(lib: str, size: str, reps: int, seed: int) -> dict:
     session = Session(w, w.data(seed, size), torch=(lib == "torch"))
     backward = lambda loss: loss.backward()  # noqa: E731  (what users run)
     _phase(session, backward, 2 * STEPS)  # warm-up
-    out = {k: [] for k in ("quiet", "loaded", "quiet_cpu", "loaded_cpu")}
+    out = {k: [] for k in ("quiet", "loaded", "quiet_cores", "loaded_cores")}
     meter = Contention()
     for r in range(reps):
         for phase in (("quiet", "loaded") if r % 2 == 0 else ("loaded", "quiet")):
@@ -84,7 +86,7 @@ def measure(lib: str, size: str, reps: int, seed: int) -> dict:
             else:
                 wall, cpu = _phase(session, backward, STEPS)
             out[phase].append(wall)
-            out[f"{phase}_cpu"].append(cpu)
+            out[f"{phase}_cores"].append(cpu)
     return {"lib": lib, "cores": cores, "size": size, "reps": reps, "seed": seed,
             "workload": WORKLOAD, "steps_per_phase": STEPS, **out,
             "contention_with_spinner": meter.cores()}
@@ -137,14 +139,15 @@ def ratio(loaded: dict, lib: str):
 
 
 def table(loaded: dict) -> str:
-    """One line per library: quiet and loaded step (ms), their ratio, CPU per step."""
+    """One line per library: quiet and loaded step (ms), their ratio, cores kept busy."""
     from .report import markdown, ms
     from .stats import ratio_text
     head = ["library", "quiet step ms", "loaded step ms", "loaded / quiet",
-            "CPU ms per step quiet", "CPU ms per step loaded"]
+            "cores busy quiet", "cores busy loaded"]
     rows = [[LABELS[lib], ms(statistics.median(r["quiet"])),
              ms(statistics.median(r["loaded"])), ratio_text(ratio(loaded, lib)),
-             ms(statistics.median(r["quiet_cpu"])), ms(statistics.median(r["loaded_cpu"]))]
+             f"{statistics.median(r['quiet_cores']):.2f}",
+             f"{statistics.median(r['loaded_cores']):.2f}"]
             for lib, r in loaded.items()]
     return markdown(head, rows)
 
@@ -160,8 +163,9 @@ def section(loaded) -> list:
             f"{r['reps']} rounds of {r['steps_per_phase']} steps quiet and "
             f"{r['steps_per_phase']} steps while a second process spins on one core "
             "(started and stopped by the benchmark), medians; `loaded / quiet` paired by "
-            "round. CPU per step: this process's CPU time (all its threads) per step: "
-            "threads that spin while they wait would raise it under load.", "",
+            "round. `cores busy`: the process's CPU time (all its threads) over the phase's "
+            "wall time, median over rounds: threads that spin while they wait keep it "
+            "high under load, taking CPU from the useful work.", "",
             table(loaded), ""]
 
 

@@ -388,9 +388,13 @@ def _noisy(sci: dict, lib: str, limit) -> bool:
     return any(is_noisy(sci["libs"][x]["contention"], limit) for x in ("pa", lib))
 
 
+VARIANTS = ("torch", "torch-vec", "jax", "autograd")  # the columns' order
+
+
 def _variants(sci: dict, name: str) -> list:
-    return [v for lib, raw in sci["libs"].items() if lib != "pa"
-            for v in raw["rows"].get(name, {})]
+    found = {v for lib, raw in sci["libs"].items() if lib != "pa"
+             for v in raw["rows"].get(name, {})}
+    return [v for v in VARIANTS if v in found]
 
 
 def table(sci: dict) -> str:
