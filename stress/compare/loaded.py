@@ -11,9 +11,10 @@ and stopped by the child: each round times `STEPS` steps quiet and `STEPS` steps
 phase's sample is the median of its steps. Per library: loaded / quiet, paired by round,
 with its 95% bootstrap interval, and the cores it kept busy in both phases (its CPU
 time over the phase's wall time: a library whose threads spin while waiting keeps it
-high, and under load the spinning takes CPU from its useful work). PyTorch's pool
-collapsed this way when another process used the cores (issue 28: a 9 ms step took
-112-680 ms).
+high, and under load the spinning takes CPU from its useful work), and what its threads
+burn in the `IDLE` s of sleep after a quiet phase (the spinning itself, measurable
+even on a busy machine). PyTorch's pool collapsed when another process used the cores
+(issue 28: a 9 ms step took 112-680 ms).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ WORKLOAD = "mnist-cnn-f32"
 ROW = "loaded-step"
 STEPS = 3          # steps per phase and round
 SETTLE = 0.3       # seconds between starting the spinner and timing
+IDLE = 0.1         # seconds of sleep after a quiet phase, its CPU time measured
 SPINNER = [sys.executable, "-c", "while True: pass"]
 LIBS = ("pa", "torch")
 LABELS = {"pa": "ours", "torch": "PyTorch"}
@@ -61,6 +63,14 @@ def _phase(session, backward, steps: int) -> tuple:
     return statistics.median(walls), (time.process_time() - c0) / (time.perf_counter() - t0)
 
 
+def _idle_cores() -> float:
+    """The process's CPU time over IDLE seconds of sleep right after a step: what its
+    idle threads burn (0 when they sleep; BLAS or OpenMP threads that spin-wait)."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    time.sleep(IDLE)
+    return (time.process_time() - c0) / (time.perf_counter() - t0)
+
+
 def measure(lib: str, size: str, reps: int, seed: int) -> dict:
     """Quiet and loaded rounds of `lib`'s step (this process): the raw JSON."""
     from parallel_autograd.engine.cost import usable_cores
@@ -76,7 +86,7 @@ def measure(lib: str, size: str, reps: int, seed: int) -> dict:
     session = Session(w, w.data(seed, size), torch=(lib == "torch"))
     backward = lambda loss: loss.backward()  # noqa: E731  (what users run)
     _phase(session, backward, 2 * STEPS)  # warm-up
-    out = {k: [] for k in ("quiet", "loaded", "quiet_cores", "loaded_cores")}
+    out = {k: [] for k in ("quiet", "loaded", "quiet_cores", "loaded_cores", "idle_cores")}
     meter = Contention()
     for r in range(reps):
         for phase in (("quiet", "loaded") if r % 2 == 0 else ("loaded", "quiet")):
@@ -85,6 +95,7 @@ def measure(lib: str, size: str, reps: int, seed: int) -> dict:
                     wall, cpu = _phase(session, backward, STEPS)
             else:
                 wall, cpu = _phase(session, backward, STEPS)
+                out["idle_cores"].append(_idle_cores())
             out[phase].append(wall)
             out[f"{phase}_cores"].append(cpu)
     return {"lib": lib, "cores": cores, "size": size, "reps": reps, "seed": seed,
@@ -143,11 +154,12 @@ def table(loaded: dict) -> str:
     from .report import markdown, ms
     from .stats import ratio_text
     head = ["library", "quiet step ms", "loaded step ms", "loaded / quiet",
-            "cores busy quiet", "cores busy loaded"]
+            "cores busy quiet", "cores busy loaded", "cores busy idle after a step"]
     rows = [[LABELS[lib], ms(statistics.median(r["quiet"])),
              ms(statistics.median(r["loaded"])), ratio_text(ratio(loaded, lib)),
              f"{statistics.median(r['quiet_cores']):.2f}",
-             f"{statistics.median(r['loaded_cores']):.2f}"]
+             f"{statistics.median(r['loaded_cores']):.2f}",
+             f"{statistics.median(r['idle_cores']):.3f}"]
             for lib, r in loaded.items()]
     return markdown(head, rows)
 
@@ -165,7 +177,9 @@ def section(loaded) -> list:
             "(started and stopped by the benchmark), medians; `loaded / quiet` paired by "
             "round. `cores busy`: the process's CPU time (all its threads) over the phase's "
             "wall time, median over rounds: threads that spin while they wait keep it "
-            "high under load, taking CPU from the useful work.", "",
+            "high under load, taking CPU from the useful work; `idle after a step`: the "
+            f"same over {IDLE * 1e3:.0f} ms of sleep after a quiet phase (0: its threads "
+            "sleep when there is no work).", "",
             table(loaded), ""]
 
 
