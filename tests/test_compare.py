@@ -578,7 +578,8 @@ def test_every_workload_from_the_command_line(tmp_path):
     check_alloc_scaling(raw, proc.stdout)
     # the rows outside the workload table ran too, ours alone under --no-torch in the
     # competing-load row, their targets recomputable from the JSON
-    assert list(result["loaded"]) == ["pa"] and "torch" not in result["scientific"]["libs"]
+    assert list(result["loaded"]) == ["pa", "pa-nospin"]
+    assert "torch" not in result["scientific"]["libs"]
     assert result["extra_targets"] == cli.extra_targets(result, 0.25)
     for head in ("## Float64 scientific work", "## A training step beside a competing load"):
         assert head in proc.stdout

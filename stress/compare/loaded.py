@@ -13,8 +13,10 @@ with its 95% bootstrap interval, and the cores it kept busy in both phases (its 
 time over the phase's wall time: a library whose threads spin while waiting keeps it
 high, and under load the spinning takes CPU from its useful work), and what its threads
 burn in the `IDLE` s of sleep after a quiet phase (the spinning itself, measurable
-even on a busy machine). PyTorch's pool collapsed when another process used the cores
-(issue 28: a 9 ms step took 112-680 ms).
+even on a busy machine). Ours runs twice (`COLUMNS`): as is, and with
+`OPENBLAS_THREAD_TIMEOUT=4` in its environment, so numpy's OpenBLAS threads sleep as soon
+as they are idle instead of spin-waiting after each GEMM. PyTorch's pool collapsed when
+another process used the cores (issue 28: a 9 ms step took 112-680 ms).
 """
 from __future__ import annotations
 
@@ -34,7 +36,12 @@ SETTLE = 0.3       # seconds between starting the spinner and timing
 IDLE = 0.1         # seconds of sleep after a quiet phase, its CPU time measured
 SPINNER = [sys.executable, "-c", "while True: pass"]
 LIBS = ("pa", "torch")
-LABELS = {"pa": "ours", "torch": "PyTorch"}
+# the children, by column: (library, environment added). "pa-nospin": ours with numpy's
+# OpenBLAS told to put its idle threads to sleep at once (their default is to spin-wait
+# ~2^28 cycles after each GEMM: `OPENBLAS_THREAD_TIMEOUT`, read when OpenBLAS loads)
+COLUMNS = {"pa": ("pa", {}), "pa-nospin": ("pa", {"OPENBLAS_THREAD_TIMEOUT": "4"}),
+           "torch": ("torch", {})}
+LABELS = {"pa": "ours", "pa-nospin": "ours, OPENBLAS_THREAD_TIMEOUT=4", "torch": "PyTorch"}
 MAX_LOADED = 2.0   # target 14: our loaded / quiet step time at most this
 
 
@@ -100,6 +107,7 @@ def measure(lib: str, size: str, reps: int, seed: int) -> dict:
             out[f"{phase}_cores"].append(cpu)
     return {"lib": lib, "cores": cores, "size": size, "reps": reps, "seed": seed,
             "workload": WORKLOAD, "steps_per_phase": STEPS, **out,
+            "openblas_thread_timeout": os.environ.get("OPENBLAS_THREAD_TIMEOUT"),
             "contention_with_spinner": meter.cores()}
 
 
@@ -119,26 +127,34 @@ def child_main(argv=None) -> int:
 
 
 def run(size: str, reps: int, seed: int, log, with_torch: bool) -> dict:
-    """Ours (and PyTorch when `with_torch`) each in a fresh child: {lib: raw}."""
-    from .children import ROOT, child_env
+    """Every column of `COLUMNS` (PyTorch's when `with_torch`), each in a fresh child:
+    {column: raw}."""
     out = {}
-    for lib in LIBS if with_torch else LIBS[:1]:
-        log(f"[{ROW}] {LABELS[lib]}: {WORKLOAD} step, quiet and beside a spinning process")
-        fd, path = tempfile.mkstemp(suffix=".json", prefix=f"compare-loaded-{lib}-")
-        os.close(fd)
-        cmd = [sys.executable, "-m", "stress.compare.loaded", "--child", lib, "--size", size,
-               "--reps", str(reps), "--seed", str(seed), "--raw-out", path]
+    for col, (lib, env) in COLUMNS.items():
+        if lib == "torch" and not with_torch:
+            continue
+        log(f"[{ROW}] {LABELS[col]}: {WORKLOAD} step, quiet and beside a spinning process")
         try:
-            subprocess.run(cmd, env=child_env(False), check=True, cwd=ROOT)
-            with open(path) as f:
-                out[lib] = json.load(f)
+            out[col] = _run_child(lib, env, size, reps, seed)
         except subprocess.CalledProcessError:
             if lib == "pa":
                 raise
             log(f"[{ROW}] the PyTorch child failed: no PyTorch column")
-        finally:
-            os.unlink(path)
     return out
+
+
+def _run_child(lib: str, env: dict, size: str, reps: int, seed: int) -> dict:
+    from .children import ROOT, child_env
+    fd, path = tempfile.mkstemp(suffix=".json", prefix=f"compare-loaded-{lib}-")
+    os.close(fd)
+    cmd = [sys.executable, "-m", "stress.compare.loaded", "--child", lib, "--size", size,
+           "--reps", str(reps), "--seed", str(seed), "--raw-out", path]
+    try:
+        subprocess.run(cmd, env=dict(child_env(False), **env), check=True, cwd=ROOT)
+        with open(path) as f:
+            return json.load(f)
+    finally:
+        os.unlink(path)
 
 
 # ---- ratios, the report's section and the target -------------------------------------------
@@ -179,7 +195,9 @@ def section(loaded) -> list:
             "wall time, median over rounds: threads that spin while they wait keep it "
             "high under load, taking CPU from the useful work; `idle after a step`: the "
             f"same over {IDLE * 1e3:.0f} ms of sleep after a quiet phase (0: its threads "
-            "sleep when there is no work).", "",
+            "sleep when there is no work). `ours, OPENBLAS_THREAD_TIMEOUT=4`: ours again, "
+            "numpy's OpenBLAS threads put to sleep as soon as they are idle (by default "
+            "they spin-wait after each GEMM).", "",
             table(loaded), ""]
 
 
