@@ -1084,3 +1084,11 @@ def test_extra_rows_are_selected_like_workloads():
     assert (a.workloads, a.scientific, a.loaded) == (["cnn"], ["sci-hvp"], False)
     a = cli.parse_args(["--quick"])  # the default: everything
     assert a.workloads == list(workloads.WORKLOADS) and len(a.scientific) == 4 and a.loaded
+
+
+def test_check_counts_a_missed_row_target():
+    from stress.compare import loaded as L
+    t14 = L.evaluate_target(loaded_result(1.0, 3.0), None)
+    result = {"targets": {"default": []}, "extra_targets": [t14]}
+    assert cli.missed(result) == [("rows", 14)]
+    assert verdict.counts(dict(result["targets"], rows=[t14]))["MISS"] == 1
