@@ -41,17 +41,21 @@ lint: $(VENV)/.lint
 # The [compare] extra (matplotlib) is installed for the plot the summary names.
 # The PyTorch columns need torch in .venv: `make bench TORCH=1` installs the [parity] extra
 # (torch's CPU build) first; without torch the report says so and how to get them.
+# SCIENTIFIC=1 installs the [scientific] extra (JAX, HIPS autograd: the float64 scientific
+# rows' columns, optional like torch's).
 # BENCH_ARGS: more options, e.g. BENCH_ARGS="--check --out bench.json". Then the data-parallel
 # part on 2 MPI ranks (stress/compare/mpi.py; BENCH_MPI_ARGS, e.g. "--out mpi.json").
 bench: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[compare]'
 	$(if $(TORCH),$(PY) -m pip install --quiet -e '.[parity]')
+	$(if $(SCIENTIFIC),$(PY) -m pip install --quiet -e '.[scientific]')
 	$(PY) -m stress.compare $(BENCH_ARGS)
 	$(MPIEXEC) -n 2 $(PY) -m stress.compare.mpi $(BENCH_MPI_ARGS)
 
 bench-quick: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[compare]'
 	$(if $(TORCH),$(PY) -m pip install --quiet -e '.[parity]')
+	$(if $(SCIENTIFIC),$(PY) -m pip install --quiet -e '.[scientific]')
 	$(PY) -m stress.compare --quick $(BENCH_ARGS)
 	$(MPIEXEC) -n 2 $(PY) -m stress.compare.mpi --quick $(BENCH_MPI_ARGS)
 

@@ -115,6 +115,8 @@ SLOW = frozenset({
     "tests/test_compare.py::test_a_broken_torch_drops_the_pytorch_columns_not_the_run",
     "tests/test_compare.py::test_both_allocator_settings_in_children",
     "tests/test_compare.py::test_every_workload_from_the_command_line",
+    "tests/test_compare.py::test_scientific_smoke_every_installed_library_computes_our_numbers",
+    "tests/test_compare.py::test_a_broken_optional_library_drops_its_column_not_the_run",
     "tests/test_compare.py::test_forced_parallel_run_reports_parallel_and_its_own_speedup",
     "tests/test_compare.py::test_second_interpreter_side_by_side",
     "tests/test_compare.py::test_tiny_run_with_forward_step_and_the_pytorch_child",

@@ -560,14 +560,14 @@ def check_measurements(raw, text=None):
             assert f"| {name}{row}" in text or f"| {name} (noisy){row}" in text
 
 
-@pytest.mark.timeout(400)  # a deadlock guard: the benchmark's children under load
+@pytest.mark.timeout(600)  # a deadlock guard: the benchmark's children under load
 def test_every_workload_from_the_command_line(tmp_path):
     out = tmp_path / "r.json"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run([sys.executable, "-m", "stress.compare", *TINY, "--reps", "2",
                            "--allocator", "default", "--no-torch", "--out", str(out), "--plot",
                            str(tmp_path / "r.png"), "--report", "-"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=360)
+                          capture_output=True, text=True, timeout=540)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     raw = result["settings"]["default"]
@@ -576,6 +576,13 @@ def test_every_workload_from_the_command_line(tmp_path):
     assert result["torch_child"] is None
     assert result["targets"] == targets.evaluate_all(result["settings"])  # from the JSON alone
     check_alloc_scaling(raw, proc.stdout)
+    # the rows outside the workload table ran too, ours alone under --no-torch in the
+    # competing-load row, their targets recomputable from the JSON
+    assert list(result["loaded"]) == ["pa", "pa-nospin"]
+    assert "torch" not in result["scientific"]["libs"]
+    assert result["extra_targets"] == cli.extra_targets(result, 0.25)
+    for head in ("## Float64 scientific work", "## A training step beside a competing load"):
+        assert head in proc.stdout
     for t in result["targets"]["default"]:
         assert f"- {t['status']:4s} {t['id']}. {t['target']}: {t['detail']}" in proc.stdout
     try:
@@ -939,3 +946,149 @@ def test_no_matplotlib_is_said_once_and_the_run_goes_on(monkeypatch, capsys, tmp
 def test_mpi_hidden_share_is_explained(lo, hi, words):
     from stress.compare import mpi
     assert words in mpi.hidden_meaning(stats.Interval((lo + hi) / 2, lo, hi))
+
+
+# ---- the float64 scientific rows and the competing-load row (issue 28, items 4-5) ---------
+def sci_result(times: dict, contention=0.0, rows=("sci-grad", "sci-hvp")) -> dict:
+    """A `scientific.run` result from canned medians: {variant: seconds} per library
+    (ours "pa" 1.0 s), the results agreeing to 1e-16."""
+    from stress.compare import scientific
+    libs = {}
+    for variant, t in {"pa": 1.0, **times}.items():
+        lib = variant.split("-")[0]
+        r = libs.setdefault(lib, {"lib": lib, "cores": 2, "threads": 2, "version": "v",
+                                  "size": "quick", "reps": 7, "seed": 0,
+                                  "contention": contention, "rows": {}})
+        for n in rows:
+            r["rows"].setdefault(n, {})[variant] = {"times": series(t, 7, 0.01), "inner": 1}
+    agree = {f"{n}/{v}": 1e-16 for v in times for n in rows}
+    return {"libs": libs, "agreement": agree, "rows": list(rows),
+            "missing": [lib for lib in scientific.LIBS if lib not in libs]}
+
+
+def test_scientific_target_and_table_from_the_libraries_present():
+    from stress.compare import scientific as S
+    st = "status"
+    assert S.evaluate_target(sci_result({"jax": 2.0, "autograd": 3.0}), 0.25)[st] == "PASS"
+    assert S.evaluate_target(sci_result({"jax": 0.5, "autograd": 3.0}), 0.25)[st] == "MISS"
+    # under other load: shown, not scored
+    assert S.evaluate_target(sci_result({"jax": 2.0, "autograd": 3.0}, 1.0), 0.25)[st] == \
+        "unresolved"
+    # one of the two absent: never PASS (the target names both), a MISS stays a MISS
+    one = S.evaluate_target(sci_result({"jax": 2.0}), 0.25)
+    assert one[st] == "unresolved" and "not installed: HIPS autograd" in one["detail"]
+    assert S.evaluate_target(sci_result({"jax": 0.5}), 0.25)[st] == "MISS"
+    # neither: unresolved, and the table has only the columns measured
+    none = sci_result({"torch": 2.0, "torch-vec": 4.0})
+    t = S.evaluate_target(none, 0.25)
+    assert t[st] == "unresolved" and "neither is installed" in t["detail"]
+    head = S.table(none).splitlines()[0]
+    assert "PyTorch: ms" in head and "vectorize=True" in head
+    assert "JAX" not in head and "HIPS" not in head
+    text = "\n".join(S.section(none))
+    assert "Not installed (no column): JAX (jit, x64), HIPS autograd" in text
+    # ours 1.0 s against JAX's 2.0 s: 0.50x with its interval, in the row
+    full = S.table(sci_result({"jax": 2.0, "autograd": 4.0}))
+    assert "| sci-grad | 1000.0 | 2000.0: 0.50x [" in full and "4000.0: 0.25x [" in full
+
+
+def test_scientific_columns_disappear_when_a_library_is_absent(monkeypatch):
+    from stress.compare import scientific as S
+    real = S.importlib.util.find_spec
+    monkeypatch.setattr(S.importlib.util, "find_spec",
+                        lambda name: None if name in ("jax", "autograd") else real(name))
+    started = []
+    monkeypatch.setattr(S, "run_child", lambda lib, *a: started.append(lib) or (
+        {"rows": {"sci-hvp": {lib: {"times": [1.0], "inner": 1}}}, "contention": 0.0,
+         "seed": 0}, {f"sci-hvp/{lib}/0": np.ones(3)}))
+    sci = S.run(["sci-hvp"], "tiny", 1, 0, lambda m: None, libs=["pa", "jax", "autograd"])
+    assert started == ["pa"] and list(sci["libs"]) == ["pa"]
+    assert sci["missing"] == ["torch", "jax", "autograd"]
+    assert S.evaluate_target(sci, 0.25)["status"] == "unresolved"
+
+
+@pytest.mark.timeout(400)  # a deadlock guard: children under load
+def test_scientific_smoke_every_installed_library_computes_our_numbers():
+    # one tiny row through the real children of every library installed here
+    from stress.compare import scientific as S
+    sci = S.run(["sci-hvp", "sci-jacobian"], "tiny", 1, 0, lambda m: None)
+    assert list(sci["libs"])[0] == "pa"
+    for lib in ("torch", "jax", "autograd"):
+        assert (lib in sci["libs"]) == S.available(lib)
+    for key, diff in sci["agreement"].items():
+        assert diff is not None and diff < 1e-12, key
+    variants = {v for r in sci["libs"].values() for n in r["rows"].values() for v in n}
+    assert {k.split("/")[1] for k in sci["agreement"]} == variants - {"pa"}
+    if "jax" in sci["libs"]:  # x64 on: our float64 numbers, not float32's
+        assert sci["agreement"]["sci-hvp/jax"] < 1e-12
+
+
+@pytest.mark.timeout(400)  # a deadlock guard: the benchmark's children under load
+def test_a_broken_optional_library_drops_its_column_not_the_run(tmp_path):
+    # `jax` and `autograd` that are found but do not import: their children fail
+    for name in ("jax", "autograd"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("raise ImportError('broken for a test')\n")
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "stress.compare", *TINY, "--reps", "1",
+                           "--no-torch", "--workloads", "sci-jacobian", "--out", str(out),
+                           *FULL], cwd=ROOT, capture_output=True, text=True, timeout=360,
+                          env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "the JAX (jit, x64) child failed" in proc.stderr
+    assert "the HIPS autograd child failed" in proc.stderr
+    result = json.loads(out.read_text())
+    assert result["settings"] == {} and list(result["scientific"]["libs"]) == ["pa"]
+    assert result["extra_targets"] == cli.extra_targets(result, 0.25)  # from the JSON
+    assert result["extra_targets"][0]["status"] == "unresolved"
+    assert "## Float64 scientific work" in proc.stdout and "| sci-jacobian | " in proc.stdout
+    assert "JAX (jit, x64): ms" not in proc.stdout
+
+
+def loaded_result(quiet=1.0, loaded=1.5, torch=None) -> dict:
+    def lib(name, q, ld):
+        return {"lib": name, "cores": 2, "size": "quick", "reps": 7, "seed": 0,
+                "workload": "mnist-cnn-f32", "steps_per_phase": 3,
+                "quiet": series(q, 7, 0.01), "loaded": series(ld, 7, 0.01),
+                "quiet_cores": [1.0] * 7, "loaded_cores": [1.0] * 7, "idle_cores": [0.0] * 4,
+                "contention_with_spinner": 1.0}
+    out = {"pa": lib("pa", quiet, loaded)}
+    if torch:
+        out["torch"] = lib("torch", 1.0, torch)
+    return out
+
+
+def test_loaded_row_ratios_target_and_table():
+    from stress.compare import loaded as L
+    assert L.evaluate_target(loaded_result(1.0, 1.5), None)["status"] == "PASS"
+    miss = L.evaluate_target(loaded_result(1.0, 3.0, torch=12.0), None)
+    assert miss["status"] == "MISS" and "PyTorch's 12.00x" in miss["detail"]
+    assert L.ratio(loaded_result(1.0, 1.5), "pa").point == pytest.approx(1.5)
+    text = L.table(loaded_result(0.01, 0.02, torch=12.0))
+    assert "| ours | 10.0 | 20.0 | 2.00x [" in text and "| PyTorch | 1000.0 | 12000.0 | " in text
+    assert L.evaluate_target(None)["status"] == "n/a" and L.section(None) == []
+
+
+def test_the_spinner_runs_only_inside_its_block():
+    from stress.compare import loaded as L
+    with L.Spinner() as s:
+        assert s.proc.poll() is None  # spinning
+    assert s.proc.poll() is not None  # stopped and reaped
+
+
+def test_extra_rows_are_selected_like_workloads():
+    a = cli.parse_args(["--workloads", "scientific,loaded-step"])
+    assert a.workloads == [] and a.scientific == ["sci-grad", "sci-hessian", "sci-jacobian",
+                                                   "sci-hvp"] and a.loaded
+    a = cli.parse_args(["--workloads", "cnn,sci-hvp"])
+    assert (a.workloads, a.scientific, a.loaded) == (["cnn"], ["sci-hvp"], False)
+    a = cli.parse_args(["--quick"])  # the default: everything
+    assert a.workloads == list(workloads.WORKLOADS) and len(a.scientific) == 4 and a.loaded
+
+
+def test_check_counts_a_missed_row_target():
+    from stress.compare import loaded as L
+    t14 = L.evaluate_target(loaded_result(1.0, 3.0), None)
+    result = {"targets": {"default": []}, "extra_targets": [t14]}
+    assert cli.missed(result) == [("rows", 14)]
+    assert verdict.counts(dict(result["targets"], rows=[t14]))["MISS"] == 1

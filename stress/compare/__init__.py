@@ -54,6 +54,13 @@ table and two targets for the second interpreter: tiny-nodes speedup >= 1.4x, an
 parallel / sequential <= 1.03 on every workload; the JSON holds both interpreters'
 measurements.
 
+Rows outside the workload table, selected with `--workloads` too (all by default; not
+with `--python`), each library in its own child: `scientific` (float64 gradient,
+Jacobian, Hessian and Hessian-vector product against PyTorch, JAX and HIPS autograd,
+columns for the installed ones; target 13) and `loaded` (a float32 training step quiet
+and beside a process spinning on one core, ours and PyTorch; target 14). Their
+measurements and targets are the JSON's `scientific`, `loaded` and `extra_targets`.
+
 Run from the repository root (`stress` is not installed with the package); the
 children it starts run there too, with the root on PYTHONPATH.
 
@@ -64,7 +71,8 @@ step on persistent parameters), `samples` (a workload's samples, merging batches
 processes' load, the numpy threading ceiling, versions), `alloc_scaling` (the caching
 allocator against the blocks in use), `stats` (bootstrap, decisions),
 `ratios` (every ratio's interval from the raw JSON), `targets` (PASS/MISS/unresolved),
-`verdict` (the first screen, progress lines), `report`, `report_torch` and
+`verdict` (the first screen, progress lines), `scientific` and `loaded` (the rows
+outside the workload table), `report`, `report_torch` and
 `report_pythons` (markdown, JSON, progress), `plot`
 (matplotlib), `workloads` (the registry) with `backend`, `synthetic` and `models` (one
 definition per workload for both libraries), `bound` (the parallel bound).

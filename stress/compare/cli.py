@@ -32,6 +32,14 @@ DEFAULT_PLOT = os.path.join(OUT_DIR, "compare.png")
 DEFAULT_REPORT = os.path.join(OUT_DIR, "compare.md")
 
 
+def extra_rows() -> tuple:
+    """The rows outside the workload table, selected with --workloads too (not measured
+    with --python). (Imported here: `python -m stress.compare.scientific` and `.loaded`
+    run as children, and the package must not have imported them first.)"""
+    from . import loaded, scientific
+    return (*scientific.ROWS, loaded.ROW)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m stress.compare", formatter_class=HelpFormatter,
@@ -47,9 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="FILE.md", default=DEFAULT_REPORT,
                    help="where the full markdown tables go; '-': on stdout after the "
                         "verdict (default %(default)s)")
-    p.add_argument("--workloads", default=",".join(WORKLOADS),
-                   help="comma-separated subset of: " + ", ".join(WORKLOADS) + "; 'models': "
-                        "the first eight, 'programs': the real programs (default: all)")
+    p.add_argument("--workloads", default=",".join((*WORKLOADS, *extra_rows())),
+                   help="comma-separated subset of: " + ", ".join((*WORKLOADS, *extra_rows()))
+                        + "; 'models': the first eight, 'programs': the real programs, "
+                        "'scientific': the sci- rows (default: all)")
     p.add_argument("--reps", type=int, default=None,
                    help="timed repetitions per configuration (default 7, --quick 3)")
     p.add_argument("--allocator", choices=("default", "tuned", "both"), default=None,
@@ -89,16 +98,24 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    """The options, with the defaults that depend on --quick, --size and --python."""
+    """The options, with the defaults that depend on --quick, --size and --python.
+    `args.workloads`: the selected training-step workloads; `args.scientific` and
+    `args.loaded`: the selected rows outside the workload table (`EXTRA_ROWS`)."""
+    from . import loaded, scientific
     p = _parser()
     args = p.parse_args(argv)
-    groups = {"programs": PROGRAM_WORKLOADS, "models": MODEL_WORKLOADS}
-    args.workloads = list(dict.fromkeys(
+    groups = {"programs": PROGRAM_WORKLOADS, "models": MODEL_WORKLOADS,
+              "scientific": tuple(scientific.ROWS)}
+    chosen = list(dict.fromkeys(
         x for w in args.workloads.split(",") if w.strip()
         for x in groups.get(w.strip(), (w.strip(),))))
-    unknown = [w for w in args.workloads if w not in WORKLOADS]
-    if unknown or not args.workloads:
-        p.error(f"unknown workload(s) {unknown}; choose from {', '.join(WORKLOADS)}")
+    unknown = [w for w in chosen if w not in WORKLOADS and w not in extra_rows()]
+    if unknown or not chosen:
+        p.error(f"unknown workload(s) {unknown}; choose from "
+                f"{', '.join((*WORKLOADS, *extra_rows()))}")
+    args.workloads = [w for w in chosen if w in WORKLOADS]
+    args.scientific = [w for w in chosen if w in scientific.ROWS]
+    args.loaded = loaded.ROW in chosen
     if args.allocator is None:
         args.allocator = "default" if args.python else "both"
     if args.python and not args.raw_out:  # (a child measures in itself only)
@@ -113,7 +130,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.size = "quick" if args.quick else "full"
     if args.budget is None:
         args.budget = BUDGET[args.size]
-    if args.timeline is None:
+    if args.timeline is None and args.workloads:
         wide = [w for w in args.workloads if WORKLOADS[w].branches]
         args.timeline = "wide-elementwise" if "wide-elementwise" in args.workloads else \
             (wide or args.workloads)[0]
@@ -157,16 +174,45 @@ def main(argv=None) -> int:
         log(TORCH_HINT)  # once: the children are told --no-torch
         hint, args.no_torch = TORCH_HINT, True
     no_torch_given = args.no_torch and hint is None
-    raws, extra = measure_all(args, argv)
+    raws, extra = measure_all(args, argv) if args.workloads else ({}, {})
     settings, torch = split(raws)
-    if torch is None and not no_torch_given and hint is None:
+    if torch is None and not no_torch_given and hint is None and args.workloads:
         hint = ("no PyTorch columns: torch is installed but does not import (its error is "
                 "above); `make bench TORCH=1` reinstalls its CPU build into .venv")
     result = {"schema_version": SCHEMA_VERSION,
               "meta": _meta(argv, budget=args.budget, extra_batches=extra, torch_hint=hint),
               "settings": settings, "torch_child": torch,
               "targets": evaluate_all(settings, torch)}
+    result.update(measure_extra_rows(args))
     return _finish(args, result, report, t0)
+
+
+def measure_extra_rows(args) -> dict:
+    """The rows outside the workload table (`EXTRA_ROWS`), each library in its own
+    child: {"scientific": ..., "loaded": ..., "extra_targets": [13, 14]}; {} when none
+    is selected."""
+    from . import loaded, scientific
+    if not args.scientific and not args.loaded:
+        return {}
+    libs = [lib for lib in scientific.LIBS if not (args.no_torch and lib == "torch")]
+    sci = scientific.run(args.scientific, args.size, args.reps, args.seed, log, libs) \
+        if args.scientific else None
+    load = loaded.run(args.size, args.reps, args.seed, log, not args.no_torch) \
+        if args.loaded else None
+    return {"scientific": sci, "loaded": load, "extra_targets": extra_targets(
+        {"scientific": sci, "loaded": load}, args.noisy)}
+
+
+def extra_targets(result: dict, noisy_limit) -> list:
+    """Targets 13 (float64 scientific) and 14 (competing load) of the rows that ran,
+    recomputable from the JSON's "scientific" and "loaded"."""
+    from . import loaded, scientific
+    out = []
+    if result.get("scientific"):
+        out.append(scientific.evaluate_target(result["scientific"], noisy_limit))
+    if result.get("loaded"):
+        out.append(loaded.evaluate_target(result["loaded"]))
+    return out
 
 
 def _main_pythons(args, argv, t0) -> int:
@@ -192,6 +238,8 @@ def _meta(argv, **extra) -> dict:
 def missed(result: dict) -> list:
     """(section, target id) of every MISS in a result (both layouts)."""
     lists = dict(result.get("targets", {}))
+    if result.get("extra_targets"):
+        lists["rows"] = result["extra_targets"]
     lists.update({f"ft {s}": ts for s, ts in result.get("ft_targets", {}).items()})
     for i in result.get("interpreters", {}).values():
         lists.update({f"{i['label']} {s}": ts for s, ts in i["targets"].items()})
@@ -201,7 +249,7 @@ def missed(result: dict) -> list:
 def _write_files(args, result, full: str) -> dict:
     """Write --plot, --report and --out; {label: path or why not} for the summary."""
     files = {}
-    if args.plot:
+    if args.plot and (result.get("settings") or "interpreters" in result):
         _mkdir_for(args.plot)
         files["Plot"] = args.plot if plot(result, args.plot) else \
             "not written: matplotlib is not installed (pip install 'parallel_autograd[compare]')"

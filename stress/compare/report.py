@@ -158,7 +158,9 @@ def report(result: dict) -> str:
     from .alloc_scaling import section as alloc_scaling_section
     from .report_torch import allocator_table, torch_section
     raws, torch = result["settings"], result.get("torch_child")
-    parts = _header(result, next(iter(raws.values())))
+    parts = _header(result, next(iter(raws.values()))) if raws else \
+        [f"# parallel_autograd against other libraries ({result['meta']['date']})", "",
+         f"`{result['meta']['command']}`", ""]
     for s, raw in raws.items():
         parts += setting_section("Allocator: ", s, raw, result["targets"][s], torch)
     if len(raws) == 2:
@@ -166,4 +168,15 @@ def report(result: dict) -> str:
     if torch:
         parts += torch_section(raws.get("default"), torch)
     parts += alloc_scaling_section(raws.get("default"))
-    return "\n".join(parts)
+    return "\n".join(parts + extra_rows_section(result))
+
+
+def extra_rows_section(result: dict) -> list:
+    """The rows outside the workload table (float64 scientific, competing load) and
+    their targets, as lines; none when they were not run."""
+    from . import loaded, scientific
+    parts = scientific.section(result.get("scientific")) + \
+        loaded.section(result.get("loaded"))
+    if result.get("extra_targets"):
+        parts += ["Targets of these rows:", targets_text(result["extra_targets"]), ""]
+    return parts

@@ -83,7 +83,7 @@ def summary_line(target_lists: dict) -> str:
     """`Targets: 5 PASS, 1 MISS, 3 unresolved (2 of them by noise), 2 n/a ...`, and the
     quiet-measurement hint when noise left at least one target open."""
     c = counts(target_lists)
-    where = " (both allocator settings)" if len(target_lists) > 1 else ""
+    where = " (both allocator settings)" if len(set(target_lists) - {"rows"}) > 1 else ""
     noise = f" ({c['noisy']} of them because rows were measured under other load)" \
         if c["noisy"] else ""
     line = (f"Targets{where}: {c[PASS]} PASS, {c[MISS]} MISS, {c[UNRESOLVED]} unresolved"
@@ -95,14 +95,20 @@ def verdict(result: dict, files: dict) -> str:
     """The first screen of one interpreter's result: the verdict table (default malloc
     setting), the targets' count, and where the plot, full tables and JSON are
     (`files`: label -> path or a note)."""
+    from .report import extra_rows_section
     settings, torch = result["settings"], result.get("torch_child")
-    setting = "default" if "default" in settings else next(iter(settings))
     meta = result["meta"]
-    parts = [f"# Verdict: backward_parallel against the sequential engine and PyTorch "
-             f"({meta['date']}, {setting} malloc)", "",
-             verdict_table(settings[setting], torch, result["targets"][setting]), "",
-             summary_line(result["targets"])]
-    if torch is None:
+    parts = []
+    if settings:
+        setting = "default" if "default" in settings else next(iter(settings))
+        parts += [f"# Verdict: backward_parallel against the sequential engine and PyTorch "
+                  f"({meta['date']}, {setting} malloc)", "",
+                  verdict_table(settings[setting], torch, result["targets"][setting]), ""]
+    parts += extra_rows_section(result)
+    lists = dict(result["targets"], **({"rows": result["extra_targets"]}
+                                       if result.get("extra_targets") else {}))
+    parts.append(summary_line(lists))
+    if torch is None and settings:
         parts.append("No torch: " + (meta.get("torch_hint") or "--no-torch given") + ".")
     parts += [""] + [f"{label}: {path}" for label, path in files.items()]
     return "\n".join(parts)
