@@ -77,10 +77,10 @@ def _deal(work: list, n: int) -> list[list]:
     share with the fewest elements so far (sizes within one largest item)."""
     shares: list[list] = [[] for _ in range(n)]
     loads = [0] * n
-    for item in sorted(work, key=lambda w: -w[1].data.size):
+    for item in sorted(work, key=lambda w: -w[1]._data.size):
         i = loads.index(min(loads))
         shares[i].append(item)
-        loads[i] += item[1].data.size
+        loads[i] += item[1]._data.size
     return [s for s in shares if s]
 
 
@@ -89,7 +89,7 @@ def _reserve(scratch: Scratch, share: list) -> None:
     `share` (so that no allocation can fail once the step writes)."""
     need: dict[np.dtype, int] = {}
     for item in share:
-        arr = item[1].data
+        arr = item[1]._data
         n = min(BLOCK_BYTES // arr.itemsize or 1, arr.size)
         if n > need.get(arr.dtype, -1):
             need[arr.dtype] = n
@@ -199,7 +199,7 @@ class Optimizer:
     def _initial(self, p: Tensor, group: dict[str, Any], key: str) -> np.ndarray:
         """A new state array `key` for `p` (zeros of its shape and dtype; subclasses
         override for other starting values)."""
-        return np.zeros(p.data.shape, p.data.dtype)
+        return np.zeros(p._data.shape, p._data.dtype)
 
     def _update(self, p: Tensor, grad: np.ndarray, group: dict[str, Any]) -> None:
         """Update `p.data` and `self.state[p]` in place from `grad` with `group`'s
@@ -327,7 +327,7 @@ class Optimizer:
                 loss = closure()
         work, made = self._collect()
         n = min(_cores(), len(work))
-        threaded = n > 1 and sum(w[1].data.size for w in work) >= self.parallel_min_elements
+        threaded = n > 1 and sum(w[1]._data.size for w in work) >= self.parallel_min_elements
         shares = _deal(work, n) if threaded else [work]
         scratches = [self._scratch] + [Scratch() for _ in shares[1:]]
         for share, scratch in zip(shares, scratches):
@@ -411,8 +411,8 @@ class Optimizer:
                 g = p._grad  # a Tensor: the step reads its array
                 if g is None:
                     continue
-                g = g.data
-                arr = p.data
+                g = g._data
+                arr = p._data
                 if not (isinstance(g, np.ndarray) and g.shape == arr.shape
                         and g.dtype == arr.dtype and arr.flags.writeable):
                     raise ValueError(self._bad_param(gi, pi, p, g))
@@ -440,7 +440,7 @@ class Optimizer:
             if type(step) is not float or not 0.0 <= step < math.inf:  # NaN fails too
                 _check_step(where.format(key), state)
         required, optional = keys
-        arr = p.data
+        arr = p._data
         shape, dtype = arr.shape, arr.dtype
         for k in required:
             v = state.get(k)
@@ -456,7 +456,7 @@ class Optimizer:
     def _bad_param(self, gi: int, pi: int, p: Tensor, g: Any) -> str:
         """The message for a parameter `step` cannot update."""
         where = f"{type(self).__name__}.step: parameter {pi} of group {gi}"
-        arr = p.data
+        arr = p._data
         if not arr.flags.writeable:
             return f"{where}: its array is read-only"
         what = (f"{g.dtype} array of shape {g.shape}" if isinstance(g, np.ndarray)
@@ -625,11 +625,11 @@ def _load_param_state(owner: str, key: Any, p: Tensor, saved: Any) -> dict[str, 
     if not isinstance(saved, dict):
         raise ValueError(f"{owner}.load_state_dict: state {key!r} must be a dict, got "
                          f"{type(saved).__name__}")
-    arr = p.data
+    arr = p._data
     out = {}
     for k, v in saved.items():
         if isinstance(v, Tensor):
-            v = v.data
+            v = v._data
         if k == "step":
             out[k] = _load_step(owner, key, v)
         elif isinstance(v, np.ndarray):

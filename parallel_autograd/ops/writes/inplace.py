@@ -57,7 +57,7 @@ __all__ = ["bernoulli", "METHODS"]
 
 
 def _raw(x):
-    return x.data if isinstance(x, Tensor) else x
+    return x._data if isinstance(x, Tensor) else x
 
 
 _LEAF = ("a leaf Variable that requires grad is being used in an in-place operation. "
@@ -101,7 +101,7 @@ def _inplace(name: str, write, recorded=None):
                 _check(self, name, operands + tuple(kwargs.values()))
             return rebase(self, name, recorded, operands, kwargs)
         try:
-            write(self.data, *[_raw(o) for o in operands],
+            write(self._data, *[_raw(o) for o in operands],
                   **{k: _raw(v) for k, v in kwargs.items()})
         except (TypeError, ValueError) as e:
             kind = ValueError if isinstance(e, ValueError) else TypeError
@@ -335,7 +335,7 @@ def _reshaping(name: str, view, recorded):
     def method(self: Tensor, *args) -> Tensor:
         if _records(self, name, ()):
             return rebase_view(self, name, recorded, args)
-        self.data = view(self.data, *args)
+        self._data = view(self._data, *args)
         version.bump(self)
         return self
 
@@ -408,8 +408,8 @@ def _bernoulli(d, p=0.5, *, generator=None):
 def bernoulli(input, p=None, *, generator=None) -> Tensor:
     """0 or 1 (input's dtype) drawn elementwise with probability `input` (or `p`, a number,
     for every element); the gradient is 0 (PyTorch's)."""
-    x = input.data if isinstance(input, Tensor) else np.asarray(input)
-    prob = _probabilities(x if p is None else (p.data if isinstance(p, Tensor) else p),
+    x = input._data if isinstance(input, Tensor) else np.asarray(input)
+    prob = _probabilities(x if p is None else (p._data if isinstance(p, Tensor) else p),
                           "bernoulli: ")
     draw = resolve_generator(generator).random(x.shape) < np.broadcast_to(prob, x.shape)
     out = depends_on(draw.astype(x.dtype), input)
@@ -431,7 +431,7 @@ def _drawn(write):
 
 def _index_filled(old, dim, index, value):
     """`index_fill_`'s recorded form: `value` written at `index` along `dim`."""
-    d = old.data
+    d = old._data
     if d.ndim == 0:
         raise ValueError("index_fill_: input must have at least 1 dimension")
     k = IX.old_dim(dim, d.ndim, "index_fill_")
@@ -493,7 +493,7 @@ def inplace_form(op):
         if _records(t, name, operands + tuple(kwargs.values())):
             return rebase(t, name, op, operands, kwargs)
         out = op(t, *operands, **kwargs)
-        np.copyto(t.data, out.data, casting="same_kind")
+        np.copyto(t._data, out._data, casting="same_kind")
         version.bump(t)
         return t
 
