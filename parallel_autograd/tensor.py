@@ -94,14 +94,37 @@ class Tensor:
         self._accumulator = None
         self._requires_grad = False
 
-    # the ndarray lives in the `_data` slot; the library reads the slot (hot paths)
+    # the ndarray lives in the `_data` slot: the library reads the slot, never `.data`
     @property
-    def data(self) -> np.ndarray:
-        return self._data
+    def data(self) -> "Tensor":
+        """PyTorch's `.data`: a new Tensor sharing this tensor's memory, with no history
+        (requires_grad False, grad_fn None) and a version counter of its own, always a
+        plain Tensor (a Parameter's too). Writes through it (`p.data.add_(g, alpha=-lr)`,
+        `p.data.copy_(w)`, `p.data[:] = 0`) change this tensor's values without being
+        recorded, without bumping this tensor's version and so without the "modified by an
+        inplace operation" error at backward: a backward then uses the new values, as in
+        PyTorch. For the ndarray itself use `.numpy()` (or `.detach().numpy()`).
+
+        `t.data = other` (a Tensor, else TypeError as PyTorch) makes `t` use `other`'s
+        memory (shape and dtype may change; `t` keeps its history, grad and version). On a
+        tensor that requires grad, `other` must be floating point (RuntimeError).
+        Thread safety: like any write, not synchronised with readers of `t`."""
+        return Tensor._wrap(self._data)
 
     @data.setter
-    def data(self, value) -> None:
-        self._data = value
+    def data(self, value: "Tensor") -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Variable data has to be a tensor, but got "
+                            f"{type(value).__name__}")
+        arr = value._data
+        if self._requires_grad and arr.dtype.kind not in FLOAT_KINDS:
+            raise RuntimeError("data set to a tensor that requires gradients must be "
+                               "floating point or complex dtype")
+        self._data = arr
+
+    @data.deleter
+    def data(self) -> None:
+        raise RuntimeError("Deleting tensor data is not allowed. Delete tensor instead!")
 
     # --- autograd attributes -------------------------------------------------
     @property

@@ -158,7 +158,6 @@ def _key(case: W.Case, form: str, variant: str) -> str:
     return f"{case.id}-{form}-{variant}"
 
 
-DATA = '`.data` is the numpy array, not a Tensor (being changed)'
 NO_KERNEL = "PyTorch has no kernel for this dtype; numpy's computes it"
 MIXED = "PyTorch's kernel refuses mixed float32/float64 operands; here they promote"
 INT_REFUSED = 'PyTorch refuses integer inputs; here they compute in the default dtype'
@@ -270,10 +269,6 @@ KNOWN: dict[str, str] = {
     'bernoulli-f-bool': NO_KERNEL,
     'bernoulli-m-int64': NO_KERNEL,
     'bernoulli-m-bool': NO_KERNEL,
-    'data-a-float32': DATA,
-    'data-a-float64': DATA,
-    'data-a-int64': DATA,
-    'data-a-bool': DATA,
     'gelu-F-int64': NO_KERNEL,
     'gelu-F-bool': NO_KERNEL,
     'silu-F-int64': NO_KERNEL,

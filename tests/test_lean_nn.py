@@ -72,7 +72,7 @@ def test_conv2d_same_flat_path():
     x, w, b = leaf(rand((16, 16, 32, 32), 1)), leaf(rand((32, 16, 3, 3), 2)), leaf(rand(32, 3))
     y, extra = forward(F.conv2d, x, w, b, padding=1)
     cols = y.grad_fn.saved[4]                 # kept for the weight gradient
-    assert cols.nbytes == 9 * x.data.nbytes
+    assert cols.nbytes == 9 * x.numpy().nbytes
     assert extra <= cols.nbytes + _obuf(32, 144) + SLACK
     gx, extra = rule(y, 0)                    # column buffer <= input, g's chunk
     assert extra <= gx.nbytes * (1 + 32 / 144) + SLACK
@@ -91,7 +91,7 @@ def test_conv2d_strided_channels_last_path():
     # (10*16*16, C) reused across kernel offsets: 0.94 MiB (not g's 1 MiB and one
     # (N*P, C) product as before); the weight reordered (*kernel, O, C)
     gx, extra = rule(y, 0)
-    assert extra <= _conv._GRAD_CHUNK_BYTES + w.data.nbytes + SLACK < y.data.nbytes * 3 // 2
+    assert extra <= _conv._GRAD_CHUNK_BYTES + w.numpy().nbytes + SLACK < y.numpy().nbytes * 3 // 2
 
 
 @pytest.mark.parametrize("conv,xs,ws", [(F.conv2d, (16, 8, 64, 64), (16, 8, 3, 3)),
@@ -104,7 +104,7 @@ def test_conv_strided_channels_first_path(conv, xs, ws):
     # kernel offsets and chunks (before: g channels-last and an (N*P, C) product)
     gx, extra = rule(y, 0)
     assert gx.flags.c_contiguous
-    assert extra <= _conv._GRAD_CHUNK_BYTES + w.data.nbytes + SLACK < y.data.nbytes
+    assert extra <= _conv._GRAD_CHUNK_BYTES + w.numpy().nbytes + SLACK < y.numpy().nbytes
 
 
 def test_conv1d_flat_path():
@@ -119,7 +119,7 @@ def test_conv_frozen_weight_keeps_one_chunk_of_columns():
     x, w = leaf(rand((32, 16, 32, 32), 1)), pa.tensor(rand((32, 16, 3, 3), 2))
     y, extra = forward(F.conv2d, x, w, padding=1)
     assert y.grad_fn.saved[4] is None          # (ans, x, w, b, columns, geometry)
-    assert extra <= _conv._COLS_BYTES + _obuf(32, 144) + SLACK < 9 * x.data.nbytes
+    assert extra <= _conv._COLS_BYTES + _obuf(32, 144) + SLACK < 9 * x.numpy().nbytes
 
 
 def test_conv_transpose2d_and_its_rules():
@@ -128,7 +128,7 @@ def test_conv_transpose2d_and_its_rules():
     # conv's input gradient, channels-last: per chunk of samples, x's chunk
     # channels-last and the product, at most _GRAD_CHUNK_BYTES (before: x channels-last
     # and one product, 1.5 MiB)
-    assert extra <= _conv._GRAD_CHUNK_BYTES + w.data.nbytes + SLACK
+    assert extra <= _conv._GRAD_CHUNK_BYTES + w.numpy().nbytes + SLACK
     gx, extra = rule(y, 0)                    # conv2d without kept columns: one chunk
     assert extra <= _conv._COLS_BYTES + _obuf(32, 144) + SLACK
     gw, extra = rule(y, 1)
@@ -258,7 +258,7 @@ def test_recurrence(mode, batch_first):
     hp = T * N * H * 8                        # W_hh's GEMM operand: the previous states
     # the GRU: the n gate's part of the hidden projection's gradient (dn r), a third of
     # the projections' size (its r and z parts are the projections' gradient)
-    dpre = xp.data.nbytes // 3 if mode == "GRU" else 0
+    dpre = xp.numpy().nbytes // 3 if mode == "GRU" else 0
     assert extra <= hp + dpre + SLACK
 
 

@@ -3,8 +3,8 @@
 Parameter groups, per-parameter state, `zero_grad`, `step(closure)` and
 `state_dict()` / `load_state_dict()` behave like PyTorch's. A subclass validates its
 hyperparameters (`_check_group`), names its state arrays (`_state_keys`) and updates one
-parameter (`_update`); the base class updates each parameter's array in place (`p.data`,
-which views and other references share) and bumps its version counter once
+parameter (`_update`); the base class updates each parameter's array in place (`p._data`,
+the memory `p.data` and views share) and bumps its version counter once
 (`parallel_autograd.version.bump`), so a graph that saved the old values refuses to run
 backward, as after PyTorch's in-place updates.
 
@@ -202,7 +202,7 @@ class Optimizer:
         return np.zeros(p._data.shape, p._data.dtype)
 
     def _update(self, p: Tensor, grad: np.ndarray, group: dict[str, Any]) -> None:
-        """Update `p.data` and `self.state[p]` in place from `grad` with `group`'s
+        """Update `p._data` (the array) and `self.state[p]` in place from `grad` with `group`'s
         hyperparameters. Called only once everything was checked and the state is
         complete (`_state_keys`; `self._made.get(p)`: the entries this step made); it
         must not fail. The base class bumps `p`'s version counter afterwards.

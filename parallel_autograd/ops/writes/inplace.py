@@ -15,8 +15,9 @@ When they are allowed (PyTorch's rules, stricter for views):
   the out-of-place op's node as its history; docs/inplace.md); through a view of
   another tensor's memory: RuntimeError (PyTorch rewrites the viewed tensor's history).
 
-Writes through `.data` (numpy) bypass the checks and the version counter, as in
-PyTorch. Thread safety: like any write to an array, not synchronised with readers.
+Writes through `.data` (a Tensor with no history and a counter of its own) bypass the
+checks and this tensor's version counter, as in PyTorch. Thread safety: like any write to
+an array, not synchronised with readers.
 
 `t[index] = value` (`__setitem__`, `setitem.py`) follows the same rules when nothing
 requires grad or under `no_grad()`, and otherwise, unlike the methods here, is recorded:
