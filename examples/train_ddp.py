@@ -118,7 +118,7 @@ def train_single(args, x, y, plan):
 def digest(model) -> np.ndarray:
     h = hashlib.sha256()
     for p in model.parameters():
-        h.update(np.ascontiguousarray(p.data).tobytes())
+        h.update(np.ascontiguousarray(p.numpy()).tobytes())
     return np.frombuffer(h.digest(), np.uint8).copy()
 
 
@@ -183,7 +183,7 @@ def main(argv=None) -> int:
     if args.check:
         ref_losses, ref = train_single(args, x, y, plan)
         report["max_loss_diff"] = max(abs(a - b) for a, b in zip(losses, ref_losses))
-        report["max_param_diff"] = max(float(np.max(np.abs(a.data - b.data)))
+        report["max_param_diff"] = max(float(np.max(np.abs(a.numpy() - b.numpy())))
                                        for a, b in zip(model.parameters(), ref.parameters()))
         ok = ok and report["max_loss_diff"] <= args.tol and report["max_param_diff"] <= args.tol
     report["ok"] = ok

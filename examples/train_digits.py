@@ -54,7 +54,7 @@ def accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray) -> float:
     """Share of `x` classified as `y` (evaluation mode, no graph)."""
     model.eval()
     with pa.no_grad():
-        pred = model(pa.tensor(x)).data.argmax(axis=1)
+        pred = model(pa.tensor(x)).numpy().argmax(axis=1)
     model.train()
     return float((pred == y).mean())
 

@@ -229,7 +229,7 @@ def _bad(g) -> str | None:
     sum, and no overflow warnings); only a bad gradient is looked at again."""
     if g is None:
         return None
-    a = g if isinstance(g, np.ndarray) else np.asarray(getattr(g, "data", g))
+    a = g if isinstance(g, np.ndarray) else np.asarray(g)  # a Tensor: its array (__array__)
     if a.dtype.kind not in "fc" or np.isfinite(a).all():
         return None
     nan, inf = bool(np.isnan(a).any()), bool(np.isinf(a).any())

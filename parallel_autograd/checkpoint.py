@@ -109,7 +109,7 @@ def checkpoint(function: Callable[..., Tensor], *args: Any, use_reentrant: bool 
         with noting:
             out = _output(function(*args, **kwargs))
         inputs, cost, threaded = _edges(out, args, start)
-    arr, out = out.data, None  # drops the forward's graph (use_reentrant=False)
+    arr, out = out._data, None  # drops the forward's graph (use_reentrant=False)
     saved = _Saved(function, args, kwargs, draws, use_reentrant)
     res = record("checkpoint", arr, inputs, saved=(saved,), joint=_rule, cost=cost,
                  threaded=threaded)
@@ -170,7 +170,7 @@ class _Saved:
     def __init__(self, function, args, kwargs, draws, reentrant):
         self.function = function
         self.is_tensor = tuple(isinstance(a, Tensor) for a in args)
-        self.values = tuple(a.data if t else a for a, t in zip(args, self.is_tensor))
+        self.values = tuple(a._data if t else a for a, t in zip(args, self.is_tensor))
         self.kwargs = kwargs
         self.draws = draws          # the forward's random draws (`record_draws`), or None
         self.reentrant = reentrant
@@ -239,7 +239,7 @@ def _edges(out: Tensor, args, start: int):
                 used.add(node)
                 inputs.append(a)
                 continue
-            a = Tensor._wrap(a.data, None, a._vc)  # no edge: the output does not use it
+            a = Tensor._wrap(a._data, None, a._vc)  # no edge: the output does not use it
         inputs.append(a)
     for node, (shape, dtype) in boundary.items():
         if node in used:
@@ -324,7 +324,7 @@ def _rerun(g, saved: _Saved, node, graph: bool) -> tuple:
     targets = [p for p in proxies if p is not None]
     got = _grad(out, targets, grad_outputs=g, allow_unused=True, create_graph=graph)
     if not graph:  # grad() wraps its arrays in Tensors; the outer engine takes arrays
-        got = [None if t is None else t.data for t in got]
+        got = [None if t is None else t._data for t in got]
     it = iter(got)
     return tuple(None if p is None else next(it) for p in proxies)
 

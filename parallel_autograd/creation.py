@@ -153,7 +153,7 @@ def _python_dtype(kind: type) -> np.dtype:
 
 def _leaf_dtype(x) -> np.dtype:
     if isinstance(x, Tensor):
-        return x.data.dtype
+        return x._data.dtype
     if isinstance(x, (np.ndarray, np.generic)):
         return x.dtype
     if isinstance(x, _PY_NUMBERS):   # a subclass of a Python number
@@ -164,7 +164,7 @@ def _leaf_dtype(x) -> np.dtype:
 def _infer(data) -> np.dtype:
     """The dtype torch.tensor gives `data` (see `_leaves_dtype`)."""
     if isinstance(data, Tensor):
-        return data.data.dtype
+        return data._data.dtype
     if isinstance(data, (np.ndarray, np.generic)):
         return data.dtype
     d = _leaves_dtype(data)
@@ -272,7 +272,7 @@ def empty(*size, dtype=None, layout=None, device=None, requires_grad: bool = Fal
 def _fill_dtype(fill_value) -> np.dtype:
     """`full`'s dtype for a fill value: bool, int64, the default dtype, or a 0-d tensor's."""
     if isinstance(fill_value, Tensor):
-        return fill_value.data.dtype
+        return fill_value._data.dtype
     return _infer(fill_value)
 
 
@@ -290,8 +290,8 @@ def full(size, fill_value, *, dtype=None, layout=None, device=None,
 
 def _like(op: str, input, dtype, device, requires_grad: bool) -> tuple:
     x = _input(input, op)
-    dt = _setup(dtype, x.data.dtype, device, requires_grad, op)
-    return x.data.shape, dt
+    dt = _setup(dtype, x._data.dtype, device, requires_grad, op)
+    return x._data.shape, dt
 
 
 def zeros_like(input, *, dtype=None, layout=None, device=None, requires_grad: bool = False,
@@ -462,7 +462,7 @@ def meshgrid(*tensors, indexing: str | None = None) -> tuple:
                                f"but got a {t.ndim}-D tensor")
     if len({t.dtype for t in tensors}) > 1:
         raise RuntimeError("meshgrid expects all tensors to have the same dtype")
-    sizes = [int(t.data.size) for t in tensors]
+    sizes = [int(t._data.size) for t in tensors]
     swap = indexing == "xy" and len(tensors) >= 2
     if swap:
         sizes[0], sizes[1] = sizes[1], sizes[0]
@@ -605,7 +605,7 @@ def multinomial(input, num_samples: int, replacement: bool = False, *,
     weights, not necessarily normalised), PyTorch's `torch.multinomial`: with
     `replacement` each draw is independent; without it the categories of a row are
     distinct (weighted sampling without replacement, zero-weight categories last)."""
-    x = _input(input, "multinomial").data
+    x = _input(input, "multinomial")._data
     if x.dtype.kind != "f":
         raise RuntimeError(f"multinomial only supports floating-point dtypes for input, "
                            f"got: {x.dtype}")
@@ -657,10 +657,10 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, layout=N
     else:
         if size is not None:
             raise TypeError("normal(): size is only taken with a number mean and std")
-        m = mean.data if isinstance(mean, Tensor) else _number(mean, "normal", "mean")
-        s = std.data if isinstance(std, Tensor) else _number(std, "normal", "std")
-        dt = np.result_type(*[t.data.dtype for t in tensors])
-        shape = np.broadcast_shapes(*[t.data.shape for t in tensors])
+        m = mean._data if isinstance(mean, Tensor) else _number(mean, "normal", "mean")
+        s = std._data if isinstance(std, Tensor) else _number(std, "normal", "std")
+        dt = np.result_type(*[t._data.dtype for t in tensors])
+        shape = np.broadcast_shapes(*[t._data.shape for t in tensors])
     _float_only(dt, "normal_kernel_cpu")
     if np.any(np.asarray(s) < 0):
         raise RuntimeError(f"normal expects std >= 0.0, but found std "

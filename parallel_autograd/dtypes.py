@@ -233,7 +233,7 @@ def result_np(*operands) -> np.dtype:
     dim = zero = wrapped = None
     for x in operands:
         d = x if isinstance(x, (np.ndarray, np.generic, _builtin_int, _builtin_float,
-                                complex)) else x.data  # a Tensor
+                                complex)) else x._data  # a Tensor
         if isinstance(d, np.ndarray):
             if d.ndim:
                 dim = d.dtype if dim is None else _promote(dim, d.dtype)

@@ -51,7 +51,7 @@ class FunctionCtx:
         self.saved_tensors = ()
 
     def save_for_backward(self, *arrays):
-        self.saved_tensors = tuple(a.data if isinstance(a, Tensor) else a for a in arrays)
+        self.saved_tensors = tuple(a._data if isinstance(a, Tensor) else a for a in arrays)
 
 
 def once_differentiable(backward: Callable) -> Callable:
@@ -89,9 +89,9 @@ def _delayed_error(o, args):
                            "@once_differentiable")
 
     refuse.graph = lambda g, node: refuse(g)
-    alias = Tensor._wrap(o.data, None, o._vc)
+    alias = Tensor._wrap(o._data, None, o._vc)
     alias._requires_grad = True
-    return record("Error", o.data, [alias], joint=refuse)
+    return record("Error", o._data, [alias], joint=refuse)
 
 
 class Function:
@@ -113,11 +113,11 @@ class Function:
     def apply(cls, *args, **kwargs):
         needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         ctx = FunctionCtx(needs)
-        raw = [a.data if isinstance(a, Tensor) else a for a in args]
+        raw = [a._data if isinstance(a, Tensor) else a for a in args]
         with no_grad():
             out = cls.forward(ctx, *raw, **kwargs)
         if isinstance(out, Tensor):
-            out = out.data
+            out = out._data
         if isinstance(out, (tuple, list)):  # np.asarray would silently stack them
             raise TypeError(f"{cls.__name__}.forward returned a {type(out).__name__}: a "
                             "Function has exactly one output (return one array)")
@@ -148,7 +148,7 @@ def _make_joint(cls):
     def joint(g, ctx):
         grads = backward(ctx, g)
         grads = grads if isinstance(grads, tuple) else (grads,)
-        return tuple(x.data if isinstance(x, Tensor) else x for x in grads)
+        return tuple(x._data if isinstance(x, Tensor) else x for x in grads)
 
     def graph(g, node):
         if getattr(backward, "_once_differentiable", False):
@@ -198,7 +198,7 @@ def _on_tensors(backward, name: str, g: Tensor, node) -> tuple:
 def _once(joint, name: str, g: Tensor, node) -> tuple:
     """A once_differentiable backward in a create_graph pass: run on arrays; each gradient
     recorded as a node (on g and the inputs) whose backward raises."""
-    grads = joint(g.data, node.saved[0])
+    grads = joint(g._data, node.saved[0])
 
     def refuse(gg, *_):
         raise RuntimeError(f"{name}.backward is marked once_differentiable: its gradient "

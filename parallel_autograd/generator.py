@@ -97,7 +97,7 @@ class Generator(np.random.Generator):
         if isinstance(new_state, dict):
             state = new_state
         else:
-            data = getattr(new_state, "data", new_state)
+            data = new_state._data if isinstance(new_state, Tensor) else new_state
             if not isinstance(data, np.ndarray) or data.dtype != np.uint8:
                 raise TypeError(f"expected a torch.ByteTensor (a uint8 Tensor from "
                                 f"get_state()), but got {type(new_state).__name__}")

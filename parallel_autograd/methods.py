@@ -34,9 +34,9 @@ def _where_method(self: Tensor, condition, other) -> Tensor:
 
 def _invert(self: Tensor) -> Tensor:
     """`~x`: bitwise_not; PyTorch's TypeError for a float tensor (the operator checks)."""
-    if self.data.dtype.kind not in "biu":
+    if self._data.dtype.kind not in "biu":
         raise TypeError(f"bitwise_not: ~ (operator.invert) is only implemented on integer and "
-                        f"Boolean-type tensors, got {self.data.dtype}")
+                        f"Boolean-type tensors, got {self._data.dtype}")
     return _lg.bitwise_not(self)
 
 
@@ -107,7 +107,7 @@ def attach() -> None:
         for name, fn in module.METHODS.items():
             setattr(Tensor, name, fn)
     Tensor.where = _where_method
-    Tensor.T = property(lambda a: _sh.permute(a, tuple(range(a.data.ndim))[::-1]))
+    Tensor.T = property(lambda a: _sh.permute(a, tuple(range(a._data.ndim))[::-1]))
     Tensor.mT = property(_sh.mT)
     Tensor.backward = backward
 

@@ -142,7 +142,7 @@ class AccumulateGrad(Node):
     def __init__(self, leaf):
         super().__init__("AccumulateGrad", (), ())
         self.variable = leaf          # strong ref; the leaf holds us weakly (no cycle)
-        self.size = leaf.data.size
+        self.size = leaf._data.size
         self.pre_hooks = leaf._hooks  # shared list: hooks registered later still apply
 
 

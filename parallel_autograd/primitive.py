@@ -95,7 +95,7 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
     if not mode:
         if out.base is None:  # fresh memory, or an input's very array: identity decides
             for x in inputs:
-                if isinstance(x, Tensor) and x.data is out:
+                if isinstance(x, Tensor) and x._data is out:
                     return Tensor._wrap(out, None, x._vc)
             return Tensor._wrap(out, None, None)
         return Tensor._wrap(out, None, _shared_counter(out, inputs))
@@ -116,7 +116,7 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
         x = inputs[i]
         if not isinstance(x, Tensor):
             continue
-        d = x.data
+        d = x._data
         if vcs is not None and (every or saved[i + 1] is d):
             vcs.append(x._vc)
         if vc is None and (d is out or (root is not None and (d is root or d.base is root))):
@@ -197,14 +197,14 @@ def _read_counters(inputs, saved, out: np.ndarray, vc: list) -> list:
                 if xv is vc:
                     view = True
                     vcs.append(xv)
-                elif saved[i + 1] is x.data:
+                elif saved[i + 1] is x._data:
                     vcs.append(xv)
         vcs.append(vc if view or saved[0] is out else _UNREAD)
         return vcs
     extras = saved[n + 1:]
     for i in range(n):
         x = inputs[i]
-        if isinstance(x, Tensor) and (x._vc is vc or _kept(x.data, saved[i + 1], extras)):
+        if isinstance(x, Tensor) and (x._vc is vc or _kept(x._data, saved[i + 1], extras)):
             view = view or x._vc is vc
             vcs.append(x._vc)
     vcs.append(vc if view or _kept(out, saved[0], extras) else _UNREAD)
@@ -227,13 +227,13 @@ def _shared_counter(out: np.ndarray, inputs) -> list:
         root = getattr(root, "base", root)
     for x in inputs:
         if isinstance(x, Tensor):
-            d = x.data
+            d = x._data
             if d is out or (root is not None and (d is root or d.base is root)):
                 return x._vc
     if root is None or _owns(root):
         return [0]
     for x in inputs:
-        if isinstance(x, Tensor) and np.may_share_memory(out, x.data):
+        if isinstance(x, Tensor) and np.may_share_memory(out, x._data):
             return x._vc
     return [0]
 
@@ -292,7 +292,7 @@ class OpDef:
 
     def __call__(self, args: tuple, params: dict | None):
         """Run the op: forward on arrays, then `record` (the generated function's body)."""
-        arrays = [a.data if isinstance(a, Tensor) else a for a in args]
+        arrays = [a._data if isinstance(a, Tensor) else a for a in args]
         promote = self.promote
         if promote is not None:  # PyTorch's type promotion, or its dtype check
             arrays = promote(arrays)
@@ -637,8 +637,8 @@ def _dtype_checked(fn, sig: inspect.Signature, name: str, allowed: frozenset):
     @functools.wraps(fn)
     def composite_op(*args, **kwargs):
         x = args[0] if args else kwargs.get(first)
-        if isinstance(x, Tensor) and x.data.dtype not in allowed:
-            raise not_implemented(name, x.data.dtype)
+        if isinstance(x, Tensor) and x._data.dtype not in allowed:
+            raise not_implemented(name, x._data.dtype)
         return fn(*args, **kwargs)
     composite_op.__signature__ = sig
     composite_op.unchecked = fn  # for the library's own calls on other dtypes
@@ -825,7 +825,7 @@ def _on_arrays(formula, n: int, joint: bool = False):
 
 
 def _array(x):
-    return x.data if isinstance(x, Tensor) else np.asarray(x)
+    return x._data if isinstance(x, Tensor) else np.asarray(x)
 
 
 def _generate(spec: OpDef, sig: inspect.Signature, fwd, sizes: str | None = None):
@@ -874,7 +874,7 @@ def _generate(spec: OpDef, sig: inspect.Signature, fwd, sizes: str | None = None
         unwrap += f"    if _sizes:\n        {sizes} = ({sizes}, *_sizes)\n"
     unwrap += "".join(f"    if {n} is _required:\n        raise TypeError(\"{spec.name}() missing "
                       f"1 required positional argument: '{n}'\")\n" for n in required)
-    unwrap += "".join(f"    if isinstance({n}, _Tensor):\n        {n} = {n}.data\n"
+    unwrap += "".join(f"    if isinstance({n}, _Tensor):\n        {n} = {n}._data\n"
                       for n in spec.tensor_params)
     args = f"*_sequence({spec.inputs[0]!r}, {spec.inputs[0]}), " if spec.variadic else \
         "".join(f"{n}, " for n in spec.inputs)
@@ -965,7 +965,7 @@ def primitive(name: str, forward, *vjps, cost=None, threaded: bool = False):
     form as `rule.graph(g, ans, *inputs, **kwargs)` (Tensor ops) for create_graph.
     """
     def op(*args, **kwargs) -> Tensor:
-        arrays = [a.data if isinstance(a, Tensor) else a for a in args]
+        arrays = [a._data if isinstance(a, Tensor) else a for a in args]
         try:
             ans = forward(*arrays, **kwargs)
         except ValueError as e:

@@ -75,7 +75,7 @@ def _array_of(name, value) -> np.ndarray:
                         f"{type(name).__name__}")
     if name == _METADATA:
         raise TypeError(f"save: {_METADATA!r} is reserved by the safetensors format")
-    a = value.data if isinstance(value, Tensor) else value
+    a = value._data if isinstance(value, Tensor) else value
     if not isinstance(a, np.ndarray):
         raise TypeError(f"save: the safetensors format holds tensors only, but [{name!r}] "
                         f"is a {type(value).__name__} (a model's state_dict() fits; save "

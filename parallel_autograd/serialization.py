@@ -437,7 +437,7 @@ def _short(value) -> str:
 
 def _encode(obj, arrays: dict, where: str, depth: int):
     if isinstance(obj, Tensor):
-        return {"t": "tensor", "a": _store(obj.data, arrays, where),
+        return {"t": "tensor", "a": _store(obj._data, arrays, where),
                 "rg": bool(obj.requires_grad)}
     if isinstance(obj, np.ndarray):
         return {"t": "array", "a": _store(obj, arrays, where)}

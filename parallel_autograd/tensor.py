@@ -53,7 +53,7 @@ class Tensor:
     dtype; a lone Python float or bool is a TypeError (PyTorch's "data must be a
     sequence"). `pa.tensor(3)` is the 0-d tensor."""
 
-    __slots__ = ("data", "_grad", "_requires_grad", "grad_fn", "_hooks", "_accumulator", "_vc",
+    __slots__ = ("_data", "_grad", "_requires_grad", "grad_fn", "_hooks", "_accumulator", "_vc",
                  "_post_hooks", "_ready_hooks",
                  "_base",  # a view made with grad recorded: the tensor it views (unset else)
                  "__weakref__")
@@ -82,7 +82,7 @@ class Tensor:
         """`Tensor(data)` (and `pa.tensor`'s): a copy of `data`, Python numbers in the
         default dtype."""
         if isinstance(data, Tensor):
-            data = data.data
+            data = data._data
         arr = np.array(data, dtype=dtype, copy=True)
         if dtype is None and arr.dtype.kind in "biufc" and _python_numbers_only(data):
             # Python numbers (bools and ints too): the default dtype, as torch.Tensor's
@@ -97,7 +97,7 @@ class Tensor:
         """A tensor around `arr` (no copy); `vc`: the version counter to share
         (`parallel_autograd.version`), default a fresh one."""
         t = cls.__new__(cls)  # _init inlined: this is on every op's path
-        t.data = arr
+        t._data = arr
         t._grad = None
         t.grad_fn = grad_fn
         t._hooks = []
@@ -112,12 +112,44 @@ class Tensor:
         self._vc = [0]
         self._post_hooks = None
         self._ready_hooks = None
-        self.data = arr
+        self._data = arr
         self._grad = None
         self.grad_fn = grad_fn
         self._hooks = []
         self._accumulator = None
         self._requires_grad = False
+
+    # the ndarray lives in the `_data` slot: the library reads the slot, never `.data`
+    @property
+    def data(self) -> "Tensor":
+        """PyTorch's `.data`: a new Tensor sharing this tensor's memory, with no history
+        (requires_grad False, grad_fn None) and a version counter of its own, always a
+        plain Tensor (a Parameter's too). Writes through it (`p.data.add_(g, alpha=-lr)`,
+        `p.data.copy_(w)`, `p.data[:] = 0`) change this tensor's values without being
+        recorded, without bumping this tensor's version and so without the "modified by an
+        inplace operation" error at backward: a backward then uses the new values, as in
+        PyTorch. For the ndarray itself use `.numpy()` (or `.detach().numpy()`).
+
+        `t.data = other` (a Tensor, else TypeError as PyTorch) makes `t` use `other`'s
+        memory (shape and dtype may change; `t` keeps its history, grad and version). On a
+        tensor that requires grad, `other` must be floating point (RuntimeError).
+        Thread safety: like any write, not synchronised with readers of `t`."""
+        return Tensor._wrap(self._data)
+
+    @data.setter
+    def data(self, value: "Tensor") -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Variable data has to be a tensor, but got "
+                            f"{type(value).__name__}")
+        arr = value._data
+        if self._requires_grad and arr.dtype.kind not in FLOAT_KINDS:
+            raise RuntimeError("data set to a tensor that requires gradients must be "
+                               "floating point or complex dtype")
+        self._data = arr
+
+    @data.deleter
+    def data(self) -> None:
+        raise RuntimeError("Deleting tensor data is not allowed. Delete tensor instead!")
 
     # --- autograd attributes -------------------------------------------------
     @property
@@ -148,8 +180,8 @@ class Tensor:
                 raise RuntimeError("requires_grad can only be changed on leaf tensors; "
                                    "use .detach() to get a tensor without history")
             return
-        if value and self.data.dtype.kind not in FLOAT_KINDS:
-            raise GradDtypeError(_int_grad_message(self.data.dtype))
+        if value and self._data.dtype.kind not in FLOAT_KINDS:
+            raise GradDtypeError(_int_grad_message(self._data.dtype))
         self._requires_grad = value
 
     def requires_grad_(self, value: bool = True) -> "Tensor":
@@ -236,7 +268,7 @@ class Tensor:
 
     def detach(self) -> "Tensor":
         """The same values (shared memory, shared version counter), no history."""
-        return Tensor._wrap(self.data, None, self._vc)
+        return Tensor._wrap(self._data, None, self._vc)
 
     def zero_grad(self) -> None:
         self._grad = None
@@ -248,7 +280,7 @@ class Tensor:
         g = self._grad
         if g is None:
             return
-        arr = g.data
+        arr = g._data
         if g.grad_fn is None and isinstance(arr, np.ndarray) and arr.flags.writeable:
             arr.fill(0)
         else:
@@ -257,15 +289,15 @@ class Tensor:
     # --- array-like attributes -----------------------------------------------
     # a plain tuple (equal to `size()`): as a Size, every error message that prints a
     # shape would read "Size([2, 3])" instead of numpy's "(2, 3)"
-    shape = property(lambda self: self.data.shape)
-    ndim = property(lambda self: self.data.ndim)
-    dtype = property(lambda self: self.data.dtype)
+    shape = property(lambda self: self._data.shape)
+    ndim = property(lambda self: self._data.ndim)
+    dtype = property(lambda self: self._data.dtype)
 
     def size(self, dim: int | None = None):
         """PyTorch's `size`: the dimensions as a `Size`, or with `dim` the length of
         that dimension (negative counts from the end; IndexError out of range). Not
         numpy's element count: that is `numel()`."""
-        shape = self.data.shape
+        shape = self._data.shape
         if dim is None:
             return Size(shape)
         return shape[_dim_index(dim, len(shape))]
@@ -282,19 +314,19 @@ class Tensor:
     is_meta = property(lambda self: False, doc="False: there are no meta tensors.")
 
     def __len__(self):
-        return len(self.data)
+        return len(self._data)
 
     def item(self):
-        return self.data.item()
+        return self._data.item()
 
     def numpy(self) -> np.ndarray:
-        return self.data
+        return self._data
 
     def __array__(self, dtype=None, copy=None):
         """numpy's protocol: the data itself when numpy may share it (`np.asarray(t)`),
         a copy when `copy=True` (`np.array(t)`, `np.array(t, copy=True)`) or the dtype
         differs; `copy=False` with a dtype change raises, as numpy does."""
-        data = self.data
+        data = self._data
         if dtype is not None and np.dtype(dtype) != data.dtype:
             if copy is False:
                 raise ValueError(f"Unable to avoid copy while creating an array of dtype "
@@ -308,10 +340,10 @@ class Tensor:
         leaves it out (the default dtype, its complex twin, int64, bool), then `grad_fn`
         or `requires_grad`."""
         name = "tensor" if type(self) is Tensor else type(self).__name__
-        body = np.array2string(self.data, separator=", ", prefix=name + "(",
+        body = np.array2string(self._data, separator=", ", prefix=name + "(",
                                threshold=1000, edgeitems=3)
         extra = []
-        dt = self.data.dtype
+        dt = self._data.dtype
         if dt.kind in "fc":
             implied = dt == _default_of(dt)
         else:
@@ -330,8 +362,8 @@ class Tensor:
         no hooks: a non-leaf is restored as a leaf, as `torch.save` does). Subclasses'
         own attributes (a `__dict__`) are kept too."""
         grad = self._grad
-        state = {"data": self.data, "requires_grad": self._requires_grad,
-                 "grad": None if grad is None else grad.data}
+        state = {"data": self._data, "requires_grad": self._requires_grad,
+                 "grad": None if grad is None else grad._data}
         extra = getattr(self, "__dict__", None)
         if extra:
             state["dict"] = dict(extra)
@@ -342,7 +374,7 @@ class Tensor:
         self._requires_grad = state["requires_grad"]
         grad = state["grad"]  # an array (a subclass kept, as before), or a Tensor
         if grad is not None:
-            grad = Tensor._wrap(grad.data if isinstance(grad, Tensor) else
+            grad = Tensor._wrap(grad._data if isinstance(grad, Tensor) else
                                 grad if isinstance(grad, np.ndarray) else np.asarray(grad))
         self._grad = grad
         if "dict" in state:
@@ -361,13 +393,13 @@ class Tensor:
         return new
 
     def __bool__(self):
-        return bool(self.data)
+        return bool(self._data)
 
     def _scalar(self):
         """The one element as a numpy scalar (PyTorch's ValueError for any other size)."""
-        if self.data.size != 1:
+        if self._data.size != 1:
             raise ValueError("only one element tensors can be converted to Python scalars")
-        return self.data.reshape(())[()]
+        return self._data.reshape(())[()]
 
     def __float__(self) -> float:
         """`float(t)`: a one-element tensor's value (of any shape), as PyTorch's."""
@@ -385,7 +417,7 @@ class Tensor:
         """`operator.index(t)`, so that a one-element integer (or bool) tensor works as
         a slice bound, a list index or `range()`'s argument (`data[i:i + n] for i in ix`,
         ix from `randint`), as PyTorch's; TypeError for any other tensor."""
-        if self.data.dtype.kind not in "biu" or self.data.size != 1:
+        if self._data.dtype.kind not in "biu" or self._data.size != 1:
             raise TypeError("only integer tensors of a single element can be converted to "
                             "an index")
         return int(self._scalar())
@@ -394,8 +426,8 @@ class Tensor:
         """As PyTorch's: a 0-d Tensor formats its value (`f"{loss:.4f}"`); anything else
         (a tensor with dimensions, or a subclass such as Parameter) only with an empty
         spec, as its str; a spec then raises TypeError."""
-        if self.data.ndim == 0 and type(self) is Tensor:
-            return self.data.item().__format__(format_spec)
+        if self._data.ndim == 0 and type(self) is Tensor:
+            return self._data.item().__format__(format_spec)
         return object.__format__(self, format_spec)
 
     def __hash__(self):
@@ -459,7 +491,7 @@ def _as_grad(t: Tensor, value):
     elif not isinstance(value, Tensor):
         raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of "
                         f"type {type(value).__name__}")
-    arr, own = value.data, t.data
+    arr, own = value._data, t._data
     if arr.shape != own.shape:
         raise RuntimeError(f"attempting to assign a gradient of size '{list(arr.shape)}' "
                            f"to a tensor of size '{list(own.shape)}'. Please ensure that "
@@ -500,7 +532,7 @@ def numel(input: Tensor) -> int:
     if not isinstance(input, Tensor):
         raise TypeError(f"numel(): argument 'input' (position 1) must be Tensor, not "
                         f"{type(input).__name__}")
-    return input.data.size
+    return input._data.size
 
 
 def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:

@@ -17,8 +17,8 @@ def numerical_grad(fn, inputs, eps: float = 1e-6, seed_grad=None, wrt=None) -> l
     """Central finite differences of sum(fn(*inputs) * seed_grad) w.r.t. each input, or
     only the inputs at the positions `wrt` (the others, e.g. integer indices, are left
     as they are)."""
-    datas = [inputs[i].data for i in (range(len(inputs)) if wrt is None else wrt)]
-    out = fn(*inputs).data
+    datas = [inputs[i]._data for i in (range(len(inputs)) if wrt is None else wrt)]
+    out = fn(*inputs)._data
     w = np.ones_like(out) if seed_grad is None else seed_grad
     result = []
     for x in datas:
@@ -28,9 +28,9 @@ def numerical_grad(fn, inputs, eps: float = 1e-6, seed_grad=None, wrt=None) -> l
         for i in np.ndindex(x.shape):
             old = x[i]
             x[i] = old + eps
-            hi = float(np.sum(fn(*inputs).data * w))
+            hi = float(np.sum(fn(*inputs)._data * w))
             x[i] = old - eps
-            lo = float(np.sum(fn(*inputs).data * w))
+            lo = float(np.sum(fn(*inputs)._data * w))
             x[i] = old
             g[i] = (hi - lo) / (2 * eps)
         result.append(g)
@@ -91,12 +91,12 @@ def gradgradcheck(fn, inputs, grad_outputs=None, eps: float = 1e-6, atol: float 
     n = len(inputs)
     # the recorded first-order gradients must equal the fast rules' (same inputs)
     checked = [x for x in inputs if x.requires_grad]
-    fast = grad(fn(*inputs), checked, grad_outputs=grad_outputs.data, allow_unused=True)
+    fast = grad(fn(*inputs), checked, grad_outputs=grad_outputs._data, allow_unused=True)
     slow = grad(fn(*inputs), checked, grad_outputs=grad_outputs, create_graph=True,
                 allow_unused=True)
     for k, (a, b) in enumerate(zip(fast, slow)):
         if (a is None) != (b is None) or (a is not None and
-                                          not np.allclose(a, b.data, atol=atol, rtol=rtol)):
+                                          not np.allclose(a, b._data, atol=atol, rtol=rtol)):
             raise AssertionError(f"gradgradcheck: input {k}: the differentiable form's "
                                  "first-order gradient differs from the fast rule's")
 
@@ -226,8 +226,8 @@ def _compare_bools(a, e, path: tuple, opts: dict) -> None:
 
 
 def _compare_tensor_likes(a, e, path: tuple, opts: dict) -> None:
-    _compare_arrays(np.asarray(a.data if isinstance(a, Tensor) else a),
-                    np.asarray(e.data if isinstance(e, Tensor) else e), path, opts)
+    _compare_arrays(np.asarray(a._data if isinstance(a, Tensor) else a),
+                    np.asarray(e._data if isinstance(e, Tensor) else e), path, opts)
 
 
 def _tolerances(opts: dict, *dtypes) -> tuple:

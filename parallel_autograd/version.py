@@ -13,7 +13,7 @@ and the epoch at its creation (`Node.epoch`). Before its rule runs, backward che
 them only when some write happened since (`EPOCH[0] > node.epoch`, one comparison on
 the per-node path): a counter stamped later than the node means a value the rule may
 read was overwritten, and the call fails with PyTorch's error, changing no `.grad`.
-Writes through `.data` (numpy) bypass this, as in PyTorch.
+Writes through `.data` (a Tensor with a counter of its own) bypass this, as in PyTorch.
 
 Thread safety: `bump` may run on any thread (a lock keeps `EPOCH` increasing);
 reading counters is racy by design (a write racing with a backward that reads the

@@ -182,8 +182,8 @@ def diff(ref, got, what: str):
             (ref.grad_fn is None) != (got.grad_fn is None):  # create_graph: recorded
         return (f"{what}: expected a Tensor {'without' if ref.grad_fn is None else 'with'} "
                 f"a graph, got one {'without' if got.grad_fn is None else 'with'}")
-    ref = np.asarray(ref.data if isinstance(ref, pa.Tensor) else ref)
-    got = np.asarray(got.data if isinstance(got, pa.Tensor) else got)
+    ref = np.asarray(ref.numpy() if isinstance(ref, pa.Tensor) else ref)
+    got = np.asarray(got.numpy() if isinstance(got, pa.Tensor) else got)
     if ref.shape != got.shape or ref.dtype != got.dtype:
         return f"{what}: expected {ref.dtype}{ref.shape}, got {got.dtype}{got.shape}"
     if not np.array_equal(ref, got, equal_nan=ref.dtype.kind in "fc"):
@@ -242,7 +242,7 @@ def unchanged(leaves, before_objs, before_vals):
         elif val is not None:  # the same object: compare its array (a recorded
             # create_graph gradient keeps its graph; only the values can have changed)
             g = t.grad
-            d = diff(val, g.data if isinstance(g, pa.Tensor) else g, f"leaf {i}")
+            d = diff(val, g.numpy() if isinstance(g, pa.Tensor) else g, f"leaf {i}")
             if d:
                 problems.append(d + " (modified by a failed call)")
     return problems
@@ -252,7 +252,7 @@ def snapshot(leaves):
     """Each leaf's `.grad` object and a copy of its value (Tensors: of their array)."""
     objs = [t.grad for t in leaves]
     vals = [None if g is None else
-            g.data.copy() if isinstance(g, pa.Tensor) else g.copy()
+            g.numpy().copy() if isinstance(g, pa.Tensor) else g.copy()
             for g in objs]
     return objs, vals
 

@@ -411,9 +411,8 @@ def run_nan(fr):
         r = np.random.default_rng(hseed)
 
         def hook(g):
-            # a create_graph pass hands hooks Tensors (np.array(t, copy=True) would alias
-            # t.data: Tensor.__array__ ignores copy)
-            g = np.array(g.data if isinstance(g, pa.Tensor) else g, copy=True)
+            # a create_graph pass hands hooks Tensors: a copy of the array
+            g = np.array(g.numpy() if isinstance(g, pa.Tensor) else g, copy=True)
             if g.size:
                 idx = r.integers(g.size, size=max(1, g.size // 7))
                 vals = r.choice(np.array([np.nan, np.inf, -np.inf]), size=idx.size)

@@ -403,7 +403,7 @@ class Harness:
                                                   allow_unused=True)
                 else:
                     pa.backward(priv.root, sg)
-                    contrib.append([None if x.grad is None else x.grad.data
+                    contrib.append([None if x.grad is None else x.grad.numpy()
                                     for x in priv.leaves])
         return contrib, expected_grad
 
@@ -605,7 +605,7 @@ def _leaf_sum_problem(j, leaf, prior, terms) -> str | None:
     """What is wrong with shared leaf `j`'s .grad after concurrent calls, given its
     prior and every call's contribution `terms` (summed in an order nobody fixes, so
     compared within a rounding bound), or None."""
-    got = None if leaf.grad is None else leaf.grad.data  # the array, for numpy's ufuncs
+    got = None if leaf.grad is None else leaf.grad.numpy()  # the array, for numpy's ufuncs
     if not terms:
         return diff(prior, got, f"leaf {j}")
     if got is None:

@@ -153,7 +153,7 @@ def _arm_trips(par, priors):
     set_grads(par.case.leaves, priors)
     for t in par.case.leaves:
         if t.grad is not None:
-            t.grad = t.grad.data.view(_TripGrad)
+            t.grad = t.grad.numpy().view(_TripGrad)
     par.before_objs, par.before_vals = snapshot(par.case.leaves)
 
 
@@ -246,7 +246,7 @@ def _child_work() -> int:
         return (h * x).sum() + (x * x).sum()
 
     pa.backward(loss())
-    want = x.grad.data.copy()
+    want = x.grad.numpy().copy()
     x.grad = None
     pa.backward_parallel(loss(), num_workers=2)
     return 0 if np.array_equal(want, x.grad) else 3
@@ -392,7 +392,7 @@ def engines_closing_each_other(timeout: float = 30.0) -> dict:
         # the caller keeps the slow branch (first input), the closing one is queued
         loss = slow(x).sum() + closer(engines[1 - i]).apply(x).sum()
         engines[i].backward(loss)
-        grads[i] = x.grad.data.copy()
+        grads[i] = x.grad.numpy().copy()
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(2)]
     for t in threads:
         t.start()

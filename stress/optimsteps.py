@@ -98,7 +98,7 @@ def _build(rng):
         p.grad = rng.standard_normal(p.shape).astype(dtype).view(_TripArray)
     twin_params, twin = copy.deepcopy((params, opt))
     for p, q in zip(params, twin_params):
-        q.grad = p.grad.data.copy()  # a _TripArray too: the twin's step counts the reads
+        q.grad = p.grad.numpy().copy()  # a _TripArray too: the twin's step counts the reads
     return f"{name}({len(sizes)} x {dtype.__name__})", params, opt, twin_params, twin
 
 
@@ -107,7 +107,7 @@ def _state(params, opt):
     out = []
     for p in params:
         s = opt.state.get(p, {})
-        out.append((p.data.copy(), p._vc[0],
+        out.append((p.numpy().copy(), p._vc[0],
                     {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in s.items()}))
     return out
 
@@ -219,13 +219,13 @@ def _keeps_stepping(fr, where, params, opt, twin_params, twin, complete) -> bool
     """After the interrupt: (the step again if it did nothing, then) one more step on
     both, bitwise the twin's."""
     for p in params:
-        p.grad = p.grad.data.view(np.ndarray)
+        p.grad = p.grad.numpy().view(np.ndarray)
     if not complete:
         opt.step()
     rng = np.random.default_rng([fr.seed, 11])
     for p, q in zip(params, twin_params):
         p.grad = rng.standard_normal(p.shape).astype(p.dtype)
-        q.grad = p.grad.data.copy()
+        q.grad = p.grad.numpy().copy()
     opt.step()
     twin.step()
     problems = _differences(_state(twin_params, twin), _state(params, opt), versions=False)

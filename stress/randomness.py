@@ -80,11 +80,11 @@ class _Segment:
         for i in range(len(self.layers)):
             h = F.dropout(pa.sigmoid(F.linear(h, ws[2 * i], ws[2 * i + 1])), self.p)
             if first:  # sigmoid > 0: an element was kept iff it is nonzero
-                self.masks.append(h.data != 0)
+                self.masks.append(h.numpy() != 0)
             if self.noise:
                 n = pa.randn(*h.shape)
                 if first:
-                    self.noises.append(n.data.copy())
+                    self.noises.append(n.numpy().copy())
                 h = h + n * 0.25
         return h
 
@@ -158,7 +158,7 @@ def _run(model, how: str, backward, segs=None):
             h = seg.plain(h) if how == "plain" else seg.reference(h)
     loss = (h * h).sum()
     backward(loss)
-    return [h.data] + [x.grad] + [q.grad for q in model.params()]
+    return [h.numpy()] + [x.grad] + [q.grad for q in model.params()]
 
 
 def _drawer(stop: threading.Event, errors: list):

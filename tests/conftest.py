@@ -46,7 +46,8 @@ def temporary_bytes(fn, *args, **kwargs):
         if not was_tracing:
             tracemalloc.stop()
     items = result if isinstance(result, (tuple, list)) else (result,)
-    arrays = [a if isinstance(a, np.ndarray) else getattr(a, "data", None) for a in items]
+    arrays = [a if isinstance(a, np.ndarray) else a.numpy() if hasattr(a, "numpy") else None
+              for a in items]
     held = sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
     return result, peak - base - min(held, current - base)
 

@@ -94,13 +94,13 @@ def same_on_every_rank(arrays) -> bool:
 
 def copy_state(dst: nn.Module, src: nn.Module) -> None:
     for p, q in zip(dst.parameters(), src.parameters()):
-        p.data[...] = q.data
+        p.numpy()[...] = q.numpy()
     for p, q in zip(dst.buffers(), src.buffers()):
-        p.data[...] = q.data
+        p.numpy()[...] = q.numpy()
 
 
 def assert_close(got, want, rtol, what):
-    got, want = (np.asarray(a.data if isinstance(a, pa.Tensor) else a) for a in (got, want))
+    got, want = (np.asarray(a.numpy() if isinstance(a, pa.Tensor) else a) for a in (got, want))
     assert got.shape == want.shape, (what, got.shape, want.shape)
     err = np.max(np.abs(got - want), initial=0.0)
     scale = np.max(np.abs(want), initial=0.0)
@@ -250,7 +250,7 @@ def check_model(name: str, cap: float, view: bool) -> None:
         for i, p in enumerate(params):
             if not p.requires_grad:
                 assert p.grad is None, (name, i)
-        results[ename] = [g.data.copy() for g in got]
+        results[ename] = [g.numpy().copy() for g in got]
     first = next(iter(results.values()))
     for ename, res in results.items():
         assert all(np.array_equal(a, b) for a, b in zip(first, res)), (name, ename)
@@ -390,7 +390,7 @@ def train(view: bool, opt_name: str, set_to_none: bool, steps: int = 5):
         opt.zero_grad(set_to_none=set_to_none)
         eng.backward(mse(ddp(x), y))
         opt.step()
-    return [p.data.copy() for p in model.parameters()]
+    return [p.numpy().copy() for p in model.parameters()]
 
 
 def check_bucket_view_with_optimizers():
@@ -466,7 +466,7 @@ def check_gradient_penalty():
     x0, y = inputs("mlp", r)
 
     def f(m):
-        x = pa.tensor(x0.data, requires_grad=True)
+        x = pa.tensor(x0.numpy(), requires_grad=True)
         out = m(x)
         (gx,) = pa.grad(out.sum(), [x], create_graph=True)
         return mse(out, y) + 0.1 * (gx * gx).sum()
@@ -595,7 +595,7 @@ def scenario_collectives() -> None:
     leaf = pa.tensor(np.full((2, 2), float(r)), requires_grad=True)
     v = leaf._vc[0]
     dist.broadcast(leaf, w - 1)
-    assert np.array_equal(leaf.data, np.full((2, 2), float(w - 1)))
+    assert np.array_equal(leaf.numpy(), np.full((2, 2), float(w - 1)))
     assert (leaf._vc[0] > v) == (r != w - 1)
     # non-contiguous: a transposed Tensor's data and a strided source for all_gather
     base = np.arange(12.0).reshape(3, 4) * (r + 1)
@@ -607,7 +607,7 @@ def scenario_collectives() -> None:
     vs = [t._vc[0] for t in into]
     dist.all_gather(into, src)
     for k, t in enumerate(into):
-        assert np.array_equal(t.data, np.arange(8.0).reshape(2, 4)[:, ::2] + 100 * k)
+        assert np.array_equal(t.numpy(), np.arange(8.0).reshape(2, 4)[:, ::2] + 100 * k)
         assert t._vc[0] > vs[k]
     # async: Work waited twice, polled until done, AVG divided exactly once
     x = np.full(4, float(r + 1))
@@ -662,7 +662,7 @@ def scenario_fault(where: str) -> None:
     for step in range(4):
         x, y = inputs("mlp", r + step)
         if bad and step == 1 and where == "anomaly-input":
-            x.data[0, 0] = np.nan  # the loss's own backward fails, before DDP joined
+            x.numpy()[0, 0] = np.nan  # the loss's own backward fails, before DDP joined
         if bad and step == 1 and where == "forward":
             raise RuntimeError(f"injected fault on rank {r} in forward")
         out = ddp(x, use_spare=not (bad and step == 1 and where == "unused"))
@@ -813,7 +813,7 @@ def scenario_view_unused_keeps_grad() -> None:
     m.a.zero_grad()
     pa.backward(ddp(x, False))
     assert np.array_equal(m.c.weight.grad, before), \
-        np.max(np.abs(m.c.weight.grad.data - before))
+        np.max(np.abs(m.c.weight.grad.numpy() - before))
 
 
 def scenario_stall_before_forward() -> None:

@@ -56,7 +56,7 @@ def check_collectives(r, w):
     t = pa.tensor(np.ones(4))
     v0 = t._vc[0]
     dist.all_reduce(t)
-    assert np.array_equal(t.data, np.full(4, float(w))) and t._vc[0] > v0
+    assert np.array_equal(t.numpy(), np.full(4, float(w))) and t._vc[0] > v0
     base = np.zeros((3, 4))
     view = base[:, ::2]
     view[...] = r + 1
@@ -132,7 +132,7 @@ def check_ddp(r, w):
     ddp = DDP(model, bucket_cap_mb=0.001)
     ref = mlp(seed=0)
     for p, q in zip(model.parameters(), ref.parameters()):
-        assert np.array_equal(p.data, q.data)
+        assert np.array_equal(p.numpy(), q.numpy())
     names = [n for n, _ in model.named_parameters()]
     flat = [n for b in ddp.buckets for n in b]
     assert flat == names[::-1], (flat, names)  # buckets in reverse parameter order
@@ -267,7 +267,7 @@ def check_buffers_and_trace(r, w):
         pa.backward(ddp(x).sum())
     trace = dist.export_chrome_trace(prof, None)
     def stats_equal():
-        bn = model[1].running_mean.data.copy()
+        bn = model[1].running_mean.numpy().copy()
         parts = [np.empty_like(bn) for _ in range(w)]
         dist.all_gather(parts, bn)
         return all(np.array_equal(p, parts[0]) for p in parts)

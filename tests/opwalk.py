@@ -438,9 +438,9 @@ add("multinomial", ["ij"], lambda m, x: (x, 2), where="f", init=_prob, exact=Fal
     grad=False)
 add("meshgrid", ["i", "j"], lambda m, x, y: (x, y, KW(indexing="ij")), where="f")
 add("as_tensor", ["ij"], lambda m, x: (x,), where="f")  # a tensor: itself
-add("from_numpy", ["ij"], lambda m, x: (x.data.copy() if not m.torch else
+add("from_numpy", ["ij"], lambda m, x: (x.numpy().copy() if not m.torch else
                                         x.detach().numpy().copy(),), where="f")
-add("tensor", ["ij"], lambda m, x: (x.data if not m.torch else x.detach(),), where="f")
+add("tensor", ["ij"], lambda m, x: (x.numpy() if not m.torch else x.detach(),), where="f")
 add("bernoulli", ["ij"], init=_prob, grad=False, exact=False)
 add("new_zeros new_ones", ["ij"], lambda m, x: (x, (2, 3)), where="m")
 add("new_empty", ["ij"], lambda m, x: (x, (2, 3)), where="m", exact=False)
@@ -463,7 +463,7 @@ add("data_ptr", ["ij"], where="m", exact=False)
 add("item", ["1"], where="m")
 add("numel", ["ij"], where="f", grad=False)  # torch.numel(x): an int
 add("size dtype shape ndim grad grad_fn is_leaf requires_grad", ["ij"], where="a")
-add("data", ["ij"], where="a", exact=False)  # an ndarray here, a Tensor in PyTorch
+add("data", ["ij"], where="a")  # a Tensor sharing the memory, as in PyTorch
 
 # in-place methods (return the tensor itself)
 for _n in ("exp_ sqrt_ log_ abs_ relu_ sigmoid_ tanh_ square_ sin_ cos_ floor_ ceil_ trunc_ "

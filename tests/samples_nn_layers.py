@@ -195,7 +195,7 @@ def _embedding_backward(rng):
 def _batch_stats(a):
     """normalize_channels' (input, weight, bias, mean, rstd) in training: the statistics
     the input's own, recomputed from its values (its derivative goes through them)."""
-    x = np.asarray(a[0].data)
+    x = np.asarray(a[0].numpy())
     x3 = x.reshape(x.shape[0], x.shape[1], -1)
     mean = x3.mean(axis=(0, 2))
     params = a[1:] if len(a) > 1 else [None, None]    # (None: gradcheck's arguments are

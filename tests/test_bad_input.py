@@ -79,8 +79,8 @@ def test_grad_of_another_real_dtype_is_cast_as_pytorch():
     y.backward(pa.tensor([1, 1]), retain_graph=True)
     (g,) = pa.grad(y, [x], grad_outputs=np.ones(2, np.float16))
     assert x.grad.dtype == g.dtype == pa.float32
-    np.testing.assert_array_equal(x.grad.data, [4.0, 4.0])
-    np.testing.assert_array_equal(g.data, [2.0, 2.0])
+    np.testing.assert_array_equal(x.grad.numpy(), [4.0, 4.0])
+    np.testing.assert_array_equal(g.numpy(), [2.0, 2.0])
 
 
 def test_grad_outputs_count_mismatch():
@@ -257,7 +257,7 @@ def test_read_only_existing_grad_rejected_before_any_commit():
     with pytest.raises(ValueError, match="read-only"):
         y.backward()
     assert b.grad is None
-    assert a.grad.data is bad
+    assert a.grad.numpy() is bad
 
 
 def test_failed_backward_leaves_retained_grads_and_grad_call_clean():
@@ -277,7 +277,7 @@ def test_failed_backward_leaves_retained_grads_and_grad_call_clean():
     assert h.grad is None and u.grad is None and x.grad is None
     # the part of the graph that does not go through boom still works
     (gh,) = pa.grad(u.sum(), [h])
-    np.testing.assert_allclose(gh, np.exp(h.data))
+    np.testing.assert_allclose(gh, np.exp(h.numpy()))
 
 
 @pytest.mark.parametrize("sa,sb,says", [

@@ -86,7 +86,7 @@ def test_forward_output_bitwise_plain():
     f = _layer_fn(layers[0], pa.gelu)
     y = pa.checkpoint(f, x)
     assert y.requires_grad and y.grad_fn.name == "checkpoint"
-    assert_bitwise([f(x).data], [y.data], "output")
+    assert_bitwise([f(x).numpy()], [y.numpy()], "output")
 
 
 def test_against_torch_checkpoint():
@@ -99,8 +99,8 @@ def test_against_torch_checkpoint():
     tl = [torch.nn.Linear(6, 6).double() for _ in layers]
     with torch.no_grad():
         for t, layer in zip(tl, layers):
-            t.weight.copy_(torch.from_numpy(layer.weight.data))
-            t.bias.copy_(torch.from_numpy(layer.bias.data))
+            t.weight.copy_(torch.from_numpy(layer.weight.numpy()))
+            t.bias.copy_(torch.from_numpy(layer.bias.numpy()))
     tx = torch.tensor(xa, requires_grad=True)
     h = tx
     for t in tl:
@@ -263,8 +263,8 @@ def test_reentrant_supports_arguments_only():
     assert layer.weight.grad is before and x.grad is None
     grads = []
     for ckpt in (False, True):
-        w = pa.tensor(layer.weight.data, requires_grad=True)
-        b = pa.tensor(layer.bias.data, requires_grad=True)
+        w = pa.tensor(layer.weight.numpy(), requires_grad=True)
+        b = pa.tensor(layer.bias.numpy(), requires_grad=True)
         def g(a, w, b):
             return pa.tanh(F.linear(a, w, b))
         y = pa.checkpoint(g, x, w, b, use_reentrant=True) if ckpt else g(x, w, b)
@@ -349,7 +349,7 @@ def test_other_threads_drawing_between_the_segments_draws_change_no_mask(engine,
             y = (pa.checkpoint(_interleaved_segment, x, use_reentrant=use_reentrant) if ckpt
                  else _interleaved_segment(x))
             _backward((y * y).sum(), eng)
-            results.append((y.data, x.grad))
+            results.append((y.numpy(), x.grad))
         assert_bitwise(*[[r[0]] for r in results], "output")
         assert_bitwise(*[[r[1]] for r in results])
 
@@ -398,7 +398,7 @@ def test_checkpointed_dropout_keeps_its_mask_while_a_thread_draws_nonstop(engine
                           requires_grad=True)
             y = pa.checkpoint(lambda a: F.dropout(a * 1.0, p=0.5, training=True), x)
             _backward(y.sum(), engine if i % 2 else None)
-            if not np.array_equal(x.grad, (y.data != 0) * 2.0):
+            if not np.array_equal(x.grad, (y.numpy() != 0) * 2.0):
                 bad.append(i)
     finally:
         stop.set()
@@ -421,7 +421,7 @@ def test_draws_from_a_given_generator_are_replayed_and_advance_it_once(engine):
         x = pa.tensor(np.random.default_rng(4).standard_normal((5, 7)), requires_grad=True)
         y = pa.checkpoint(seg, x) if ckpt else seg(x)
         _backward((y * y).sum(), eng)
-        return [y.data, x.grad], g.bit_generator.state
+        return [y.numpy(), x.grad], g.bit_generator.state
 
     want, state = run(False, None)
     for eng in (None, engine):
@@ -522,7 +522,7 @@ def test_create_graph_second_order_matches_plain_and_engines(engine):
         gs = call(loss, [x] + _params(layers), create_graph=True)
         assert all(isinstance(g, pa.Tensor) and g.requires_grad for g in gs)
         s = sum((g * g).sum() for g in gs)
-        return [g.data for g in gs] + list(call(s, [x] + _params(layers)))
+        return [g.numpy() for g in gs] + list(call(s, [x] + _params(layers)))
 
     plain = hvp(False, None)
     seq = hvp(True, None)
@@ -611,7 +611,7 @@ def test_bad_arguments():
     with pytest.raises(TypeError, match="exactly one Tensor output"):
         pa.checkpoint(lambda a: (a * 2, a * 3), x)
     with pytest.raises(TypeError, match="must return a Tensor"):
-        pa.checkpoint(lambda a: a.data * 2, x)
+        pa.checkpoint(lambda a: a.numpy() * 2, x)
 
 
 # ---- memory -----------------------------------------------------------------------------
@@ -642,7 +642,7 @@ def test_peak_memory_of_a_checkpointed_mlp():
     res = {}
     for ckpt in (False, True):
         for q in [x] + _params(layers):
-            q.grad = np.zeros_like(q.data)
+            q.grad = np.zeros_like(q.numpy())
         res[ckpt] = _peak(ckpt, layers, x) + (_grads(layers, x),)
     assert_bitwise(res[False][2], res[True][2])
     (peak, held), (cpeak, cheld) = res[False][:2], res[True][:2]

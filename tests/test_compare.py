@@ -91,10 +91,10 @@ def test_a_training_step_includes_the_optimizer_step_in_place():
     s = step.Session(w, data)
     assert s.optimizer_step is not None  # Adam, as in the torch column
     leaves = list(s.leaves)
-    arrays = [t.data for t in leaves]
+    arrays = [t.numpy() for t in leaves]
     before = [a.copy() for a in arrays]
     step.timed_step(s, step.backward_call("seq", None))
-    assert s.leaves == leaves and all(t.data is a for t, a in zip(leaves, arrays))
+    assert s.leaves == leaves and all(t.numpy() is a for t, a in zip(leaves, arrays))
     assert any(not np.array_equal(a, b) for a, b in zip(arrays, before))  # updated in place
 
 
@@ -421,7 +421,7 @@ def test_workload_matches_torch(name):
     tloss, tleaves = w.build_torch(data)
     tloss.backward()
     f32 = w.dtype == "f32"
-    np.testing.assert_allclose(loss.data, tloss.detach().numpy(),
+    np.testing.assert_allclose(loss.numpy(), tloss.detach().numpy(),
                                **(F32_TOL if f32 else {"rtol": 1e-10}))
     assert len(leaves) == len(tleaves)
     for a, b in zip(leaves, tleaves):
@@ -481,7 +481,7 @@ def test_workloads_are_seeded():
     loss1, leaves = workloads.build("wide-matmul", seed=1, size="tiny")
     loss2, _ = workloads.build("wide-matmul", seed=1, size="tiny")
     loss3, _ = workloads.build("wide-matmul", seed=2, size="tiny")
-    assert loss1.data == loss2.data != loss3.data
+    assert loss1.numpy() == loss2.numpy() != loss3.numpy()
     assert all(t.requires_grad for t in leaves)
     with pytest.raises(ValueError):
         workloads.WORKLOADS["cnn"].data(0, "huge")

@@ -158,7 +158,6 @@ def _key(case: W.Case, form: str, variant: str) -> str:
     return f"{case.id}-{form}-{variant}"
 
 
-DATA = '`.data` is the numpy array, not a Tensor (being changed)'
 MIXED = "PyTorch's kernel refuses mixed float32/float64 operands; here they promote"
 INT_REFUSED = 'PyTorch refuses integer inputs; here they compute in the default dtype'
 KEEPS_INT = 'PyTorch keeps integer inputs integer; the result is float here'
@@ -181,10 +180,6 @@ KNOWN: dict[str, str] = {
     'kthvalue-m-int64': TIES,
     'einsum-f-bool': EINSUM_BOOL,
     'einsum-f-mixed': MIXED,
-    'data-a-float32': DATA,
-    'data-a-float64': DATA,
-    'data-a-int64': DATA,
-    'data-a-bool': DATA,
     'local_response_norm-F-int64': INT_AVERAGE,
     'l1_loss-F-int64': INT_REFUSED,
     'huber_loss-F-mixed': FIRST_DTYPE,

@@ -161,7 +161,7 @@ def test_float32_training_end_to_end(float32_default):
     twin, start = _mlp(torch), _mlp(pa)
     with torch.no_grad():
         for tp, p in zip(twin.parameters(), start.parameters()):
-            tp.copy_(torch.from_numpy(p.data))
+            tp.copy_(torch.from_numpy(p.numpy()))
     topt = torch.optim.Adam(twin.parameters(), lr=1e-2)
     theirs = []
     for _ in range(8):

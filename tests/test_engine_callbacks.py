@@ -57,7 +57,7 @@ def multi_use(x):
 
 def reference(x):
     """d multi_use(x) / dx by a plain sequential backward, on a copy of x."""
-    r = pa.tensor(x.data.copy(), requires_grad=True)
+    r = pa.tensor(x.numpy().copy(), requires_grad=True)
     pa.backward(multi_use(r))
     return r.grad
 
@@ -102,11 +102,11 @@ def test_ready_hook_gets_final_sum_once_grad_untouched(run):
     x.grad = old = np.full(5, 0.5)
     seen = []
     x.register_grad_ready_hook(
-        lambda t, g: seen.append((t, g.copy(), t.grad.data is old and (t.grad == 0.5).all())))
+        lambda t, g: seen.append((t, g.copy(), t.grad.numpy() is old and (t.grad == 0.5).all())))
     run(multi_use(x))
     assert len(seen) == 1 and seen[0][0] is x and seen[0][2]
     assert_bitwise([ref, np.full(5, 0.5) + ref], [seen[0][1], x.grad])
-    assert x.grad.data is old
+    assert x.grad.numpy() is old
     run(multi_use(x))
     assert len(seen) == 2
     assert_bitwise([ref], [seen[1][1]])
@@ -124,7 +124,7 @@ def test_ready_hook_not_called_by_grad(how, engines):
 
 def test_take_over_sets_grad_to_the_returned_array(run):
     x, y, w = leaves(3, seed=4)
-    refs = [pa.tensor(t.data.copy(), requires_grad=True) for t in (x, y, w)]
+    refs = [pa.tensor(t.numpy().copy(), requires_grad=True) for t in (x, y, w)]
     pa.backward(wide(refs))
     x.grad = np.ones(5)
     w.grad = w_old = np.full(5, 2.0)
@@ -133,7 +133,7 @@ def test_take_over_sets_grad_to_the_returned_array(run):
     y.register_grad_ready_hook(lambda t, g: by)
     w.register_grad_ready_hook(lambda t, g: None)  # None: accumulate as usual
     run(wide([x, y, w]))
-    assert x.grad.data is bx and y.grad.data is by and w.grad.data is w_old
+    assert x.grad.numpy() is bx and y.grad.numpy() is by and w.grad.numpy() is w_old
     assert (bx == 7.0).all() and (by == -3.0).all()
     assert_bitwise([np.full(5, 2.0) + refs[2].grad], [w.grad])
 
@@ -151,7 +151,7 @@ def test_take_over_filled_by_a_queued_callback_after_tensor_hooks(run):
     x.register_hook(lambda g: g * 3.0)  # tensor hooks run first: the ready hook sees 3 ref
     x.register_grad_ready_hook(hook)
     run(multi_use(x))
-    assert x.grad.data is buf
+    assert x.grad.numpy() is buf
     assert_bitwise([ref * 3.0 * 2.0], [x.grad])
 
 
@@ -216,7 +216,7 @@ def test_register_rejects_bad_targets_and_handle_remove(run):
     handle.remove()  # twice: no error
     run((x * x).sum())
     assert a == [] and b == [1]
-    assert_bitwise([2.0 * x.data], [x.grad])  # not taken over, nothing half-registered
+    assert_bitwise([2.0 * x.numpy()], [x.grad])  # not taken over, nothing half-registered
 
 
 def test_gradient_given_to_ready_hook_is_not_mutated_later(run):

@@ -73,7 +73,7 @@ def test_retain_graph_allows_second_backward():
     y = (x.exp() * x).sum()
     y.backward(retain_graph=True)
     first = x.grad.clone()
-    expected = np.exp(x.data) * (1 + x.data)
+    expected = np.exp(x.numpy()) * (1 + x.numpy())
     np.testing.assert_allclose(first, expected, rtol=1e-12)
     y.backward()
     np.testing.assert_allclose(x.grad, 2 * expected, rtol=1e-12)
@@ -126,7 +126,7 @@ def test_saved_arrays_are_garbage_after_backward():
     while the output tensor is still alive."""
     x = pa.tensor(np.ones(4), requires_grad=True)
     tmp = x * 2.0
-    ref = weakref.ref(tmp.data)
+    ref = weakref.ref(tmp.numpy())
     y = (tmp.sin()).sum()  # sin saves tmp.data
     del tmp
     gc.collect()
@@ -197,8 +197,8 @@ def test_grad_returns_tensors_and_touches_no_grad():
     y = (h * h).sum()
     gx, gw = pa.grad(y, [x, w])
     assert type(gx) is pa.Tensor and type(gw) is pa.Tensor
-    np.testing.assert_allclose(gx, 2 * x.data * w.data ** 2)
-    np.testing.assert_allclose(gw, 2 * w.data * x.data ** 2)
+    np.testing.assert_allclose(gx, 2 * x.numpy() * w.numpy() ** 2)
+    np.testing.assert_allclose(gw, 2 * w.numpy() * x.numpy() ** 2)
     assert x.grad is None and h.grad is None
     np.testing.assert_array_equal(w.grad, [10.0, 10.0])
 
@@ -206,7 +206,7 @@ def test_grad_returns_tensors_and_touches_no_grad():
 def test_grad_scalar_inputs_give_0d_tensors():
     a = pa.tensor(3.0, requires_grad=True)
     (g,) = pa.grad(a * a * a, [a])
-    assert type(g) is pa.Tensor and type(g.data) is np.ndarray and g.shape == ()
+    assert type(g) is pa.Tensor and type(g.numpy()) is np.ndarray and g.shape == ()
     assert g == 27.0
 
 
@@ -217,7 +217,7 @@ def test_grad_prunes_side_branches():
     side = Double.apply(w)             # on no path from y to x
     y = (x * x + side).sum()
     (gx,) = pa.grad(y, [x], retain_graph=True)
-    np.testing.assert_array_equal(gx, 2 * x.data)
+    np.testing.assert_array_equal(gx, 2 * x.numpy())
     assert calls == []
     (gw,) = pa.grad(y, [w])            # side still usable: it did not run
     np.testing.assert_array_equal(gw, [2.0, 2.0])
@@ -231,8 +231,8 @@ def test_grad_does_not_run_nodes_below_a_nonleaf_input():
     u = h * 3.0
     y = (u * u).sum()
     gu, gh = pa.grad(y, [u, h])
-    np.testing.assert_allclose(gu, 2 * u.data)
-    np.testing.assert_allclose(gh, 6 * u.data)
+    np.testing.assert_allclose(gu, 2 * u.numpy())
+    np.testing.assert_allclose(gh, 6 * u.numpy())
     assert calls == []
     assert x.grad is None
 
@@ -253,9 +253,9 @@ def test_grad_with_grad_outputs_and_multiple_outputs():
     v1 = np.array([1.0, -1.0, 0.5])
     v2 = np.array([2.0, 0.0, 1.0])
     (g,) = pa.grad([y1, y2], [x], grad_outputs=[v1, v2], retain_graph=True)
-    np.testing.assert_allclose(g, v1 * 2 * x.data + v2 * np.cos(x.data), rtol=1e-13)
+    np.testing.assert_allclose(g, v1 * 2 * x.numpy() + v2 * np.cos(x.numpy()), rtol=1e-13)
     (g1,) = pa.grad(y1, x, grad_outputs=v1)
-    np.testing.assert_allclose(g1, v1 * 2 * x.data)
+    np.testing.assert_allclose(g1, v1 * 2 * x.numpy())
 
 
 def test_grad_same_output_twice_adds_seeds():
@@ -358,7 +358,7 @@ def test_frozen_weight_function_uses_needs_input_grad():
     Linear.apply(x, w).sum().backward()
     assert seen == [(True, False)]
     assert kernels == ["x"]
-    np.testing.assert_array_equal(x.grad, np.ones((2, 2)) @ w.data.T)
+    np.testing.assert_array_equal(x.grad, np.ones((2, 2)) @ w.numpy().T)
     assert w.grad is None
 
 
@@ -371,15 +371,15 @@ def test_diamond():
     c = a.exp()
     y = (b * c).sum()          # y = 2 sin(x) exp(sin(x))
     y.backward()
-    s = np.sin(x.data)
-    expected = np.cos(x.data) * (2 * np.exp(s) + 2 * s * np.exp(s))
+    s = np.sin(x.numpy())
+    expected = np.cos(x.numpy()) * (2 * np.exp(s) + 2 * s * np.exp(s))
     np.testing.assert_allclose(x.grad, expected, rtol=1e-13)
 
 
 def test_shared_subexpressions():
     x = pa.tensor([1.5, -2.0], requires_grad=True)
     (x * x).sum().backward()
-    np.testing.assert_array_equal(x.grad, 2 * x.data)
+    np.testing.assert_array_equal(x.grad, 2 * x.numpy())
     x.grad = None
     y = x
     for _ in range(9):
@@ -388,13 +388,13 @@ def test_shared_subexpressions():
     np.testing.assert_array_equal(x.grad, [10.0, 10.0])
     x.grad = None
     (x * x * x).sum().backward()
-    np.testing.assert_allclose(x.grad, 3 * x.data ** 2)
+    np.testing.assert_allclose(x.grad, 3 * x.numpy() ** 2)
 
 
 def test_scalar_tensor_used_three_times():
     a = pa.tensor(2.0, requires_grad=True)
     (a * a * a).backward()
-    assert type(a.grad) is pa.Tensor and type(a.grad.data) is np.ndarray
+    assert type(a.grad) is pa.Tensor and type(a.grad.numpy()) is np.ndarray
     assert a.grad == 12.0
     b = pa.tensor(2.0, requires_grad=True)
     (b + b + b + b).backward()
@@ -422,11 +422,11 @@ def test_broadcasting_gradients():
     s = pa.tensor(0.5, requires_grad=True)
     y = ((x + b) * c * s).sum()
     y.backward()
-    np.testing.assert_array_equal(x.grad, np.broadcast_to(c.data * 0.5, (2, 3)))
-    np.testing.assert_array_equal(b.grad, (c.data * 0.5).sum() * np.ones(3))
-    np.testing.assert_array_equal(c.grad, ((x.data + b.data) * 0.5).sum(1, keepdims=True))
+    np.testing.assert_array_equal(x.grad, np.broadcast_to(c.numpy() * 0.5, (2, 3)))
+    np.testing.assert_array_equal(b.grad, (c.numpy() * 0.5).sum() * np.ones(3))
+    np.testing.assert_array_equal(c.grad, ((x.numpy() + b.numpy()) * 0.5).sum(1, keepdims=True))
     assert s.grad.shape == ()
-    np.testing.assert_allclose(s.grad, ((x.data + b.data) * c.data).sum())
+    np.testing.assert_allclose(s.grad, ((x.numpy() + b.numpy()) * c.numpy()).sum())
 
 
 def test_float32_graph_keeps_float32_grads():
@@ -442,7 +442,7 @@ def test_float32_graph_keeps_float32_grads():
     y.backward()
     for t in (x, w, b):
         assert t.grad.dtype == np.float32
-    x64, w64, b64 = (pa.tensor(t.data.astype(np.float64), requires_grad=True)
+    x64, w64, b64 = (pa.tensor(t.numpy().astype(np.float64), requires_grad=True)
                      for t in (x, w, b))
     ((x64 @ w64 + b64).tanh() * 2.0).sum().backward()
     for t, t64 in ((x, x64), (w, w64), (b, b64)):

@@ -36,10 +36,10 @@ def test_forward_backward_matches_hand_computed():
     x = pa.tensor([1.0, -2.0, 0.5], requires_grad=True)
     y = Cube.apply(x)
     assert isinstance(y, pa.Tensor)
-    np.testing.assert_array_equal(y.data, x.data ** 3)
+    np.testing.assert_array_equal(y.numpy(), x.numpy() ** 3)
     assert y.grad_fn is not None and y.grad_fn.name == "Cube"
     y.sum().backward()
-    np.testing.assert_array_equal(x.grad, 3 * x.data ** 2)
+    np.testing.assert_array_equal(x.grad, 3 * x.numpy() ** 2)
 
 
 def test_gradcheck_with_non_tensor_argument():
@@ -53,8 +53,8 @@ def test_function_inside_a_larger_graph():
     x = pa.tensor([0.3, 0.7], requires_grad=True)
     y = (Cube.apply(x.sin()) * x).sum()   # sin(x)^3 * x
     y.backward()
-    s, c = np.sin(x.data), np.cos(x.data)
-    np.testing.assert_allclose(x.grad, 3 * s ** 2 * c * x.data + s ** 3, rtol=1e-13)
+    s, c = np.sin(x.numpy()), np.cos(x.numpy())
+    np.testing.assert_allclose(x.grad, 3 * s ** 2 * c * x.numpy() + s ** 3, rtol=1e-13)
 
 
 def test_forward_receives_ndarrays_and_saved_tensors_are_arrays():
@@ -216,7 +216,7 @@ def test_reentrant_backward_inside_function_backward():
 
     x = pa.tensor([0.4, 1.1], requires_grad=True)
     (Recompute.apply(x) * 2.0).sum().backward()
-    expected = 2.0 * (np.cos(x.data) * x.data + np.sin(x.data))
+    expected = 2.0 * (np.cos(x.numpy()) * x.numpy() + np.sin(x.numpy()))
     np.testing.assert_allclose(x.grad, expected, rtol=1e-13)
 
 
@@ -224,11 +224,11 @@ def test_reentrant_backward_inside_function_backward():
 
 def test_gradcheck_fortran_ordered_and_0d_inputs():
     x = pa.tensor(np.arange(6.0).reshape(2, 3).T, requires_grad=True)  # F-contiguous
-    assert not x.data.flags["C_CONTIGUOUS"]
+    assert not x.numpy().flags["C_CONTIGUOUS"]
     assert pa.gradcheck(lambda t: Cube.apply(t), [x])
     s = pa.tensor(1.5, requires_grad=True)
     assert pa.gradcheck(lambda t: Cube.apply(t) * t, [s])
-    np.testing.assert_array_equal(x.data, np.arange(6.0).reshape(2, 3).T)  # restored
+    np.testing.assert_array_equal(x.numpy(), np.arange(6.0).reshape(2, 3).T)  # restored
 
 
 def test_gradcheck_leaves_inputs_that_take_no_gradient_alone():
@@ -238,7 +238,7 @@ def test_gradcheck_leaves_inputs_that_take_no_gradient_alone():
     idx = pa.tensor(np.array([[0], [3], [1]]))
     assert pa.gradcheck(lambda a, i: pa.gather(a * a, 1, i), [x, idx])
     assert pa.gradgradcheck(lambda a, i: pa.gather(a * a, 1, i), [x, idx])
-    np.testing.assert_array_equal(idx.data, [[0], [3], [1]])
+    np.testing.assert_array_equal(idx.numpy(), [[0], [3], [1]])
 
 
 def test_gradcheck_catches_a_wrong_rule():

@@ -107,11 +107,11 @@ def _check(kinds: tuple) -> None:
     got = x[_index(kinds, pa)]
     assert got.shape == tuple(want.shape), (kinds, got.shape, tuple(want.shape))
     assert got.dtype == np.float64
-    np.testing.assert_array_equal(got.data, want.detach().numpy(), err_msg=str(kinds))
+    np.testing.assert_array_equal(got.numpy(), want.detach().numpy(), err_msg=str(kinds))
     view = want._base is not None
-    assert np.shares_memory(got.data, x.data) == (view and want.numel() > 0), kinds
+    assert np.shares_memory(got.numpy(), x.numpy()) == (view and want.numel() > 0), kinds
     assert (got._vc is x._vc) == view, kinds
-    np.testing.assert_array_equal(x[_index(kinds, np)].data, got.data, err_msg=str(kinds))
+    np.testing.assert_array_equal(x[_index(kinds, np)].numpy(), got.numpy(), err_msg=str(kinds))
     w = np.random.default_rng(1).standard_normal(got.shape)
     (g,) = pa.grad(got, [x], grad_outputs=w)
     (tg,) = torch.autograd.grad(want, [tx], torch.tensor(w))
@@ -133,10 +133,10 @@ def test_an_int_and_an_index_tensor_apart_keep_the_tensors_place():
     x = pa.tensor(np.arange(2 * 3 * 16 * 7 * 5.0).reshape(2, 3, 16, 7, 5), requires_grad=True)
     d = np.array([[0, 1], [2, 3], [4, 5]])
     y = x[1, :, 3:11:2, d, 0:2]
-    tx = torch.tensor(x.data, requires_grad=True)
+    tx = torch.tensor(x.numpy(), requires_grad=True)
     ty = tx[1, :, 3:11:2, torch.tensor(d), 0:2]
     assert y.shape == tuple(ty.shape) == (3, 4, 3, 2, 2)
-    np.testing.assert_array_equal(y.data, ty.detach().numpy())
+    np.testing.assert_array_equal(y.numpy(), ty.detach().numpy())
     (g,) = pa.grad(y.sum(), [x])
     ty.sum().backward()
     np.testing.assert_array_equal(g, tx.grad.numpy())
@@ -150,7 +150,7 @@ def test_top_level_forms_match_pytorch(index):
     """A list is an index tensor unless it holds a sequence, a tensor, a slice, None or
     Ellipsis: then PyTorch reads it as a tuple (deprecated, with its warning)."""
     x = pa.tensor(X[:, :3, 0, 0], requires_grad=True)
-    tx = torch.tensor(x.data, requires_grad=True)
+    tx = torch.tensor(x.numpy(), requires_grad=True)
     with warnings.catch_warnings(record=True) as tw:
         warnings.simplefilter("always")
         want = tx[index]
@@ -158,7 +158,7 @@ def test_top_level_forms_match_pytorch(index):
         warnings.simplefilter("always")
         got = x[index]
     assert got.shape == tuple(want.shape)
-    np.testing.assert_array_equal(got.data, want.detach().numpy())
+    np.testing.assert_array_equal(got.numpy(), want.detach().numpy())
     assert bool(pw) == bool(tw), (pw, tw)
     if got.numel():
         (g,) = pa.grad(got.sum(), [x])
@@ -173,7 +173,7 @@ def test_zero_dim_input(index):
     tx = torch.tensor(1.5, dtype=torch.float64, requires_grad=True)
     got, want = x[index], tx[index]
     assert got.shape == tuple(want.shape)
-    np.testing.assert_array_equal(got.data, want.detach().numpy())
+    np.testing.assert_array_equal(got.numpy(), want.detach().numpy())
     assert (got._vc is x._vc) == (want._base is not None)
     with pytest.raises(IndexError, match="invalid index of a 0-dim tensor"):
         x[0]
@@ -184,21 +184,21 @@ def test_an_int_gives_a_zero_dim_view_as_pytorch():
     `v[1]` went unseen, and a write into v did not bump the counter of what v[1] saved)."""
     v = pa.tensor(np.arange(3.0))
     e = v[1]
-    assert e.shape == () and np.shares_memory(e.data, v.data) and e._vc is v._vc
-    e.data[...] = 7.0
-    assert v.data[1] == 7.0
+    assert e.shape == () and np.shares_memory(e.numpy(), v.numpy()) and e._vc is v._vc
+    e.numpy()[...] = 7.0
+    assert v.numpy()[1] == 7.0
 
 
 def test_uint8_tensor_is_a_mask_with_pytorchs_warning():
     x = pa.tensor(X[:, 0, 0, 0])
-    tx = torch.tensor(x.data)
+    tx = torch.tensor(x.numpy())
     m = np.array([1, 0, 1], np.uint8)
     with pytest.warns(UserWarning, match="uint8 is now deprecated"):
         got = x[pa.tensor(m)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         want = tx[torch.tensor(m)]
-    np.testing.assert_array_equal(got.data, want.numpy())
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
 @pytest.mark.parametrize("kinds", [("i", "s", "a"), ("a", "s", "i", "a"), ("M", "b", "z"),

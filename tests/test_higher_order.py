@@ -60,7 +60,7 @@ CASES = {
     "clip": (lambda a: pa.clip(a, -0.5, 0.8) * a, [_away_from_ties(6)]),
     "maximum": (lambda a, b: pa.maximum(a, b) * a, [_away_from_ties(6), _t(6) * 0.01]),
     "minimum": (lambda a, b: pa.minimum(a, b) * b, [_away_from_ties(6), _t(6) * 0.01]),
-    "where": (lambda a, b: pa.where(a.data > 0, a * a, b * a), [_away_from_ties(6), _t(6)]),
+    "where": (lambda a, b: pa.where(a.numpy() > 0, a * a, b * a), [_away_from_ties(6), _t(6)]),
     "gelu_exact": (lambda a: pa.gelu(a), [_t(6, lo=-3, hi=3)]),
     "gelu_tanh": (lambda a: pa.gelu(a, approximate="tanh"), [_t(6, lo=-3, hi=3)]),
     "sum": (lambda a: pa.sum(a * a, axis=1), [_t(3, 4)]),
@@ -104,9 +104,9 @@ def test_cast_second_derivative():
     y = G.cast(G.cast(x * x * x, dtype=np.float32), dtype=np.float64).sum()
     (g,) = pa.grad(y, x, create_graph=True)
     assert g.dtype == np.float64
-    np.testing.assert_array_equal(g.data, 3 * x.data ** 2)
+    np.testing.assert_array_equal(g.numpy(), 3 * x.numpy() ** 2)
     (g2,) = pa.grad(g.sum(), x)
-    np.testing.assert_array_equal(g2, 6 * x.data)
+    np.testing.assert_array_equal(g2, 6 * x.numpy())
 
 
 def test_gradgradcheck_catches_a_wrong_second_derivative():
@@ -128,9 +128,9 @@ def test_third_order_of_a_polynomial_is_exact():
     (g1,) = pa.grad(y, x, create_graph=True)
     (g2,) = pa.grad(g1.sum(), x, create_graph=True)
     (g3,) = pa.grad(g2.sum(), x)
-    np.testing.assert_allclose(g1.data, 4 * x.data ** 3)
-    np.testing.assert_allclose(g2.data, 12 * x.data ** 2)
-    np.testing.assert_allclose(g3, 24 * x.data)
+    np.testing.assert_allclose(g1.numpy(), 4 * x.numpy() ** 3)
+    np.testing.assert_allclose(g2.numpy(), 12 * x.numpy() ** 2)
+    np.testing.assert_allclose(g3, 24 * x.numpy())
 
 
 def test_backward_create_graph_leaves_a_differentiable_grad():
@@ -138,11 +138,11 @@ def test_backward_create_graph_leaves_a_differentiable_grad():
     (pa.sin(x) * x).sum().backward(create_graph=True)
     g = x.grad
     assert isinstance(g, pa.Tensor) and g.grad_fn is not None
-    np.testing.assert_allclose(g.data, np.cos(x.data) * x.data + np.sin(x.data))
+    np.testing.assert_allclose(g.numpy(), np.cos(x.numpy()) * x.numpy() + np.sin(x.numpy()))
     x.grad = None
     (g * g).sum().backward()  # a gradient penalty: d/dx |g|^2
-    gd = np.cos(x.data) * x.data + np.sin(x.data)
-    want = 2 * gd * (-np.sin(x.data) * x.data + 2 * np.cos(x.data))
+    gd = np.cos(x.numpy()) * x.numpy() + np.sin(x.numpy())
+    want = 2 * gd * (-np.sin(x.numpy()) * x.numpy() + 2 * np.cos(x.numpy()))
     np.testing.assert_allclose(x.grad, want, rtol=1e-12)
 
 
@@ -151,9 +151,9 @@ def test_create_graph_accumulates_into_an_existing_grad():
     x.grad = np.array([10.0, 20.0])
     (x * x).sum().backward(create_graph=True)
     assert isinstance(x.grad, pa.Tensor)
-    np.testing.assert_array_equal(x.grad.data, [12.0, 24.0])
+    np.testing.assert_array_equal(x.grad.numpy(), [12.0, 24.0])
     (x * x).sum().backward(create_graph=True)  # a Tensor .grad: the sum is recorded too
-    np.testing.assert_array_equal(x.grad.data, [14.0, 28.0])
+    np.testing.assert_array_equal(x.grad.numpy(), [14.0, 28.0])
     (g2,) = pa.grad(x.grad.sum(), x)
     np.testing.assert_array_equal(g2, [4.0, 4.0])
 
@@ -174,7 +174,7 @@ def test_grad_outputs_with_a_graph_are_differentiated_too():
     (g,) = pa.grad(pa.tanh(x), x, grad_outputs=u, create_graph=True)
     v = np.array([2.0, -3.0])
     (jv,) = pa.grad(g, u, grad_outputs=v)
-    np.testing.assert_allclose(jv, (1 - np.tanh(x.data) ** 2) * v)
+    np.testing.assert_allclose(jv, (1 - np.tanh(x.numpy()) ** 2) * v)
 
 
 def test_hooks_see_tensors_and_their_results_are_differentiated():
@@ -189,9 +189,9 @@ def test_hooks_see_tensors_and_their_results_are_differentiated():
     y.register_hook(hook)
     (g,) = pa.grad(y.sum(), x, create_graph=True)
     assert seen == [pa.Tensor]
-    np.testing.assert_allclose(g.data, 2 * x.data ** 2)
+    np.testing.assert_allclose(g.numpy(), 2 * x.numpy() ** 2)
     (g2,) = pa.grad(g.sum(), x)
-    np.testing.assert_allclose(g2, 4 * x.data)
+    np.testing.assert_allclose(g2, 4 * x.numpy())
 
 
 def test_an_op_without_a_differentiable_rule_is_named_and_changes_nothing():
@@ -204,7 +204,7 @@ def test_an_op_without_a_differentiable_rule_is_named_and_changes_nothing():
         y.backward(create_graph=True)
     assert_bitwise([before], [x.grad])
     y.backward()  # first order still works (the graph was retained by the failed call)
-    np.testing.assert_allclose(x.grad, before + 4 * x.data ** 3)
+    np.testing.assert_allclose(x.grad, before + 4 * x.numpy() ** 3)
 
 
 def test_a_differentiable_form_can_be_given_to_a_users_op():
@@ -263,7 +263,7 @@ def test_functional_api_matches_torch(model):
     tf = torch.autograd.functional
 
     def close(a, b):
-        np.testing.assert_allclose(a.data, b.detach().numpy(), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12)
 
     close(AF.jacobian(ours, X), tf.jacobian(theirs, T))
     close(AF.vjp(ours, X, pa.tensor(v_out))[1], tf.vjp(theirs, T, torch.tensor(v_out))[1])
@@ -279,10 +279,10 @@ def test_hessian_of_two_inputs_is_nested_like_pytorchs():
     H = AF.hessian(lambda x, y: (x * x * y).sum(), (a, b))
     assert isinstance(H, tuple) and len(H) == 2 and len(H[0]) == 2
     assert H[0][0].shape == (2, 2) and H[0][1].shape == (2, 1) and H[1][1].shape == (1, 1)
-    np.testing.assert_allclose(H[0][0].data, np.diag([4.0, 4.0]))
-    np.testing.assert_allclose(H[0][1].data, [[1.0], [2.0]])
-    np.testing.assert_allclose(H[1][0].data, [[1.0, 2.0]])
-    np.testing.assert_allclose(H[1][1].data, [[0.0]])
+    np.testing.assert_allclose(H[0][0].numpy(), np.diag([4.0, 4.0]))
+    np.testing.assert_allclose(H[0][1].numpy(), [[1.0], [2.0]])
+    np.testing.assert_allclose(H[1][0].numpy(), [[1.0, 2.0]])
+    np.testing.assert_allclose(H[1][1].numpy(), [[0.0]])
 
 
 def test_functional_results_are_constants_unless_create_graph():
@@ -291,7 +291,7 @@ def test_functional_results_are_constants_unless_create_graph():
     assert g.grad_fn is None
     _, g = AF.vjp(lambda t: pa.exp(t), x, pa.tensor(np.ones(2)), create_graph=True)
     (gg,) = pa.grad(g.sum(), x)
-    np.testing.assert_allclose(gg, np.exp(x.data))
+    np.testing.assert_allclose(gg, np.exp(x.numpy()))
 
 
 def test_functional_strict_and_bad_arguments():
@@ -299,7 +299,7 @@ def test_functional_strict_and_bad_arguments():
     with pytest.raises(RuntimeError, match="independent of input 1"):
         AF.jacobian(lambda a, b: a * 2, (x, x), strict=True)
     J = AF.jacobian(lambda a, b: a * 2, (x, x))
-    np.testing.assert_array_equal(J[1].data, np.zeros((2, 2)))
+    np.testing.assert_array_equal(J[1].numpy(), np.zeros((2, 2)))
     with pytest.raises(RuntimeError, match="single element"):
         AF.vjp(lambda a: a * 2, x)
     with pytest.raises(RuntimeError, match="shape"):
@@ -360,7 +360,7 @@ def _second_order(engine_grad):
     graph = _made_graph(g, first_new)
     penalty = sum(((gi * gi).sum() for gi in g[1:]), (g[0] * g[0]).sum())
     second = pa.grad(penalty, [x] + ws)
-    return [gi.data for gi in g], second, graph
+    return [gi.numpy() for gi in g], second, graph
 
 
 @pytest.fixture
@@ -414,7 +414,7 @@ def test_backward_parallel_create_graph_writes_tensor_grads():
         g = x.grad
         x.grad = None
         eng.backward(g.sum())
-    np.testing.assert_allclose(x.grad, np.exp(x.data) * (x.data + 2))
+    np.testing.assert_allclose(x.grad, np.exp(x.numpy()) * (x.numpy() + 2))
 
 
 def test_renumbered_graph_is_a_valid_creation_order():
@@ -454,9 +454,9 @@ def test_a_function_whose_backward_needs_arrays_is_named_and_changes_nothing():
     with pytest.raises(RuntimeError, match="create_graph: _NumpyCos.backward failed on "
                                            "Tensors.*once_differentiable"):
         y.backward(create_graph=True)
-    assert x.grad.data is prior and np.array_equal(prior, np.ones(3))
+    assert x.grad.numpy() is prior and np.array_equal(prior, np.ones(3))
     y.backward()  # first order still works
-    np.testing.assert_allclose(x.grad, 1 - np.sin(x.data) * x.data + np.cos(x.data))
+    np.testing.assert_allclose(x.grad, 1 - np.sin(x.numpy()) * x.numpy() + np.cos(x.numpy()))
 
 
 class _Cube(pa.Function):
@@ -537,12 +537,12 @@ def test_once_differentiable_runs_once_and_refuses_a_second_time(engine):
     else:
         with pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0) as eng:
             (g,) = eng.grad(y, x, create_graph=True)
-    d = x.data
-    np.testing.assert_allclose(g.data, 3 * d ** 2 * np.sin(d) + d ** 3 * np.cos(d))
+    d = x.numpy()
+    np.testing.assert_allclose(g.numpy(), 3 * d ** 2 * np.sin(d) + d ** 3 * np.cos(d))
     x.grad = prior = np.zeros(4)
     with pytest.raises(RuntimeError, match="_OnceCube.backward is marked once_differentiable"):
         g.sum().backward()
-    assert x.grad.data is prior and not prior.any()
+    assert x.grad.numpy() is prior and not prior.any()
 
 
 def test_turning_grad_on_inside_a_hook_keeps_the_pass_numbering():
@@ -593,14 +593,14 @@ def test_a_create_graph_pass_inside_a_hook_of_one_is_numbered_with_it(engine):
     else:
         with pa.Engine(2, min_nodes=0, min_work=0, min_width=0, inline_below=0) as eng:
             (g,) = eng.grad((y * y).sum(), x, create_graph=True)
-    np.testing.assert_allclose(g.data, _nested_pass_first_order(x.data), rtol=1e-12)
+    np.testing.assert_allclose(g.numpy(), _nested_pass_first_order(x.numpy()), rtol=1e-12)
     assert _creation_order_is_valid([g]) > 10
     handle.remove()  # y's node is on g's graph too: the hook would fire again
     (gg,) = pa.grad(g.sum(), x)
     eps = 1e-6
-    fd = [(_nested_pass_first_order(x.data + eps * e).sum()
-           - _nested_pass_first_order(x.data - eps * e).sum()) / (2 * eps) for e in np.eye(5)]
-    np.testing.assert_allclose(gg.data, fd, rtol=1e-6, atol=1e-8)
+    fd = [(_nested_pass_first_order(x.numpy() + eps * e).sum()
+           - _nested_pass_first_order(x.numpy() - eps * e).sum()) / (2 * eps) for e in np.eye(5)]
+    np.testing.assert_allclose(gg.numpy(), fd, rtol=1e-6, atol=1e-8)
 
 
 # ---- nn.functional: every layer op's second derivative -------------------------------------
@@ -711,7 +711,7 @@ def test_nn_double_backward_matches_torch(name):
             (out * weights).sum(), xs, create_graph=True)
         penalty = sum((g * g).sum() for g in gs)
         second = (pa.grad if lib is pa else torch.autograd.grad)(penalty, xs, allow_unused=True)
-        results.append([None if g is None else np.asarray(g.data if lib is pa else
+        results.append([None if g is None else np.asarray(g.numpy() if lib is pa else
                                                           g.detach().numpy())
                         for g in list(gs) + list(second)])
     for ours, theirs in zip(*results):
@@ -745,7 +745,7 @@ def test_parallel_create_graph_through_nn_ops_is_bitwise(workers):
         g = engine_grad(_nn_model(x, ws), [x] + ws)
         graph = _made_graph(g, first_new)
         penalty = sum(((gi * gi).sum() for gi in g[1:]), (g[0] * g[0]).sum())
-        return [gi.data for gi in g], pa.grad(penalty, [x] + ws), graph
+        return [gi.numpy() for gi in g], pa.grad(penalty, [x] + ws), graph
 
     with threadpool_limits(1, user_api="blas"):
         seq = run(lambda y, xs: pa.grad(y, xs, create_graph=True))

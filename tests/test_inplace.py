@@ -20,15 +20,15 @@ def run_backward(engine, loss):
 def test_the_first_training_loop_a_pytorch_user_writes_updates_the_parameters():
     w = pa.tensor([1.0, -2.0, 3.0], requires_grad=True)
     params = [w]
-    before = w.data
+    before = w.numpy()
     for _ in range(3):
         w.grad = None
         (w * w).sum().backward()
         with pa.no_grad():
             for p in params:
                 p -= 0.25 * p.grad  # rebinds p to the same tensor: the update sticks
-    assert w.is_leaf and w.requires_grad and w.data is before
-    assert np.allclose(w.data, np.array([1.0, -2.0, 3.0]) * 0.5 ** 3)
+    assert w.is_leaf and w.requires_grad and w.numpy() is before
+    assert np.allclose(w.numpy(), np.array([1.0, -2.0, 3.0]) * 0.5 ** 3)
 
 
 @pytest.mark.parametrize("op", ["+=", "-=", "*=", "/="])
@@ -37,23 +37,23 @@ def test_augmented_assignment_on_a_leaf_that_requires_grad_raises(op):
     alias = w
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
         exec(f"w {op} 1.0")
-    assert alias.is_leaf and np.array_equal(alias.data, [1.0, 2.0])
+    assert alias.is_leaf and np.array_equal(alias.numpy(), [1.0, 2.0])
 
 
 def test_in_place_on_a_tensor_with_history_or_with_a_grad_operand_is_recorded():
     x = pa.tensor([1.0, 2.0], requires_grad=True)
     y = x * 2
     y += 1                                   # tests/test_inplace_history.py: the details
-    assert y.grad_fn.name == "add" and np.array_equal(y.data, [3.0, 5.0])
+    assert y.grad_fn.name == "add" and np.array_equal(y.numpy(), [3.0, 5.0])
     c = pa.tensor([1.0, 1.0])
     c.add_(x)
-    assert c.requires_grad and np.array_equal(c.data, [2.0, 3.0])
+    assert c.requires_grad and np.array_equal(c.numpy(), [2.0, 3.0])
     (y + c).sum().backward()
-    assert np.array_equal(x.grad.data, [3.0, 3.0])
+    assert np.array_equal(x.grad.numpy(), [3.0, 3.0])
     with pa.no_grad():  # under no_grad: a plain write, not recorded
         z = x * 2
     z += 1
-    assert z.grad_fn is None and np.array_equal(z.data, [3.0, 5.0])
+    assert z.grad_fn is None and np.array_equal(z.numpy(), [3.0, 5.0])
 
 
 def test_methods_write_into_the_same_array_and_views_see_it():
@@ -61,10 +61,10 @@ def test_methods_write_into_the_same_array_and_views_see_it():
     t = pa.Tensor._wrap(base)
     view = t.reshape(2, 3)
     out = t.add_(1).mul_(2).sub_(np.ones(6), alpha=2).div_(2)
-    assert out is t and t.data is base
+    assert out is t and t.numpy() is base
     assert np.array_equal(base, np.arange(6.0))  # ((x+1)*2 - 2) / 2
     view.add_(10)  # a view writes into the tensor it views
-    assert np.array_equal(t.data, np.arange(6.0) + 10)
+    assert np.array_equal(t.numpy(), np.arange(6.0) + 10)
     t.zero_()
     assert not base.any()
     t.fill_(2.0).copy_(np.arange(6.0)).clamp_(1.0, 4.0)
@@ -156,16 +156,16 @@ def test_index_writes_equal_their_out_of_place_ops(k):
     t = pa.tensor(x.copy())
     before = t._vc[0]
     assert getattr(t, name)(*args) is t
-    np.testing.assert_array_equal(t.data, ref(pa.tensor(x)).data)
+    np.testing.assert_array_equal(t.numpy(), ref(pa.tensor(x)).numpy())
     assert t._vc[0] > before  # version bumped
 
 
 def test_index_fill_and_alpha():
     t = pa.tensor(np.zeros((2, 3)))
     t.index_fill_(1, pa.tensor(np.array([2, 0])), 4.0)
-    np.testing.assert_array_equal(t.data, [[4, 0, 4], [4, 0, 4]])
+    np.testing.assert_array_equal(t.numpy(), [[4, 0, 4], [4, 0, 4]])
     t.index_add_(0, [1, 1], np.ones((2, 3)), alpha=0.5)
-    np.testing.assert_array_equal(t.data, [[4, 0, 4], [5, 1, 5]])
+    np.testing.assert_array_equal(t.numpy(), [[4, 0, 4], [5, 1, 5]])
 
 
 def test_index_writes_refuse_like_the_other_in_place_ops():
@@ -177,7 +177,7 @@ def test_index_writes_refuse_like_the_other_in_place_ops():
     assert y.grad_fn.name == "index_put"
     with pa.no_grad():  # the optimizer-step case: allowed
         leaf.index_add_(0, [1], np.ones((1, 3)))
-    np.testing.assert_array_equal(leaf.data, [[0, 0, 0], [1, 1, 1]])
+    np.testing.assert_array_equal(leaf.numpy(), [[0, 0, 0], [1, 1, 1]])
     # a write into a value a graph saved makes its backward fail clearly
     a = pa.tensor(np.ones(3), requires_grad=True)
     b = a * 1.0
@@ -190,7 +190,7 @@ def test_index_writes_refuse_like_the_other_in_place_ops():
 
 def test_bad_index_writes_change_nothing():
     t = pa.tensor(np.arange(6.0).reshape(2, 3))
-    keep = t.data.copy()
+    keep = t.numpy().copy()
     v = t._vc[0]
     for call, err in [  # (the index checks of ops/index.py raise PyTorch's types)
             (lambda: t.scatter_(1, np.array([[3]]), 1.0), RuntimeError),
@@ -203,5 +203,5 @@ def test_bad_index_writes_change_nothing():
             (lambda: t.scatter_(0, np.array([[0]])), TypeError)]:
         with pytest.raises(err):
             call()
-        np.testing.assert_array_equal(t.data, keep)
+        np.testing.assert_array_equal(t.numpy(), keep)
     assert t._vc[0] == v

@@ -72,7 +72,7 @@ def test_conv2d_same_flat_path():
     x, w, b = leaf(rand((16, 16, 32, 32), 1)), leaf(rand((32, 16, 3, 3), 2)), leaf(rand(32, 3))
     y, extra = forward(F.conv2d, x, w, b, padding=1)
     cols = y.grad_fn.saved[4]                 # kept for the weight gradient
-    assert cols.nbytes == 9 * x.data.nbytes
+    assert cols.nbytes == 9 * x.numpy().nbytes
     assert extra <= cols.nbytes + _obuf(32, 144) + SLACK
     gx, extra = rule(y, 0)                    # column buffer <= input, g's chunk
     assert extra <= gx.nbytes * (1 + 32 / 144) + SLACK
@@ -92,7 +92,7 @@ def test_conv2d_strided_channels_last_path():
     # 1.4 MiB, not g and the whole batch's product (5.5 MiB); the weight reordered
     gx, extra = rule(y, 0)
     chunk = max(_conv._GRAD_CHUNK_BYTES, _conv._GRAD_MIN_ROWS * (32 + 9 * 16) * 8)
-    assert extra <= chunk + w.data.nbytes + SLACK < y.data.nbytes * (1 + 9 * 16 // 32) // 2
+    assert extra <= chunk + w.numpy().nbytes + SLACK < y.numpy().nbytes * (1 + 9 * 16 // 32) // 2
 
 
 @pytest.mark.parametrize("conv,xs,ws", [(F.conv2d, (16, 8, 64, 64), (16, 8, 3, 3)),
@@ -121,7 +121,7 @@ def test_conv_frozen_weight_keeps_one_chunk_of_columns():
     x, w = leaf(rand((32, 16, 32, 32), 1)), pa.tensor(rand((32, 16, 3, 3), 2))
     y, extra = forward(F.conv2d, x, w, padding=1)
     assert y.grad_fn.saved[4] is None          # (ans, x, w, b, columns, geometry)
-    assert extra <= _conv._COLS_BYTES + _obuf(32, 144) + SLACK < 9 * x.data.nbytes
+    assert extra <= _conv._COLS_BYTES + _obuf(32, 144) + SLACK < 9 * x.numpy().nbytes
 
 
 def test_conv_transpose2d_and_its_rules():
@@ -131,7 +131,7 @@ def test_conv_transpose2d_and_its_rules():
     # positions of x), x's chunk channels-last (4, 16, 16, 32) and the product of all
     # 9 kernel offsets (4*16*16, 9*16): 1.4 MiB, not x and the whole batch's (10 MiB)
     chunk = max(_conv._GRAD_CHUNK_BYTES, _conv._GRAD_MIN_ROWS * (32 + 9 * 16) * 8)
-    assert extra <= chunk + w.data.nbytes + SLACK < 10 * MiB
+    assert extra <= chunk + w.numpy().nbytes + SLACK < 10 * MiB
     gx, extra = rule(y, 0)                    # conv2d without kept columns: one chunk
     assert extra <= _conv._COLS_BYTES + _obuf(32, 144) + SLACK
     gw, extra = rule(y, 1)
@@ -261,7 +261,7 @@ def test_recurrence(mode, batch_first):
     hp = T * N * H * 8                        # W_hh's GEMM operand: the previous states
     # the GRU: the n gate's part of the hidden projection's gradient (dn r), a third of
     # the projections' size (its r and z parts are the projections' gradient)
-    dpre = xp.data.nbytes // 3 if mode == "GRU" else 0
+    dpre = xp.numpy().nbytes // 3 if mode == "GRU" else 0
     assert extra <= hp + dpre + SLACK
 
 

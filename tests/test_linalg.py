@@ -187,12 +187,12 @@ def test_against_torch_values_gradients_and_second_order(name):
     xs = [_t(a) for a in arrays]
     ts = [torch.tensor(a, requires_grad=True) for a in arrays]
     out, tout = fn(*xs), tfn(torch, *ts)
-    np.testing.assert_allclose(out.data, tout.detach().numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-10, atol=1e-10)
     w = np.random.default_rng(9).uniform(0.5, 1.5, out.shape)
     gs = pa.grad(out, xs, grad_outputs=pa.tensor(w), create_graph=True)
     tgs = torch.autograd.grad(tout, ts, grad_outputs=torch.tensor(w), create_graph=True)
     for g, tg in zip(gs, tgs):
-        np.testing.assert_allclose(g.data, tg.detach().numpy(), rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(g.numpy(), tg.detach().numpy(), rtol=1e-10, atol=1e-10)
     # second order: d/dx <grad, v>
     vs = [np.random.default_rng(10 + i).standard_normal(a.shape) for i, a in enumerate(arrays)]
     s = sum((g * pa.tensor(v)).sum() for g, v in zip(gs, vs))
@@ -220,7 +220,7 @@ def test_float32_follows_torch():
     ty.sum().backward()
     assert x.grad.dtype == np.float32
     np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(LA.det(a).data, torch.linalg.det(torch.tensor(a)).numpy(),
+    np.testing.assert_allclose(LA.det(a).numpy(), torch.linalg.det(torch.tensor(a)).numpy(),
                                rtol=1e-5)
 
 
@@ -246,7 +246,7 @@ def test_lstsq_fields_follow_torch_drivers():
         tr = torch.linalg.lstsq(torch.tensor(a), torch.tensor(b), driver=driver)
         assert r._fields == ("solution", "residuals", "rank", "singular_values")
         for f in r._fields:
-            mine, theirs = getattr(r, f).data, getattr(tr, f).numpy()
+            mine, theirs = getattr(r, f).numpy(), getattr(tr, f).numpy()
             assert mine.shape == theirs.shape, (driver, f)
             assert mine.dtype == theirs.dtype, (driver, f)
             np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
@@ -254,7 +254,7 @@ def test_lstsq_fields_follow_torch_drivers():
     a2 = a.copy()
     a2[1, :, 2] = a2[1, :, 1]
     r = LA.lstsq(a2, b, driver="gelsd")
-    assert r.rank.data.tolist() == [3, 2] and r.residuals.shape == (0,)
+    assert r.rank.numpy().tolist() == [3, 2] and r.residuals.shape == (0,)
     assert not r.residuals.requires_grad and not r.rank.requires_grad
 
 
@@ -278,21 +278,21 @@ def test_torch_names_methods_and_top_level():
     a = _wellcond(3, 3)
     x = _t(a)
     t = torch.tensor(a)
-    np.testing.assert_allclose(x.det().data, t.det().numpy(), rtol=1e-12)
-    np.testing.assert_allclose(x.inverse().data, t.inverse().numpy(), rtol=1e-12)
-    np.testing.assert_allclose(pa.pinverse(x).data, torch.pinverse(t).numpy(), rtol=1e-10)
-    np.testing.assert_allclose(x.slogdet()[1].data, t.slogdet()[1].numpy(), rtol=1e-12)
-    np.testing.assert_allclose(x.pinverse().data, t.pinverse().numpy(), rtol=1e-10)
-    np.testing.assert_allclose(pa.det(x).data, torch.det(t).numpy(), rtol=1e-12)
-    np.testing.assert_allclose(pa.inverse(x).data, torch.inverse(t).numpy(), rtol=1e-12)
-    np.testing.assert_allclose(pa.slogdet(x).logabsdet.data, torch.slogdet(t)[1].numpy())
+    np.testing.assert_allclose(x.det().numpy(), t.det().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(x.inverse().numpy(), t.inverse().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(pa.pinverse(x).numpy(), torch.pinverse(t).numpy(), rtol=1e-10)
+    np.testing.assert_allclose(x.slogdet()[1].numpy(), t.slogdet()[1].numpy(), rtol=1e-12)
+    np.testing.assert_allclose(x.pinverse().numpy(), t.pinverse().numpy(), rtol=1e-10)
+    np.testing.assert_allclose(pa.det(x).numpy(), torch.det(t).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(pa.inverse(x).numpy(), torch.inverse(t).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(pa.slogdet(x).logabsdet.numpy(), torch.slogdet(t)[1].numpy())
     assert pa.linalg.matmul is pa.matmul
     for args in [{}, {"ord": 2, "dim": 1}, {"ord": "nuc", "dim": (0, 1)}, {"keepdim": True},
                  {"ord": -2}, {"ord": 1}, {"ord": 0.5, "dim": (1,)}]:
-        np.testing.assert_allclose(LA.norm(x, **args).data, torch.linalg.norm(t, **args).numpy(),
+        np.testing.assert_allclose(LA.norm(x, **args).numpy(), torch.linalg.norm(t, **args).numpy(),
                                    rtol=1e-12)
     v = _rand(5)
-    np.testing.assert_allclose(LA.norm(v, 3).data, torch.linalg.norm(torch.tensor(v), 3).numpy())
+    np.testing.assert_allclose(LA.norm(v, 3).numpy(), torch.linalg.norm(torch.tensor(v), 3).numpy())
 
 
 def test_norm_dtype_argument_and_zero_norm_gradient():
@@ -380,7 +380,7 @@ def test_solve_left_false_takes_b_as_torch_does():
         with pytest.raises(RuntimeError, match=r"XA = B \(3x3 and 3x1\)"):
             torch.linalg.solve(torch.tensor(a), torch.tensor(b), left=False)
     b = _rand(4, 3, seed=2)            # a matrix: X (4 x 3) A = B
-    np.testing.assert_allclose(LA.solve(a[0], b, left=False).data,
+    np.testing.assert_allclose(LA.solve(a[0], b, left=False).numpy(),
                                torch.linalg.solve(torch.tensor(a[0]), torch.tensor(b),
                                                   left=False).numpy(), rtol=1e-12)
 
@@ -453,14 +453,14 @@ def test_parallel_engine_is_bitwise_the_sequential_one():
                 got = eng.grad(loss(), [a, b])
                 assert eng.last_stats.mode == "parallel"
                 for w, g in zip(want, got):
-                    assert np.array_equal(w, g) and w.data.tobytes() == g.data.tobytes()
+                    assert np.array_equal(w, g) and w.numpy().tobytes() == g.numpy().tobytes()
         # and the create_graph pass
         want2 = pa.grad(loss(), [a], create_graph=True)[0].sum()
         (want2,) = pa.grad(want2, [a])
         with pa.Engine(2, **opts) as eng:
             got2 = eng.grad(loss(), [a], create_graph=True)[0].sum()
             (got2,) = eng.grad(got2, [a])
-        assert want2.data.tobytes() == got2.data.tobytes()
+        assert want2.numpy().tobytes() == got2.numpy().tobytes()
 
 
 def test_inf_norms_of_empty_tensors_as_torch():

@@ -89,7 +89,7 @@ def test_the_scheduled_lr_is_what_the_optimizer_uses():
         p.grad = np.ones(1)
         opt.step()
         sched.step()
-    np.testing.assert_array_equal(p.data, [-(1.0 + 0.5 + 0.25)])
+    np.testing.assert_array_equal(p.numpy(), [-(1.0 + 0.5 + 0.25)])
 
 
 def test_initial_lr_is_set_once_and_needed_to_resume():

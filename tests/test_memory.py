@@ -254,15 +254,15 @@ def test_joins_and_pad_are_numpys_and_cached():
     parts = [pa.tensor(rng.standard_normal((64, 300))) for _ in range(3)]
     for op, ref in ((pa.concat, np.concatenate), (pa.stack, np.stack)):
         for axis in (0, 1, -1):
-            got = op(parts, axis=axis).data
-            assert np.array_equal(got, ref([p.data for p in parts], axis=axis))
+            got = op(parts, axis=axis).numpy()
+            assert np.array_equal(got, ref([p.numpy() for p in parts], axis=axis))
             assert memory.is_block(got.base)
-    mixed = [parts[0], pa.tensor(parts[1].data.astype(np.float32))]
+    mixed = [parts[0], pa.tensor(parts[1].numpy().astype(np.float32))]
     assert pa.concat(mixed).dtype == np.float64  # numpy promotes, numpy allocates
     with pytest.raises(RuntimeError, match="cat: Sizes of tensors must match"):  # PyTorch's
         pa.concat([parts[0], pa.tensor(np.ones((64, 299)))], axis=0)
-    got = pa.pad(parts[0], ((1, 2), (3, 0)), value=-1.5).data
-    assert np.array_equal(got, np.pad(parts[0].data, ((1, 2), (3, 0)), constant_values=-1.5))
+    got = pa.pad(parts[0], ((1, 2), (3, 0)), value=-1.5).numpy()
+    assert np.array_equal(got, np.pad(parts[0].numpy(), ((1, 2), (3, 0)), constant_values=-1.5))
 
 
 def _reversed(a):
@@ -298,7 +298,7 @@ def test_a_first_weight_gradient_is_adopted_not_copied(cached):
 
     def step():
         pa.tanh(lin(x)).sum().backward()
-        return lin.weight.grad.data
+        return lin.weight.grad.numpy()
 
     if cached:
         w = step()
@@ -310,7 +310,7 @@ def test_a_first_weight_gradient_is_adopted_not_copied(cached):
     held = np.ones((2, 3, 4))
     t = pa.tensor(np.zeros((3, 8)), requires_grad=True)
     pa.backward(t * 1.0, held.reshape(3, 8))
-    assert t.grad.data.base is None and not np.shares_memory(t.grad.data, held)
+    assert t.grad.numpy().base is None and not np.shares_memory(t.grad.numpy(), held)
 
 
 @pytest.mark.parametrize("pattern", ["random", "chain", "mixed"])

@@ -50,7 +50,7 @@ def test_gqa_matches_torch(case):
     yp = F.scaled_dot_product_attention(*ps[:3], *ps[3:], enable_gqa=True, **kw)
     yt = torch.nn.functional.scaled_dot_product_attention(*ts[:3], *ts[3:], enable_gqa=True,
                                                           **kwt)
-    np.testing.assert_allclose(yp.data, yt.detach().numpy(), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(yp.numpy(), yt.detach().numpy(), rtol=0, atol=1e-10)
     w = rng.standard_normal(yp.shape)
     pa.backward(yp, w)
     yt.backward(torch.tensor(w))
@@ -77,9 +77,9 @@ def test_gqa_with_dropout_uses_one_mask_per_query_head():
     q, k, v = (pa.randn(*s, seed=i, requires_grad=True)
                for i, s in enumerate([(2, 4, 3, 5), (2, 2, 6, 5), (2, 2, 6, 5)]))
     y = F.scaled_dot_product_attention(q, k, v, dropout_p=0.3, enable_gqa=True, seed=3)
-    kr, vr = (pa.tensor(np.repeat(t.data, 2, axis=1), requires_grad=True) for t in (k, v))
+    kr, vr = (pa.tensor(np.repeat(t.numpy(), 2, axis=1), requires_grad=True) for t in (k, v))
     ref = F.scaled_dot_product_attention(q, kr, vr, dropout_p=0.3, seed=3)
-    np.testing.assert_allclose(y.data, ref.data, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(y.numpy(), ref.numpy(), rtol=0, atol=1e-12)
     w = np.random.default_rng(0).standard_normal(y.shape)
     gq, gk, gv = pa.grad(y, [q, k, v], w)
     rq, rk, rv = pa.grad(ref, [q, kr, vr], w)
@@ -180,12 +180,12 @@ def test_multihead_attention_matches_torch(case):
     ts = [torch.tensor(a, requires_grad=True) for a in arrays]
     op, wp = ours(*(ps * 3 if self_attn else ps), **fp)
     ot, wt = theirs(*(ts * 3 if self_attn else ts), **ft)
-    np.testing.assert_allclose(op.data, ot.detach().numpy(), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(op.numpy(), ot.detach().numpy(), rtol=0, atol=1e-10)
     assert (wp is None) == (wt is None)
     w = rng.standard_normal(op.shape)
     lp, lt = (op * w).sum(), (ot * torch.tensor(w)).sum()
     if wp is not None:
-        np.testing.assert_allclose(wp.data, wt.detach().numpy(), rtol=0, atol=1e-10)
+        np.testing.assert_allclose(wp.numpy(), wt.detach().numpy(), rtol=0, atol=1e-10)
         lp, lt = lp + (wp * wp).sum(), lt + (wt * wt).sum()
     lp.backward()
     lt.backward()
@@ -226,12 +226,12 @@ def test_multihead_attention_dropout_training_and_eval():
     a, wa = m(x, x, x)
     b, wb = m(x, x, x)
     assert a.shape == (4, 2, 8) and wa.shape == (2, 4, 4)
-    assert not np.allclose(a.data, b.data)              # fresh dropout masks
-    assert np.any(wa.data == 0)                         # the weights are returned dropped
+    assert not np.allclose(a.numpy(), b.numpy())              # fresh dropout masks
+    assert np.any(wa.numpy() == 0)                         # the weights are returned dropped
     m.eval()
     c, _ = m(x, x, x)
     d, _ = m(x, x, x, need_weights=False)
-    np.testing.assert_allclose(c.data, d.data, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(c.numpy(), d.numpy(), rtol=0, atol=1e-12)
 
 
 def test_multihead_attention_bad_input():

@@ -117,7 +117,7 @@ def _run(lib, call, arrays, seed=4):
         xs = [leaf(a) for a in arrays]
         y = call(F, *xs)
         w = rand(y.shape, seed)
-        return y.data, list(pa.grad(y, xs, grad_outputs=w))
+        return y.numpy(), list(pa.grad(y, xs, grad_outputs=w))
     xs = [lib.tensor(a, requires_grad=True) for a in arrays]
     y = call(lib.nn.functional, *xs)
     w = rand(tuple(y.shape), seed)
@@ -221,7 +221,7 @@ def test_double_backward_matches_torch(name):
         gfn = pa.grad if lib is pa else torch.autograd.grad
         gs = gfn((out * out * w).sum(), xs, create_graph=True)
         second = gfn(sum((g * g).sum() for g in gs), xs)
-        results.append([np.asarray(g.data if lib is pa else g.detach().numpy())
+        results.append([np.asarray(g.numpy() if lib is pa else g.detach().numpy())
                         for g in list(gs) + list(second)])
     for ours, theirs in zip(*results):
         np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-11)
@@ -234,11 +234,11 @@ def test_twin_trio_ops_are_each_others_adjoints():
     from parallel_autograd.nn import _conv
     x, w = rand((2, 4, 7, 6), 1), rand((6, 2, 3, 2), 2)
     geom = dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2)
-    y = F.conv2d(pa.tensor(x), pa.tensor(w), **geom).data
-    assert np.array_equal(_conv.convolution(x, w, **geom, output_size=y.shape[2:]).data, y)
+    y = F.conv2d(pa.tensor(x), pa.tensor(w), **geom).numpy()
+    assert np.array_equal(_conv.convolution(x, w, **geom, output_size=y.shape[2:]).numpy(), y)
     g = rand(y.shape, 3)
-    gx = _conv.conv_input_backward(pa.tensor(g), pa.tensor(w), x.shape, **geom).data
-    gw = _conv.conv_weight_backward(pa.tensor(x), pa.tensor(g), w.shape, **geom).data
+    gx = _conv.conv_input_backward(pa.tensor(g), pa.tensor(w), x.shape, **geom).numpy()
+    gw = _conv.conv_weight_backward(pa.tensor(x), pa.tensor(g), w.shape, **geom).numpy()
     lhs = np.vdot(g, y)
     assert np.isclose(lhs, np.vdot(gx, x), rtol=1e-12)
     assert np.isclose(lhs, np.vdot(gw, w), rtol=1e-12)
@@ -262,9 +262,9 @@ def test_float32_in_float32_out():
     y = F.conv2d(x, w, padding=1, groups=4)
     gx, gw = pa.grad((y * y).sum(), [x, w])
     assert y.dtype == gx.dtype == gw.dtype == np.float32
-    y64 = F.conv2d(pa.tensor(x.data.astype(np.float64)), pa.tensor(w.data.astype(np.float64)),
+    y64 = F.conv2d(pa.tensor(x.numpy().astype(np.float64)), pa.tensor(w.numpy().astype(np.float64)),
                    padding=1, groups=4)
-    np.testing.assert_allclose(y.data, y64.data, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(y.numpy(), y64.numpy(), rtol=1e-5, atol=1e-5)
 
 
 # ---- layers ------------------------------------------------------------------------------
@@ -301,7 +301,7 @@ def test_layers_match_torch(name):
     data = rand(shape, 1)
     x, tx = leaf(data), torch.tensor(data, requires_grad=True)
     y, ty = ours(x), theirs(tx)
-    np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=TOL, atol=TOL)
     w = rand(y.shape, 2)
     (y * w).sum().backward()
     (ty * torch.tensor(w)).sum().backward()
@@ -314,10 +314,10 @@ def test_conv_init_fan_in_counts_groups_and_transposed_layout():
     # bound 1/sqrt(fan_in), fan_in = weight.shape[1] * kernel (PyTorch's)
     conv = nn.Conv2d(8, 4, 3, groups=4)
     assert conv.weight.shape == (4, 2, 3, 3)
-    assert np.abs(conv.bias.data).max() <= 1 / np.sqrt(2 * 9)
+    assert np.abs(conv.bias.numpy()).max() <= 1 / np.sqrt(2 * 9)
     tr = nn.ConvTranspose2d(8, 6, 3, groups=2)
     assert tr.weight.shape == (8, 3, 3, 3)
-    assert np.abs(tr.bias.data).max() <= 1 / np.sqrt(3 * 9)
+    assert np.abs(tr.bias.numpy()).max() <= 1 / np.sqrt(3 * 9)
 
 
 def test_conv_transpose_output_size_picks_output_padding():
@@ -331,7 +331,7 @@ def test_conv_transpose_output_size_picks_output_padding():
     for size in [(7, 10), (9, 12), (1, 3, 8, 11)]:
         y = ours(pa.tensor(x), output_size=size)
         ty = theirs(torch.tensor(x), output_size=size)
-        np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=TOL, atol=TOL)
+        np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=TOL, atol=TOL)
     with pytest.raises(ValueError, match="valid sizes range from 7 to 9"):
         ours(pa.tensor(x), output_size=(10, 10))
 

@@ -47,7 +47,7 @@ def test_an_input_after_a_parameter_is_passed_by_name():
     # values for argument") before inputs could follow other parameters
     x, w = leaf([1.0, 2.0]), leaf([3.0, 4.0])
     y = _scaled(x, 10.0, w)
-    np.testing.assert_array_equal(y.data, [30.0, 80.0])
+    np.testing.assert_array_equal(y.numpy(), [30.0, 80.0])
     gx, gw = pa.grad(y.sum(), [x, w])
     np.testing.assert_array_equal(gx, [30.0, 40.0])
     np.testing.assert_array_equal(gw, [10.0, 20.0])
@@ -65,7 +65,7 @@ def test_an_unsaved_result_is_not_kept_alive_by_its_node():
     # `_doubled` keeps neither its input nor its output: linear's output is then freed
     x, w = leaf(rand((64, 32))), leaf(rand((16, 32), 1))
     y = F.linear(x, w)
-    ref = weakref.ref(y.data)
+    ref = weakref.ref(y.numpy())
     z = _doubled(y)                 # y's node stays alive in z's graph
     del y
     gc.collect()
@@ -75,8 +75,8 @@ def test_an_unsaved_result_is_not_kept_alive_by_its_node():
     assert not saved[0].flags.writeable
     v = rand((64, 16), 2)
     gx, gw = pa.grad(z, [x, w], grad_outputs=v)
-    np.testing.assert_allclose(gx, 2 * v @ w.data)
-    np.testing.assert_allclose(gw, 2 * v.T @ x.data)
+    np.testing.assert_allclose(gx, 2 * v @ w.numpy())
+    np.testing.assert_allclose(gw, 2 * v.T @ x.numpy())
     # second order through placeholders: the formulas read shapes only
     assert pa.gradgradcheck(lambda a, b: _doubled(F.linear(a, b)) * a.sum(),
                             [leaf(rand((3, 4))), leaf(rand((2, 4), 1))])
@@ -145,8 +145,8 @@ def test_embedding_arguments_as_torch(kw):
     pw, tw = leaf(w.copy()), torch.tensor(w.copy(), requires_grad=True)
     y = F.embedding(pa.tensor(idx), pw, **kw)
     ty = torch.nn.functional.embedding(torch.tensor(idx), tw, **kw)
-    np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=1e-12)
-    np.testing.assert_allclose(pw.data, tw.detach().numpy(), rtol=1e-12)  # renormalized rows
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(pw.numpy(), tw.detach().numpy(), rtol=1e-12)  # renormalized rows
     v = rand(y.shape, 4)
     (g,) = pa.grad(y, [pw], grad_outputs=v)
     (tg,) = torch.autograd.grad(ty, [tw], torch.tensor(v))
@@ -162,7 +162,7 @@ def test_embedding_module_takes_torchs_arguments():
                             _weight=torch.tensor(w.copy()))
     idx = np.array([0, 2, 2, 5])
     y, ty = m(pa.tensor(idx)), tm(torch.tensor(idx))
-    np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-12)
     assert repr(m) == repr(tm)
     y.sum().backward()
     ty.sum().backward()
@@ -176,9 +176,9 @@ def test_embedding_max_norm_bumps_the_weights_version():
     w = leaf(rand((4, 3), 6) * 5)
     with pa.no_grad():
         frozen = w * 1.0
-    saved = pa.tensor(frozen.data, requires_grad=True)
+    saved = pa.tensor(frozen.numpy(), requires_grad=True)
     y = saved * w                    # mul saved w's values
-    F.embedding(np.array([0, 1]), pa.tensor(w.data.copy()), max_norm=1.0)  # another table
+    F.embedding(np.array([0, 1]), pa.tensor(w.numpy().copy()), max_norm=1.0)  # another table
     y.sum().backward()
     y = saved * w
     F.embedding(np.array([0, 1]), w, max_norm=1.0)
@@ -205,7 +205,7 @@ def test_channel_dropouts_drop_whole_channels(name, shape, mask):
         warnings.simplefilter("ignore")            # dropout2d's 3-D input warns
         y = getattr(F, name)(x, 0.5, True, seed=3)
     # alpha dropout sets a dropped element to alpha a (p - 1) < 0; the input is positive
-    dropped = y.data < 0 if alpha else y.data == 0
+    dropped = y.numpy() < 0 if alpha else y.numpy() == 0
     axes = tuple(i for i, n in enumerate(mask) if n == 1)
     assert np.array_equal(dropped.all(axis=axes), dropped.any(axis=axes))  # whole channels
     assert 0 < dropped.mean() < 1
@@ -219,8 +219,8 @@ def test_alpha_dropout_keeps_selu_statistics_and_is_torchs_map():
     p, alpha = 0.2, 1.7580993408473766
     a = 1 / np.sqrt((alpha * alpha * p + 1) * (1 - p))
     x = pa.tensor(np.random.default_rng(0).standard_normal(400000))
-    y = F.alpha_dropout(x, p, training=True, seed=1).data
-    kept = np.isclose(y, a * x.data + alpha * a * p)
+    y = F.alpha_dropout(x, p, training=True, seed=1).numpy()
+    kept = np.isclose(y, a * x.numpy() + alpha * a * p)
     assert np.all(kept | np.isclose(y, alpha * a * (p - 1)))
     assert abs(kept.mean() - (1 - p)) < 0.01
     assert abs(y.mean()) < 0.01 and abs(y.std() - 1) < 0.01
@@ -237,7 +237,7 @@ def test_dropout_accepts_inplace_and_keeps_the_eval_identity():
         F.dropout(x, 1.0, True, True)
     z = pa.tensor(rand((3, 4)))
     assert F.dropout(z, 1.0, True, True) is z  # written in place, as PyTorch's
-    np.testing.assert_array_equal(z.data, 0)
+    np.testing.assert_array_equal(z.numpy(), 0)
     with pytest.warns(UserWarning, match="dropout2d: Received a 3D input"):
         F.dropout2d(pa.ones(2, 3, 4), 0.5)
     with pytest.warns(UserWarning, match="dropout3d: Received a 3-D input"):

@@ -224,7 +224,7 @@ def test_functional_float32(name):
     t64 = [leaf(a) for a in arrays]
     y32, y64 = fn(*t32), fn(*t64)
     assert y32.dtype == np.float32
-    np.testing.assert_allclose(y32.data, y64.data, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(y32.numpy(), y64.numpy(), rtol=1e-4, atol=1e-5)
     w = rand(y64.shape, 11)
     g32 = pa.grad(y32, t32, grad_outputs=w.astype(np.float32))
     g64 = pa.grad(y64, t64, grad_outputs=w)
@@ -259,9 +259,9 @@ def test_conv2d_matches_direct_loop(stride, padding):
     x, w, b = rand((2, 3, 7, 6), 1), rand((4, 3, 3, 2), 2), rand(4, 3)
     out = F.conv2d(pa.tensor(x), pa.tensor(w), pa.tensor(b), stride=stride, padding=padding)
     pair = lambda v: v if isinstance(v, tuple) else (v, v)  # noqa: E731
-    np.testing.assert_allclose(out.data, _conv_reference(x, w, b, pair(stride), pair(padding)),
+    np.testing.assert_allclose(out.numpy(), _conv_reference(x, w, b, pair(stride), pair(padding)),
                                rtol=1e-12, atol=1e-12)
-    assert out.data.flags.c_contiguous
+    assert out.numpy().flags.c_contiguous
 
 
 def test_conv2d_is_one_primitive_node_and_frozen_weight_skips_columns():
@@ -276,8 +276,8 @@ def test_conv2d_is_one_primitive_node_and_frozen_weight_skips_columns():
 
 def test_pools_match_direct_computation():
     x = rand((2, 3, 5, 6), 4)
-    mp = F.max_pool2d(pa.tensor(x), 2).data
-    ap = F.avg_pool2d(pa.tensor(x), 2).data
+    mp = F.max_pool2d(pa.tensor(x), 2).numpy()
+    ap = F.avg_pool2d(pa.tensor(x), 2).numpy()
     blocks = x[:, :, :4, :6].reshape(2, 3, 2, 2, 3, 2)
     np.testing.assert_array_equal(mp, blocks.max(axis=(3, 5)))
     np.testing.assert_allclose(ap, blocks.mean(axis=(3, 5)), rtol=1e-14)
@@ -292,25 +292,25 @@ def test_max_pool_gradient_goes_to_first_maximum_only():
 def test_max_pool_padding_is_never_selected():
     x = leaf(-np.ones((1, 1, 2, 2)) * 7)
     out = F.max_pool2d(x, 3, stride=1, padding=1)
-    np.testing.assert_array_equal(out.data, -7 * np.ones((1, 1, 2, 2)))
+    np.testing.assert_array_equal(out.numpy(), -7 * np.ones((1, 1, 2, 2)))
     out.sum().backward()
     assert x.grad.sum() == 4
 
 
 def test_avg_pool_count_include_pad():
     x = pa.tensor(np.ones((1, 1, 2, 2)))
-    inc = F.avg_pool2d(x, 3, stride=1, padding=1).data
-    exc = F.avg_pool2d(x, 3, stride=1, padding=1, count_include_pad=False).data
+    inc = F.avg_pool2d(x, 3, stride=1, padding=1).numpy()
+    exc = F.avg_pool2d(x, 3, stride=1, padding=1, count_include_pad=False).numpy()
     np.testing.assert_allclose(inc, 4 / 9 * np.ones((1, 1, 2, 2)))
     np.testing.assert_allclose(exc, np.ones((1, 1, 2, 2)))
 
 
 def test_layer_norm_and_rms_norm_values():
     x = rand((3, 6), 5)
-    y = F.layer_norm(pa.tensor(x), (6,)).data
+    y = F.layer_norm(pa.tensor(x), (6,)).numpy()
     np.testing.assert_allclose(y, (x - x.mean(1, keepdims=True))
                                / np.sqrt(x.var(1, keepdims=True) + 1e-5), rtol=1e-12)
-    r = F.rms_norm(pa.tensor(x), 6).data
+    r = F.rms_norm(pa.tensor(x), 6).numpy()
     eps = np.finfo(np.float64).eps
     np.testing.assert_allclose(r, x / np.sqrt((x * x).mean(1, keepdims=True) + eps), rtol=1e-12)
     r32 = F.rms_norm(pa.tensor(x.astype(np.float32)), 6)
@@ -320,7 +320,7 @@ def test_layer_norm_and_rms_norm_values():
 def test_embedding_repeated_indices_and_padding_idx():
     w = leaf(rand((4, 2), 6))
     out = F.embedding(pa.tensor(np.array([[3, 1], [3, 3]])), w, padding_idx=1)
-    np.testing.assert_array_equal(out.data, w.data[[[3, 1], [3, 3]]])
+    np.testing.assert_array_equal(out.numpy(), w.numpy()[[[3, 1], [3, 3]]])
     out.sum().backward()
     np.testing.assert_array_equal(w.grad, [[0, 0], [0, 0], [0, 0], [3, 3]])
 
@@ -328,21 +328,22 @@ def test_embedding_repeated_indices_and_padding_idx():
 def test_dropout_is_reproducible_and_scaled():
     x = pa.tensor(np.ones((200, 50)))
     a, b = F.dropout(x, 0.3, seed=7), F.dropout(x, 0.3, seed=7)
-    np.testing.assert_array_equal(a.data, b.data)
-    assert not np.array_equal(a.data, F.dropout(x, 0.3, seed=8).data)
-    assert set(np.unique(a.data)) == {0.0, 1 / 0.7}
-    assert abs((a.data == 0).mean() - 0.3) < 0.02
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert not np.array_equal(a.numpy(), F.dropout(x, 0.3, seed=8).numpy())
+    assert set(np.unique(a.numpy())) == {0.0, 1 / 0.7}
+    assert abs((a.numpy() == 0).mean() - 0.3) < 0.02
     r1, r2 = np.random.default_rng(4), np.random.default_rng(4)
-    np.testing.assert_array_equal(F.dropout(x, 0.5, rng=r1).data, F.dropout(x, 0.5, rng=r2).data)
+    np.testing.assert_array_equal(F.dropout(x, 0.5, rng=r1).numpy(),
+                                  F.dropout(x, 0.5, rng=r2).numpy())
     assert F.dropout(x, 0.5, training=False) is x
-    np.testing.assert_array_equal(F.dropout(x, 1.0).data, 0)
+    np.testing.assert_array_equal(F.dropout(x, 1.0).numpy(), 0)
 
 
 def test_dropout_gradient_uses_the_forward_mask():
     x = leaf(rand((6, 7), 1))
     y = F.dropout(x, 0.5, seed=2)
     y.sum().backward()
-    np.testing.assert_array_equal(x.grad, (y.data != 0) * 2.0)
+    np.testing.assert_array_equal(x.grad, (y.numpy() != 0) * 2.0)
 
 
 def test_cross_entropy_values():
@@ -350,10 +351,10 @@ def test_cross_entropy_values():
     lsm = logits - np.log(np.exp(logits).sum(1, keepdims=True))
     per = -lsm[np.arange(5), t]
     ce = F.cross_entropy(pa.tensor(logits), pa.tensor(t))
-    np.testing.assert_allclose(ce.data, per.mean(), rtol=1e-13)
-    np.testing.assert_allclose(F.cross_entropy(pa.tensor(logits), t, reduction="none").data, per)
+    np.testing.assert_allclose(ce.numpy(), per.mean(), rtol=1e-13)
+    np.testing.assert_allclose(F.cross_entropy(pa.tensor(logits), t, reduction="none").numpy(), per)
     ig = np.array([2, -100, 3, 3, -100])
-    np.testing.assert_allclose(F.cross_entropy(pa.tensor(logits), ig).data,
+    np.testing.assert_allclose(F.cross_entropy(pa.tensor(logits), ig).numpy(),
                                -lsm[[0, 2, 3], [2, 3, 3]].mean(), rtol=1e-13)
 
 
@@ -365,7 +366,7 @@ def test_sdpa_matches_explicit_formula():
     p /= p.sum(-1, keepdims=True)
     out = F.scaled_dot_product_attention(pa.tensor(q), pa.tensor(k), pa.tensor(v),
                                          attn_mask=pa.tensor(MASK))
-    np.testing.assert_allclose(out.data, p @ v, rtol=1e-12)
+    np.testing.assert_allclose(out.numpy(), p @ v, rtol=1e-12)
 
 
 # ---- bad input -----------------------------------------------------------------------
@@ -433,7 +434,7 @@ def test_bad_input_raises_clear_errors(call, exc, match):
 
 def test_dropout_draws_are_those_of_one_uniform_array():
     x = pa.tensor(np.ones((300, 211)))          # more than one block of draws
-    kept = F.dropout(x, 0.3, seed=5).data != 0
+    kept = F.dropout(x, 0.3, seed=5).numpy() != 0
     np.testing.assert_array_equal(kept, np.random.default_rng(5).random((300, 211)) >= 0.3)
 
 
@@ -442,8 +443,8 @@ def test_sdpa_key_without_grad_and_float_mask_with_grad():
     m[1] = -np.inf                               # a query that may attend nothing
     tq, tv, tm = leaf(q), leaf(v), leaf(m)
     out = F.scaled_dot_product_attention(tq, pa.tensor(k), tv, tm)
-    assert not np.any(out.data[:, 1])
-    gq, gv, gm = (g.data for g in pa.grad(out.sum(), [tq, tv, tm]))
+    assert not np.any(out.numpy()[:, 1])
+    gq, gv, gm = (g.numpy() for g in pa.grad(out.sum(), [tq, tv, tm]))
     assert np.all(np.isfinite(gm)) and not np.any(gm[1]) and not np.any(gq[:, 1])
     assert pa.gradcheck(lambda q, v, m: F.scaled_dot_product_attention(q, pa.tensor(k), v, m),
                         [leaf(q), leaf(v), leaf(np.where(np.isinf(m), -30.0, m))])
@@ -508,7 +509,7 @@ def test_embedding_and_dropout_memory():
     assert extra <= BLOCK + SLACK                # flat indices one row block at a time
     x = leaf(rand((512, 512), 3))
     y, extra = temporary_bytes(F.dropout, x, 0.3, seed=1)
-    assert extra <= x.data.size + 8 * 32768 + SLACK   # a bool mask kept; draws in blocks
+    assert extra <= x.numpy().size + 8 * 32768 + SLACK   # a bool mask kept; draws in blocks
     ((gx, extra),) = _rules(y)
     assert extra <= SLACK
 
@@ -531,9 +532,9 @@ def test_dropout_without_seed_or_rng_follows_manual_seed():
     masks = []
     for _ in range(2):
         pa.manual_seed(3)
-        a = F.dropout(x, 0.5).data
-        s = F.scaled_dot_product_attention(x[None], x[None], x[None], dropout_p=0.5).data
+        a = F.dropout(x, 0.5).numpy()
+        s = F.scaled_dot_product_attention(x[None], x[None], x[None], dropout_p=0.5).numpy()
         masks.append((a, s))
     assert np.array_equal(masks[0][0], masks[1][0]) and np.array_equal(masks[0][1], masks[1][1])
     pa.manual_seed(4)
-    assert not np.array_equal(F.dropout(x, 0.5).data, masks[0][0])
+    assert not np.array_equal(F.dropout(x, 0.5).numpy(), masks[0][0])

@@ -61,7 +61,7 @@ def test_conv2d_paths_match_torch(name):
     tt = [torch.tensor(a, requires_grad=True) for a in arrays]
     yp = F.conv2d(*tp, stride=stride, padding=padding)
     yt = torch.nn.functional.conv2d(*tt, stride=stride, padding=padding)
-    np.testing.assert_allclose(yp.data, yt.detach().numpy(), rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(yp.numpy(), yt.detach().numpy(), rtol=TOL, atol=TOL)
     w = rand(yp.shape, 4)
     for a, b in zip(pa.grad(yp, tp, grad_outputs=w),
                     torch.autograd.grad(yt, tt, torch.tensor(w))):
@@ -88,7 +88,7 @@ def test_conv2d_is_deterministic_byte_for_byte_whatever_the_blas_threads(name):
         with threadpool_limits(threads, user_api="blas"):
             tx, tw = leaf(x), leaf(w)
             y = F.conv2d(tx, tw, stride=stride, padding=padding)
-            runs.append([y.data] + list(pa.grad((y * y).sum(), [tx, tw])))
+            runs.append([y.numpy()] + list(pa.grad((y * y).sum(), [tx, tw])))
     for run in runs[1:]:
         assert_bitwise(runs[0], run)
 
@@ -121,7 +121,7 @@ def _check_against_torch(fp, ft, x, exact_grad=False):
     torch = torch_or_skip()
     tp, tt = leaf(x), torch.tensor(x, requires_grad=True)
     yp, yt = fp(tp), ft(tt)
-    np.testing.assert_allclose(yp.data, yt.detach().numpy(), rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(yp.numpy(), yt.detach().numpy(), rtol=TOL, atol=TOL)
     w = rand(yp.shape, 7)
     (gp,), (gt,) = pa.grad(yp, [tp], grad_outputs=w), torch.autograd.grad(yt, [tt],
                                                                           torch.tensor(w))
@@ -163,7 +163,7 @@ def test_max_pool_ties_go_to_the_first_maximum_like_torch(name):
 
 def test_max_pool_signed_zero_ties_keep_the_first():
     x = np.array([[[[-0.0, 0.0, 0.0, -0.0]]]])
-    out = F.max_pool2d(leaf(x), (1, 2)).data
+    out = F.max_pool2d(leaf(x), (1, 2)).numpy()
     assert np.signbit(out).tolist() == [[[[True, False]]]]
 
 
@@ -177,7 +177,7 @@ def test_max_pool_nan_and_all_minus_inf_windows_like_torch(name):
     fp, ft = _pool_pair("max", name)
     tp, tt = leaf(x), torch.tensor(x, requires_grad=True)
     yp, yt = fp(tp), ft(tt)
-    np.testing.assert_array_equal(yp.data, yt.detach().numpy())   # NaN where torch has NaN
+    np.testing.assert_array_equal(yp.numpy(), yt.detach().numpy())   # NaN where torch has NaN
     yp.sum().backward()
     yt.sum().backward()
     np.testing.assert_array_equal(tp.grad, tt.grad.numpy())
@@ -185,7 +185,7 @@ def test_max_pool_nan_and_all_minus_inf_windows_like_torch(name):
 
 def test_max_pool_int_input_with_padding():
     x = np.array([[[[np.iinfo(np.int64).min, 3], [2, 1]]]], dtype=np.int64)
-    out = F.max_pool2d(pa.tensor(x), 2, 1, 1).data
+    out = F.max_pool2d(pa.tensor(x), 2, 1, 1).numpy()
     assert out.dtype == np.int64
     np.testing.assert_array_equal(out[0, 0], [[x[0, 0, 0, 0], 3, 3], [2, 3, 3], [2, 2, 1]])
 
@@ -219,7 +219,7 @@ def test_row_blocked_rules_match_torch(name, blocks, monkeypatch):
     tt = [torch.tensor(a, requires_grad=True) for a in arrays]
     yp = fn(F, lambda a: a, *tp)
     yt = fn(torch.nn.functional, torch.tensor, *tt)
-    np.testing.assert_allclose(yp.data, yt.detach().numpy(), rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(yp.numpy(), yt.detach().numpy(), rtol=TOL, atol=TOL)
     w = rand(yp.shape, 9)
     for a, b in zip(pa.grad(yp, tp, grad_outputs=w),
                     torch.autograd.grad(yt, tt, torch.tensor(w))):
@@ -243,18 +243,18 @@ def test_conv2d_memory_flat_path():
     x, w, b = leaf(rand((16, 8, 16, 16), 1)), leaf(rand((16, 8, 3, 3), 2)), leaf(rand(16, 3))
     y, extra = temporary_bytes(F.conv2d, x, w, b, padding=1)
     cols = y.grad_fn.saved[4]                 # (ans, x, w, b, columns, geometry)
-    assert cols.nbytes == 9 * x.data.nbytes
+    assert cols.nbytes == 9 * x.numpy().nbytes
     # the column buffer, kept for the weight, and one chunk's GEMM result (O, n*Ho*Wo)
     # before its transposed copy into the output
-    assert extra <= cols.nbytes + y.data.nbytes + SLACK
+    assert extra <= cols.nbytes + y.numpy().nbytes + SLACK
     rule, args, kw = _rule(y, 0)
     gx, extra = temporary_bytes(rule, *args, **kw)
     assert gx.flags.c_contiguous
     # one chunk of columns (<= the input's size) and that chunk of g, transposed
-    assert extra <= x.data.nbytes + y.data.nbytes + SLACK
+    assert extra <= x.numpy().nbytes + y.numpy().nbytes + SLACK
     rule, args, kw = _rule(y, 1)              # one GEMM a chunk: g's chunk, <= 1 MiB
     gw, extra = temporary_bytes(rule, *args, **kw)
-    assert extra <= min(y.data.nbytes, 1 << 20) + SLACK
+    assert extra <= min(y.numpy().nbytes, 1 << 20) + SLACK
     rule, args, kw = _rule(y, 2)
     gb, extra = temporary_bytes(rule, *args, **kw)
     assert extra <= SLACK
@@ -264,7 +264,7 @@ def test_conv2d_frozen_weight_builds_columns_chunk_by_chunk():
     x, w = pa.tensor(rand((64, 16, 16, 16), 1)), pa.tensor(rand((32, 16, 3, 3), 2))
     y, extra = temporary_bytes(F.conv2d, x, w, padding=1)
     assert y.grad_fn is None
-    full_cols = 9 * x.data.nbytes             # 18 MiB: never allocated at once
+    full_cols = 9 * x.numpy().nbytes             # 18 MiB: never allocated at once
     chunk = _conv._COLS_BYTES                     # 4 MiB of columns, and its GEMM result
     assert extra <= chunk + chunk * 32 // (16 * 9) + SLACK < full_cols
 
@@ -279,7 +279,7 @@ def test_conv2d_memory_strided_path_and_frozen_weight():
     gx, extra = temporary_bytes(rule, *args, **kw)
     # g in NHWC and the (N*Ho*Wo, K*C) product of one GEMM over all kernel offsets (the
     # columns' size); the NHWC buffer is what is returned (seen as NCHW)
-    assert extra <= y.data.nbytes + 8 * 8 * 8 * 9 * 16 * 8 + SLACK
+    assert extra <= y.numpy().nbytes + 8 * 8 * 8 * 9 * 16 * 8 + SLACK
 
 
 @pytest.mark.parametrize("o,path", [(8, "per-sample"), (64, "chunked")])
@@ -289,9 +289,9 @@ def test_conv2d_weight_memory(o, path):
     rule, args, kw = _rule(y, 1)
     gw, extra = temporary_bytes(rule, *args, **kw)
     if path == "per-sample":                  # a buffer <= one sample of g
-        assert extra <= y.data[0].nbytes + SLACK
+        assert extra <= y.numpy()[0].nbytes + SLACK
     else:                                     # g's chunk, transposed: <= 1 MiB
-        assert y.data.nbytes > 1 << 20 and extra <= (1 << 20) + SLACK
+        assert y.numpy().nbytes > 1 << 20 and extra <= (1 << 20) + SLACK
 
 
 @pytest.mark.parametrize("name,shape,k,s,p", [

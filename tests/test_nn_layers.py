@@ -87,7 +87,7 @@ def test_forward_and_gradients_equal_torch(name):
     tx = torch.from_numpy(data).requires_grad_(floating)
     y, ty = ours(x), theirs(tx)
     assert y.shape == tuple(ty.shape)
-    np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-12, atol=1e-13)
     w = rng(1).uniform(0.5, 1.5, size=y.shape)
     (y * w).sum().backward()
     (ty * torch.from_numpy(w)).sum().backward()
@@ -111,7 +111,7 @@ def test_loss_modules_equal_torch():
              (nn.NLLLoss(reduction="none"), torch.nn.NLLLoss(reduction="none"))]
     for ours, theirs in cases:
         want = theirs(torch.from_numpy(logits), torch.from_numpy(target)).numpy()
-        np.testing.assert_allclose(ours(pa.tensor(logits), target).data, want, rtol=1e-12)
+        np.testing.assert_allclose(ours(pa.tensor(logits), target).numpy(), want, rtol=1e-12)
     assert list(cases[1][0].state_dict()) == list(cases[1][1].state_dict()) == ["weight"]
     assert list(cases[0][0].state_dict()) == []
     a, b = rng(1).standard_normal((3, 2)), rng(2).standard_normal((3, 2))
@@ -124,17 +124,17 @@ def test_forward_values_without_torch():
     manual_seed(0)
     lin = nn.Linear(3, 2)
     x = rng().standard_normal((4, 3))
-    np.testing.assert_allclose(lin(pa.tensor(x)).data,
-                               x @ lin.weight.data.T + lin.bias.data, rtol=1e-14)
+    np.testing.assert_allclose(lin(pa.tensor(x)).numpy(),
+                               x @ lin.weight.numpy().T + lin.bias.numpy(), rtol=1e-14)
     emb = nn.Embedding(5, 2, padding_idx=1)
-    np.testing.assert_array_equal(emb(np.array([[1, 4]])).data[0],
-                                  emb.weight.data[[1, 4]])
+    np.testing.assert_array_equal(emb(np.array([[1, 4]])).numpy()[0],
+                                  emb.weight.numpy()[[1, 4]])
     ln = nn.LayerNorm(3)
-    y = ln(pa.tensor(x)).data
+    y = ln(pa.tensor(x)).numpy()
     np.testing.assert_allclose(y, (x - x.mean(1, keepdims=True))
                                / np.sqrt(x.var(1, keepdims=True) + 1e-5), rtol=1e-12)
     np.testing.assert_array_equal(nn.Flatten()(pa.ones(2, 3, 4)).shape, (2, 12))
-    np.testing.assert_allclose(nn.LeakyReLU(0.5)(pa.tensor([-2.0, 2.0])).data, [-1.0, 2.0])
+    np.testing.assert_allclose(nn.LeakyReLU(0.5)(pa.tensor([-2.0, 2.0])).numpy(), [-1.0, 2.0])
 
 
 # ---- initialisation ---------------------------------------------------------------------
@@ -143,7 +143,7 @@ def test_linear_and_conv_init_bounds_and_statistics():
     for layer, fan_in in ((nn.Linear(400, 300), 400), (nn.Conv2d(16, 64, (5, 3)), 240)):
         bound = 1 / math.sqrt(fan_in)  # kaiming_uniform_(a=sqrt(5)) and the bias rule
         for p in (layer.weight, layer.bias):
-            v = p.data.ravel()
+            v = p.numpy().ravel()
             assert np.abs(v).max() <= bound
             if v.size > 10000:
                 assert np.abs(v).max() > 0.999 * bound
@@ -154,13 +154,13 @@ def test_linear_and_conv_init_bounds_and_statistics():
 def test_embedding_and_norm_init():
     manual_seed(0)
     e = nn.Embedding(1000, 64, padding_idx=3)
-    w = np.delete(e.weight.data, 3, axis=0)
+    w = np.delete(e.weight.numpy(), 3, axis=0)
     assert abs(w.mean()) < 4 / math.sqrt(w.size) and abs(w.std() - 1) < 0.01
-    assert not np.any(e.weight.data[3]) and e.padding_idx == 3
+    assert not np.any(e.weight.numpy()[3]) and e.padding_idx == 3
     assert nn.Embedding(5, 2, padding_idx=-1).padding_idx == 4
     ln, rms = nn.LayerNorm((2, 3)), nn.RMSNorm(4)
-    assert np.all(ln.weight.data == 1) and np.all(ln.bias.data == 0)
-    assert np.all(rms.weight.data == 1) and ln.weight.shape == (2, 3)
+    assert np.all(ln.weight.numpy() == 1) and np.all(ln.bias.numpy() == 0)
+    assert np.all(rms.weight.numpy() == 1) and ln.weight.shape == (2, 3)
 
 
 def test_init_functions_match_torch_formulas():
@@ -184,8 +184,8 @@ def test_uniform_initialisers_bounds(fn, kwargs, limit):
     t = nn.Parameter(np.empty((200, 300)))
     assert fn(t, generator=rng(), **kwargs) is t
     lo, hi = (kwargs["a"], kwargs["b"]) if limit is None else (-limit, limit)
-    assert lo <= t.data.min() and t.data.max() <= hi
-    assert t.data.min() < lo + 0.001 * (hi - lo) and t.data.max() > hi - 0.001 * (hi - lo)
+    assert lo <= t.numpy().min() and t.numpy().max() <= hi
+    assert t.numpy().min() < lo + 0.001 * (hi - lo) and t.numpy().max() > hi - 0.001 * (hi - lo)
 
 
 @pytest.mark.parametrize("fn, kwargs, std", [
@@ -203,10 +203,10 @@ def test_normal_initialisers_statistics(fn, kwargs, std):
 
 def test_init_writes_in_place_and_bumps_the_version():
     lin = nn.Linear(2, 2)
-    arr = lin.weight.data
+    arr = lin.weight.numpy()
     y = (lin.weight * 2).sum()
     init.constant_(lin.weight, 0.5)
-    assert lin.weight.data is arr and np.all(arr == 0.5)
+    assert lin.weight.numpy() is arr and np.all(arr == 0.5)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.backward()
     init.eye_(lin.weight)
@@ -220,11 +220,11 @@ def test_init_writes_in_place_and_bumps_the_version():
 def test_reset_parameters_and_generator_argument():
     g1, g2 = rng(5), rng(5)
     a, b = nn.Conv2d(2, 3, 3, generator=g1), nn.Conv2d(2, 3, 3, generator=g2)
-    np.testing.assert_array_equal(a.weight.data, b.weight.data)
+    np.testing.assert_array_equal(a.weight.numpy(), b.weight.numpy())
     a.reset_parameters(rng(6))
-    assert not np.array_equal(a.weight.data, b.weight.data)
+    assert not np.array_equal(a.weight.numpy(), b.weight.numpy())
     e1, e2 = nn.Embedding(4, 3, generator=rng(1)), nn.Embedding(4, 3, generator=rng(1))
-    np.testing.assert_array_equal(e1.weight.data, e2.weight.data)
+    np.testing.assert_array_equal(e1.weight.numpy(), e2.weight.numpy())
 
 
 # ---- dtypes, dropout, from_pretrained ---------------------------------------------------
@@ -243,13 +243,13 @@ def test_layers_take_a_dtype(dtype):
 def test_dropout_training_scales_and_p_edges():
     x = pa.ones(10000)
     manual_seed(0)
-    y = nn.Dropout(0.25)(x).data
+    y = nn.Dropout(0.25)(x).numpy()
     assert set(np.unique(y)) == {0.0, 1 / 0.75}
     assert abs((y == 0).mean() - 0.25) < 0.02
     assert nn.Dropout(0.0)(x) is x and nn.Dropout(0.9).eval()(x) is x
-    assert not np.any(nn.Dropout(1.0)(x).data)
+    assert not np.any(nn.Dropout(1.0)(x).numpy())
     g = nn.Dropout(0.5, generator=rng(3))
-    np.testing.assert_array_equal(g(x).data, nn.Dropout(0.5, generator=rng(3))(x).data)
+    np.testing.assert_array_equal(g(x).numpy(), nn.Dropout(0.5, generator=rng(3))(x).numpy())
     with pytest.raises(ValueError, match="between 0 and 1"):
         nn.Dropout(1.5)
 
@@ -257,9 +257,9 @@ def test_dropout_training_scales_and_p_edges():
 def test_embedding_from_pretrained_shares_and_freezes():
     table = np.arange(6.0).reshape(3, 2)
     e = nn.Embedding.from_pretrained(table)
-    assert e.weight.data is table and not e.weight.requires_grad
+    assert e.weight.numpy() is table and not e.weight.requires_grad
     assert nn.Embedding.from_pretrained(pa.tensor(table), freeze=False).weight.requires_grad
-    np.testing.assert_array_equal(e(np.array([2, 0])).data, table[[2, 0]])
+    np.testing.assert_array_equal(e(np.array([2, 0])).numpy(), table[[2, 0]])
 
 
 # ---- containers ---------------------------------------------------------------------------
@@ -282,7 +282,7 @@ def test_sequential_indexing_and_editing():
     named = nn.Sequential(__import__("collections").OrderedDict([("first", a), ("second", b)]))
     assert [n for n, _ in named.named_children()] == ["first", "second"]
     x = pa.tensor([-1.0, 2.0])
-    np.testing.assert_array_equal(named(x).data, b(a(x)).data)
+    np.testing.assert_array_equal(named(x).numpy(), b(a(x)).numpy())
 
 
 def test_modulelist_and_moduledict():
@@ -311,7 +311,7 @@ def test_parameter_list_and_dict():
     arr = np.full(2, 5.0)
     pl[0] = arr
     pl.append(nn.Parameter(np.ones(1)))
-    assert pl[0].data is arr and [n for n, _ in pl.named_parameters()] == ["0", "1", "2"]
+    assert pl[0].numpy() is arr and [n for n, _ in pl.named_parameters()] == ["0", "1", "2"]
     assert type(pl[1:]) is nn.ParameterList and len(pl[1:]) == 2
     pd = nn.ParameterDict({"b": np.zeros(1), "a": np.zeros(2)})
     assert list(pd) == ["a", "b"]  # a plain dict is taken sorted, as in PyTorch

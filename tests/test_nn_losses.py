@@ -130,7 +130,7 @@ def _run(lib, F_, name, reduction, arrays, flags, seed_grad=None):
     w = np.ones(out.shape) if seed_grad is None else seed_grad
     if lib is pa:
         gs = pa.grad(out, [t for t in ts if t.requires_grad], grad_outputs=w)
-        return out.data, gs
+        return out.numpy(), gs
     torch = lib
     gs = torch.autograd.grad(out, [t for t in ts if t.requires_grad],
                              grad_outputs=torch.tensor(w))
@@ -183,7 +183,7 @@ def test_binary_cross_entropy_edges_as_torch():
     xt = torch.tensor(x, requires_grad=True)
     ot = torch.nn.functional.binary_cross_entropy(xt, torch.tensor(y), reduction="none")
     ot.sum().backward()
-    np.testing.assert_array_equal(out.data, ot.detach().numpy())
+    np.testing.assert_array_equal(out.numpy(), ot.detach().numpy())
     np.testing.assert_allclose(g, xt.grad.numpy(), rtol=1e-12)
 
 
@@ -197,14 +197,14 @@ def test_bce_with_logits_is_stable_for_large_logits():
     ot = torch.nn.functional.binary_cross_entropy_with_logits(xt, torch.tensor(y),
                                                               reduction="none")
     ot.sum().backward()
-    np.testing.assert_allclose(out.data, ot.detach().numpy(), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(out.numpy(), ot.detach().numpy(), rtol=1e-12, atol=0)
     np.testing.assert_allclose(g, xt.grad.numpy(), rtol=1e-12, atol=0)
-    assert out.data[0] == 800.0 and g[0] == -1.0
+    assert out.numpy()[0] == 800.0 and g[0] == -1.0
 
 
 def test_kl_div_zero_target_contributes_nothing():
     out = F.kl_div(pa.tensor([-1.0, -2.0]), pa.tensor([0.0, 0.5]), reduction="none")
-    np.testing.assert_allclose(out.data, [0.0, 0.5 * (np.log(0.5) + 2.0)])
+    np.testing.assert_allclose(out.numpy(), [0.0, 0.5 * (np.log(0.5) + 2.0)])
 
 
 def test_parallel_engine_is_bitwise_sequential():
@@ -297,7 +297,7 @@ def test_fused_pointwise_losses_allocate_no_full_size_temporary():
     allocates its gradient and chunk-sized scratch only. The input is 2 MiB."""
     x = pa.tensor(RNG.standard_normal((512, 512)), requires_grad=True)
     y = RNG.uniform(0, 1, (512, 512))
-    full = x.data.nbytes
+    full = x.numpy().nbytes
     for f in (lambda: F.binary_cross_entropy_with_logits(x, y, pos_weight=W4[:1]),
               lambda: F.smooth_l1_loss(x, y, reduction="sum"),
               lambda: F.kl_div(x, y, reduction="batchmean")):
@@ -330,18 +330,18 @@ def test_modules_match_functional_and_torch_repr(name):
     module = make(pa.nn, pa)
     got = module(*[pa.tensor(a) for a in arrays])
     want = CASES[case][0](F, pa, reduction, *[pa.tensor(a) for a in arrays])
-    np.testing.assert_array_equal(got.data, want.data)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
     assert repr(module) == repr(make(torch.nn, torch))
     assert list(module.state_dict()) == list(make(torch.nn, torch).state_dict())
 
 
 def test_pair_modules_and_reduction_check():
     a, b = pa.tensor(RNG.standard_normal((4, 5))), pa.tensor(RNG.standard_normal((4, 5)))
-    np.testing.assert_array_equal(pa.nn.CosineEmbeddingLoss(0.1)(a, b, PM).data,
-                                  F.cosine_embedding_loss(a, b, PM, 0.1).data)
+    np.testing.assert_array_equal(pa.nn.CosineEmbeddingLoss(0.1)(a, b, PM).numpy(),
+                                  F.cosine_embedding_loss(a, b, PM, 0.1).numpy())
     np.testing.assert_array_equal(
-        pa.nn.MarginRankingLoss(0.2, "sum")(a[:, 0], b[:, 0], PM).data,
-        F.margin_ranking_loss(a[:, 0], b[:, 0], PM, 0.2, reduction="sum").data)
+        pa.nn.MarginRankingLoss(0.2, "sum")(a[:, 0], b[:, 0], PM).numpy(),
+        F.margin_ranking_loss(a[:, 0], b[:, 0], PM, 0.2, reduction="sum").numpy())
     with pytest.raises(ValueError, match="L1Loss: reduction"):
         pa.nn.L1Loss(reduction="batchmean")
     assert pa.nn.KLDivLoss(reduction="batchmean").reduction == "batchmean"
@@ -352,7 +352,7 @@ def test_nll_loss_module_takes_kdim_input():
     x = RNG.standard_normal((2, 3, 4, 2))
     got = pa.nn.NLLLoss(reduction="sum")(pa.tensor(x), KDIM_T)
     want = torch.nn.NLLLoss(reduction="sum")(torch.tensor(x), torch.tensor(KDIM_T))
-    np.testing.assert_allclose(got.data, want.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
 
 
 # ---- cross_entropy with class probabilities (soft targets) -------------------------------------
@@ -379,7 +379,7 @@ def test_cross_entropy_probability_targets_match_torch(shape, reduction, label_s
     lt = torch.nn.functional.cross_entropy(
         xt, tt, None if w is None else torch.tensor(w), reduction=reduction,
         label_smoothing=label_smoothing)
-    np.testing.assert_allclose(lp.data, lt.detach().numpy(), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(lp.numpy(), lt.detach().numpy(), rtol=1e-12, atol=1e-13)
     g = np.random.default_rng(4).standard_normal(tuple(lt.shape))
     pa.backward(lp, g if lt.ndim else None)
     lt.backward(torch.tensor(g) if lt.ndim else None)
@@ -412,13 +412,13 @@ def test_ignored_rows_get_zero_gradient_as_torch(op, reduction, target):
     xp, xt = pa.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
     lp = getattr(F, name)(xp, t, **kw)
     lt = getattr(torch.nn.functional, name)(xt, torch.tensor(t), **kw)
-    np.testing.assert_allclose(lp.data, lt.detach().numpy(), rtol=1e-12, equal_nan=True)
+    np.testing.assert_allclose(lp.numpy(), lt.detach().numpy(), rtol=1e-12, equal_nan=True)
     pa.backward(_total(lp))
     _total(lt).backward()
     np.testing.assert_allclose(xp.grad, xt.grad.numpy(), rtol=1e-12, atol=1e-15)
-    assert np.isfinite(xp.grad.data).all()
+    assert np.isfinite(xp.grad.numpy()).all()
     (g,) = pa.grad(_total(getattr(F, name)(xp, t, **kw)), [xp], create_graph=True)
-    np.testing.assert_allclose(g.data, xt.grad.numpy(), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(g.numpy(), xt.grad.numpy(), rtol=1e-12, atol=1e-15)
 
 
 def _total(t):

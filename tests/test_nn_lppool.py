@@ -31,7 +31,7 @@ def test_matches_torch(name):
     x = rng.uniform(0.2, 2.0, shape)       # positive: odd and fractional p are real
     xp, xt = pa.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
     yp, yt = op(F, xp), op(torch.nn.functional, xt)
-    np.testing.assert_allclose(yp.data, yt.detach().numpy(), rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(yp.numpy(), yt.detach().numpy(), rtol=1e-13, atol=1e-15)
     g = rng.standard_normal(tuple(yt.shape))
     pa.backward(yp, g)
     yt.backward(torch.tensor(g))
@@ -46,7 +46,7 @@ def test_layers_match_torch_and_engines_agree():
             (nn.LPPool2d(3, (2, 3), 2, True), torch.nn.LPPool2d(3, (2, 3), 2, True), x[:, :, 0]),
             (nn.LPPool3d(2, 2), torch.nn.LPPool3d(2, 2), x)]:
         assert repr(ours) == repr(theirs)
-        np.testing.assert_allclose(ours(pa.tensor(data)).data,
+        np.testing.assert_allclose(ours(pa.tensor(data)).numpy(),
                                    theirs(torch.tensor(data)).numpy(), rtol=1e-13)
 
 
@@ -72,7 +72,7 @@ def test_zero_window_has_zero_gradient_as_torch():
         pa.backward(F.lp_pool1d(xp, p, 2).sum())
         torch.nn.functional.lp_pool1d(xt, p, 2).sum().backward()
         np.testing.assert_allclose(xp.grad, xt.grad.numpy(), rtol=1e-14)
-        assert np.all(xp.grad.data[0, 0, :2] == 0) and np.isfinite(xp.grad.data).all()
+        assert np.all(xp.grad.numpy()[0, 0, :2] == 0) and np.isfinite(xp.grad.numpy()).all()
 
 
 def test_bad_input():

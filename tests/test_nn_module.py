@@ -154,10 +154,10 @@ def test_parameter_shares_memory_and_is_a_leaf():
     a = np.ones(3)
     p = nn.Parameter(a)
     a[0] = 7
-    assert p.data is a and p.is_leaf and p.requires_grad
+    assert p.numpy() is a and p.is_leaf and p.requires_grad
     t = pa.tensor([1.0, 2.0])
     q = nn.Parameter(t, requires_grad=False)
-    assert q.data is t.data and not q.requires_grad
+    assert q.numpy() is t.numpy() and not q.requires_grad
     assert nn.Parameter(leaf([1.0]) * 3).is_leaf
     assert nn.Parameter().shape == (0,)
     assert repr(nn.Parameter(np.array([1.0, 2.0]))) == \
@@ -175,10 +175,10 @@ def test_train_eval_recurse_and_dropout_is_identity_in_eval():
     assert all(x.training for x in m.modules())
     x = pa.ones(3, 4)
     assert m.eval() is m and not any(x.training for x in m.modules())
-    np.testing.assert_array_equal(m(x).data, m[0](x).data)
+    np.testing.assert_array_equal(m(x).numpy(), m[0](x).numpy())
     m.train()
     assert all(x.training for x in m.modules())
-    assert np.any(m(x).data != m[0](x).data)
+    assert np.any(m(x).numpy() != m[0](x).numpy())
     m[1].eval()
     assert m.training and not m[1][0].training
     with pytest.raises(ValueError, match="boolean"):
@@ -189,9 +189,9 @@ def test_zero_grad_to_none_and_in_place():
     m = nn.Linear(3, 2)
     m(pa.ones(4, 3)).sum().backward()
     g = m.weight.grad
-    assert g is not None and np.any(g.data != 0)
+    assert g is not None and np.any(g.numpy() != 0)
     m.zero_grad(set_to_none=False)
-    assert m.weight.grad is g and not np.any(g.data) and not np.any(m.bias.grad.data)
+    assert m.weight.grad is g and not np.any(g.numpy()) and not np.any(m.bias.grad.numpy())
     m.zero_grad()
     assert m.weight.grad is None and m.bias.grad is None
 
@@ -207,15 +207,15 @@ def test_requires_grad_apply_hooks_submodule_lookup():
     h1 = m.register_forward_pre_hook(lambda mod, args: (args[0] * 2,))
     h2 = m.register_forward_hook(lambda mod, args, out: calls.append(out.shape) or out + 1)
     x = pa.ones(1, 2)
-    want = m[1](m[0](x * 2)).data + 1
-    np.testing.assert_array_equal(m(x).data, want)
+    want = m[1](m[0](x * 2)).numpy() + 1
+    np.testing.assert_array_equal(m(x).numpy(), want)
     h1.remove()
     h3 = m.register_forward_pre_hook(lambda mod, args: None)
     h1.remove()                                   # a stale handle removes nothing else
     assert list(m._forward_pre_hooks.values()) == [h3._hooks[h3._key]]
     h3.remove()
     h2.remove()
-    np.testing.assert_array_equal(m(x).data, m[1](m[0](x)).data)
+    np.testing.assert_array_equal(m(x).numpy(), m[1](m[0](x)).numpy())
     assert calls == [(1, 2)]
     assert m.get_submodule("0") is m[0] and m.get_parameter("0.bias") is m[0].bias
     with pytest.raises(AttributeError, match="no submodule"):
@@ -240,10 +240,10 @@ def test_state_dict_is_detached_and_shares_memory():
     sd = m.state_dict()
     assert isinstance(sd, OrderedDict) and list(sd) == ["weight", "bias"]
     w = sd["weight"]
-    assert type(w) is pa.Tensor and not w.requires_grad and w.data is m.weight.data
+    assert type(w) is pa.Tensor and not w.requires_grad and w.numpy() is m.weight.numpy()
     with pa.no_grad():
         m.weight.mul_(2)
-    np.testing.assert_array_equal(w.data, m.weight.data)
+    np.testing.assert_array_equal(w.numpy(), m.weight.numpy())
     assert m.state_dict(keep_vars=True)["weight"] is m.weight
 
 
@@ -253,17 +253,17 @@ def test_state_dict_round_trip_through_save_and_load(tmp_path):
     manual_seed(2)
     b = build(nn)
     x = pa.randn(5, 3)
-    assert not np.array_equal(a(x).data, b(x).data)
+    assert not np.array_equal(a(x).numpy(), b(x).numpy())
     path = tmp_path / "m.npz"
     pa.save(a.state_dict(), path)
-    arrays = [p.data for p in b.parameters()]
+    arrays = [p.numpy() for p in b.parameters()]
     result = b.load_state_dict(pa.load(path))
     assert result.missing_keys == [] and result.unexpected_keys == []
     assert repr(result) == "<All keys matched successfully>"
-    np.testing.assert_array_equal(a(x).data, b(x).data)
-    assert all(p.data is arr for p, arr in zip(b.parameters(), arrays))  # written in place
+    np.testing.assert_array_equal(a(x).numpy(), b(x).numpy())
+    assert all(p.numpy() is arr for p, arr in zip(b.parameters(), arrays))  # written in place
     b.load_state_dict({k: v.numpy().astype(np.float32) for k, v in a.state_dict().items()})
-    np.testing.assert_allclose(a(x).data, b(x).data, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(a(x).numpy(), b(x).numpy(), rtol=1e-6, atol=1e-6)
 
 
 def snapshot(m):
@@ -313,7 +313,7 @@ def test_load_state_dict_names_every_problem():
 
 def test_load_state_dict_into_a_read_only_array_changes_nothing():
     m = nn.Sequential(nn.Linear(2, 2), nn.Embedding.from_pretrained(np.zeros((3, 2))))
-    m[1].weight.data.flags.writeable = False
+    m[1].weight.numpy().flags.writeable = False
     before = snapshot(m)
     sd = {k: v + 1 for k, v in before.items()}
     with pytest.raises(RuntimeError, match="cannot load 1.weight: .* read-only"):
@@ -328,8 +328,8 @@ def test_load_state_dict_not_strict_returns_the_keys_and_loads_the_rest():
     bias = m[0].bias.numpy().copy()
     missing, unexpected = m.load_state_dict(sd, strict=False)
     assert missing == ["0.bias", "1.weight", "1.bias"] and unexpected == ["zz"]
-    np.testing.assert_array_equal(m[0].weight.data, 0.5)
-    np.testing.assert_array_equal(m[0].bias.data, bias)
+    np.testing.assert_array_equal(m[0].weight.numpy(), 0.5)
+    np.testing.assert_array_equal(m[0].bias.numpy(), bias)
 
 
 def test_load_state_dict_bumps_versions_like_an_in_place_copy():
@@ -363,14 +363,14 @@ def test_pickle_and_deepcopy_keep_values_grads_and_sharing(how):
     assert c.tied.weight is c.tail[1].weight
     assert names(c.named_parameters()) == names(m.named_parameters())
     for p, q in zip(m.parameters(), c.parameters()):
-        assert p is not q and p.data is not q.data
-        np.testing.assert_array_equal(p.data, q.data)
+        assert p is not q and p.numpy() is not q.numpy()
+        np.testing.assert_array_equal(p.numpy(), q.numpy())
         np.testing.assert_array_equal(p.grad, q.grad)
-    np.testing.assert_array_equal(c(x).data, m(x).data)
+    np.testing.assert_array_equal(c(x).numpy(), m(x).numpy())
     with pa.no_grad():
         c.shared.proj.weight.add_(1)
-    np.testing.assert_array_equal(c.blocks[2].proj.weight.data,    # still shared
-                                  m.shared.proj.weight.data + 1)   # original unchanged
+    np.testing.assert_array_equal(c.blocks[2].proj.weight.numpy(),    # still shared
+                                  m.shared.proj.weight.numpy() + 1)   # original unchanged
 
 
 def test_parameter_pickles_as_parameter():
@@ -378,7 +378,7 @@ def test_parameter_pickles_as_parameter():
     p.grad = np.ones(3)
     for q in (pickle.loads(pickle.dumps(p)), copy.deepcopy(p)):
         assert type(q) is nn.Parameter and q.requires_grad and q.is_leaf
-        np.testing.assert_array_equal(q.data, p.data)
+        np.testing.assert_array_equal(q.numpy(), p.numpy())
         np.testing.assert_array_equal(q.grad, p.grad)
 
 
@@ -389,27 +389,27 @@ def test_manual_seed_makes_layers_and_randn_reproducible():
     manual_seed(0)
     b, xb = build(nn), pa.randn(4, 3)
     for (n, p), q in zip(a.named_parameters(), b.parameters()):
-        np.testing.assert_array_equal(p.data, q.data, err_msg=n)
-    np.testing.assert_array_equal(xa.data, xb.data)
+        np.testing.assert_array_equal(p.numpy(), q.numpy(), err_msg=n)
+    np.testing.assert_array_equal(xa.numpy(), xb.numpy())
     manual_seed(1)
-    assert not np.array_equal(nn.Linear(3, 4).weight.data, a.embed.weight.data)
+    assert not np.array_equal(nn.Linear(3, 4).weight.numpy(), a.embed.weight.numpy())
 
 
 def test_manual_seed_stream_generator_argument_and_state():
     g = manual_seed(5)
     assert g is default_generator and pa.random.initial_seed() == 5
-    np.testing.assert_array_equal(pa.randn(3).data,
+    np.testing.assert_array_equal(pa.randn(3).numpy(),
                                   np.random.default_rng(5).standard_normal(3))
     manual_seed(6)
     state = pa.random.get_rng_state()
     via_default = nn.Linear(3, 4)
     pa.random.set_rng_state(state)
     via_arg = nn.Linear(3, 4, generator=np.random.default_rng(6))
-    np.testing.assert_array_equal(via_default.weight.data, via_arg.weight.data)
-    np.testing.assert_array_equal(via_default.bias.data, via_arg.bias.data)
+    np.testing.assert_array_equal(via_default.weight.numpy(), via_arg.weight.numpy())
+    np.testing.assert_array_equal(via_default.bias.numpy(), via_arg.bias.numpy())
     pa.random.set_rng_state(state)
     nn.Linear(3, 4, generator=np.random.default_rng(99))  # leaves the default alone
-    np.testing.assert_array_equal(nn.Linear(3, 4).weight.data, via_default.weight.data)
+    np.testing.assert_array_equal(nn.Linear(3, 4).weight.numpy(), via_default.weight.numpy())
     with pytest.raises(TypeError):
         nn.Linear(3, 4, generator=42)
     with pytest.raises(ValueError):
@@ -420,10 +420,10 @@ def test_dropout_masks_follow_the_default_generator():
     d = nn.Dropout(0.5)
     x = pa.ones(100)
     manual_seed(7)
-    a = d(x).data
-    b = d(x).data
+    a = d(x).numpy()
+    b = d(x).numpy()
     manual_seed(7)
-    np.testing.assert_array_equal(d(x).data, a)
+    np.testing.assert_array_equal(d(x).numpy(), a)
     assert not np.array_equal(a, b)
     assert set(np.unique(a)) <= {0.0, 2.0}
 
@@ -531,6 +531,6 @@ def test_training_with_backward_parallel_is_bitwise_the_same_as_backward():
 
     a = train(cnn(0), pa.backward)
     b = train(cnn(0), lambda loss: pa.backward_parallel(loss, num_workers=2))
-    assert_bitwise([p.data for p in a.parameters()], [p.data for p in b.parameters()],
+    assert_bitwise([p.numpy() for p in a.parameters()], [p.numpy() for p in b.parameters()],
                    "parameter")
-    assert not np.array_equal(a[0].weight.data, cnn(0)[0].weight.data)  # it did train
+    assert not np.array_equal(a[0].weight.numpy(), cnn(0)[0].weight.numpy())  # it did train

@@ -44,7 +44,7 @@ def _compare(torch, fn_pa, fn_torch, arrays, extra=()):
     ps, ts = _both(torch, *arrays)
     out, tout = fn_pa(*ps), fn_torch(*ts)
     seed = RNG.standard_normal(out.shape)
-    _close(out.data, tout)
+    _close(out.numpy(), tout)
     grads = pa.grad(out, ps, grad_outputs=seed)
     tout.backward(torch.tensor(seed))
     for g, t in zip(grads, ts):
@@ -69,7 +69,7 @@ def test_batch_norm_matches_torch(shape, training, affine):
     _compare(torch, lambda *ts: call(F, run_p, *ts),
              lambda *ts: call(torch.nn.functional, run_t, *ts), arrays)
     for p, t in zip(run_p, run_t):
-        _close(p.data, t)
+        _close(p.numpy(), t)
 
 
 def test_batch_norm_without_running_stats_and_float32():
@@ -82,7 +82,7 @@ def test_batch_norm_without_running_stats_and_float32():
         F.batch_norm(x32, np.zeros(4), np.ones(4), training=True)
     y = F.batch_norm(x32, np.zeros(4, np.float32), np.ones(4, np.float32), training=True)
     assert y.dtype == np.float32
-    np.testing.assert_allclose(y.data.mean(axis=(0, 2)), 0, atol=1e-6)
+    np.testing.assert_allclose(y.numpy().mean(axis=(0, 2)), 0, atol=1e-6)
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 5), (3, 3, 2, 3)])
@@ -101,7 +101,7 @@ def test_instance_norm_matches_torch(shape, affine):
         _compare(torch, lambda *ts: call(F, run_p, *ts),
                  lambda *ts: call(torch.nn.functional, run_t, *ts), arrays)
         for p, t in zip(run_p, run_t):
-            _close(p.data, t)
+            _close(p.numpy(), t)
 
 
 @pytest.mark.parametrize("shape,groups", [((2, 6, 5), 3), ((2, 6, 3, 3), 2), ((4, 6), 6),
@@ -210,7 +210,7 @@ def _copy_params(pm, tm):
     import torch
     with torch.no_grad():
         for name, v in pm.state_dict().items():
-            tm.state_dict()[name].copy_(torch.tensor(v.data))
+            tm.state_dict()[name].copy_(torch.tensor(v.numpy()))
 
 
 @pytest.mark.parametrize("layer,shape,kwargs", [
@@ -240,7 +240,7 @@ def test_layers_train_and_evaluate_like_torch(layer, shape, kwargs):
         xp, xt = pa.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
         seed = RNG.standard_normal(shape)
         yp, yt = pm(xp), tm(xt)
-        _close(yp.data, yt)
+        _close(yp.numpy(), yt)
         (yp * pa.tensor(seed)).sum().backward()
         (yt * torch.tensor(seed)).sum().backward()
         _close(xp.grad, xt.grad)
@@ -251,18 +251,18 @@ def test_layers_train_and_evaluate_like_torch(layer, shape, kwargs):
             opt_p.zero_grad(), opt_t.zero_grad()
         for (name, v), (tname, tv) in zip(pm.state_dict().items(), tm.state_dict().items()):
             assert name == tname
-            _close(v.data, tv)
+            _close(v.numpy(), tv)
     pm.eval(), tm.eval()
     x = _data(shape, c_axis)
-    _close(pm(pa.tensor(x)).data, tm(torch.tensor(x)))
+    _close(pm(pa.tensor(x)).numpy(), tm(torch.tensor(x)))
     # the state dict round trip: into a fresh module of each library
     fresh = getattr(pa.nn, layer)(3, **kwargs).eval()
     fresh.load_state_dict(pm.state_dict())
     for (name, v), w in zip(pm.state_dict().items(), fresh.state_dict().values()):
-        assert np.array_equal(v.data, w.data) and v.dtype == w.dtype, name
+        assert np.array_equal(v.numpy(), w.numpy()) and v.dtype == w.dtype, name
     tfresh = getattr(torch.nn, layer)(3, **kwargs).double().eval()
-    tfresh.load_state_dict({k: torch.tensor(v.data) for k, v in pm.state_dict().items()})
-    _close(fresh(pa.tensor(x)).data, tfresh(torch.tensor(x)))
+    tfresh.load_state_dict({k: torch.tensor(v.numpy()) for k, v in pm.state_dict().items()})
+    _close(fresh(pa.tensor(x)).numpy(), tfresh(torch.tensor(x)))
 
 
 def test_batchnorm_state_dict_keys_and_buffers():
@@ -277,7 +277,7 @@ def test_batchnorm_state_dict_keys_and_buffers():
     bn.float()
     assert bn.running_mean.dtype == np.float32 and bn.num_batches_tracked.dtype == np.int64
     bn.reset_running_stats()
-    assert bn.num_batches_tracked.item() == 0 and np.all(bn.running_var.data == 1)
+    assert bn.num_batches_tracked.item() == 0 and np.all(bn.running_var.numpy() == 1)
     bn.eval()
     assert bn(pa.tensor(np.ones((1, 4, 1, 1), np.float32))).dtype == np.float32
 
@@ -295,15 +295,15 @@ def test_group_norm_and_local_response_norm_layers_match_torch():
         if pm.state_dict():
             with torch.no_grad():
                 for p, t in zip(pm.parameters(), tm.parameters()):
-                    p.data[...] = RNG.uniform(0.5, 2, p.shape)
-                    t.copy_(torch.tensor(p.data))
+                    p.numpy()[...] = RNG.uniform(0.5, 2, p.shape)
+                    t.copy_(torch.tensor(p.numpy()))
         x = _data(shape)
         _compare(torch, pm, tm, [x])
 
 
 # ---- running statistics: failures, versions, threads -------------------------------------------
 def _stats(bn):
-    return [v.data.copy() for v in bn.state_dict().values()]
+    return [v.numpy().copy() for v in bn.state_dict().values()]
 
 
 @pytest.mark.parametrize("bad", [
@@ -333,8 +333,8 @@ def test_functional_checks_everything_before_updating():
         F.batch_norm(x, rm, np.ones(4), training=True)
     assert np.array_equal(rm, np.zeros(3)) and np.array_equal(rv, np.ones(3))
     F.batch_norm(x, rm, rv, training=True, momentum=0.5)      # arrays are updated in place
-    np.testing.assert_allclose(rm, 0.5 * x.data.mean(axis=0))
-    np.testing.assert_allclose(rv, 0.5 + 0.5 * x.data.var(axis=0, ddof=1))
+    np.testing.assert_allclose(rm, 0.5 * x.numpy().mean(axis=0))
+    np.testing.assert_allclose(rv, 0.5 + 0.5 * x.numpy().var(axis=0, ddof=1))
 
 
 def test_running_update_bumps_the_version_counter():
@@ -367,9 +367,9 @@ def test_concurrent_training_forwards_each_update_whole():
         t.join()
     assert not errors
     assert bn.num_batches_tracked.item() == 40
-    np.testing.assert_allclose(bn.running_mean.data,
+    np.testing.assert_allclose(bn.running_mean.numpy(),
                                np.mean([x.mean(axis=0) for x in batches], axis=0), rtol=1e-12)
-    np.testing.assert_allclose(bn.running_var.data,
+    np.testing.assert_allclose(bn.running_var.numpy(),
                                np.mean([x.var(axis=0, ddof=1) for x in batches], axis=0),
                                rtol=1e-12)
 
@@ -409,7 +409,7 @@ def test_batch_norm_allocates_only_its_output_and_gradients():
     x = pa.tensor(_data((32, 8, 32, 32)), requires_grad=True)
     w, b = _p(8), _p(8)
     y, extra = temporary_bytes(lambda: F.batch_norm(x, np.zeros(8), np.ones(8), w, b, True))
-    assert extra < x.data.nbytes / 4, extra
+    assert extra < x.numpy().nbytes / 4, extra
     seed = np.ones(x.shape)
     gs, extra = temporary_bytes(lambda: pa.grad(y, [x, w, b], grad_outputs=seed))
-    assert extra < x.data.nbytes / 4, extra
+    assert extra < x.numpy().nbytes / 4, extra

@@ -34,7 +34,7 @@ def test_values_and_gradients_match_torch(mode, shape, widths):
     xp = pa.tensor(x, requires_grad=True)
     yp = F.pad(xp, widths, mode=mode)
     pa.backward(yp, g)
-    assert np.array_equal(yp.data, yt.detach().numpy())
+    assert np.array_equal(yp.numpy(), yt.detach().numpy())
     np.testing.assert_allclose(xp.grad, xt.grad.numpy(), rtol=1e-12, atol=1e-13)
 
 
@@ -73,7 +73,7 @@ def test_negative_padding_matches_torch(mode, widths):
     xp = pa.tensor(x, requires_grad=True)
     yp = F.pad(xp, widths, mode=mode)
     pa.backward(yp, g)
-    assert np.array_equal(yp.data, yt.detach().numpy())
+    assert np.array_equal(yp.numpy(), yt.detach().numpy())
     np.testing.assert_allclose(xp.grad, xt.grad.numpy(), rtol=1e-12, atol=1e-13)
     assert pa.gradgradcheck(lambda t: F.pad(t, widths, mode=mode) ** 2,
                             (pa.tensor(x, requires_grad=True),))
@@ -89,7 +89,7 @@ def test_gradcheck_to_second_order_and_adjoint(mode):
     # the rule is the adjoint: <pad(x), y> == <x, pad^T(y)>
     y = rng.standard_normal(f(x).shape)
     (gx,) = pa.grad(f(x), [x], y)
-    assert np.isclose(np.vdot(f(x).data, y), np.vdot(x.data, gx), rtol=1e-13)
+    assert np.isclose(np.vdot(f(x).numpy(), y), np.vdot(x.numpy(), gx), rtol=1e-13)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -125,13 +125,13 @@ def test_conv_padding_mode_matches_torch(nd, shape, mode, padding):
         shape[1], 4, 3, padding=padding, padding_mode=mode, dilation=1 if padding != 2 else 2,
         dtype=torch.float64)
     with torch.no_grad():
-        tlayer.weight.copy_(torch.tensor(layer.weight.data))
-        tlayer.bias.copy_(torch.tensor(layer.bias.data))
+        tlayer.weight.copy_(torch.tensor(layer.weight.numpy()))
+        tlayer.bias.copy_(torch.tensor(layer.bias.numpy()))
     x = rng.standard_normal(shape)
     xp = pa.tensor(x, requires_grad=True)
     xt = torch.tensor(x, requires_grad=True)
     yp, yt = layer(xp), tlayer(xt)
-    np.testing.assert_allclose(yp.data, yt.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(yp.numpy(), yt.detach().numpy(), rtol=1e-12, atol=1e-12)
     g = rng.standard_normal(yp.shape)
     pa.backward(yp, g)
     yt.backward(torch.tensor(g))

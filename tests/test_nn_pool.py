@@ -120,7 +120,7 @@ def test_values_and_gradients_match_torch(name):
     tp, tt = leaf(x), torch.tensor(x, requires_grad=True)
     yp, yt = call(F, tp), call(torch.nn.functional, tt)
     assert yp.shape == tuple(yt.shape)
-    np.testing.assert_allclose(yp.data, yt.detach().numpy(), rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(yp.numpy(), yt.detach().numpy(), rtol=TOL, atol=TOL)
     w = rand(yp.shape, 2)
     (gp,), (gt,) = pa.grad(yp, [tp], grad_outputs=w), torch.autograd.grad(yt, [tt],
                                                                           torch.tensor(w))
@@ -144,9 +144,9 @@ def test_return_indices_match_torch(name):
 
     yp, ip = call(Ns(F), leaf(x))
     yt, it = call(Ns(torch.nn.functional), torch.tensor(x))
-    np.testing.assert_array_equal(yp.data, yt.numpy())
+    np.testing.assert_array_equal(yp.numpy(), yt.numpy())
     assert ip.dtype == np.int64 and ip.shape == tuple(it.shape) and not ip.requires_grad
-    np.testing.assert_array_equal(ip.data, it.numpy())
+    np.testing.assert_array_equal(ip.numpy(), it.numpy())
 
 
 def test_max_pool_gradient_goes_to_first_maximum_and_ties_like_torch():
@@ -170,7 +170,7 @@ def test_max_pool_all_minus_inf_window_and_nan_like_torch():
               dict(kernel_size=2, stride=2, padding=1, ceil_mode=True)):
         tp, tt = leaf(x), torch.tensor(x, requires_grad=True)
         yp, yt = F.max_pool2d(tp, **k), torch.nn.functional.max_pool2d(tt, **k)
-        np.testing.assert_array_equal(yp.data, yt.detach().numpy())
+        np.testing.assert_array_equal(yp.numpy(), yt.detach().numpy())
         (gp,) = pa.grad(yp, [tp], grad_outputs=np.ones(yp.shape))
         (gt,) = torch.autograd.grad(yt, [tt], torch.ones(yt.shape, dtype=torch.float64))
         np.testing.assert_array_equal(gp, gt.numpy())
@@ -236,7 +236,7 @@ def test_double_backward_matches_torch():
         gfn = pa.grad if lib is pa else torch.autograd.grad
         (g,) = gfn(model(lib.nn.functional, t), [t], create_graph=True)
         (gg,) = gfn((g * g).sum(), [t])
-        results.append([np.asarray(a.data if lib is pa else a.detach().numpy())
+        results.append([np.asarray(a.numpy() if lib is pa else a.detach().numpy())
                         for a in (g, gg)])
     for ours, theirs in zip(*results):
         np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-11)
@@ -249,8 +249,8 @@ def test_avg_pool_and_its_rule_are_adjoints():
     x = leaf(rand((2, 3, 7, 6), 1))
     y = F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False)
     g = rand(y.shape, 2)
-    gx = _pool.avg_pool_backward(pa.tensor(g), x.shape, 2, **y.grad_fn.kwargs).data
-    assert np.isclose(np.vdot(g, y.data), np.vdot(gx, x.data), rtol=1e-12)
+    gx = _pool.avg_pool_backward(pa.tensor(g), x.shape, 2, **y.grad_fn.kwargs).numpy()
+    assert np.isclose(np.vdot(g, y.numpy()), np.vdot(gx, x.numpy()), rtol=1e-12)
 
 
 # ---- layers ----------------------------------------------------------------------------------
@@ -282,7 +282,7 @@ def test_layers_match_torch(name):
     x = distinct(shape, 8)
     tp, tt = leaf(x), torch.tensor(x, requires_grad=True)
     yp, yt = ours(tp), theirs(tt)
-    np.testing.assert_allclose(yp.data, yt.detach().numpy(), rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(yp.numpy(), yt.detach().numpy(), rtol=TOL, atol=TOL)
     (yp * yp).sum().backward()
     (yt * yt).sum().backward()
     np.testing.assert_allclose(tp.grad, tt.grad.numpy(), rtol=TOL, atol=TOL)
@@ -295,11 +295,11 @@ def test_layers_return_indices():
         inp = x if "2d" in type(layer).__name__ else pa.reshape(x, (1, 2, 36))
         y, idx = layer(inp)
         plane = inp.shape[2:]
-        flat = inp.data.reshape(inp.shape[:2] + (-1,))
+        flat = inp.numpy().reshape(inp.shape[:2] + (-1,))
         np.testing.assert_array_equal(
-            np.take_along_axis(flat, idx.data.reshape(idx.shape[:2] + (-1,)), axis=2),
-            y.data.reshape(y.shape[:2] + (-1,)))
-        assert idx.data.max() < int(np.prod(plane))
+            np.take_along_axis(flat, idx.numpy().reshape(idx.shape[:2] + (-1,)), axis=2),
+            y.numpy().reshape(y.shape[:2] + (-1,)))
+        assert idx.numpy().max() < int(np.prod(plane))
 
 
 # ---- bad input ----------------------------------------------------------------------------

@@ -37,7 +37,7 @@ def test_matches_torch(name, shape, ties):
         x = np.round(x)  # many equal maxima: the gradient must go where PyTorch's goes
     xp, xt = pa.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
     yp, yt = CASES[name](F, xp), CASES[name](torch.nn.functional, xt)
-    np.testing.assert_allclose(yp.data, yt.detach().numpy(), rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(yp.numpy(), yt.detach().numpy(), rtol=1e-14, atol=1e-15)
     g = rng.standard_normal(tuple(yt.shape))
     pa.backward(yp, g)
     yt.backward(torch.tensor(g))
@@ -54,8 +54,8 @@ def test_indices_match_torch(ties):
                           tf.max_pool3d(torch.tensor(x), 3, 2, 1, return_indices=True)),
                          (F.adaptive_max_pool3d(pa.tensor(x), (3, 2, 4), True),
                           tf.adaptive_max_pool3d(torch.tensor(x), (3, 2, 4), True))]:
-        assert np.array_equal(ours[0].data, theirs[0].numpy())
-        assert np.array_equal(ours[1].data, theirs[1].numpy())
+        assert np.array_equal(ours[0].numpy(), theirs[0].numpy())
+        assert np.array_equal(ours[1].numpy(), theirs[1].numpy())
 
 
 def test_layers_engines_and_unpool_roundtrip():
@@ -72,9 +72,9 @@ def test_layers_engines_and_unpool_roundtrip():
     eng.close()
     v, i = nn.AdaptiveMaxPool3d(2, return_indices=True)(x)
     assert v.shape == (2, 2, 2, 2, 2) and i.shape == v.shape
-    flat = x.data.reshape(2, 2, -1)
-    assert np.array_equal(np.take_along_axis(flat, i.data.reshape(2, 2, -1), 2),
-                          v.data.reshape(2, 2, -1))
+    flat = x.numpy().reshape(2, 2, -1)
+    assert np.array_equal(np.take_along_axis(flat, i.numpy().reshape(2, 2, -1), 2),
+                          v.numpy().reshape(2, 2, -1))
 
 
 def test_bad_input():

@@ -69,7 +69,7 @@ def test_matches_torch_values_and_every_gradient(kind, case):
     weights = [rng.standard_normal(tuple(t.shape)) for t in ot]
     for a, b in zip(op, ot):
         assert a.shape == tuple(b.shape)
-        np.testing.assert_allclose(a.data, b.detach().numpy(), rtol=0, atol=1e-10)
+        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=0, atol=1e-10)
     sum((a * w).sum() for a, w in zip(op, weights)).backward()
     sum((b * torch.tensor(w)).sum() for b, w in zip(ot, weights)).backward()
     for a, b in zip(ps, ts):
@@ -114,7 +114,7 @@ def test_double_backward_matches_torch():
     out_t, (h_t, _) = theirs(xt)
     (gp,) = pa.grad((out_p * out_p).sum() + h_p.sum(), [xp], create_graph=True)
     (gt,) = torch.autograd.grad((out_t * out_t).sum() + h_t.sum(), [xt], create_graph=True)
-    np.testing.assert_allclose(gp.data, gt.detach().numpy(), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(gp.numpy(), gt.detach().numpy(), rtol=0, atol=1e-10)
     (gp * gp).sum().backward()
     (gt * gt).sum().backward()
     np.testing.assert_allclose(xp.grad, xt.grad.numpy(), rtol=0, atol=1e-10)
@@ -165,7 +165,7 @@ def test_parallel_engine_bitwise_on_bidirectional_two_layer_lstm():
                 got = eng.grad(loss(), wrt)
                 assert eng.last_stats.mode == "parallel"
                 assert_bitwise(want, got)
-                assert all(a.data.tobytes() == b.data.tobytes() for a, b in zip(want, got))
+                assert all(a.numpy().tobytes() == b.numpy().tobytes() for a, b in zip(want, got))
 
 
 def test_dropout_between_layers_only_in_training():
@@ -176,11 +176,11 @@ def test_dropout_between_layers_only_in_training():
     out, h = ours(pa.tensor(x))
     assert out.shape == (4, 2, 4) and h.shape == (3, 2, 4)
     out2, _ = ours(pa.tensor(x))
-    assert not np.allclose(out.data, out2.data)            # fresh masks each call
+    assert not np.allclose(out.numpy(), out2.numpy())            # fresh masks each call
     ours.eval()
     theirs.eval()
     out, h = ours(pa.tensor(x))
-    np.testing.assert_allclose(out.data, theirs(torch.tensor(x))[0].detach().numpy(),
+    np.testing.assert_allclose(out.numpy(), theirs(torch.tensor(x))[0].detach().numpy(),
                                rtol=0, atol=1e-10)
     with pytest.warns(UserWarning, match="num_layers greater than 1"):
         nn.LSTM(3, 4, dropout=0.2)
@@ -195,9 +195,9 @@ def test_state_dict_names_repr_init_and_dtype():
         assert list(ours.state_dict()) == list(theirs.state_dict())
         assert repr(ours) == repr(theirs)
         for p in ours.parameters():
-            assert np.all(np.abs(p.data) <= 0.5) and p.dtype == np.float64   # U(+-1/sqrt(4))
+            assert np.all(np.abs(p.numpy()) <= 0.5) and p.dtype == np.float64   # U(+-1/sqrt(4))
     m = nn.LSTM(3, 4, dtype=np.float32)
-    out, (h, c) = m(pa.randn(5, 2, 3, seed=0).data.astype(np.float32))
+    out, (h, c) = m(pa.randn(5, 2, 3, seed=0).numpy().astype(np.float32))
     assert out.dtype == h.dtype == c.dtype == np.float32
     assert len(m.all_weights) == 1 and len(m.all_weights[0]) == 4
 
@@ -281,7 +281,7 @@ def test_cells_match_torch(name, kw, batched):
     rng = np.random.default_rng(7)
     cell = getattr(nn, name)(4, 5, **kw)
     tcell = getattr(torch.nn, name)(4, 5, dtype=torch.float64, **kw)
-    tcell.load_state_dict({k: torch.tensor(v.data) for k, v in cell.state_dict().items()})
+    tcell.load_state_dict({k: torch.tensor(v.numpy()) for k, v in cell.state_dict().items()})
     shape = (3, 5) if batched else (5,)
     x = rng.standard_normal((3, 4) if batched else (4,))
     states = [rng.standard_normal(shape) for _ in range(2 if name == "LSTMCell" else 1)]
@@ -316,7 +316,7 @@ def test_cells_gradcheck_and_zero_state(name, kw):
     with_zero = cell(x, (zero, zero) if name == "LSTMCell" else zero)
     for a, b in zip(no_state if isinstance(no_state, tuple) else (no_state,),
                     with_zero if isinstance(with_zero, tuple) else (with_zero,)):
-        assert np.array_equal(a.data, b.data)
+        assert np.array_equal(a.numpy(), b.numpy())
 
 
 @pytest.mark.parametrize("name", ["RNN", "LSTM", "GRU"])
@@ -332,7 +332,7 @@ def test_a_cell_unrolled_is_the_layer(name):
     for t in range(5):
         state = cell(pa.tensor(x[t]), state)
         h = state[0] if name == "LSTM" else state
-        np.testing.assert_allclose(h.data, out.data[t], rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(h.numpy(), out.numpy()[t], rtol=1e-13, atol=1e-15)
 
 
 def test_cell_bad_input():

@@ -27,7 +27,7 @@ def test_matches_torch_on_pooling_indices(nd, shape, k, s, p, size):
     vp, vtt = pa.tensor(v, requires_grad=True), torch.tensor(v, requires_grad=True)
     yp, yt = unpool(vp, idx, k, s, p, output_size=size), tunpool(vtt, it, k, s, p,
                                                                  output_size=size)
-    assert np.array_equal(yp.data, yt.detach().numpy())
+    assert np.array_equal(yp.numpy(), yt.detach().numpy())
     g = rng.standard_normal(tuple(yt.shape))
     pa.backward(yp, g)
     yt.backward(torch.tensor(g))
@@ -40,13 +40,13 @@ def test_pool_then_unpool_roundtrip_and_second_order():
     v, idx = F.max_pool2d(x, 2, return_indices=True)
     y = F.max_unpool2d(v, idx, 2)
     # each window's maximum back in place, zeros elsewhere
-    keep = (y.data != 0)
-    assert keep.sum() == v.data.size and np.array_equal(y.data[keep], x.data[keep])
-    vv = pa.tensor(v.data, requires_grad=True)
+    keep = (y.numpy() != 0)
+    assert keep.sum() == v.numpy().size and np.array_equal(y.numpy()[keep], x.numpy()[keep])
+    vv = pa.tensor(v.numpy(), requires_grad=True)
     f = lambda a: F.max_unpool2d(a, idx, 2).pow(2).sum()  # noqa: E731
     assert pa.gradcheck(f, (vv,)) and pa.gradgradcheck(f, (vv,))
     layer_out = nn.MaxUnpool2d(2)(vv, idx)
-    assert np.array_equal(layer_out.data, F.max_unpool2d(vv, idx, 2).data)
+    assert np.array_equal(layer_out.numpy(), F.max_unpool2d(vv, idx, 2).numpy())
     assert repr(nn.MaxUnpool1d(3, 2, 1)) == "MaxUnpool1d(kernel_size=3, stride=2, padding=1)"
 
 

@@ -64,7 +64,7 @@ def test_clip_grad_value_matches_torch():
     torch.nn.utils.clip_grad_value_(ts, 0.4)
     for p, t in zip(ps, ts):
         np.testing.assert_array_equal(p.grad, t.grad.numpy())
-        assert np.abs(p.grad.data).max() <= 0.4
+        assert np.abs(p.grad.numpy()).max() <= 0.4
 
 
 def test_edge_cases():
@@ -98,7 +98,7 @@ def test_clip_of_a_create_graph_gradient_bumps_its_version():
     total = U.clip_grad_norm_([x], 1.0)
     assert x.grad is g and g._vc[0] != before
     np.testing.assert_allclose(total.item(), math.sqrt(0 + 9 + 144))
-    np.testing.assert_allclose(np.linalg.norm(g.data), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(g.numpy()), 1.0, rtol=1e-6)
 
 
 def test_parameters_to_vector_and_back_match_torch():
@@ -106,23 +106,23 @@ def test_parameters_to_vector_and_back_match_torch():
     ps, ts = _pair(4)
     v = U.parameters_to_vector(ps)
     tv = torch.nn.utils.parameters_to_vector(ts)
-    np.testing.assert_array_equal(v.data, tv.detach().numpy())
+    np.testing.assert_array_equal(v.numpy(), tv.detach().numpy())
     (g,) = pa.grad((v * v).sum(), [ps[1]])                   # recorded: gradients flow
-    np.testing.assert_allclose(g, 2 * ps[1].data)
+    np.testing.assert_allclose(g, 2 * ps[1].numpy())
     new = pa.tensor(np.arange(v.shape[0], dtype=np.float64))
     versions = [p._vc[0] for p in ps]
     U.vector_to_parameters(new, ps)
-    torch.nn.utils.vector_to_parameters(torch.tensor(new.data), ts)
+    torch.nn.utils.vector_to_parameters(torch.tensor(new.numpy()), ts)
     for p, t, old in zip(ps, ts, versions):
-        np.testing.assert_array_equal(p.data, t.detach().numpy())
+        np.testing.assert_array_equal(p.numpy(), t.detach().numpy())
         assert p._vc[0] != old
-    before = [p.data.copy() for p in ps]
+    before = [p.numpy().copy() for p in ps]
     with pytest.raises(ValueError, match="vec must be 1-D with 25 elements"):
         U.vector_to_parameters(pa.tensor(np.zeros(16)), ps)
     with pytest.raises(TypeError, match="expected Tensor"):
         U.vector_to_parameters(np.zeros(25), ps)
     for p, b in zip(ps, before):
-        np.testing.assert_array_equal(p.data, b)
+        np.testing.assert_array_equal(p.numpy(), b)
 
 
 @pytest.mark.parametrize("engine", ["sequential", "parallel"])
@@ -135,7 +135,7 @@ def test_clipped_training_loop_follows_torch(engine):
                                  torch.nn.Linear(16, 3)).double()
     with torch.no_grad():
         for p, t in zip(model.parameters(), tmodel.parameters()):
-            t.copy_(torch.tensor(p.data))
+            t.copy_(torch.tensor(p.numpy()))
     opt = pa.optim.SGD(model.parameters(), lr=0.5)
     topt = torch.optim.SGD(tmodel.parameters(), lr=0.5)
     for _ in range(10):

@@ -103,7 +103,7 @@ def test_packed_sequence_methods():
     assert p.float().data.dtype == np.float32 and p.double().data.dtype == np.float64
     assert not p.is_cuda and p.sorted_indices is None
     data, batch_sizes, _, _ = p                          # a tuple, as PyTorch's
-    assert data.shape == (4, 2) and list(batch_sizes.data) == [2, 1, 1]
+    assert data.shape == (4, 2) and batch_sizes.tolist() == [2, 1, 1]
 
 
 def test_bad_input():
@@ -136,7 +136,7 @@ def _twins(mode, seed, **kw):
     with torch.no_grad():
         for (n, p), (tn, tp) in zip(m.named_parameters(), tm.named_parameters()):
             assert n == tn
-            tp.copy_(torch.tensor(p.data))
+            tp.copy_(torch.tensor(p.numpy()))
     return m, tm
 
 

@@ -142,7 +142,7 @@ def test_values_and_gradients_match_pytorch(name):
     xs, out = _run(pa, name)
     ts, want = _run(torch, name)
     assert out.shape == tuple(want.shape) and out.dtype == np.float64
-    assert np.allclose(out.data, want.detach().numpy(), rtol=1e-12, atol=1e-12)
+    assert np.allclose(out.numpy(), want.detach().numpy(), rtol=1e-12, atol=1e-12)
     w = RNG.uniform(0.5, 1.5, out.shape)
     grads = pa.grad(out, xs, grad_outputs=w, allow_unused=True)
     tgrads = torch.autograd.grad(want, ts, torch.tensor(w), allow_unused=True)
@@ -197,7 +197,7 @@ def test_scatter_with_repeated_indices_takes_the_last_write_and_its_gradient():
     src = pa.tensor(np.arange(1.0, 7.0).reshape(2, 3), requires_grad=True)
     index = np.array([[1, 1, 0], [2, 0, 2]])   # row 0: column 1 twice; row 1: column 2 twice
     out = pa.scatter(x, 1, index, src)
-    assert np.array_equal(out.data, [[3.0, 2.0, 0.0], [5.0, 0.0, 6.0]])
+    assert np.array_equal(out.numpy(), [[3.0, 2.0, 0.0], [5.0, 0.0, 6.0]])
     gx, gs = pa.grad(out, [x, src], grad_outputs=np.arange(1.0, 7.0).reshape(2, 3))
     assert np.array_equal(gx, [[0.0, 0.0, 3.0], [0.0, 5.0, 0.0]])
     assert np.array_equal(gs, [[0.0, 2.0, 1.0], [0.0, 4.0, 6.0]])  # only the winners
@@ -210,8 +210,9 @@ def test_a_larger_src_gives_its_leading_block(op):
     # PyTorch's forward allows it (its backward raises: a PyTorch limitation)
     x, s = pa.tensor(r(3, 5), requires_grad=True), pa.tensor(r(3, 4), requires_grad=True)
     f = getattr(pa, op)
-    want = getattr(torch, op)(torch.tensor(x.data), 1, torch.tensor(IDX_S), torch.tensor(s.data))
-    assert np.array_equal(f(x, 1, IDX_S, s).data, want.numpy())
+    want = getattr(torch, op)(torch.tensor(x.numpy()), 1, torch.tensor(IDX_S),
+                              torch.tensor(s.numpy()))
+    assert np.array_equal(f(x, 1, IDX_S, s).numpy(), want.numpy())
     (gs,) = pa.grad(f(x, 1, IDX_S, s).sum(), [s])
     assert np.array_equal(gs, np.pad(np.ones((2, 3)), ((0, 1), (0, 1))))
     assert pa.gradcheck(lambda a, b: f(a, 1, IDX_S, b), [x, s])
@@ -220,9 +221,9 @@ def test_a_larger_src_gives_its_leading_block(op):
 
 def test_scatter_add_and_index_add_accumulate_repeats():
     out = pa.scatter_add(pa.zeros(4), 0, np.array([1, 1, 3, 1]), pa.ones(4))
-    assert np.array_equal(out.data, [0.0, 3.0, 0.0, 1.0])
+    assert np.array_equal(out.numpy(), [0.0, 3.0, 0.0, 1.0])
     out = pa.index_add(pa.zeros(3, 2), 0, [2, 2], pa.ones(2, 2), alpha=3)
-    assert np.array_equal(out.data, [[0, 0], [0, 0], [6, 6]])
+    assert np.array_equal(out.numpy(), [[0, 0], [0, 0], [6, 6]])
 
 
 def test_masked_fill_value_gets_no_gradient_unless_a_tensor_that_requires_it():
@@ -232,7 +233,7 @@ def test_masked_fill_value_gets_no_gradient_unless_a_tensor_that_requires_it():
     (gv,) = pa.grad(pa.masked_fill(x, MASK, v).sum(), [v])
     assert gv.shape == () and gv == MASK.sum()
     out = x.masked_fill(MASK, frozen)
-    assert out.grad_fn is not None and np.array_equal(out.data[MASK], np.full(MASK.sum(), 0.25))
+    assert out.grad_fn is not None and np.array_equal(out.numpy()[MASK], np.full(MASK.sum(), 0.25))
     f32 = pa.tensor(r(3, 4), dtype=np.float32, requires_grad=True)
     out = pa.masked_fill(f32, MASK, v)              # a float64 value into float32
     assert out.dtype == np.float32
@@ -257,11 +258,11 @@ def test_einsum_forms_and_numpy_agreement():
     a, b, c = r(2, 3), r(3, 4), r(4)
     want = np.einsum("ij,jk,k->i", a, b, c)
     ta, tb, tc = (pa.tensor(v, requires_grad=True) for v in (a, b, c))
-    assert np.allclose(pa.einsum("ij,jk,k->i", ta, tb, tc).data, want, rtol=1e-13)
-    assert np.allclose(pa.einsum("ij,jk,k->i", [ta, tb, tc]).data, want, rtol=1e-13)
+    assert np.allclose(pa.einsum("ij,jk,k->i", ta, tb, tc).numpy(), want, rtol=1e-13)
+    assert np.allclose(pa.einsum("ij,jk,k->i", [ta, tb, tc]).numpy(), want, rtol=1e-13)
     out = pa.einsum(ta, [0, 1], tb, [1, 2], tc, [2], [0])          # numpy's sublist form
-    assert np.allclose(out.data, want, rtol=1e-13)
-    assert np.allclose(pa.einsum(ta, [Ellipsis, 1], tb, [1, 2]).data, a @ b)
+    assert np.allclose(out.numpy(), want, rtol=1e-13)
+    assert np.allclose(pa.einsum(ta, [Ellipsis, 1], tb, [1, 2]).numpy(), a @ b)
     assert pa.einsum("i,->i", tc, 2.0).shape == (4,)               # a scalar operand
     big = pa.einsum("ij,jk->ik", pa.randn(80, 90, seed=1), pa.randn(90, 70, seed=2))
     assert big.grad_fn is None and big.shape == (80, 70)           # the optimized path
@@ -280,7 +281,7 @@ def test_einsum_of_large_operands_takes_the_optimized_path(eq, shapes):
     xs = [pa.tensor(a, requires_grad=True) for a in arrays]
     ts = [torch.tensor(a, requires_grad=True) for a in arrays]
     out, want = pa.einsum(eq, *xs), torch.einsum(eq, *ts)
-    assert np.allclose(out.data, want.detach().numpy(), rtol=1e-11, atol=1e-11)
+    assert np.allclose(out.numpy(), want.detach().numpy(), rtol=1e-11, atol=1e-11)
     w = RNG.uniform(0.5, 1.5, out.shape)
     for g, e in zip(pa.grad(out, xs, grad_outputs=w),
                     torch.autograd.grad(want, ts, torch.tensor(w))):
@@ -293,15 +294,15 @@ def test_chunk_unbind_and_views():
     assert [p.shape for p in pieces] == [(2, 2), (2, 2), (2, 1)]
     assert len(pa.chunk(x, 6, 1)) == 5 and len(pa.chunk(pa.zeros(0), 3)) == 3
     rows = x.unbind()
-    assert isinstance(rows, tuple) and np.array_equal(rows[1].data, np.arange(5.0, 10.0))
+    assert isinstance(rows, tuple) and np.array_equal(rows[1].numpy(), np.arange(5.0, 10.0))
     assert x.narrow(1, 2, 0).shape == (2, 0) and x.narrow(1, 5, 0).shape == (2, 0)
     flipped = x.flip(0)
-    flipped.data[0, 0] = 100.0                                       # a copy, as PyTorch
-    assert x.data[1, 0] == 5.0
+    flipped.numpy()[0, 0] = 100.0                                       # a copy, as PyTorch
+    assert x.numpy()[1, 0] == 5.0
     m = pa.tensor(np.zeros((3, 3)))
     d = m.diagonal()                                                 # a view, as PyTorch
     d[1] = 5.0
-    assert m.data[1, 1] == 5.0 and m._vc is d._vc and m._vc[0] > 0
+    assert m.numpy()[1, 1] == 5.0 and m._vc is d._vc and m._vc[0] > 0
 
 
 @pytest.mark.parametrize("call, kind, words", [
@@ -426,13 +427,13 @@ def test_scatter_reduce_ties_and_reduce_argument_match_torch():
             g = rng.standard_normal((4, 5))
             pa.backward(yp, g)
             yt.backward(torch.tensor(g))
-            assert np.array_equal(yp.data, yt.detach().numpy())
+            assert np.array_equal(yp.numpy(), yt.detach().numpy())
             np.testing.assert_allclose(xp.grad, xt.grad.numpy(), rtol=1e-14, atol=1e-15)
             np.testing.assert_allclose(sp.grad, st.grad.numpy(), rtol=1e-14, atol=1e-15)
     x, idx = np.zeros((3, 4)), np.array([[0, 1, 0, 2], [0, 0, 1, 2]])
     src = np.arange(8.0).reshape(2, 4)
     want = torch.zeros(3, 4).double().scatter_add(0, torch.tensor(idx), torch.tensor(src))
-    assert np.array_equal(pa.scatter(pa.tensor(x), 0, idx, src, reduce="add").data, want)
+    assert np.array_equal(pa.scatter(pa.tensor(x), 0, idx, src, reduce="add").numpy(), want)
     with pytest.raises(RuntimeError, match="reduce argument must be one of"):
         pa.scatter_reduce(pa.tensor(x), 0, idx, src, "maximum")
     with pytest.raises(RuntimeError, match="out of bounds"):
@@ -449,7 +450,7 @@ def _both(fn, *arrays):
 
 def _same_values_and_grads(fn, *arrays):
     (xs, y), (ts, ty) = _both(fn, *arrays)
-    np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-13, atol=1e-14)
     w = RNG.uniform(0.5, 1.5, y.shape)
     leaves = [x for x in xs if x.requires_grad]
     tleaves = [t for t in ts if t.requires_grad]
@@ -505,7 +506,7 @@ def test_scatter_with_reduce_matches_pytorchs_values(reduce, value):
         want = torch.scatter(torch.tensor(x), 1, torch.tensor(idx),
                              torch.tensor(src) if value is None else value, reduce=reduce)
     got = pa.scatter(pa.tensor(x), 1, idx, src if value is None else value, reduce=reduce)
-    np.testing.assert_allclose(got.data, want.numpy(), rtol=1e-14)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-14)
     name = {"add": "sum", "multiply": "prod"}[reduce]
     xs = [pa.tensor(x, requires_grad=True), pa.tensor(src, requires_grad=True)]
     if value is None:

@@ -32,7 +32,7 @@ SHAPES = [
 def test_matmul_values_and_gradcheck(shapes):
     a, b = rand(shapes[0], 1), rand(shapes[1], 2)
     out = pa.matmul(leaf(a), leaf(b))
-    np.testing.assert_allclose(out.data, a @ b, rtol=1e-13)
+    np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-13)
     assert pa.gradcheck(pa.matmul, [leaf(a), leaf(b)])
     assert pa.gradcheck(lambda x, y: x @ y, [leaf(a), leaf(b)])
 
@@ -41,7 +41,7 @@ def test_matmul_with_numpy_arrays_on_either_side():
     a, w = rand((2, 3), 3), rand((3, 4), 4)
     t = leaf(a)
     out = t @ w
-    np.testing.assert_allclose(out.data, a @ w)
+    np.testing.assert_allclose(out.numpy(), a @ w)
     out.sum().backward()
     np.testing.assert_allclose(t.grad, np.ones((2, 4)) @ w.T)
     u = leaf(w)
@@ -54,7 +54,7 @@ def test_matmul_with_numpy_arrays_on_either_side():
 def test_matmul_method_and_only_one_side_requires_grad():
     a, b = leaf(rand((2, 3), 5)), pa.tensor(rand((3, 2), 6))
     (g,) = pa.grad(a.matmul(b).sum(), [a])
-    np.testing.assert_allclose(g, np.ones((2, 2)) @ b.data.T)
+    np.testing.assert_allclose(g, np.ones((2, 2)) @ b.numpy().T)
 
 
 @pytest.mark.parametrize("shapes", SHAPES, ids=str)
@@ -64,7 +64,7 @@ def test_matmul_float32(shapes):
     b32 = pa.tensor(b.astype(np.float32), requires_grad=True)
     y = pa.matmul(a32, b32)
     assert y.dtype == np.float32
-    np.testing.assert_allclose(y.data, a @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(y.numpy(), a @ b, rtol=1e-5, atol=1e-5)
     ga, gb = pa.grad(y, [a32, b32], grad_outputs=np.ones(y.shape, np.float32))
     assert ga.dtype == gb.dtype == np.float32
     a64, b64 = leaf(a), leaf(b)
@@ -107,7 +107,7 @@ def test_addmm_with_beta_zero_gives_input_a_zero_gradient():
     c = pa.tensor(np.full((2, 4), np.nan), requires_grad=True)
     a, b = leaf(rand((2, 3))), leaf(rand((3, 4)))
     y = pa.addmm(c, a, b, beta=0)
-    assert not np.isnan(y.data).any()
+    assert not np.isnan(y.numpy()).any()
     y.sum().backward()
     assert c.grad is not None and np.array_equal(c.grad, np.zeros((2, 4)))
 

@@ -51,7 +51,7 @@ def test_reduction_values_and_gradcheck(name, axis, keepdims):
     x = rand((2, 3, 4), 1)
     ax = None if axis == () else tuple(axis) if isinstance(axis, list) else axis
     out = op(leaf(x), axis=axis, keepdims=keepdims)
-    np.testing.assert_allclose(out.data, ref(x, axis=ax, keepdims=keepdims), rtol=1e-12)
+    np.testing.assert_allclose(out.numpy(), ref(x, axis=ax, keepdims=keepdims), rtol=1e-12)
     assert pa.gradcheck(lambda t: op(t, axis=axis, keepdims=keepdims), [leaf(x)])
 
 
@@ -72,7 +72,7 @@ def test_tensor_methods_match_functions(name):
     x = rand((3, 4), 2)
     a = getattr(pa.tensor(x), name)(axis=-1, keepdims=True)
     b = getattr(pa, name)(pa.tensor(x), axis=-1, keepdims=True)
-    np.testing.assert_array_equal(a.data, b.data)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 @pytest.mark.parametrize("axis", [0, 1, -1])
@@ -83,7 +83,7 @@ def test_softmax_family_gradcheck(name, axis):
     out = op(leaf(x), axis=axis)
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     sm = e / e.sum(axis=axis, keepdims=True)
-    np.testing.assert_allclose(out.data, sm if name == "softmax" else np.log(sm), rtol=1e-12)
+    np.testing.assert_allclose(out.numpy(), sm if name == "softmax" else np.log(sm), rtol=1e-12)
     assert pa.gradcheck(lambda t: op(t, axis=axis), [leaf(x)])
 
 
@@ -97,16 +97,16 @@ def test_softmax_3d_and_1d():
 def test_softmax_family_is_stable_for_large_inputs():
     x = leaf(np.array([[1000.0, 1001.0, -1000.0], [-1e4, -1e4, -1e4]]))
     sm, lsm, lse = pa.softmax(x, 1), pa.log_softmax(x, 1), pa.logsumexp(x, axis=1)
-    assert np.all(np.isfinite(sm.data)) and np.all(np.isfinite(lsm.data))
-    np.testing.assert_allclose(sm.data.sum(axis=1), [1, 1])
-    np.testing.assert_allclose(lse.data, [1001 + np.log1p(np.exp(-1)), -1e4 + np.log(3)])
+    assert np.all(np.isfinite(sm.numpy())) and np.all(np.isfinite(lsm.numpy()))
+    np.testing.assert_allclose(sm.numpy().sum(axis=1), [1, 1])
+    np.testing.assert_allclose(lse.numpy(), [1001 + np.log1p(np.exp(-1)), -1e4 + np.log(3)])
     (sm.sum() + lsm.sum() + lse.sum()).backward()
-    assert np.all(np.isfinite(x.grad.data))
+    assert np.all(np.isfinite(x.grad.numpy()))
 
 
 def test_logsumexp_with_infinities():
     x = pa.tensor(np.array([[-np.inf, -np.inf], [np.inf, 0.0], [-np.inf, 0.0]]))
-    np.testing.assert_array_equal(pa.logsumexp(x, axis=1).data, [-np.inf, np.inf, 0.0])
+    np.testing.assert_array_equal(pa.logsumexp(x, axis=1).numpy(), [-np.inf, np.inf, 0.0])
 
 
 def test_max_min_ties_share_gradient():
@@ -130,7 +130,7 @@ def test_float32_keeps_dtype(name):
     y32 = op(t32, axis=1)
     y64 = op(t64, axis=1)
     assert y32.dtype == np.float32
-    np.testing.assert_allclose(y32.data, y64.data, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y32.numpy(), y64.numpy(), rtol=1e-5, atol=1e-6)
     w = rand(y64.shape, 6)
     (g32,) = pa.grad(y32, [t32], grad_outputs=w.astype(np.float32))
     (g64,) = pa.grad(y64, [t64], grad_outputs=w)
@@ -174,7 +174,7 @@ def test_reduce_gradients_match_torch(name, axis):
     fn, ref = TORCH_REDUCE[name]
     t, tt = leaf(x), torch.tensor(x, requires_grad=True)
     y, yt = fn(t, axis), ref(torch, tt, axis)
-    np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-12, atol=1e-14)
     g = rand(y.shape, 21)
     (gx,) = pa.grad(y, [t], grad_outputs=g)
     (gt,) = torch.autograd.grad(yt, [tt], torch.tensor(g))
@@ -214,8 +214,8 @@ def test_reductions_take_pytorchs_dim_and_keepdim(name):
     for dim in (1, -1):
         for keep in (False, True):
             ours = fn(x, dim=dim, keepdim=keep)
-            assert_bitwise(ours.data, fn(x, axis=dim, keepdims=keep).data)
-            assert_bitwise(getattr(x, name)(dim=dim, keepdim=keep).data, ours.data)
+            assert_bitwise(ours.numpy(), fn(x, axis=dim, keepdims=keep).numpy())
+            assert_bitwise(getattr(x, name)(dim=dim, keepdim=keep).numpy(), ours.numpy())
     with pytest.raises(TypeError, match=f"{name}.* got both 'dim' and its alias 'axis'"):
         fn(x, axis=1, dim=1)
 
@@ -229,8 +229,8 @@ def test_max_and_min_with_dim_return_pytorchs_values_and_indices():
             x, tx = pa.tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)
             got = getattr(x, name)(dim=dim, keepdim=keep)
             want = getattr(tx, name)(dim=dim, keepdim=keep)
-            np.testing.assert_array_equal(got.values.data, want.values.detach().numpy())
-            np.testing.assert_array_equal(got.indices.data, want.indices.numpy())
+            np.testing.assert_array_equal(got.values.numpy(), want.values.detach().numpy())
+            np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())
             pa.backward(got.values.sum())  # (a NaN value: sum's gradient is still 1)
             want.values.sum().backward()
             np.testing.assert_array_equal(x.grad, tx.grad.numpy())
@@ -261,7 +261,7 @@ def test_zero_dim_input_reduced_over_dim_0_or_minus_1_as_torch(name):
             y = op(x, dim, keep)
             yt = ref(torch, tx, tuple(dim) if isinstance(dim, list) else dim, keep)
             assert y.shape == () == tuple(yt.shape)
-            np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-15)
+            np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-15)
             (g,) = pa.grad(y, [x])
             (gt,) = torch.autograd.grad(yt, [tx])
             assert g.shape == () and g == gt.item()
@@ -305,7 +305,7 @@ def test_logsumexp_and_softmax_over_an_empty_dim_as_torch():
                                                          requires_grad=True)
             y, yt = fn(x), tfn(tx)
             assert y.shape == tuple(yt.shape)
-            np.testing.assert_array_equal(y.data, yt.detach().numpy())
+            np.testing.assert_array_equal(y.numpy(), yt.detach().numpy())
             pa.backward(y.sum())
             assert x.grad.shape == shape
 
@@ -316,7 +316,7 @@ def _torch():
 
 
 def _np(t):
-    return t.detach().numpy() if hasattr(t, "detach") else np.asarray(t.data)
+    return t.detach().numpy() if hasattr(t, "detach") else np.asarray(t.numpy())
 
 
 EXTREMUM_CALLS = {
@@ -342,9 +342,9 @@ def test_max_min_along_a_dim_return_values_and_indices_however_the_dim_is_given(
     got, want = fn(pa, x, name), fn(torch, t, name)
     assert isinstance(got, tuple) and type(got).__name__ == name
     assert got._fields == ("values", "indices")
-    np.testing.assert_array_equal(got[1].data, want[1].numpy())
+    np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())
     assert got.indices.dtype == np.int64 and not got.indices.requires_grad
-    np.testing.assert_array_equal(got.values.data, _np(want.values))
+    np.testing.assert_array_equal(got.values.numpy(), _np(want.values))
     w = rand(got.values.shape, 31)
     (g,) = pa.grad(got.values, [x], grad_outputs=w)
     (gt,) = torch.autograd.grad(want.values, [t], torch.tensor(w))
@@ -363,7 +363,7 @@ def test_max_min_of_all_elements_and_with_another_tensor_as_pytorch(name):
         ta, tb = torch.tensor(a0, requires_grad=True), torch.tensor(b0, requires_grad=True)
         y, yt = call(pa, a, b), call(torch, ta, tb)
         assert isinstance(y, pa.Tensor) and y.shape == tuple(yt.shape)
-        np.testing.assert_array_equal(y.data, _np(yt))
+        np.testing.assert_array_equal(y.numpy(), _np(yt))
         gs = pa.grad(y, [a, b], grad_outputs=np.ones(y.shape), allow_unused=True)
         tgs = torch.autograd.grad(yt, [ta, tb], torch.ones(yt.shape, dtype=torch.float64),
                                   allow_unused=True)
@@ -401,12 +401,12 @@ def test_var_and_std_are_unbiased_by_default_with_pytorchs_correction_and_unbias
     x, t = leaf(x0), torch.tensor(x0, requires_grad=True)
     y, yt = VAR_CALLS[call](pa, x, name), VAR_CALLS[call](torch, t, name)
     assert y.shape == tuple(yt.shape)
-    np.testing.assert_allclose(y.data, _np(yt), rtol=1e-13)
+    np.testing.assert_allclose(y.numpy(), _np(yt), rtol=1e-13)
     w = rand(y.shape, 35)
     (g,) = pa.grad(y, [x], grad_outputs=w)
     (gt,) = torch.autograd.grad(yt, [t], torch.tensor(w))
     np.testing.assert_allclose(g, gt.numpy(), rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(pa.var(x).data, (pa.std(x) ** 2).data, rtol=1e-14)
+    np.testing.assert_allclose(pa.var(x).numpy(), (pa.std(x) ** 2).numpy(), rtol=1e-14)
 
 
 @pytest.mark.parametrize("name", ["var", "std"])
@@ -419,7 +419,7 @@ def test_var_and_std_of_one_element_are_nan_with_pytorchs_warning(name):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yt = getattr(torch, name)(t, dim)
-        assert np.isnan(y.data).all() and np.isnan(_np(yt)).all()
+        assert np.isnan(y.numpy()).all() and np.isnan(_np(yt)).all()
         (g,) = pa.grad(y.sum(), [x])
         (gt,) = torch.autograd.grad(yt.sum(), [t])
         np.testing.assert_array_equal(g, gt.numpy())          # NaN, as PyTorch's
@@ -436,7 +436,7 @@ def test_var_mean_and_std_mean_as_pytorch(name):
                                                                                  **kwargs)
         assert type(got) is tuple and len(got) == 2
         for a, b in zip(got, want):
-            np.testing.assert_allclose(a.data, _np(b), rtol=1e-13)
+            np.testing.assert_allclose(a.numpy(), _np(b), rtol=1e-13)
         (g,) = pa.grad(got[0].sum() + got[1].sum() * 3, [x])
         (gt,) = torch.autograd.grad(want[0].sum() + want[1].sum() * 3, [t])
         np.testing.assert_allclose(g, gt.numpy(), rtol=1e-12)
@@ -458,7 +458,7 @@ def test_sum_and_mean_take_dtype_as_pytorch():
                 yt = getattr(torch, name)(t, dim, dtype=tdt) if dim is not None else \
                     getattr(torch, name)(t, dtype=tdt)
                 assert y.dtype == dt and str(yt.dtype) == f"torch.{np.dtype(dt).name}"
-                np.testing.assert_allclose(y.data, yt.numpy(), rtol=1e-6)
+                np.testing.assert_allclose(y.numpy(), yt.numpy(), rtol=1e-6)
                 if x.requires_grad:
                     (g,) = pa.grad(y.sum(), [x])
                     assert g.dtype == np.float32       # the input's, as PyTorch's
@@ -498,7 +498,7 @@ def test_dim_out_of_range_is_an_index_error_as_pytorch(name):
         with pytest.raises(IndexError, match=f"^{name[:3]}.*: Dimension out of range"):
             fn(pa, x, bad)
         with pytest.raises(IndexError, match="Dimension out of range"):
-            fn(torch, torch.tensor(x.data), bad)
+            fn(torch, torch.tensor(x.numpy()), bad)
     assert x.grad is None
 
 
@@ -511,7 +511,7 @@ def test_an_empty_dim_tuple_reduces_every_dimension_as_pytorch(name):
     y = getattr(pa, name)(leaf(x0), **kw)
     yt = getattr(torch, name)(torch.tensor(x0), **kw)
     assert y.shape == () == tuple(yt.shape)
-    np.testing.assert_allclose(y.data, yt.numpy(), rtol=1e-13)
+    np.testing.assert_allclose(y.numpy(), yt.numpy(), rtol=1e-13)
     assert pa.gradcheck(lambda t: getattr(pa, name)(t, **kw), [leaf(x0)])
 
 
@@ -526,7 +526,7 @@ def test_softmax_takes_dtype_and_pytorchs_implicit_dim():
         y = getattr(pa, name)(x, 1, dtype=np.float64)
         yt = getattr(torch, name)(torch.tensor(x0), 1, dtype=torch.float64)
         assert y.dtype == np.float64
-        np.testing.assert_allclose(y.data, yt.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(y.numpy(), yt.numpy(), rtol=1e-12)
         (g,) = pa.grad(y.sum(), [x])
         assert g.dtype == np.float32
         for shape in ((2, 3, 4), (3, 4), (5,)):
@@ -536,7 +536,7 @@ def test_softmax_takes_dtype_and_pytorchs_implicit_dim():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 want = getattr(TF, name)(torch.tensor(a))
-            np.testing.assert_allclose(got.data, want.numpy(), rtol=1e-12)
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
         with pytest.raises(NotImplementedError, match=f"{name}: not implemented for int64"):
             getattr(pa, name)(pa.tensor(np.arange(3)), 0)
 
@@ -609,7 +609,7 @@ def test_composites_values_indices_gradients_and_dtypes_equal_pytorchs(name):
         assert len(got) == len(want), sample
         for a, b in zip(got, want):
             assert str(a.dtype) == str(b.dtype).replace("torch.", ""), sample
-            np.testing.assert_allclose(a.data, _np(b), rtol=1e-12, atol=1e-14,
+            np.testing.assert_allclose(a.numpy(), _np(b), rtol=1e-12, atol=1e-14,
                                        err_msg=f"{name} {sample}")
         leaves = [a for a in args if isinstance(a, pa.Tensor) and a.requires_grad]
         tleaves = [a for a in targs if hasattr(a, "requires_grad") and a.requires_grad]
@@ -629,9 +629,9 @@ def test_a_required_dim_and_the_composites_take_numpy_names_too():
     """`logsumexp(x, axis=1)` (a required dim given by its alias: a TypeError before) and
     the composites (`sort(x, axis=0)`, `kthvalue(..., keepdims=True)`), as declared ops."""
     x = leaf(rand((2, 3), 44))
-    assert_bitwise(pa.logsumexp(x, axis=1).data, pa.logsumexp(x, 1).data)
-    assert_bitwise(x.cumsum(axis=0).data, pa.cumsum(x, 0).data)
-    assert_bitwise(pa.sort(x, axis=0).values.data, pa.sort(x, 0).values.data)
+    assert_bitwise(pa.logsumexp(x, axis=1).numpy(), pa.logsumexp(x, 1).numpy())
+    assert_bitwise(x.cumsum(axis=0).numpy(), pa.cumsum(x, 0).numpy())
+    assert_bitwise(pa.sort(x, axis=0).values.numpy(), pa.sort(x, 0).values.numpy())
     assert pa.kthvalue(x, 1, axis=1, keepdims=True).values.shape == (2, 1)
     with pytest.raises(TypeError, match="logsumexp\\(\\) missing 1 required positional "
                                         "argument: 'dim'"):
@@ -661,7 +661,7 @@ def test_softmax_row_blocks_are_the_whole_array_arithmetic(name, dtype, monkeypa
         with np.errstate(all="ignore"):
             y = fn(t, -1)
             (gx,) = pa.grad(y, [t], grad_outputs=g)
-        return np.asarray(y.data), np.asarray(gx)
+        return np.asarray(y.numpy()), np.asarray(gx)
     monkeypatch.setattr(_common, "ROW_BLOCK_BYTES", 2 * 11 * x.itemsize // 4)
     assert rd._rows(x, d=2)[1][0] == 2              # two rows a block
     blocked = run()

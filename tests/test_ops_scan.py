@@ -125,7 +125,7 @@ def _pa_grads(fn, x, w, v):
     h = None
     if g.requires_grad:
         (h,) = pa.grad((g * pa.tensor(v)).sum(), [t], allow_unused=True)
-    return y.data, g.data, np.zeros_like(x) if h is None else h
+    return y.numpy(), g.numpy(), np.zeros_like(x) if h is None else h
 
 
 def _torch_grads(fn, x, w, v):
@@ -175,8 +175,8 @@ NAN_ROWS = np.array([[3.0, 1.0, np.nan, 2.0, 1.0], [4.0, 1.0, 2.0, 2.0, 3.0],
 
 
 def _same(got, want, what):
-    assert np.asarray(got.data).dtype == np.int64 or got.dtype.kind == "f", what
-    np.testing.assert_array_equal(got.data, want.numpy(), err_msg=what)
+    assert np.asarray(got.numpy()).dtype == np.int64 or got.dtype.kind == "f", what
+    np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=what)
 
 
 def test_sort_indices_are_stable_and_nan_is_largest_as_torch():
@@ -212,8 +212,8 @@ def test_topk_kthvalue_median_argmax_argmin_indices_match_torch():
 def test_median_with_nan_and_even_counts_as_torch():
     x, t = pa.tensor(NAN_ROWS), torch.tensor(NAN_ROWS)
     got, want = pa.median(x, 1), torch.median(t, 1)
-    np.testing.assert_array_equal(got.values.data, want.values.numpy())
-    np.testing.assert_array_equal(got.indices.data, want.indices.numpy())
+    np.testing.assert_array_equal(got.values.numpy(), want.values.numpy())
+    np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())
     assert np.isnan(pa.median(x).item()) and np.isnan(torch.median(t).item())
     even = np.array([4.0, 1.0, 3.0, 2.0])   # the lower of the two middle values
     assert pa.median(pa.tensor(even)).item() == torch.median(torch.tensor(even)).item() == 2.0
@@ -228,9 +228,9 @@ def test_median_with_nan_and_even_counts_as_torch():
 
 def test_kthvalue_and_topk_with_nan_as_torch():
     x, t = pa.tensor(NAN_ROWS[:3]), torch.tensor(NAN_ROWS[:3])
-    np.testing.assert_array_equal(pa.kthvalue(x, 3).values.data,
+    np.testing.assert_array_equal(pa.kthvalue(x, 3).values.numpy(),
                                   torch.kthvalue(t, 3).values.numpy())
-    np.testing.assert_array_equal(pa.topk(x, 2).values.data, torch.topk(t, 2).values.numpy())
+    np.testing.assert_array_equal(pa.topk(x, 2).values.numpy(), torch.topk(t, 2).values.numpy())
 
 
 def test_results_are_named_tuples_like_torchs_return_types():
@@ -295,13 +295,14 @@ def test_dtypes():
 
 def test_tensor_methods():
     x = pa.tensor(_distinct((3, 4)))
-    np.testing.assert_array_equal(x.prod(1).data, pa.prod(x, 1).data)
-    np.testing.assert_array_equal(x.std(correction=0).data, pa.std(x, correction=0).data)
-    np.testing.assert_array_equal(x.norm(1).data, pa.norm(x, 1).data)
-    np.testing.assert_array_equal(x.cumsum(0).data, pa.cumsum(x, 0).data)
-    np.testing.assert_array_equal(x.amin(0).data, pa.amin(x, 0).data)
+    np.testing.assert_array_equal(x.prod(1).numpy(), pa.prod(x, 1).numpy())
+    np.testing.assert_array_equal(x.std(correction=0).numpy(), pa.std(x, correction=0).numpy())
+    np.testing.assert_array_equal(x.norm(1).numpy(), pa.norm(x, 1).numpy())
+    np.testing.assert_array_equal(x.cumsum(0).numpy(), pa.cumsum(x, 0).numpy())
+    np.testing.assert_array_equal(x.amin(0).numpy(), pa.amin(x, 0).numpy())
     assert x.argmax().item() == pa.argmax(x).item()
-    np.testing.assert_array_equal(x.sort(0, True).indices.data, pa.sort(x, 0, True).indices.data)
+    np.testing.assert_array_equal(x.sort(0, True).indices.numpy(),
+                                  pa.sort(x, 0, True).indices.numpy())
 
 
 # ---- bad input --------------------------------------------------------------------------
@@ -411,7 +412,7 @@ def test_parallel_engine_is_bitwise_the_sequential_one():
         got2 = eng.grad((first[0] * first[0]).sum(), x)
     assert_bitwise(want, got)
     assert_bitwise(want2, got2)
-    assert np.array_equal(want[0], got[0]) and want[0].data.tobytes() == got[0].data.tobytes()
+    assert np.array_equal(want[0], got[0]) and want[0].numpy().tobytes() == got[0].numpy().tobytes()
 
 
 # ---- 0-d inputs with dim 0 or -1 ------------------------------------------------------------
@@ -456,7 +457,7 @@ def test_zero_dim_input_with_dim_0_or_minus_1_as_torch(name):
             tx = torch.tensor(-2.5, dtype=torch.float64, requires_grad=True)
             y, yt = fn(x, dim, keep), tfn(tx, dim, keep)
             assert y.shape == () == tuple(yt.shape), (dim, keep)
-            np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-15, atol=0)
+            np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-15, atol=0)
             if not yt.requires_grad or yt.grad_fn is None:
                 continue
             (g,) = pa.grad(y, [x], allow_unused=True)
@@ -549,8 +550,8 @@ def _first_and_second_order(fn, tfn, x0, w):
         y, yt = fn(x), tfn(tx)
         (g,) = pa.grad(y, [x], grad_outputs=pa.tensor(w), create_graph=create_graph)
         (gt,) = torch.autograd.grad(yt, [tx], torch.tensor(w), create_graph=create_graph)
-        out.append((y.data, yt.detach().numpy()))
-        out.append((np.asarray(g.data if isinstance(g, pa.Tensor) else g),
+        out.append((y.numpy(), yt.detach().numpy()))
+        out.append((np.asarray(g.numpy() if isinstance(g, pa.Tensor) else g),
                     gt.detach().numpy()))
     return out
 

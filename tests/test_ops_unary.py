@@ -89,9 +89,9 @@ def _pa_grads(op, x, w, v):
     y = op(t)
     (g,) = pa.grad(y, [t], grad_outputs=pa.tensor(w), create_graph=True)
     if not g.requires_grad:                 # 0, a function of the constant w alone
-        return y.data, g.data, np.zeros_like(x)
+        return y.numpy(), g.numpy(), np.zeros_like(x)
     (h,) = pa.grad((g * pa.tensor(v)).sum(), [t], allow_unused=True)
-    return y.data, g.data, np.zeros_like(x) if h is None else h
+    return y.numpy(), g.numpy(), np.zeros_like(x) if h is None else h
 
 
 def top_has_double_backward(op) -> bool:
@@ -137,9 +137,9 @@ def test_piecewise_constant_ops_have_zero_gradient_at_every_order(name):
     y = OPS[name][0](x)
     assert y.requires_grad                   # a node, as PyTorch's (its gradient is 0)
     (g,) = pa.grad((y * y).sum(), [x], create_graph=True)
-    np.testing.assert_array_equal(g.data, 0.0)
+    np.testing.assert_array_equal(g.numpy(), 0.0)
     (h,) = pa.grad(g.sum(), [x], allow_unused=True)
-    assert h is None or not np.any(h.data)
+    assert h is None or not np.any(h.numpy())
 
 
 def test_edges_match_torch():
@@ -153,7 +153,7 @@ def test_edges_match_torch():
         p = pa.tensor(x, requires_grad=True)
         with np.errstate(all="ignore"):
             op(p).sum().backward()
-            y = op(pa.tensor(x)).data
+            y = op(pa.tensor(x)).numpy()
         np.testing.assert_allclose(y, top(torch.tensor(x)).numpy(), err_msg=name, **TOL)
         np.testing.assert_allclose(p.grad, t.grad.numpy(), err_msg=name, **TOL)
 
@@ -165,7 +165,7 @@ def test_softplus_with_beta_zero_computes_as_torch():
     TF.softplus(t, beta=0).sum().backward()
     p = pa.tensor(x, requires_grad=True)
     F.softplus(p, beta=0).sum().backward()
-    np.testing.assert_array_equal(F.softplus(pa.tensor(x), beta=0).data,
+    np.testing.assert_array_equal(F.softplus(pa.tensor(x), beta=0).numpy(),
                                   TF.softplus(torch.tensor(x), beta=0).numpy())
     np.testing.assert_array_equal(p.grad, t.grad.numpy())
 
@@ -176,7 +176,7 @@ def test_domain_edges_give_torchs_inf_and_nan_without_warnings():
         for name in ("asin", "acos", "acosh", "atanh", "log1p", "log2", "log10", "rsqrt",
                      "reciprocal"):
             op, top, _ = OPS[name]
-            np.testing.assert_allclose(op(pa.tensor(x)).data, top(torch.tensor(x)).numpy(),
+            np.testing.assert_allclose(op(pa.tensor(x)).numpy(), top(torch.tensor(x)).numpy(),
                                        err_msg=name, **TOL)
 
 
@@ -194,21 +194,21 @@ def test_float32_stays_float32():
 def test_integer_inputs():
     i = pa.tensor(np.array([-2, 0, 3]))
     assert pa.floor(i).dtype.kind == "i" and pa.sign(i).dtype.kind == "i"
-    np.testing.assert_allclose(pa.erf(i).data, torch.erf(torch.tensor([-2.0, 0, 3])).numpy())
-    np.testing.assert_allclose(pa.square(i).data, [4, 0, 9])
+    np.testing.assert_allclose(pa.erf(i).numpy(), torch.erf(torch.tensor([-2.0, 0, 3])).numpy())
+    np.testing.assert_allclose(pa.square(i).numpy(), [4, 0, 9])
 
 
 def test_tensor_methods_and_top_level_names():
     x = pa.tensor(_input("tan"))
     for name in ("tan", "asin", "atan", "sinh", "log1p", "expm1", "exp2", "erf", "erfc",
                  "square", "sign", "floor", "ceil", "trunc", "round"):
-        np.testing.assert_array_equal(getattr(x, name)().data, getattr(pa, name)(x).data)
+        np.testing.assert_array_equal(getattr(x, name)().numpy(), getattr(pa, name)(x).numpy())
     # F's selu and celu are their in-place forms (inplace=True writes the input)
     assert F.selu.__wrapped__ is pa.selu and F.celu.__wrapped__ is pa.celu
     assert pa.prelu is F.prelu
     assert "round" not in pa.__all__ and "tan" in pa.__all__
     w = pa.tensor(np.linspace(0.1, 0.6, 6))
-    np.testing.assert_array_equal(x.prelu(w).data, F.prelu(x, w).data)
+    np.testing.assert_array_equal(x.prelu(w).numpy(), F.prelu(x, w).numpy())
 
 
 # ---- prelu --------------------------------------------------------------------------------
@@ -228,8 +228,8 @@ def test_prelu_against_torch(shape, wsize):
     yp = F.prelu(xp, wp)
     gx_p, gw_p = pa.grad(yp, [xp, wp], grad_outputs=pa.tensor(gy), create_graph=True)
     hx_p, hw_p = pa.grad((gx_p.sum() + gw_p.sum()) ** 2, [xp, wp])
-    np.testing.assert_allclose(yp.data, yt.detach().numpy(), **TOL)
-    for got, want in ((gx_p.data, gx_t), (gw_p.data, gw_t), (hx_p, hx_t), (hw_p, hw_t)):
+    np.testing.assert_allclose(yp.numpy(), yt.detach().numpy(), **TOL)
+    for got, want in ((gx_p.numpy(), gx_t), (gw_p.numpy(), gw_t), (hx_p, hx_t), (hw_p, hw_t)):
         np.testing.assert_allclose(got, want.detach().numpy(), **TOL)
     fn = lambda a, b: F.prelu(a, b)  # noqa: E731
     assert pa.gradcheck(fn, [pa.tensor(x, requires_grad=True), pa.tensor(w, requires_grad=True)])
@@ -252,10 +252,10 @@ def test_layers_match_torch_layers(name, kwargs):
     x = RNG.uniform(-4, 4, (3, 4, 2))
     ours, theirs = getattr(pa.nn, name)(**kwargs), getattr(torch.nn, name)(**kwargs).double()
     if name == "PReLU":                     # torch's init went through float32
-        ours.weight.data[...] = theirs.weight.detach().numpy()
+        ours.weight.numpy()[...] = theirs.weight.detach().numpy()
     xp, xt = pa.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
     yp, yt = ours(xp), theirs(xt)
-    np.testing.assert_allclose(yp.data, yt.detach().numpy(), **TOL)
+    np.testing.assert_allclose(yp.numpy(), yt.detach().numpy(), **TOL)
     yp.sum().backward()
     yt.sum().backward()
     tol = dict(rtol=1e-7) if name == "Hardsigmoid" else TOL
@@ -272,9 +272,9 @@ def test_prelu_layer_trains_its_weight():
     x = pa.tensor(-np.ones((2, 3, 4), np.float32))
     layer(x).sum().backward()
     np.testing.assert_allclose(layer.weight.grad, [-8.0, -8.0, -8.0])
-    layer.weight.data[...] = 5
+    layer.weight.numpy()[...] = 5
     layer.reset_parameters()
-    np.testing.assert_allclose(layer.weight.data, 0.2)
+    np.testing.assert_allclose(layer.weight.numpy(), 0.2)
 
 
 # ---- bad input ---------------------------------------------------------------------------
@@ -376,7 +376,7 @@ def test_parallel_engine_is_bitwise_the_sequential_one():
     assert_bitwise(want, got)
     assert_bitwise(want2, got2)
     for a, b in zip(want, got):
-        assert np.array_equal(a, b) and a.data.tobytes() == b.data.tobytes()
+        assert np.array_equal(a, b) and a.numpy().tobytes() == b.numpy().tobytes()
 
 
 def test_relu_gradient_at_nan_is_torchs():

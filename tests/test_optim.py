@@ -72,7 +72,7 @@ def rel_diff(ours, theirs):
     worst = 0.0
     for p, t in zip(ours, theirs):
         tv = t.detach().numpy()
-        worst = max(worst, float(np.abs(p.data - tv).max() / np.abs(tv).max()))
+        worst = max(worst, float(np.abs(p.numpy() - tv).max() / np.abs(tv).max()))
     return worst
 
 
@@ -148,7 +148,7 @@ def test_arithmetic_matches_torch_on_the_same_gradients(torch, name, kw):
         opt.zero_grad()
         mlp_loss(pa, ours, X, Y, sign).backward()
         for p, t in zip(ours, theirs):
-            t.grad = torch.tensor(p.grad.data)
+            t.grad = torch.tensor(p.grad.numpy())
         opt.step()
         ref.step()
         worst = max(worst, rel_diff(ours, theirs))
@@ -224,7 +224,7 @@ def test_converges_to_the_least_squares_solution(name, kw, steps, tol, maximize)
         d = pa.matmul(At, x) - bt
         ((d * d).mean() * (-1.0 if maximize else 1.0)).backward()
         opt.step()
-    assert np.abs(x.data - x_star).max() < tol * start, (x.data, x_star)
+    assert np.abs(x.numpy() - x_star).max() < tol * start, (x.numpy(), x_star)
 
 
 def test_adamw_decays_the_weights_and_adam_l2_does_not_equal_it():
@@ -235,12 +235,12 @@ def test_adamw_decays_the_weights_and_adam_l2_does_not_equal_it():
     p.grad = np.zeros(2)
     opt.step()
     # the moments stay zero, so the Adam part adds 0 / (0 + eps) = 0
-    np.testing.assert_array_equal(p.data, np.array([1.0, -2.0]) * (1 - 0.1 * 0.5))
+    np.testing.assert_array_equal(p.numpy(), np.array([1.0, -2.0]) * (1 - 0.1 * 0.5))
     q = pa.tensor([1.0, -2.0], requires_grad=True)
     opt = optim.Adam([q], lr=0.1, weight_decay=0.5)
     q.grad = np.zeros(2)
     opt.step()
-    np.testing.assert_allclose(q.data, [0.9, -1.9], rtol=1e-7)  # first Adam step: ~lr*sign
+    np.testing.assert_allclose(q.numpy(), [0.9, -1.9], rtol=1e-7)  # first Adam step: ~lr*sign
 
 
 # ---- allocation --------------------------------------------------------------------------
@@ -265,26 +265,26 @@ def test_a_step_allocates_no_full_size_array(name, kw, layout):
     data = r.standard_normal((1000, 1000))
     p = pa.tensor(data, requires_grad=True)
     if layout == "F":
-        p.data = np.asfortranarray(data)
+        p.data = pa.from_numpy(np.asfortranarray(data))
     p.grad = r.standard_normal((1000, 1000))
     opt = getattr(optim, name)([p], lr=1e-3, **kw)
     opt.step()
     _, extra = temporary_bytes(opt.step)
-    assert extra < 0.1 * p.data.nbytes, extra
+    assert extra < 0.1 * p.numpy().nbytes, extra
 
 
 # ---- in place, version counter, skipping ----------------------------------------------------
 def test_step_writes_in_place_and_a_saved_graph_then_refuses_backward():
     w = pa.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
     x = pa.tensor(np.ones((3, 2)))
-    arr, view = w.data, w.detach()
+    arr, view = w.numpy(), w.detach()
     opt = optim.SGD([w], lr=0.5)
     (pa.matmul(w, x) ** 2).sum().backward()
     y = (w * w).sum()  # mul saves w
     before = arr.copy()
     opt.step()
-    assert w.data is arr
-    np.testing.assert_array_equal(view.data, arr)  # views see the update
+    assert w.numpy() is arr
+    np.testing.assert_array_equal(view.numpy(), arr)  # views see the update
     assert not np.array_equal(arr, before)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.backward()
@@ -307,7 +307,7 @@ def test_parameters_without_grad_are_skipped():
     a.grad = np.ones(2)
     version = b._vc[0]
     opt.step()
-    np.testing.assert_array_equal(b.data, [3.0, 4.0])
+    np.testing.assert_array_equal(b.numpy(), [3.0, 4.0])
     assert b not in opt.state and b._vc[0] == version
     assert a in opt.state and opt.state[a]["step"] == 1.0
 
@@ -318,12 +318,12 @@ def test_a_bad_gradient_fails_the_step_before_any_write():
     opt = optim.SGD([a, b], lr=0.1, momentum=0.9)
     a.grad = np.ones(2)
     b.grad = np.ones(2)
-    b.data = np.array([3.0, 4.0, 5.0])  # (assigning .grad checks; a new .data does not)
+    b.data = pa.from_numpy(np.array([3.0, 4.0, 5.0]))  # (.grad = checks; .data = does not)
     with pytest.raises(ValueError, match=r"parameter 1 of group 0: \.grad must be"):
         opt.step()
-    np.testing.assert_array_equal(a.data, [1.0, 2.0])
+    np.testing.assert_array_equal(a.numpy(), [1.0, 2.0])
     assert len(opt.state) == 0
-    b.data = np.array([3.0, 4.0], np.float32)
+    b.data = pa.from_numpy(np.array([3.0, 4.0], np.float32))
     with pytest.raises(ValueError, match="float32 array of shape"):
         opt.step()
 
@@ -344,12 +344,12 @@ def test_blocked_and_strided_updates_equal_whole_array_updates(monkeypatch, name
     def run(block_bytes, make):
         monkeypatch.setattr(_blocks, "BLOCK_BYTES", block_bytes)
         p = pa.tensor(np.zeros(1), requires_grad=True)
-        p.data = make(data.copy())
+        p.data = pa.from_numpy(make(data.copy()))
         opt = getattr(optim, name)([p], lr=0.01, **kw)
         for g in grads:
             p.grad = make(g.copy())
             opt.step()
-        return np.ascontiguousarray(p.data)
+        return np.ascontiguousarray(p.numpy())
 
     whole = run(1 << 30, lambda a: a)
     for block_bytes in (8, 8 * 3, 8 * 40, 8 * 100):
@@ -364,9 +364,9 @@ def test_float32_parameters_keep_float32_state():
     opt = optim.Adam([p], lr=0.1, amsgrad=True)
     p.grad = np.ones(3, dtype=np.float32)
     opt.step()
-    assert p.data.dtype == np.float32
+    assert p.numpy().dtype == np.float32
     assert all(v.dtype == np.float32 for v in opt.state[p].values() if isinstance(v, np.ndarray))
-    np.testing.assert_allclose(p.data, 0.9, rtol=1e-6)
+    np.testing.assert_allclose(p.numpy(), 0.9, rtol=1e-6)
 
 
 # ---- zero_grad, closure ------------------------------------------------------------------------
@@ -398,8 +398,8 @@ def test_step_runs_the_closure_with_grad_on_and_returns_its_loss():
 
     with pa.no_grad():
         loss = opt.step(closure)
-    assert calls == [True] and float(loss.data) == 9.0
-    np.testing.assert_array_equal(w.data, [1.5])  # 3 - 0.25 * 6
+    assert calls == [True] and float(loss.numpy()) == 9.0
+    np.testing.assert_array_equal(w.numpy(), [1.5])  # 3 - 0.25 * 6
     assert opt.step() is None
 
 
@@ -429,14 +429,14 @@ def test_state_dict_round_trip_continues_identically(tmp_path, name, kw, via_fil
     if via_file:
         pa.save(sd, tmp_path / "opt.npz")
         sd = pa.load(tmp_path / "opt.npz")
-    copies = leaves([p.data for p in params])
+    copies = leaves([p.numpy() for p in params])
     fresh = getattr(optim, name)([{"params": copies[:1]}, {"params": copies[1:]}], **kw)
     fresh.load_state_dict(sd)
     assert fresh.param_groups[1]["lr"] == 0.003
     _train(opt, params, 20, 20)
     _train(fresh, copies, 20, 20)
     for p, q in zip(params, copies):
-        np.testing.assert_array_equal(p.data, q.data)
+        np.testing.assert_array_equal(p.numpy(), q.numpy())
 
 
 def test_state_dict_arrays_are_copies_both_ways():
@@ -505,7 +505,7 @@ def test_pickled_and_copied_optimizers_continue_identically(clone):
     _train(opt, params, 10, 5)
     _train(twin, copies, 10, 5)
     for p, q in zip(params, copies):
-        np.testing.assert_array_equal(p.data, q.data)
+        np.testing.assert_array_equal(p.numpy(), q.numpy())
 
 
 def test_repr_lists_each_groups_hyperparameters_like_torch(torch):
@@ -682,7 +682,7 @@ def test_optimizer_in_backward_through_post_accumulate_hooks():
         pa.backward_parallel(ls_loss(pa, hooked, X, Y, step, 1.0))
         assert all(p.grad is None for p in hooked)
     for p, q in zip(normal, hooked):
-        np.testing.assert_array_equal(p.data, q.data)
+        np.testing.assert_array_equal(p.numpy(), q.numpy())
 
 
 def test_module_parameters_train_and_checkpoint_with_the_optimizer(tmp_path):
@@ -713,7 +713,7 @@ def test_module_parameters_train_and_checkpoint_with_the_optimizer(tmp_path):
     train(model, opt, 5, 5)
     train(model2, opt2, 5, 5)
     for p, q in zip(model.parameters(), model2.parameters()):
-        np.testing.assert_array_equal(p.data, q.data)
+        np.testing.assert_array_equal(p.numpy(), q.numpy())
 
 
 def test_zero_dim_and_empty_parameters():
@@ -725,7 +725,8 @@ def test_zero_dim_and_empty_parameters():
         (a * a).backward()
         e.grad = np.zeros((0, 3))
         opt.step()
-    assert a.data.shape == () and float(a.data) == pytest.approx(2 - 0.4 - (0.9 * 4 + 3.2) * 0.1)
+    assert a.numpy().shape == ()
+    assert float(a.numpy()) == pytest.approx(2 - 0.4 - (0.9 * 4 + 3.2) * 0.1)
 
 
 def test_blocks_cover_every_element_once_for_any_shape_and_layout():

@@ -72,7 +72,7 @@ def _bad(kind, v):
 def _to_torch(torch, v):
     """pa's state-dict values (Tensors, as PyTorch's) or numpy arrays as torch tensors."""
     if isinstance(v, pa.Tensor):
-        v = v.data
+        v = v.numpy()
     return torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v
 
 
@@ -98,7 +98,7 @@ def _run(lib, name, key, kind, torch=None):
         p.grad = g
     opt.step()
     sd = opt.state_dict()
-    now = [p.data.copy() for p in params]
+    now = [p.numpy().copy() for p in params]
     if lib == "torch":
         tparams, topt = _torch(torch, name, init)
         for p, g in zip(tparams, grads[0]):
@@ -131,7 +131,7 @@ def _run(lib, name, key, kind, torch=None):
         opt.step()
     except Exception as e:  # noqa: BLE001
         return "step", type(e), (before, _snapshot(lib, params, opt))
-    values = [np.array(p.data if lib == "pa" else p.detach().numpy()) for p in params]
+    values = [np.array(p.numpy() if lib == "pa" else p.detach().numpy()) for p in params]
     if not all(np.isfinite(v).all() for v in values):
         return "nonfinite", None, None
     return "ok", values, None
@@ -139,7 +139,7 @@ def _run(lib, name, key, kind, torch=None):
 
 def _snapshot(lib, params, opt):
     if lib == "pa":
-        return pickle.dumps(([p.data for p in params], [p._vc[0] for p in params],
+        return pickle.dumps(([p.numpy() for p in params], [p._vc[0] for p in params],
                              opt.state_dict()))
     return [p.detach().clone() for p in params]
 
@@ -277,7 +277,7 @@ def _step_cases():
 def _everything(params, opt):
     state = {id(p): {k: (v.copy(), v.flags.writeable) if isinstance(v, np.ndarray) else v
                      for k, v in s.items()} for p, s in opt.state.items()}
-    return pickle.dumps(([p.data for p in params], [p._vc[0] for p in params],
+    return pickle.dumps(([p.numpy() for p in params], [p._vc[0] for p in params],
                          [{k: v for k, v in g.items() if k != "params"}
                           for g in opt.param_groups], sorted(state.items())))
 
@@ -320,4 +320,4 @@ def test_a_failed_load_changes_nothing_and_the_old_state_still_steps():
     opt.step()
     twin.step()
     for p, q in zip(params, twin_params):
-        np.testing.assert_array_equal(p.data, q.data)
+        np.testing.assert_array_equal(p.numpy(), q.numpy())

@@ -30,7 +30,7 @@ def _train(name, kw, threads_from, cores, monkeypatch, steps=3):
         for p in params:
             p.grad = rng.standard_normal(p.shape)
         opt.step()
-    return [p.data.copy() for p in params], opt
+    return [p.numpy().copy() for p in params], opt
 
 
 @pytest.mark.parametrize("name,kw", CASES, ids=[c[0] for c in CASES])
@@ -48,7 +48,7 @@ def test_shares_are_balanced_and_cover_every_parameter_once():
     shares = optimizer_module._deal(work, 3)
     got = sorted(id(item[1]) for share in shares for item in share)
     assert got == sorted(id(p) for p in ps) and len(shares) == 3
-    loads = [sum(item[1].data.size for item in share) for share in shares]
+    loads = [sum(item[1].numpy().size for item in share) for share in shares]
     assert max(loads) - min(loads) <= 100  # within one largest item
     assert len(optimizer_module._deal(work[:2], 8)) == 2  # never an empty share
 
@@ -149,12 +149,12 @@ def test_ctrl_c_during_a_step_is_delivered_after_every_write(where, monkeypatch)
         except KeyboardInterrupt:
             raised.set()
             wrote_before = helper_wrote.is_set() or where != "helper"
-            snapshot = [p.data.copy() for p in params]
+            snapshot = [p.numpy().copy() for p in params]
             time.sleep(0.05)
             raise
     assert wrote_before, "step() raised while a helper thread had yet to write"
-    assert all(np.array_equal(s, p.data) for s, p in zip(snapshot, params))
-    assert_bitwise([q.data for q in twin_params], [p.data for p in params], "parameter")
+    assert all(np.array_equal(s, p.numpy()) for s, p in zip(snapshot, params))
+    assert_bitwise([q.numpy() for q in twin_params], [p.numpy() for p in params], "parameter")
     for p, q in zip(params, twin_params):
         assert opt.state[p]["step"] == twin.state[q]["step"]
         assert_bitwise([twin.state[q]["exp_avg"]], [opt.state[p]["exp_avg"]], "exp_avg")
@@ -187,7 +187,7 @@ def test_floating_point_errors_surface_after_the_whole_step(where, monkeypatch):
                     error = None
                 except FloatingPointError as e:
                     error = str(e)
-        assert_bitwise([q.data for q in twin_params], [p.data for p in params], "parameter")
+        assert_bitwise([q.numpy() for q in twin_params], [p.numpy() for p in params], "parameter")
         for p, q in zip(params, twin_params):
             assert opt.state[p]["step"] == twin.state[q]["step"]
             assert_bitwise([twin.state[q]["exp_avg_sq"]], [opt.state[p]["exp_avg_sq"]])

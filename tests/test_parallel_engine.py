@@ -382,7 +382,7 @@ def test_concurrent_callers_sharing_leaves_sum_contributions(engine):
     expected = np.zeros((8, 8))
     scales = [float(i + 1) for i in range(n_threads)]
     for s in scales:
-        expected += per_thread * s * np.cos(shared.data) * 2 * np.sin(shared.data)
+        expected += per_thread * s * np.cos(shared.numpy()) * 2 * np.sin(shared.numpy())
     errors = []
 
     def caller(scale):
@@ -449,9 +449,9 @@ def test_reentrant_backward_from_hook_on_worker(engine, inner):
     assert np.array_equal(x.grad, np.full(4, 6.0))
     if inner == "grad":
         assert len(inner_results) == 4
-        assert all(np.array_equal(r, 2 * other.data) for r in inner_results)
+        assert all(np.array_equal(r, 2 * other.numpy()) for r in inner_results)
     else:
-        assert np.array_equal(other.grad, 4 * 2 * other.data)
+        assert np.array_equal(other.grad, 4 * 2 * other.numpy())
 
 
 def test_checkpointing_function_calls_grad_inside_backward(engine):

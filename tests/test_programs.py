@@ -95,24 +95,6 @@ def _vae_inputs(np_dtype, rng):
     return (images, noises), {}
 
 
-# `.data` is the numpy array here (README, Differences from PyTorch), so the example's
-# manual SGD step `p.data.add_(p.grad, alpha=-lr)` raises AttributeError ('numpy.ndarray'
-# object has no attribute 'add_'). Probed with that one line replaced by
-# `p.data -= lr * p.grad.data`, both models match PyTorch to 1e-10 (float64) on both engines.
-DATA_IS_NUMPY = pytest.mark.xfail(
-    strict=True, raises=AttributeError,
-    reason="Tensor.data is a numpy array, not a Tensor: p.data.add_(p.grad, alpha=-lr) fails")
-XFAIL = {"word_lm_lstm": DATA_IS_NUMPY, "word_lm_gru": DATA_IS_NUMPY,
-         "word_lm_transformer": DATA_IS_NUMPY}
-# Each gap's line, and what runs instead on pa (PyTorch runs the original) in
-# test_program_with_its_gap_rewritten_trains_as_on_pytorch.
-REWRITES = {"word_lm": {"p.data.add_(p.grad, alpha=-lr)": "p.data -= lr * p.grad.data"}}
-
-
-def _cases():
-    return [pytest.param(c, marks=XFAIL[c]) if c in XFAIL else c for c in PROGRAMS]
-
-
 PROGRAMS = {
     "gpt": ("gpt", _gpt_inputs),
     "mnist": ("mnist", _mnist_inputs),
@@ -125,15 +107,14 @@ PROGRAMS = {
 }
 
 
-def _run_both(case, dtype, replace=None):
-    """Train the program on pa (its lines in `replace` replaced), then on PyTorch from
-    pa's initial weights: both curves."""
+def _run_both(case, dtype):
+    """Train the program on pa, then on PyTorch from pa's initial weights: both curves."""
     torch = pytest.importorskip("torch")
     program, inputs = PROGRAMS[case]
     pa.set_default_dtype(getattr(pa, dtype))
     torch.set_default_dtype(getattr(torch, dtype))
     args, make_kw = inputs(np.dtype(dtype), np.random.default_rng(0))
-    ours = load(program, "pa", replace)
+    ours = load(program, "pa")
     pa.manual_seed(0)
     models = ours.make_models(**make_kw)
     start = {k: snapshot(m) for k, m in models.items()}
@@ -148,23 +129,10 @@ def _run_both(case, dtype, replace=None):
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("case", _cases())
+@pytest.mark.parametrize("case", list(PROGRAMS))
 def test_program_trains_as_on_pytorch(case, dtype, engine, default_dtypes):
     ours, theirs, _ = _run_both(case, dtype)
     assert all(math.isfinite(v) for v in ours), ours
-    distance = max_rel(ours, theirs)
-    assert distance <= DTYPES[dtype], (distance, ours, theirs)
-
-
-@pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("case", list(XFAIL))
-def test_program_with_its_gap_rewritten_trains_as_on_pytorch(case, dtype, engine,
-                                                             default_dtypes):
-    """Until the gaps above are closed: each xfail program with its one failing line
-    rewritten for pa (REWRITES; PyTorch runs the original), so that the rest of it (LSTM,
-    GRU, the nn.Transformer subclass, clip_grad_norm_, repackage_hidden) stays compared
-    with PyTorch."""
-    ours, theirs, _ = _run_both(case, dtype, REWRITES[PROGRAMS[case][0]])
     distance = max_rel(ours, theirs)
     assert distance <= DTYPES[dtype], (distance, ours, theirs)
 
@@ -179,7 +147,7 @@ def test_gpt_generates_pytorchs_tokens(default_dtypes):
 
 # -- on pa alone: dropout, sampling and randn_like on (no PyTorch needed) --
 
-@pytest.mark.parametrize("case", _cases())
+@pytest.mark.parametrize("case", list(PROGRAMS))
 def test_program_runs_on_pa_alone_with_its_randomness(case, engine, default_dtypes):
     program, inputs = PROGRAMS[case]
     pa.set_default_dtype(pa.float32)

@@ -74,7 +74,7 @@ def _name(dtype) -> str:
 def _same_result(op, got, want, what):
     assert _name(got.dtype) == _name(want.dtype), what
     w = want.numpy()
-    g = got.data
+    g = got.numpy()
     if w.dtype == np.float16 and op in STEPS:
         return  # torch computes float16 in float32 with a 0-d operand not rounded to half
     if op in EXACT and w.dtype.kind != "f" or w.dtype.itemsize > 2 and op in EXACT:
@@ -170,8 +170,8 @@ def test_dimensioned_tensors_win_over_0d_of_the_same_category():
     x = pa.tensor(np.array([0.1, 0.2], np.float32))
     y = pa.tensor(0.1, dtype=pa.float64)
     assert (x + y).dtype == pa.float32 and (y + x).dtype == pa.float32
-    assert (x + y).data.tolist() == (np.float32(0.1) + np.array([0.1, 0.2], np.float32)).tolist()
-    assert (x == y).data.tolist() == [True, False]  # compared in float32, as PyTorch
+    assert (x + y).numpy().tolist() == (np.float32(0.1) + np.array([0.1, 0.2], np.float32)).tolist()
+    assert (x == y).numpy().tolist() == [True, False]  # compared in float32, as PyTorch
     assert (x + pa.tensor([1, 2])).dtype == pa.float32       # float32 with int64: float32
     assert (pa.tensor([1, 2], dtype=pa.int32) + pa.tensor(7)).dtype == pa.int32
     assert (pa.tensor([1, 2], dtype=pa.int32) + pa.tensor(0.5)).dtype == pa.float64
@@ -194,8 +194,8 @@ def test_each_gradient_keeps_its_inputs_dtype(op, default):
     assert out.dtype == pa.float32
     out.sum().backward()
     assert px.grad.dtype == pa.float32 and py.grad.dtype == pa.float64
-    np.testing.assert_allclose(px.grad.data, tx.grad.numpy(), rtol=1e-6)
-    np.testing.assert_allclose(py.grad.data, ty.grad.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(px.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(py.grad.numpy(), ty.grad.numpy(), rtol=1e-5)
 
 
 def test_in_place_ops_refuse_a_result_they_cannot_hold():
@@ -206,7 +206,7 @@ def test_in_place_ops_refuse_a_result_they_cannot_hold():
                   lambda: i.div_(2), lambda: i.clamp_(0.5), lambda: i.add_(1j)):
         with pytest.raises(RuntimeError, match="can't be cast to the desired output type Long"):
             write()
-    assert i.data.tolist() == [1, 2, 3]
+    assert i.numpy().tolist() == [1, 2, 3]
     with pytest.raises(RuntimeError, match="result type Long can't be cast to the desired "
                                            "output type Bool"):
         pa.tensor([True, False]).add_(1)
@@ -216,10 +216,10 @@ def test_in_place_ops_refuse_a_result_they_cannot_hold():
     f = pa.tensor(np.array([0.1, 0.2], np.float32))
     f.add_(pa.tensor(0.1, dtype=pa.float64))          # float64 0-d into float32: allowed,
     assert f.dtype == pa.float32                      # computed in float32 (PyTorch's)
-    assert f.data.tolist() == (np.array([0.1, 0.2], np.float32) + np.float32(0.1)).tolist()
+    assert f.numpy().tolist() == (np.array([0.1, 0.2], np.float32) + np.float32(0.1)).tolist()
     i.add_(2)
     i.copy_(pa.tensor([1.7, 2.2, -3.9]))               # copy_ converts, as PyTorch's
-    assert i.data.tolist() == [1, 2, -3]
+    assert i.numpy().tolist() == [1, 2, -3]
 
 
 def test_in_place_refusals_match_pytorchs():
@@ -244,7 +244,7 @@ def test_ops_pytorch_does_not_promote_refuse_mixed_dtypes():
     for refuse in refusals:
         with pytest.raises(RuntimeError, match="dtype|scalar type"):
             refuse()
-    assert h.data.tolist() == [[1, 1], [1, 1]]
+    assert h.numpy().tolist() == [[1, 1], [1, 1]]
     assert F.conv1d(f[None], f[None]).dtype == pa.float32
     assert h.scatter_(0, idx, 2.5).dtype == pa.float16   # a number is converted
 
@@ -282,7 +282,7 @@ def test_round_keeps_integers_as_pytorch():
     torch = pytest.importorskip("torch")
     x = np.array([1, 25, -37])
     got, want = pa.round(pa.tensor(x)), torch.round(torch.tensor(x))
-    assert got.dtype == pa.int64 and got.data.tolist() == want.tolist()
+    assert got.dtype == pa.int64 and got.numpy().tolist() == want.tolist()
     for lib in (torch, pa):
         with pytest.raises(NotImplementedError):
             lib.round(lib.tensor([True]))

@@ -118,7 +118,7 @@ def _check_kernel(node, op, where: str, shape: tuple) -> None:
     for k, f in pairs:
         if k is None and f is None:
             continue
-        f = f.data if isinstance(f, pa.Tensor) else np.asarray(f)
+        f = f.numpy() if isinstance(f, pa.Tensor) else np.asarray(f)
         np.testing.assert_allclose(np.broadcast_to(k, np.shape(f)), f, rtol=1e-12,
                                    atol=1e-14, err_msg=where)
 
@@ -208,11 +208,11 @@ def test_values_gradients_and_dtypes_equal_pytorchs(op):
     tfn = getattr(module, op.torch_name)
     for sample in _samples(op):
         args, want = _tensors(op, sample)
-        targs = [torch.tensor(a.data, requires_grad=a.requires_grad)
+        targs = [torch.tensor(a.numpy(), requires_grad=a.requires_grad)
                  if isinstance(a, pa.Tensor) else a for a in args]
         y = _call(op, args, sample)
         ty = sample.call(tfn, targs)
-        np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=1e-10, atol=1e-12,
+        np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-10, atol=1e-12,
                                    err_msg=f"{op.name} {sample}")
         assert str(y.dtype) == str(ty.dtype).replace("torch.", ""), (op.name, sample)
         if not want or op.formulas is None:
@@ -314,12 +314,12 @@ def test_composite_values_gradients_and_dtypes_equal_pytorchs(op):
     tfn = getattr(module, op.torch_name)
     for sample in _samples(op):
         args, want = _tensors(op, sample)
-        targs = [torch.tensor(a.data, requires_grad=a.requires_grad)
+        targs = [torch.tensor(a.numpy(), requires_grad=a.requires_grad)
                  if isinstance(a, pa.Tensor) else a for a in args]
         ys, tys = _outputs(_call(op, args, sample)), _outputs(sample.call(tfn, targs))
         assert len(ys) == len(tys), (op.name, sample)
         for y, ty in zip(ys, tys):
-            np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=1e-10, atol=1e-12,
+            np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-10, atol=1e-12,
                                        err_msg=f"{op.name} {sample}")
             assert str(y.dtype) == str(ty.dtype).replace("torch.", ""), (op.name, sample)
         pairs = [(y, ty) for y, ty in zip(ys, tys) if y.requires_grad]

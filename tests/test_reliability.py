@@ -305,7 +305,7 @@ def _random_work_in_child():
     y = pa.checkpoint(lambda a: pa.nn.functional.dropout(lin(a), 0.5), x)
     pa.backward_parallel(y.sum(), num_workers=2)
     pa.optim.SGD(lin.parameters(), lr=0.1).step()
-    return 0 if x.grad is not None and np.isfinite(x.grad.data).all() else 3
+    return 0 if x.grad is not None and np.isfinite(x.grad.numpy()).all() else 3
 
 
 def _busy(stop, work):
@@ -366,9 +366,9 @@ def test_a_fork_child_keeps_the_default_generator_object_and_its_stream():
 
     def child():
         ok = (pa.default_generator is g and pa.random.default_generator is g
-              and np.array_equal(pa.randn(4).data, want))
+              and np.array_equal(pa.randn(4).numpy(), want))
         pa.manual_seed(1)
-        ok = ok and np.array_equal(pa.randn(2).data, np.random.default_rng(1).standard_normal(2))
+        ok = ok and np.array_equal(pa.randn(2).numpy(), np.random.default_rng(1).standard_normal(2))
         return 0 if ok else 3
 
     assert _fork_and_check(child) == 0
@@ -817,13 +817,13 @@ def _branches(fail: bool, n: int = 8, size: int = 1 << 14):
         h = (h * h).sin()
         if fail and i == 3:
             h = _Raises.apply(h)
-        arrays.append(h.data)
+        arrays.append(h.numpy())
         outs.append(h.sum())
     loss = outs[0]
     for o in outs[1:]:
         loss = loss + o
     import weakref
-    return loss, [weakref.ref(a) for a in arrays] + [weakref.ref(x.data)]
+    return loss, [weakref.ref(a) for a in arrays] + [weakref.ref(x.numpy())]
 
 
 @pytest.mark.timeout(300)

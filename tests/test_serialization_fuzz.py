@@ -84,7 +84,7 @@ def _arrays_of(obj) -> list:
         elif isinstance(x, (list, tuple)):
             todo.extend(x)
         elif isinstance(x, (pa.Tensor, np.ndarray)):
-            out.append(x.data if isinstance(x, pa.Tensor) else x)
+            out.append(x.numpy() if isinstance(x, pa.Tensor) else x)
     return out
 
 
@@ -108,7 +108,7 @@ def _well_formed(obj, most: int) -> bool:
         elif isinstance(x, (list, tuple)):
             todo.extend(x)
         elif isinstance(x, pa.Tensor):
-            if not x.is_leaf or x.data.dtype.hasobject:
+            if not x.is_leaf or x.numpy().dtype.hasobject:
                 return False
         elif isinstance(x, (np.ndarray, np.generic)):
             if x.dtype.hasobject:

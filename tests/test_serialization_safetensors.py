@@ -89,14 +89,14 @@ def test_round_trip_every_dtype_bit_for_bit(tmp_path):
     for name, t in sd.items():
         assert isinstance(got[name], pa.Tensor) and got[name].is_leaf
         assert not got[name].requires_grad
-        _same_bits(t.data, got[name].data)
+        _same_bits(t.numpy(), got[name].numpy())
     buf = io.BytesIO()  # a file object: the format is named
     pa.save(sd, buf, format="safetensors")
     assert buf.getvalue() == path.read_bytes()
     buf.seek(0)
     again = pa.load(buf, format="safetensors", map_location="cpu")
     for name, t in sd.items():
-        _same_bits(t.data, again[name].data)
+        _same_bits(t.numpy(), again[name].numpy())
 
 
 def test_file_layout_follows_the_specification(tmp_path):
@@ -112,7 +112,7 @@ def test_file_layout_follows_the_specification(tmp_path):
     assert ranges[0][0] == 0 and ranges[-1][1] == len(data) - 8 - n
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))  # contiguous
     for name, t in sd.items():
-        _same_bits(t.data, arrays[name])
+        _same_bits(t.numpy(), arrays[name])
 
 
 def test_the_extension_chooses_the_format(tmp_path):
@@ -122,7 +122,7 @@ def test_the_extension_chooses_the_format(tmp_path):
     assert (tmp_path / "a.pt").read_bytes()[:4] == b"PK\x03\x04"  # .npz
     assert (tmp_path / "a.safetensors").read_bytes()[8:9] == b"{"
     pa.save(sd, tmp_path / "b.bin", format="safetensors")
-    assert pa.load(tmp_path / "b.bin", format="safetensors")["w"].data.tolist() == [1, 1]
+    assert pa.load(tmp_path / "b.bin", format="safetensors")["w"].numpy().tolist() == [1, 1]
     with pytest.raises(ValueError, match="not a parallel_autograd save file"):
         pa.load(tmp_path / "b.bin")  # the extension says npz
 
@@ -144,11 +144,11 @@ def test_map_location_accepted_for_cpu_only(tmp_path):
     path = tmp_path / "m.npz"
     pa.save({"w": pa.tensor(np.ones(2))}, path)
     for where in (None, "cpu"):
-        assert pa.load(path, where)["w"].data.tolist() == [1, 1]
-        assert pa.load(path, map_location=where)["w"].data.tolist() == [1, 1]
+        assert pa.load(path, where)["w"].numpy().tolist() == [1, 1]
+        assert pa.load(path, map_location=where)["w"].numpy().tolist() == [1, 1]
     # a dict mapping to the CPU is fine; a non-CPU target fails as torch.load does
     # without that device (RuntimeError: pa.DeviceUnavailableError), before reading
-    assert pa.load(path, map_location={"cuda:0": "cpu"})["w"].data.tolist() == [1, 1]
+    assert pa.load(path, map_location={"cuda:0": "cpu"})["w"].numpy().tolist() == [1, 1]
     with pytest.raises(RuntimeError):
         pa.load(path, map_location="cuda:0")
 
@@ -157,7 +157,7 @@ def test_bfloat16_is_read_widened_exactly():
     bits = np.array([0x3F80, 0xC000, 0x7F80, 0x0001], "<u2")  # 1, -2, inf, tiny subnormal
     text = json.dumps({"b": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]}}).encode()
     data = len(text).to_bytes(8, "little") + text + bits.tobytes()
-    got = pa.load(io.BytesIO(data), format="safetensors")["b"].data
+    got = pa.load(io.BytesIO(data), format="safetensors")["b"].numpy()
     assert got.dtype == np.float32
     assert got.view(np.uint32).tolist() == [int(b) << 16 for b in bits]
 
@@ -181,18 +181,18 @@ def test_state_dict_saved_here_loads_into_torch(tmp_path):
                            strict=True)
     want = ours.state_dict()
     for k, v in theirs.state_dict().items():
-        _same_bits(want[k].data, v.numpy())
+        _same_bits(want[k].numpy(), v.numpy())
     x = np.random.default_rng(1).standard_normal((5, 4))
     ours.eval()
     theirs.eval()
-    np.testing.assert_allclose(ours(pa.tensor(x)).data,
+    np.testing.assert_allclose(ours(pa.tensor(x)).numpy(),
                                theirs(torch.from_numpy(x)).detach().numpy(), rtol=1e-12)
     try:
         from safetensors.numpy import load_file  # optional: the reference reader
     except ImportError:
         return
     for k, a in load_file(str(path)).items():
-        _same_bits(want[k].data, a)
+        _same_bits(want[k].numpy(), a)
 
 
 def test_torch_state_dict_written_in_the_format_loads_here(tmp_path):
@@ -205,4 +205,4 @@ def test_torch_state_dict_written_in_the_format_loads_here(tmp_path):
     path.write_bytes(write_by_hand(sd))
     ours.load_state_dict(pa.load(path))
     for k, v in ours.state_dict().items():
-        _same_bits(sd[k], v.data)
+        _same_bits(sd[k], v.numpy())

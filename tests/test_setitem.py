@@ -43,7 +43,7 @@ def test_a_function_writing_into_a_fresh_tensor_matches_pytorch():
     xs = [pa.tensor(v, requires_grad=True) for v in (a, b, c)]
     ts = [torch.tensor(v, requires_grad=True) for v in (a, b, c)]
     out, want = writes(pa, *xs), writes(torch, *ts)
-    assert np.allclose(out.data, want.detach().numpy(), rtol=1e-13, atol=1e-14)
+    assert np.allclose(out.numpy(), want.detach().numpy(), rtol=1e-13, atol=1e-14)
     assert out.grad_fn.name == "mul"
     w = RNG.uniform(0.5, 1.5, out.shape)
     got = pa.grad(out, xs, grad_outputs=w)
@@ -70,7 +70,7 @@ def test_writing_into_a_tensor_with_history_matches_pytorch():
     px, pv = pa.tensor(x, requires_grad=True), pa.tensor(v, requires_grad=True)
     tx, tv = torch.tensor(x, requires_grad=True), torch.tensor(v, requires_grad=True)
     out, want = f(pa, px, pv), f(torch, tx, tv)
-    assert np.allclose(out.data, want.detach().numpy(), rtol=1e-13)
+    assert np.allclose(out.numpy(), want.detach().numpy(), rtol=1e-13)
     w = RNG.uniform(0.5, 1.5, out.shape)
     for g, e in zip(pa.grad(out, [px, pv], grad_outputs=w),
                     torch.autograd.grad(want, [tx, tv], torch.tensor(w))):
@@ -83,7 +83,7 @@ def test_repeated_integer_indices_the_last_write_wins_and_gets_the_gradient():
     v = pa.tensor([10.0, 20.0, 30.0, 40.0], requires_grad=True)
     t = pa.zeros(3)
     t[[0, 2, 0, 2]] = v                       # element 0: 10 then 30; element 2: 20 then 40
-    assert np.array_equal(t.data, [30.0, 0.0, 40.0])
+    assert np.array_equal(t.numpy(), [30.0, 0.0, 40.0])
     (g,) = pa.grad(t, [v], grad_outputs=np.array([1.0, 2.0, 3.0]))
     assert np.array_equal(g, [0.0, 0.0, 1.0, 3.0])
     s = pa.tensor(5.0, requires_grad=True)    # one value written twice counts once
@@ -111,35 +111,36 @@ def test_tensor_indices_and_changing_the_index_array_afterwards():
     t[pa.tensor(np.array([True, False, False, False]))] = v[1] * 5
     idx[:] = 0                                # the write kept its own copy
     (g,) = pa.grad(t, [v], grad_outputs=np.array([1.0, 2.0, 3.0, 4.0]))
-    assert np.array_equal(t.data, [10.0, 2.0, 0.0, 1.0]) and np.array_equal(g, [4.0, 7.0])
+    assert np.array_equal(t.numpy(), [10.0, 2.0, 0.0, 1.0]) and np.array_equal(g, [4.0, 7.0])
 
 
 def test_chained_writes_into_an_array_no_one_else_sees_are_in_place():
     a = pa.tensor(r(3), requires_grad=True)
     buf = pa.zeros(5, 3)
-    first = weakref.ref(buf.data)                 # (a reference would make it shared)
+    first = weakref.ref(buf.numpy())                 # (a reference would make it shared)
     buf[0] = a
     buf[1] = a * 2
     buf[2] = a.exp()
     buf[3] = a.sin()
-    assert buf.data is first() and buf.grad_fn.name == "index_put"   # written in place
-    held = buf.data                               # now someone else sees it: a copy
+    assert buf.numpy() is first() and buf.grad_fn.name == "index_put"   # written in place
+    held = buf.numpy()                               # now someone else sees it: a copy
     buf[4] = a
-    assert buf.data is not held and not held[4].any() and np.array_equal(buf.data[4], a.data)
+    assert buf.numpy() is not held and not held[4].any()
+    assert np.array_equal(buf.numpy()[4], a.numpy())
     (g,) = pa.grad(buf.sum(), [a])
-    assert np.allclose(g, 4 + np.exp(a.data) + np.cos(a.data))
+    assert np.allclose(g, 4 + np.exp(a.numpy()) + np.cos(a.numpy()))
 
 
 def test_a_saved_array_is_never_overwritten_by_a_recorded_write():
     x = pa.tensor(r(4), requires_grad=True)
     v = pa.tensor(0.5, requires_grad=True)
     e = x.exp()                                   # exp's rule reads its saved output
-    old = e.data
+    old = e.numpy()
     before = old.copy()
     e[1] = v
-    assert e.data is not old and np.array_equal(old, before)   # written into a new array
+    assert e.numpy() is not old and np.array_equal(old, before)   # written into a new array
     gx, gv = pa.grad(e.sum(), [x, v])
-    want = np.exp(x.data)
+    want = np.exp(x.numpy())
     want[1] = 0.0
     assert np.allclose(gx, want) and gv == 1.0    # (PyTorch raises here: exp saved e)
 
@@ -164,17 +165,17 @@ def test_a_plain_write_over_a_saved_value_fails_backward_clearly():
 
 def test_no_grad_writes_are_plain_and_bump_the_version():
     w = pa.tensor([1.0, 2.0, 3.0], requires_grad=True)
-    arr, vc = w.data, w._vc
+    arr, vc = w.numpy(), w._vc
     epoch = vc[0]
     with pa.no_grad():
         w[0] = 10.0
         w[np.array([1, 2])] = pa.tensor([4.0, 5.0], requires_grad=True)
-    assert w.is_leaf and w.requires_grad and w.data is arr and w._vc is vc and vc[0] > epoch
+    assert w.is_leaf and w.requires_grad and w.numpy() is arr and w._vc is vc and vc[0] > epoch
     assert np.array_equal(arr, [10.0, 4.0, 5.0])
     c = pa.tensor(np.zeros((2, 2)))
     view = c[0]
     c[0, 1] = 7.0                                 # grad mode on, nothing requires grad
-    assert view.data[1] == 7.0 and c.grad_fn is None and not c.requires_grad
+    assert view.numpy()[1] == 7.0 and c.grad_fn is None and not c.requires_grad
 
 
 def test_a_leaf_that_requires_grad_is_refused():
@@ -182,21 +183,21 @@ def test_a_leaf_that_requires_grad_is_refused():
     with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used "
                                            "in an in-place operation"):
         w[0] = 5.0
-    assert np.array_equal(w.data, [1.0, 2.0]) and w.is_leaf
+    assert np.array_equal(w.numpy(), [1.0, 2.0]) and w.is_leaf
 
 
 def test_writes_through_views_of_tensors_are_refused():
     x = pa.tensor(r(3, 4), requires_grad=True)
     y = x * 2
-    before = y.data.copy()
+    before = y.numpy().copy()
     for view in (y[0], y.T, y.reshape(12), y[:, 1:]):
         with pytest.raises(RuntimeError, match="view of another tensor"):
             view[1] = pa.tensor(1.0, requires_grad=True)
-    assert np.array_equal(y.data, before) and y.grad_fn.name == "mul"
+    assert np.array_equal(y.numpy(), before) and y.grad_fn.name == "mul"
     buf = pa.zeros(3, 4)                          # a view of a tensor without grad too
     with pytest.raises(RuntimeError, match="view of another tensor"):
         buf[0][1] = x[0, 0]
-    assert not buf.data.any() and not buf.requires_grad
+    assert not buf.numpy().any() and not buf.requires_grad
     fresh = pa.zeros(12).reshape(3, 4)            # a view no other tensor shares: fine
     fresh[0, 1] = x[0, 0]
     assert fresh.grad_fn.name == "index_put"
@@ -216,9 +217,9 @@ def test_bad_writes_raise_before_anything_changes():
     with pytest.raises(TypeError, match="setitem: a value that requires grad cannot be "
                                         "written into a tensor of dtype int64"):
         ints[0] = v[0]
-    assert not t.data.any() and t.grad_fn is None and not ints.data.any()
+    assert not t.numpy().any() and t.grad_fn is None and not ints.numpy().any()
     t[None, 1] = v                                # numpy's leading 1s are accepted
-    assert np.array_equal(t.data[1], v.data)
+    assert np.array_equal(t.numpy()[1], v.numpy())
 
 
 def test_retain_grad_and_dtype():
@@ -227,7 +228,7 @@ def test_retain_grad_and_dtype():
     y.retain_grad()
     y[0] = pa.tensor(2.0, requires_grad=True)
     (y * y).sum().backward()
-    assert np.allclose(y.grad, 2 * y.data)        # the written y's gradient, as PyTorch
+    assert np.allclose(y.grad, 2 * y.numpy())        # the written y's gradient, as PyTorch
     h = pa.zeros(3, dtype=np.float32)
     v = pa.tensor([1.0, 2.0], requires_grad=True)   # float64 into float32
     h[1:] = v
@@ -337,10 +338,10 @@ def test_index_put_repeats_keep_the_last_writer_and_its_gradient(name, vkind):
     sel = np.zeros(shape)[index].shape
     out, plan, a, v, g = _put(shape, index, _value_shapes(sel)[vkind])
     assert plan.win is None and (plan.wins is not None) == (np.prod(sel) > 0)
-    want, ga, gv = _reference(a.data, index, v.data, g)
-    numpy_put = a.data.copy()
-    numpy_put[index] = v.data                        # numpy's assignment: the last wins
-    assert_bitwise([want, numpy_put], [out.data, out.data], "value")
+    want, ga, gv = _reference(a.numpy(), index, v.numpy(), g)
+    numpy_put = a.numpy().copy()
+    numpy_put[index] = v.numpy()                        # numpy's assignment: the last wins
+    assert_bitwise([want, numpy_put], [out.numpy(), out.numpy()], "value")
     got = pa.grad(out, [a, v], grad_outputs=g)
     assert_bitwise([ga], [got[0]])                   # zeros and g: exact
     np.testing.assert_allclose(got[1], gv, rtol=1e-14, atol=0)   # (sums in any order)
@@ -353,8 +354,8 @@ def test_index_put_repeats_in_an_index_of_another_form_take_the_general_plan():
         sel = np.zeros(shape)[index].shape
         out, plan, a, v, g = _put(shape, index, sel)
         assert plan.wins is None and plan.win is not None
-        want, ga, gv = _reference(a.data, index, v.data, g)
-        assert_bitwise([want, ga, gv], [out.data, *pa.grad(out, [a, v], grad_outputs=g)])
+        want, ga, gv = _reference(a.numpy(), index, v.numpy(), g)
+        assert_bitwise([want, ga, gv], [out.numpy(), *pa.grad(out, [a, v], grad_outputs=g)])
 
 
 def test_index_put_a_bad_index_raises_numpys_error():
@@ -386,7 +387,7 @@ def test_index_put_plan_over_the_index_matches_the_general_plan_bitwise(
                 (ga, gv) = pa.grad(out ** 3, [a, v], grad_outputs=g, create_graph=True)
                 second = pa.grad((ga * ga).sum() + (gv * gv).sum(), [a, v],
                                  allow_unused=True)
-                results.append([out.data, ga.data, gv.data] + list(second))
+                results.append([out.numpy(), ga.numpy(), gv.numpy()] + list(second))
     half = len(results) // 2
     for new, old in zip(results[:half], results[half:]):
         assert_bitwise(old, new)
@@ -441,7 +442,7 @@ def test_index_put_unique_indices_match_pytorch():
             want[tindex] = ts[1]
         else:
             want = ts[0].index_put(tindex, ts[1], accumulate=False)
-        assert np.array_equal(out.data, want.detach().numpy())
+        assert np.array_equal(out.numpy(), want.detach().numpy())
         (ga, gv), (ea, ev) = pa.grad(out, xs, grad_outputs=g), \
             torch.autograd.grad(want, ts, T(g))
         assert np.array_equal(ga, ea.numpy())          # zeros and g: exact

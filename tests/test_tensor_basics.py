@@ -29,10 +29,10 @@ def test_leaf_round_trips_with_grad(copier):
     x.register_hook(lambda g: g)  # hooks are not copied (a lambda cannot be pickled)
     y = pickle.loads(pickle.dumps(x)) if copier == "pickle" else copy.deepcopy(x)
     assert y is not x and y.is_leaf and y.requires_grad
-    assert np.array_equal(y.data, x.data) and np.array_equal(y.grad, x.grad)
-    assert not np.shares_memory(y.data, x.data) and not np.shares_memory(y.grad, x.grad)
+    assert np.array_equal(y.numpy(), x.numpy()) and np.array_equal(y.grad, x.grad)
+    assert not np.shares_memory(y.numpy(), x.numpy()) and not np.shares_memory(y.grad, x.grad)
     (y * y).sum().backward()  # usable: its own accumulator, gradient added to the copy
-    assert np.array_equal(y.grad, x.grad + 2 * x.data)
+    assert np.array_equal(y.grad, x.grad + 2 * x.numpy())
     assert np.array_equal(x.grad, [0.5, 0.25, 0.125])
 
 
@@ -42,7 +42,7 @@ def test_deepcopy_of_a_non_leaf_raises_and_pickle_keeps_it_as_a_leaf():
     with pytest.raises(RuntimeError, match="graph leaves"):
         copy.deepcopy(y)
     z = pickle.loads(pickle.dumps(y))
-    assert z.is_leaf and z.requires_grad and np.array_equal(z.data, [3.0, 6.0])
+    assert z.is_leaf and z.requires_grad and np.array_equal(z.numpy(), [3.0, 6.0])
 
 
 def test_deepcopy_keeps_shared_references_shared():
@@ -66,10 +66,10 @@ def test_array_protocol_copies_when_asked():
     it would change the tensor); np.asarray(t) shares it, as for an ndarray."""
     t = pa.tensor([1.0, 2.0])
     c = np.array(t, copy=True)
-    assert not np.shares_memory(c, t.data)
+    assert not np.shares_memory(c, t.numpy())
     c[0] = 9.0
-    assert t.data[0] == 1.0
-    assert np.asarray(t) is t.data
+    assert t.numpy()[0] == 1.0
+    assert np.asarray(t) is t.numpy()
     assert np.asarray(t, dtype=np.float32).dtype == np.float32
     with pytest.raises(ValueError):
         np.array(t, dtype=np.float32, copy=False)

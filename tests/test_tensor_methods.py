@@ -172,7 +172,7 @@ def test_gradcheck_and_gradgradcheck(name):
 
 def _close(p, t, tol=TOL):
     t = t.detach().numpy() if hasattr(t, "detach") else t
-    p = p.data if isinstance(p, pa.Tensor) else p
+    p = p.numpy() if isinstance(p, pa.Tensor) else p
     assert p.shape == t.shape and p.dtype == t.dtype, (p.shape, t.shape, p.dtype, t.dtype)
     np.testing.assert_allclose(p, t, rtol=tol, atol=tol)
 
@@ -335,9 +335,9 @@ def _same(p, t):
         assert p.dtype.name == str(t.dtype).split(".")[1] and p.shape == tuple(t.shape), (p, t)
         want = t.detach().numpy()
         if p.dtype.kind == "f":
-            np.testing.assert_allclose(p.data, want, rtol=TOL, atol=TOL)
+            np.testing.assert_allclose(p.numpy(), want, rtol=TOL, atol=TOL)
         else:
-            np.testing.assert_array_equal(p.data, want)
+            np.testing.assert_array_equal(p.numpy(), want)
     elif isinstance(p, (tuple, list)):
         assert isinstance(t, (tuple, list)) and len(p) == len(t), (p, t)
         for a, b in zip(p, t):
@@ -362,7 +362,7 @@ def test_conversions_keep_identity_and_grad_rules():
     assert x.type(np.float64) is x and x.type_as(x) is x and x.cpu() is x
     assert x.contiguous() is x and x.to(x) is x
     copy = x.to(np.float64, copy=True)
-    assert copy is not x and copy.requires_grad and copy.data is not x.data
+    assert copy is not x and copy.requires_grad and copy.numpy() is not x.numpy()
     for y in (x.long(), x.int(), x.bool(), x.to(np.int64), x.byte()):
         assert not y.requires_grad and y.grad_fn is None
     assert x.float().requires_grad and x.half().grad_fn is not None
@@ -371,7 +371,7 @@ def test_conversions_keep_identity_and_grad_rules():
     e = x.new_empty(2, 3)
     assert e.shape == (2, 3) and e.dtype == np.float64 and not e.requires_grad
     w = x.new_zeros(2, requires_grad=True)
-    assert w.requires_grad and w.is_leaf and x.data_ptr() == x.data.ctypes.data
+    assert w.requires_grad and w.is_leaf and x.data_ptr() == x.numpy().ctypes.data
 
 
 # ---- in-place methods --------------------------------------------------------------------------
@@ -416,7 +416,7 @@ def test_in_place_methods_refuse_leaves_that_require_grad_except_under_no_grad(n
         getattr(w, name)(*args)
     y = w * 1.0                              # with a history: recorded (test_inplace_history)
     assert getattr(y, name)(*args) is y and y.grad_fn is not None
-    assert np.array_equal(w.data, np.full((2, 2), 0.5))
+    assert np.array_equal(w.numpy(), np.full((2, 2), 0.5))
     with pa.no_grad():
         assert getattr(w, name)(*args) is w
     assert w.is_leaf and w.requires_grad
@@ -428,7 +428,7 @@ def test_a_view_keeps_its_shape_when_the_tensor_is_reshaped_in_place():
     x.t_().unsqueeze_(0)
     assert x.shape == (1, 3, 2) and v.shape == (3,)
     x.mul_(2)                                # still the same memory
-    assert np.array_equal(v.data, [0.0, 2.0, 4.0])
+    assert np.array_equal(v.numpy(), [0.0, 2.0, 4.0])
 
 
 # ---- random methods ------------------------------------------------------------------------------
@@ -440,27 +440,27 @@ def test_random_methods_draw_from_the_default_generator_and_keep_dtype():
                 pa.tensor(np.full(2000, 0.75)).bernoulli())
     first, second = draw(), draw()
     for a, b in zip(first, second):
-        assert np.array_equal(a.data, b.data)
+        assert np.array_equal(a.numpy(), b.numpy())
     u, n, b, c = first
-    assert 2 <= u.data.min() and u.data.max() < 5 and abs(u.data.mean() - 3.5) < 0.1
-    assert abs(n.data.mean() - 1.0) < 0.05 and abs(n.data.std() - 0.5) < 0.05
-    assert b.dtype == np.float32 and set(np.unique(b.data)) <= {0.0, 1.0}
-    assert abs(b.data.mean() - 0.25) < 0.05 and abs(c.data.mean() - 0.75) < 0.05
+    assert 2 <= u.numpy().min() and u.numpy().max() < 5 and abs(u.numpy().mean() - 3.5) < 0.1
+    assert abs(n.numpy().mean() - 1.0) < 0.05 and abs(n.numpy().std() - 0.5) < 0.05
+    assert b.dtype == np.float32 and set(np.unique(b.numpy())) <= {0.0, 1.0}
+    assert abs(b.numpy().mean() - 0.25) < 0.05 and abs(c.numpy().mean() - 0.75) < 0.05
     f32 = pa.zeros(5000, dtype=np.float32).uniform_(0, 1e-7)
-    assert f32.dtype == np.float32 and f32.data.max() < np.float32(1e-7)
+    assert f32.dtype == np.float32 and f32.numpy().max() < np.float32(1e-7)
 
 
 def test_random_methods_take_a_generator_and_probability_tensors():
     a = pa.zeros(50).normal_(generator=np.random.default_rng(3))
     b = pa.zeros(50).normal_(generator=np.random.default_rng(3))
-    assert np.array_equal(a.data, b.data)
+    assert np.array_equal(a.numpy(), b.numpy())
     p = pa.tensor(np.array([0.0, 1.0, 0.0, 1.0]))
-    assert np.array_equal(pa.zeros(2, 4, dtype=np.int64).bernoulli_(p).data, [[0, 1, 0, 1]] * 2)
-    assert np.array_equal(p.bernoulli().data, p.data)
+    assert np.array_equal(pa.zeros(2, 4, dtype=np.int64).bernoulli_(p).numpy(), [[0, 1, 0, 1]] * 2)
+    assert np.array_equal(p.bernoulli().numpy(), p.numpy())
     x = pa.tensor(np.full(3, 0.5), requires_grad=True)
     y = x.bernoulli()
     (g,) = pa.grad((y * x).sum(), [x])       # the draw's gradient is 0, as PyTorch's
-    assert y.requires_grad and np.array_equal(g, y.data)
+    assert y.requires_grad and np.array_equal(g, y.numpy())
 
 
 # ---- bad input: clear errors naming the method ---------------------------------------------------
@@ -600,13 +600,13 @@ def test_failed_in_place_methods_change_nothing():
     for call in (x.sigmoid_, x.exp_, x.rsqrt_, lambda: x.unsqueeze_(5)):
         with pytest.raises((TypeError, IndexError)):
             call()
-    assert np.array_equal(x.data, [1, -2, 3]) and x._vc[0] == 0
+    assert np.array_equal(x.numpy(), [1, -2, 3]) and x._vc[0] == 0
 
 
 def test_the_function_forms_are_in_the_package():
     x = pa.tensor(np.array([[1.0, -2.0], [3.0, 0.5]]), requires_grad=True)
-    assert np.array_equal(pa.fmod(x, 2.0).data, x.fmod(2.0).data)
+    assert np.array_equal(pa.fmod(x, 2.0).numpy(), x.fmod(2.0).numpy())
     assert pa.equal(pa.cross(pa.ones(3), x[0].repeat(2)[:3], dim=0),
                     pa.ones(3).cross(x[0].repeat(2)[:3], dim=0))
-    assert np.array_equal(pa.unique(pa.tensor([2, 1, 2])).data, [1, 2])
+    assert np.array_equal(pa.unique(pa.tensor([2, 1, 2])).numpy(), [1, 2])
     assert pa.logcumsumexp(x, 0).grad_fn is not None and pa.trace(x).item() == 1.5

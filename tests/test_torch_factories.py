@@ -136,20 +136,20 @@ def test_tensor_infers_dtype_as_torch(both_defaults, data):
     x = pa.tensor(data)
     assert x.dtype == npdt(t.dtype)
     assert x.shape == tuple(t.shape)
-    np.testing.assert_array_equal(x.data, t.numpy())
+    np.testing.assert_array_equal(x.numpy(), t.numpy())
 
 
 def test_tensor_of_tensors_and_copy_semantics():
     src = pa.tensor([1.0, 2.0], requires_grad=True)
     with pytest.warns(UserWarning, match="clone"):
         y = pa.tensor(src)
-    assert y.is_leaf and not y.requires_grad and y.data is not src.data
+    assert y.is_leaf and not y.requires_grad and y.numpy() is not src.numpy()
     z = pa.tensor([pa.tensor(1.0), pa.tensor(2.0)])
     assert z.dtype == np.float64 and z.tolist() == [1.0, 2.0]
     a = np.arange(3.0)
     t = pa.tensor(a)
     a[0] = 9
-    assert t.data[0] == 0                   # a copy
+    assert t.numpy()[0] == 0                   # a copy
     assert pa.tensor([1, 2], dtype=pa.float32).dtype == np.float32
     assert pa.tensor([1, 2], dtype="float16").dtype == np.float16
     assert pa.tensor([1, 2], dtype=np.int8).dtype == np.int8
@@ -176,14 +176,14 @@ def test_from_numpy_shares_memory_and_as_tensor():
     a = np.arange(4.0)
     t = pa.from_numpy(a)
     a[1] = 7.0
-    assert t.data[1] == 7.0 and t.dtype == np.float64
-    t.data[2] = 5.0
+    assert t.numpy()[1] == 7.0 and t.dtype == np.float64
+    t.numpy()[2] = 5.0
     assert a[2] == 5.0
     with pytest.raises(TypeError, match="expected np.ndarray"):
         pa.from_numpy([1, 2])
     with pytest.raises(TypeError, match="expected np.ndarray"):
         torch.from_numpy([1, 2])
-    assert pa.as_tensor(a).data is a                           # shared
+    assert pa.as_tensor(a).numpy() is a                           # shared
     assert pa.as_tensor(a, dtype=pa.float32).dtype == np.float32
     x = pa.tensor([1.0, 2.0], requires_grad=True)
     assert pa.as_tensor(x) is x
@@ -225,7 +225,7 @@ def _same(x, t):
         return
     assert x.dtype == npdt(t.dtype), (x.dtype, t.dtype)
     assert x.shape == tuple(t.shape)
-    np.testing.assert_array_equal(x.data, t.numpy())
+    np.testing.assert_array_equal(x.numpy(), t.numpy())
 
 
 @pytest.mark.parametrize("name", sorted(FILLED))
@@ -268,9 +268,9 @@ def test_ranges_match_torch(both_defaults, name):
     assert x.dtype == npdt(t.dtype) and x.shape == tuple(t.shape)
     if x.dtype.kind == "f":  # torch vectorises `start + i * step` in chunks: last-ulp noise
         tol = 1e-15 if x.dtype == np.float64 else 2e-7
-        np.testing.assert_allclose(x.data, t.numpy(), rtol=tol, atol=tol)
+        np.testing.assert_allclose(x.numpy(), t.numpy(), rtol=tol, atol=tol)
     else:
-        np.testing.assert_array_equal(x.data, t.numpy())
+        np.testing.assert_array_equal(x.numpy(), t.numpy())
 
 
 ERRORS = {
@@ -347,17 +347,17 @@ def test_meshgrid_matches_torch_with_gradients():
         xs = [pa.tensor(v, requires_grad=True) for v in (a, b, c)]
         ts = [torch.tensor(v, requires_grad=True, dtype=torch.float64) for v in (a, b, c)]
         out, tout = pa.meshgrid(*xs, indexing=indexing), torch.meshgrid(*ts, indexing=indexing)
-        w = [np.arange(o.data.size, dtype=np.float64).reshape(o.shape) for o in out]
+        w = [np.arange(o.numpy().size, dtype=np.float64).reshape(o.shape) for o in out]
         sum((o * wi).sum() for o, wi in zip(out, w)).backward()
         sum((o * torch.tensor(wi)).sum() for o, wi in zip(tout, w)).backward()
         for o, to in zip(out, tout):
-            np.testing.assert_array_equal(o.data, to.detach().numpy())
+            np.testing.assert_array_equal(o.numpy(), to.detach().numpy())
         for x, t in zip(xs, ts):
             np.testing.assert_array_equal(x.grad, t.grad.numpy())
     two = pa.meshgrid([pa.tensor(1), pa.tensor([1, 2])], indexing="xy")
     ttwo = torch.meshgrid([torch.tensor(1), torch.tensor([1, 2])], indexing="xy")
     for o, to in zip(two, ttwo):
-        np.testing.assert_array_equal(o.data, to.numpy())
+        np.testing.assert_array_equal(o.numpy(), to.numpy())
     with pytest.warns(UserWarning, match="indexing"):
         g = pa.meshgrid(pa.tensor([1, 2]), pa.tensor([1, 2, 3]))
     assert g[0].shape == (2, 3)
@@ -396,27 +396,27 @@ def test_random_factories_match_torch_dtype_and_shape(both_defaults, name):
     t = RANDOM[name](torch, torch.Generator().manual_seed(0))
     assert x.dtype == npdt(t.dtype) and x.shape == tuple(t.shape)
     y = RANDOM[name](pa, pa.Generator().manual_seed(0))
-    np.testing.assert_array_equal(x.data, y.data)          # the generator decides
+    np.testing.assert_array_equal(x.numpy(), y.numpy())          # the generator decides
 
 
 def test_random_values_in_range_and_distribution():
     g = pa.Generator().manual_seed(1)
     u = pa.rand(100000, generator=g, dtype=pa.float16)
-    assert 0 <= u.data.min() and u.data.max() < 1
+    assert 0 <= u.numpy().min() and u.numpy().max() < 1
     u32 = pa.rand(100000, generator=g, dtype=pa.float32)
-    assert u32.data.max() < 1 and abs(u32.data.mean() - 0.5) < 0.01
+    assert u32.numpy().max() < 1 and abs(u32.numpy().mean() - 0.5) < 0.01
     z = pa.randn(100000, generator=g, dtype=pa.float64)
-    assert abs(z.data.mean()) < 0.02 and abs(z.data.std() - 1) < 0.02
+    assert abs(z.numpy().mean()) < 0.02 and abs(z.numpy().std() - 1) < 0.02
     r = pa.randint(3, 7, (10000,), generator=g)
-    assert set(np.unique(r.data)) == {3, 4, 5, 6}
+    assert set(np.unique(r.numpy())) == {3, 4, 5, 6}
     p = pa.randperm(50, generator=g)
-    assert sorted(p.data.tolist()) == list(range(50))
+    assert sorted(p.numpy().tolist()) == list(range(50))
     m = pa.multinomial(pa.tensor([0.0, 1.0, 3.0]), 20000, True, generator=g)
-    counts = np.bincount(m.data, minlength=3)
+    counts = np.bincount(m.numpy(), minlength=3)
     assert counts[0] == 0 and abs(counts[2] / counts[1] - 3) < 0.3
     m2 = pa.multinomial(pa.tensor([[0.0, 1.0, 0.0, 2.0]] * 50), 4, generator=g)
-    assert all(sorted(row) == [0, 1, 2, 3] for row in m2.data.tolist())
-    assert set(m2.data[:, :2].ravel()) <= {1, 3}             # nonzero weights first
+    assert all(sorted(row) == [0, 1, 2, 3] for row in m2.numpy().tolist())
+    assert set(m2.numpy()[:, :2].ravel()) <= {1, 3}             # nonzero weights first
 
 
 def test_normal_with_tensor_arguments_is_on_the_graph_with_zero_gradient():
@@ -433,12 +433,12 @@ def test_default_generator_is_used_and_randn_keeps_rng_and_seed():
     pa.manual_seed(5)
     a = pa.rand(3)
     pa.manual_seed(5)
-    assert np.array_equal(a.data, pa.rand(3).data)
-    assert np.array_equal(pa.randn(3, seed=4).data, pa.randn(3, seed=4).data)
+    assert np.array_equal(a.numpy(), pa.rand(3).numpy())
+    assert np.array_equal(pa.randn(3, seed=4).numpy(), pa.randn(3, seed=4).numpy())
     rng = np.random.default_rng(2)
-    assert np.array_equal(pa.randn(3, rng=rng).data,
+    assert np.array_equal(pa.randn(3, rng=rng).numpy(),
                           np.random.default_rng(2).standard_normal(3))
-    assert np.array_equal(pa.randn(3, generator=np.random.default_rng(2)).data,
+    assert np.array_equal(pa.randn(3, generator=np.random.default_rng(2)).numpy(),
                           np.random.default_rng(2).standard_normal(3))
     with pytest.raises(TypeError, match="not both"):
         pa.randn(2, generator=rng, rng=rng)
@@ -477,7 +477,7 @@ def test_generator_state_round_trip():
     assert isinstance(state, pa.Tensor) and state.dtype == np.uint8 and state.ndim == 1
     a = pa.rand(5, generator=g)
     assert g.set_state(state) is g
-    np.testing.assert_array_equal(pa.rand(5, generator=g).data, a.data)
+    np.testing.assert_array_equal(pa.rand(5, generator=g).numpy(), a.numpy())
     before = g.bit_generator.state
     with pytest.raises(TypeError, match="ByteTensor"):
         g.set_state("x")
@@ -500,7 +500,7 @@ def test_default_generator_is_a_generator_sharing_the_initial_seed():
     assert pa.random.initial_seed() == 12
     a = pa.rand(3)
     pa.manual_seed(12)
-    np.testing.assert_array_equal(pa.rand(3).data, a.data)
+    np.testing.assert_array_equal(pa.rand(3).numpy(), a.numpy())
 
 
 def test_generator_is_accepted_by_every_random_function():
@@ -515,7 +515,7 @@ def test_generator_is_accepted_by_every_random_function():
                lambda g: pa.multinomial(pa.ones(3), 2, generator=g)):
         a = fn(pa.Generator().manual_seed(4))
         b = fn(pa.Generator().manual_seed(4))
-        np.testing.assert_array_equal(a.data, b.data)
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_dtype_arguments_accept_pa_numpy_and_strings():

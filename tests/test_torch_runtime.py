@@ -123,7 +123,7 @@ def test_cuda_seeding_is_accepted_and_does_nothing():
     a = pa.rand(2)
     pa.manual_seed(3)
     assert pa.cuda.manual_seed(5) is None and pa.cuda.manual_seed_all(5) is None
-    np.testing.assert_array_equal(pa.rand(2).data, a.data)
+    np.testing.assert_array_equal(pa.rand(2).numpy(), a.numpy())
 
 
 def test_backends_flags_as_torch():
@@ -347,7 +347,7 @@ def test_format_of_other_tensors_as_torch():
     with pytest.raises(TypeError, match="unsupported format string"):
         format(pa.tensor([1.5, 2.0]), ".4f")
     assert format(pa.tensor([1.5, 2.0]), "") == str(pa.tensor([1.5, 2.0]))
-    p = pa.nn.Parameter(pa.tensor(1.5).data)
+    p = pa.nn.Parameter(pa.tensor(1.5).numpy())
     tp = torch.nn.Parameter(torch.tensor(1.5))
     with pytest.raises(TypeError):
         format(tp, ".2f")
@@ -368,7 +368,7 @@ def test_load_accepts_torchs_arguments(tmp_path):
                    {"map_location": "cpu", "weights_only": True, "max_bytes": 1 << 20}):
         obj = pa.load(path, **kwargs)
         assert obj["step"] == 3 and obj["w"].requires_grad
-        np.testing.assert_array_equal(obj["w"].data, [1.0, 2.0])
+        np.testing.assert_array_equal(obj["w"].numpy(), [1.0, 2.0])
     assert pa.load(path, "cpu")["step"] == 3               # positional, as torch.load
     for bad in ("cuda", "cuda:0", pa.device("cuda"), {"cpu": "cuda:1"}):
         with pytest.raises(RuntimeError, match="CUDA"):

@@ -41,7 +41,7 @@ def compare(pm, tm, inputs: list, kwargs_pa: dict, kwargs_torch: dict, tol=1e-10
     tx = [torch.tensor(a, requires_grad=True) for a in inputs]
     py, ty = pm(*px, **kwargs_pa), tm(*tx, **kwargs_torch)
     assert py.shape == tuple(ty.shape)
-    np.testing.assert_allclose(py.data, ty.detach().numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(py.numpy(), ty.detach().numpy(), rtol=tol, atol=tol)
     w = data(*py.shape, seed=9)
     (py * pa.tensor(w)).sum().backward()
     (ty * torch.tensor(w)).sum().backward()
@@ -51,7 +51,7 @@ def compare(pm, tm, inputs: list, kwargs_pa: dict, kwargs_torch: dict, tol=1e-10
     for name, p in pm.named_parameters():
         g = tgrads[name].grad
         if g is None:
-            assert p.grad is None or not np.any(p.grad.data), name
+            assert p.grad is None or not np.any(p.grad.numpy()), name
         else:
             np.testing.assert_allclose(p.grad, g.numpy(), rtol=tol, atol=tol, err_msg=name)
 
@@ -167,7 +167,7 @@ def test_eval_mode_with_grad_matches_and_dropout_trains():
     pm.train()
     x = pa.tensor(data(5, 2, D))
     a, b = pm(x, x), pm(x, x)
-    assert not np.allclose(a.data, b.data)          # dropout 0.1 is active in training
+    assert not np.allclose(a.numpy(), b.numpy())          # dropout 0.1 is active in training
 
 
 def test_generate_square_subsequent_mask_as_torch():
@@ -176,7 +176,7 @@ def test_generate_square_subsequent_mask_as_torch():
             4, dtype=None if dtype is None else getattr(pa, dtype))
         t = torch.nn.Transformer.generate_square_subsequent_mask(
             4, dtype=None if dtype is None else getattr(torch, dtype))
-        np.testing.assert_array_equal(p.data, t.numpy())
+        np.testing.assert_array_equal(p.numpy(), t.numpy())
     assert p.dtype == np.bool_
     assert pa.nn.Transformer.generate_square_subsequent_mask(3).dtype == \
         np.dtype(pa.get_default_dtype())
@@ -235,7 +235,7 @@ def test_transformer_as_a_base_class():
         warnings.simplefilter("ignore", RuntimeWarning)     # log(0) = -inf in the mask
         model = TransformerModel(20, 8, 2, 16, 2)
         out = model(pa.tensor(np.random.default_rng(0).integers(0, 20, (6, 3))))
-    assert out.shape == (6, 3, 20) and np.all(np.isfinite(out.data))
+    assert out.shape == (6, 3, 20) and np.all(np.isfinite(out.numpy()))
     assert isinstance(model.decoder, nn.Linear) and "decoder.weight" in model.state_dict()
     out.sum().backward()
     assert model.input_emb.weight.grad is not None
@@ -256,5 +256,5 @@ def test_mha_boolean_masks_given_as_tensors(kind):
     x = data(5, 2, D)
     py, pw = pm(pa.tensor(x), pa.tensor(x), pa.tensor(x), **pk)
     ty, tw = tm(torch.tensor(x), torch.tensor(x), torch.tensor(x), **tk)
-    np.testing.assert_allclose(py.data, ty.detach().numpy(), rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(pw.data, tw.detach().numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(py.numpy(), ty.detach().numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(pw.numpy(), tw.detach().numpy(), rtol=1e-10, atol=1e-12)

@@ -71,7 +71,7 @@ def test_in_place_on_grad_reaches_the_optimizer_and_the_next_backward():
         (p * 3).sum().backward()   # accumulates into the zeroed gradient: 3
         p.grad.mul_(2)             # 6
         if lib == "pa":
-            p.grad.data[...] *= 0.5   # the array itself: 3
+            p.grad.numpy()[...] *= 0.5   # the array itself: 3
         else:
             p.grad.data.mul_(0.5)
         if lib == "pa":
@@ -135,7 +135,7 @@ def test_assign_grad_tensor_and_ndarray():
     assert p.grad is t and np.asarray(t).tolist() == [11.0, 21.0]
     arr = np.zeros(2)
     p.grad = arr  # converted: a Tensor around the array (no copy), accumulated into
-    assert isinstance(p.grad, pa.Tensor) and np.shares_memory(p.grad.data, arr)
+    assert isinstance(p.grad, pa.Tensor) and np.shares_memory(p.grad.numpy(), arr)
     (p * 1).sum().backward()
     assert arr.tolist() == [1.0, 1.0]
     p.grad = None
@@ -172,7 +172,7 @@ def test_pickle_and_deepcopy_keep_a_tensor_grad():
     (p * 3).sum().backward()
     for q in (pickle.loads(pickle.dumps(p)), copy.deepcopy(p)):
         assert type(q.grad) is pa.Tensor and np.asarray(q.grad).tolist() == [3.0, 3.0]
-        assert not np.shares_memory(q.grad.data, p.grad.data)
+        assert not np.shares_memory(q.grad.numpy(), p.grad.numpy())
 
 
 # ---- hooks and grad() -----------------------------------------------------------------------

@@ -57,7 +57,7 @@ def test_fifty_adam_steps_give_pytorchs_loss_curve(kind, engine):
     with torch.no_grad():  # PyTorch starts from our initial weights
         for (name, p), (tname, tp) in zip(model.named_parameters(), twin.named_parameters()):
             assert name == tname and p.shape == tuple(tp.shape)
-            tp.copy_(torch.from_numpy(p.data))
+            tp.copy_(torch.from_numpy(p.numpy()))
     opt = optim.Adam(model.parameters(), lr=2e-3)
     topt = torch.optim.Adam(twin.parameters(), lr=2e-3)
     x, y = _data()
@@ -85,4 +85,4 @@ def test_fifty_adam_steps_give_pytorchs_loss_curve(kind, engine):
     assert ours[-1] < ours[0] * 0.9  # it learned something
     np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-9)
     for p, tp in zip(model.parameters(), twin.parameters()):
-        np.testing.assert_allclose(p.data, tp.detach().numpy(), rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-7, atol=1e-9)

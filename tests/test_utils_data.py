@@ -19,7 +19,7 @@ def _ds(n=10):
 
 
 def _ids(loader):
-    return [b[1].data.tolist() for b in loader]
+    return [b[1].numpy().tolist() for b in loader]
 
 
 @pytest.mark.parametrize("kw", [dict(batch_size=3), dict(batch_size=3, drop_last=True),
@@ -32,7 +32,7 @@ def test_sequential_batches_and_len_equal_torchs(kw):
     assert _ids(dl) == [b[1].tolist() for b in tdl]
     assert len(dl) == len(tdl)
     for (x, _y), (tx, _ty) in zip(dl, tdl):
-        np.testing.assert_array_equal(x.data, tx.numpy())
+        np.testing.assert_array_equal(x.numpy(), tx.numpy())
         assert str(x.dtype) == str(tx.dtype).replace("torch.", "")
 
 
@@ -55,7 +55,7 @@ def _same(a, b):
     import torch
     if isinstance(b, torch.Tensor):
         assert isinstance(a, pa.Tensor)
-        np.testing.assert_array_equal(a.data, b.numpy())
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
         assert str(a.dtype) == str(b.dtype).replace("torch.", "")
     elif isinstance(b, dict):
         assert a.keys() == b.keys()
@@ -171,10 +171,10 @@ class _Slow(Dataset):
 @pytest.mark.timeout(60)
 def test_workers_give_the_same_batches_in_order_on_worker_threads():
     ds = _Slow()
-    base = [b.data.tolist() for b in DataLoader(ds, batch_size=5)]
+    base = [b.numpy().tolist() for b in DataLoader(ds, batch_size=5)]
     ds.threads.clear()
     for in_order in (True, False):
-        got = [b.data.tolist() for b in DataLoader(ds, batch_size=5, num_workers=3,
+        got = [b.numpy().tolist() for b in DataLoader(ds, batch_size=5, num_workers=3,
                                                    in_order=in_order)]
         assert (got == base) if in_order else sorted(got) == sorted(base)
     assert ds.threads and all(t.startswith("pa-dataloader") for t in ds.threads)
@@ -223,14 +223,14 @@ class _Noisy(Dataset):
         return 8
 
     def __getitem__(self, i):
-        return pa.randn(3).data + i
+        return pa.randn(3).numpy() + i
 
 
 @pytest.mark.timeout(60)
 def test_workers_draw_reproducibly_from_their_own_generators():
     def run():
         pa.manual_seed(11)
-        return [b.data for b in DataLoader(_Noisy(), batch_size=2, num_workers=2)]
+        return [b.numpy() for b in DataLoader(_Noisy(), batch_size=2, num_workers=2)]
 
     a, b = run(), run()
     for x, y in zip(a, b):
@@ -263,7 +263,7 @@ def test_iterable_dataset_batches_round_robin_as_torchs():
                dict(batch_size=3, drop_last=True), dict(batch_size=None)):
         theirs = [b.tolist() if isinstance(b, torch.Tensor) else b
                   for b in torch.utils.data.DataLoader(TStream(), **kw)]
-        ours = [b.data.tolist() if isinstance(b, pa.Tensor) else b
+        ours = [b.numpy().tolist() if isinstance(b, pa.Tensor) else b
                 for b in DataLoader(_Stream(), **kw)]
         assert ours == theirs, kw
 

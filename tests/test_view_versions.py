@@ -51,7 +51,7 @@ def _strided(t: pa.Tensor) -> pa.Tensor:
     if t.ndim == 0:
         return t
     big = np.zeros(t.shape[:-1] + (2 * t.shape[-1],), t.dtype)
-    big[..., ::2] = t.data
+    big[..., ::2] = t.numpy()
     return pa.tensor(big)[..., ::2]
 
 
@@ -101,12 +101,12 @@ def test_aliases_share_the_version_counter(case, form, variant):
     for k, o in enumerate(outs):
         for name, others in (("input", ins), ("result", outs[:k])):
             for i, x in enumerate(others):
-                if o.numel() and x.numel() and np.shares_memory(o.data, x.data):
+                if o.numel() and x.numel() and np.shares_memory(o.numpy(), x.numpy()):
                     assert o._vc is x._vc, (
                         f"result {k} shares memory with {name} {i} but not its version "
                         f"counter")
                 elif o._vc is x._vc and o.numel() and x.numel():
-                    assert _same_root(o.data, x.data), (
+                    assert _same_root(o.numpy(), x.numpy()), (
                         f"result {k} has {name} {i}'s version counter without sharing "
                         f"its memory (a write to one would fail the other's backward)")
 
@@ -127,7 +127,7 @@ def _write_then_backward(case: W.Case, form: str, variant: str, saved: int,
     tensors = ins + outs
     t = tensors[saved]
     w = pa.ones(t.shape, requires_grad=True)
-    want = t.data.astype(np.float64)  # a copy: astype copies
+    want = t.numpy().astype(np.float64)  # a copy: astype copies
     loss = (t * w).sum()
     try:
         tensors[target].add_(1)
@@ -202,7 +202,7 @@ def test_results_alias_their_inputs_as_in_pytorch(case, form, variant):
         return
     ins, outs = run
     T = W.Lib("torch")
-    tins = [T.t(x.data) for x in ins]
+    tins = [T.t(x.numpy()) for x in ins]
     if variant == "strided":
         tins = [_torch_strided(t) for t in tins]
     with warnings.catch_warnings():
@@ -215,7 +215,7 @@ def test_results_alias_their_inputs_as_in_pytorch(case, form, variant):
         for i, (x, tx) in enumerate(zip(ins, tins)):
             if not (o.numel() and x.numel()) or not isinstance(to, torch.Tensor):
                 continue
-            ours = np.shares_memory(o.data, x.data)
+            ours = np.shares_memory(o.numpy(), x.numpy())
             theirs = to.untyped_storage().data_ptr() == tx.untyped_storage().data_ptr()
             assert ours == theirs, (
                 f"result {k} {'aliases' if ours else 'copies'} input {i} where PyTorch's "

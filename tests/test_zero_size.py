@@ -160,7 +160,7 @@ def _compare_results(case: W.Case, ours: list, theirs: list) -> None:
         assert a.shape == want.shape, f"result {k}: shape {a.shape}, PyTorch {want.shape}"
         assert a.dtype == want.dtype, f"result {k}: dtype {a.dtype}, PyTorch {want.dtype}"
         if case.exact:
-            np.testing.assert_allclose(a.data.astype(np.float64), want.astype(np.float64),
+            np.testing.assert_allclose(a.numpy().astype(np.float64), want.astype(np.float64),
                                        err_msg=f"result {k}", **TOL)
 
 

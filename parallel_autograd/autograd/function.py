@@ -201,7 +201,7 @@ def _output(o: Tensor, node, is_input: bool, is_dirty: bool) -> Tensor:
             _adopt(o, node)
         return o
     if is_input or (node is not None and (o.grad_fn is not None or o.requires_grad)):
-        return Tensor._wrap(o.data, node, o._vc)
+        return Tensor._wrap(o._data, node, o._vc)
     if node is not None:
         o.grad_fn = node
         o._requires_grad = True
@@ -227,7 +227,7 @@ def _pack_saved(ctx, inputs, outs, nodes: dict) -> None:
         if t is None:
             saved.append(None)
         elif j is not None and j in nodes:
-            saved.append(("out", outs[j].data, outs[j]._vc, outs[j]._vc[0]))
+            saved.append(("out", outs[j]._data, outs[j]._vc, outs[j]._vc[0]))
         else:
             saved.append(("obj", t, t._vc, t._vc[0]))
         out_nodes.append(weakref.ref(nodes[j]) if j is not None and j in nodes else None)
@@ -256,7 +256,7 @@ def _make_nodes(ctx, inputs, outs, diff: list) -> dict:
     for a in inputs:
         if isinstance(a, Tensor) and a.requires_grad:
             nexts.append(a.grad_fn if a.grad_fn is not None else accumulator_for(a))
-            meta.append((a.data.shape, a.data.dtype))
+            meta.append((a._data.shape, a._data.dtype))
         else:
             nexts.append(None)
             meta.append(None)
@@ -274,7 +274,7 @@ def _make_nodes(ctx, inputs, outs, diff: list) -> dict:
     nodes = {}
     for k, j in enumerate(diff):
         sel = Node(name, (core,), (((total,), dtype),), (ctx._packing, k), joint=_SELECT,
-                   cost=total, size=outs[j].data.size)
+                   cost=total, size=outs[j]._data.size)
         _note(sel)
         nodes[j] = sel
     return nodes
@@ -286,7 +286,7 @@ def _packing(outs: list) -> list:
     places, off = [], 0
     for o in outs:
         places.append((off, o.shape, o.dtype))
-        off += o.data.size
+        off += o._data.size
     return places + [(off + len(outs), np.result_type(*[o.dtype for o in outs]))]
 
 
@@ -337,7 +337,7 @@ def _grads_out(ctx, g, graph: bool) -> list:
 def _unpacked(ctx, g, res: list, graph: bool) -> list:
     packing = ctx._packing
     total = packing[-1][0]
-    flags = (g.data if graph else g)[total - len(packing) + 1:]
+    flags = (g._data if graph else g)[total - len(packing) + 1:]
     for k, j in enumerate(ctx._diff):
         if not flags[k]:
             continue
@@ -354,7 +354,7 @@ def _unpacked(ctx, g, res: list, graph: bool) -> list:
 def _joint(g, ctx):
     """First order: `backward` on Tensors (grad mode is off in the pass); arrays out."""
     grads = _run_backward(ctx, _grads_out(ctx, g, False))
-    return tuple(None if x is None else x.data for x in grads)
+    return tuple(None if x is None else x._data for x in grads)
 
 
 def _joint_graph(g: Tensor, node) -> tuple:

@@ -47,7 +47,7 @@ def _prepare(inputs: tuple, create_graph: bool) -> tuple:
         if create_graph and x.requires_grad:
             out.append(x)
         else:
-            out.append(Tensor(x.data, requires_grad=True))
+            out.append(Tensor(x._data, requires_grad=True))
     return tuple(out)
 
 
@@ -82,7 +82,7 @@ def _cotangents(v, like: tuple, fn: str, what: str) -> tuple:
     """`v` as a tuple of Tensors shaped like `like` (ones when None and every item has one
     element, as PyTorch allows)."""
     if v is None:
-        if any(t.data.size != 1 for t in like):
+        if any(t._data.size != 1 for t in like):
             raise RuntimeError(f"{fn}: v can be None only when the {what} has a single "
                                "element")
         return tuple(Tensor._wrap(np.ones(t.shape, t.dtype)) for t in like)
@@ -97,7 +97,7 @@ def _cotangents(v, like: tuple, fn: str, what: str) -> tuple:
             raise RuntimeError(f"{fn}: v {i} has shape {a.shape}, the {what} {i} has "
                                f"shape {b.shape}")
         if a.dtype != b.dtype and not a.requires_grad:
-            a = Tensor(a.data.astype(b.dtype))
+            a = Tensor(a._data.astype(b.dtype))
         out.append(a)
     return tuple(out)
 
@@ -164,7 +164,7 @@ def jacobian(func, inputs, create_graph: bool = False, strict: bool = False,
                 j = reshape(stack(r), o.shape + x.shape) if r else \
                     Tensor._wrap(np.zeros(o.shape + x.shape, x.dtype))
             else:
-                j = Tensor._wrap(np.stack([t.data for t in r]).reshape(o.shape + x.shape)
+                j = Tensor._wrap(np.stack([t._data for t in r]).reshape(o.shape + x.shape)
                                  if r else np.zeros(o.shape + x.shape, x.dtype))
             entries.append(j)
         table.append(_result(in_tuple, entries))

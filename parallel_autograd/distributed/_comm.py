@@ -245,7 +245,7 @@ def _as_buffer(t, what: str, kinds: str = "biuf", written: bool = True):
     `finish` writes back. `finish` also bumps a Tensor's version counter. `kinds`: the
     dtype kinds allowed; `written`: False where this rank only sends (read-only is fine)."""
     tensor = t if isinstance(t, Tensor) else None
-    arr = t.data if tensor is not None else t
+    arr = t._data if tensor is not None else t
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"{what}: expected an ndarray or Tensor, got {type(t).__name__}")
     if arr.dtype.kind not in kinds:
@@ -317,7 +317,7 @@ def all_gather(tensor_list: list, tensor, group: _Group | None = None,
     dtype) with every rank's `tensor`, in rank order (PyTorch's signature). Returns None, or
     a `Work`."""
     g = group or _group()
-    src = tensor.data if isinstance(tensor, Tensor) else tensor
+    src = tensor._data if isinstance(tensor, Tensor) else tensor
     if not isinstance(src, np.ndarray):
         raise TypeError(f"all_gather: expected an ndarray or Tensor, got {type(tensor).__name__}")
     if not isinstance(tensor_list, list) or len(tensor_list) != g.size:
@@ -325,7 +325,7 @@ def all_gather(tensor_list: list, tensor, group: _Group | None = None,
                          "arrays to fill")
     outs = [_as_buffer(t, "all_gather: tensor_list entry") for t in tensor_list]
     for t in tensor_list:
-        a = t.data if isinstance(t, Tensor) else t
+        a = t._data if isinstance(t, Tensor) else t
         if a.shape != src.shape or a.dtype != src.dtype:
             raise ValueError(f"all_gather: every tensor_list entry must have shape {src.shape} "
                              f"and dtype {src.dtype}, got {a.shape} {a.dtype}")

@@ -39,7 +39,7 @@ def positions(nodes) -> dict:
 def as_graph_seed(grad, seed: np.ndarray) -> Tensor:
     """A seed gradient as a Tensor: the caller's own Tensor when it passed one (its
     graph stays: the result can be differentiated with respect to it), else a constant."""
-    if isinstance(grad, Tensor) and grad.data is seed:
+    if isinstance(grad, Tensor) and grad._data is seed:
         return grad
     return Tensor._wrap(seed)
 

@@ -70,13 +70,13 @@ def seed_gradient(root: Tensor, grad, index: int = 0) -> np.ndarray:
             "nothing to differentiate (did you run it under no_grad, or forget "
             "requires_grad=True on a leaf?)")
     if grad is None:
-        if root.data.size != 1:
+        if root._data.size != 1:
             raise RuntimeError(
                 f"grad can be implicitly created only for scalar outputs: output {index} has "
                 f"shape {root.shape}; pass grad= with that shape")
         return np.ones(root.shape, dtype=root.dtype)
     if isinstance(grad, Tensor):
-        grad = grad.data
+        grad = grad._data
     if isinstance(grad, (np.ndarray, np.generic)):
         if grad.dtype != root.dtype:
             # PyTorch casts a real grad_output to the output's dtype (float64 ones for a
@@ -213,7 +213,7 @@ def collect(plan: Plan, captured: dict, inputs) -> tuple:
         for i in slots:
             t = inputs[i]
             if g is None:
-                result[i] = wrap(np.zeros(t.data.shape, t.data.dtype))
+                result[i] = wrap(np.zeros(t._data.shape, t._data.dtype))
             else:
                 result[i] = g if plan.create_graph else wrap(g)
     return tuple(result)

@@ -42,8 +42,8 @@ def run_hooks(node, g):
                 annotate(e, node, "a hook on the gradient of")
                 raise
         elif r is not None:
-            if hasattr(r, "data") and not isinstance(r, np.ndarray):
-                r = r.data
+            if isinstance(r, Tensor):
+                r = r._data
             r = np.asarray(r)
             if r.dtype.kind not in "biufc":  # e.g. a list of Nones: not a gradient
                 e = TypeError(f"hook on the gradient of {node.name} returned a "
@@ -240,7 +240,7 @@ def _write_grads(staged) -> None:
                 if cur is None or owned is ASSIGN:
                     t._grad = first if first is not None else wrap(g.copy())
                 else:
-                    cur.data += g
+                    cur._data += g
 
 
 def _write_graph_grads(staged) -> None:
@@ -292,7 +292,7 @@ def _check_existing_grads(staged) -> None:
         if cur.grad_fn is not None and not isinstance(g, Tensor):
             raise TypeError(f".grad of a tensor of shape {t.shape} is a Tensor with a graph "
                             "(left by backward(create_graph=True)): set it to None first")
-        cur = cur.data
+        cur = cur._data
         if not isinstance(cur, np.ndarray):
             raise TypeError(f".grad of a tensor of shape {t.shape} is a {type(cur).__name__}, "
                             "not an ndarray: cannot accumulate into it")

@@ -254,7 +254,7 @@ def held_bytes(g) -> int:
     if g is None:
         return 0
     if type(g) is not np.ndarray:  # a create_graph gradient (a Tensor)
-        g = g.data
+        g = g._data
     return g.nbytes if g.base is None or memory.is_block(g.base) else 0
 
 

@@ -559,7 +559,7 @@ def _as_input(a, unbatched: bool):
 
 
 def _shape(t) -> tuple:
-    return tuple(np.shape(t.data if isinstance(t, Tensor) else t))
+    return tuple(np.shape(t._data if isinstance(t, Tensor) else t))
 
 
 def _spatial(t, nd: int) -> tuple:
@@ -777,7 +777,7 @@ def _conv_kernels(nd: int) -> tuple:
 
 
 def _data(t):
-    return t.data if isinstance(t, Tensor) else np.asarray(t)
+    return t._data if isinstance(t, Tensor) else np.asarray(t)
 
 
 _CONV = dict(inputs=("input", "weight", "bias"), module="torch.nn.functional", also=("torch",),

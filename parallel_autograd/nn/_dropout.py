@@ -107,7 +107,7 @@ def _check_p(p) -> float:
 
 
 def _data(input) -> np.ndarray:
-    return input.data if isinstance(input, Tensor) else np.asarray(input)
+    return input._data if isinstance(input, Tensor) else np.asarray(input)
 
 
 def _dropped(input, p: float, mask_shape: tuple, alpha: bool, seed, rng):

@@ -142,8 +142,8 @@ def _renorm_(weight, input, max_norm: float, norm_type: float) -> None:
     """PyTorch's embedding_renorm_: each row the indices use whose `norm_type`-norm is
     above `max_norm` is scaled in place to max_norm / (norm + 1e-7) of itself (outside
     the graph, as under no_grad); the weight's version counter is bumped."""
-    w = weight.data if isinstance(weight, Tensor) else weight
-    rows = np.unique(_rows(input.data if isinstance(input, Tensor) else input, w.shape[0]))
+    w = weight._data if isinstance(weight, Tensor) else weight
+    rows = np.unique(_rows(input._data if isinstance(input, Tensor) else input, w.shape[0]))
     norms = np.linalg.norm(w[rows], ord=norm_type, axis=1)
     big = norms > max_norm
     if big.any():
@@ -162,7 +162,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
     `max_norm` first renormalizes, in place, each row used whose `norm_type`-norm exceeds
     it (PyTorch's); `scale_grad_by_freq` divides each row's gradient by its index's count
     in the batch; `sparse=True` gives a dense gradient (no sparse tensors here)."""
-    w = weight.data if isinstance(weight, Tensor) else np.asarray(weight)
+    w = weight._data if isinstance(weight, Tensor) else np.asarray(weight)
     pad = _padding(padding_idx, w.shape[0])
     if max_norm is not None:
         with no_grad():

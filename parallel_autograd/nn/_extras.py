@@ -24,7 +24,7 @@ def one_hot(tensor, num_classes: int = -1) -> Tensor:
     `(*tensor.shape, num_classes)` with a 1 at each index (`num_classes=-1`: the largest
     index + 1). RuntimeError for a non-int64 input, a negative index, an index
     >= num_classes, or -1 with an empty tensor, as torch's. No gradient (integers)."""
-    x = tensor.data if isinstance(tensor, Tensor) else None
+    x = tensor._data if isinstance(tensor, Tensor) else None
     if x is None:
         raise TypeError(f"one_hot(): argument 'input' (position 1) must be Tensor, not "
                         f"{type(tensor).__name__}")

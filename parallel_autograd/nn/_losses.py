@@ -58,7 +58,7 @@ _FUNCTIONAL = "torch.nn.functional"
 
 
 def _raw(x):
-    return x.data if isinstance(x, Tensor) else np.asarray(x)
+    return x._data if isinstance(x, Tensor) else np.asarray(x)
 
 
 def _check_reduction(name: str, reduction, allowed=_REDUCTIONS) -> None:
@@ -219,7 +219,7 @@ def _weighted(o, w) -> None:
 
 
 def _data(x):
-    return x.data if isinstance(x, Tensor) else np.asarray(x)
+    return x._data if isinstance(x, Tensor) else np.asarray(x)
 
 
 def _w(factor, w):

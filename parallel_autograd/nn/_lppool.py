@@ -50,7 +50,7 @@ def _lp(name: str, pool, nd: int, input, norm_type, kernel_size, stride, ceil_mo
     # PyTorch's sign(s) * relu(|s|) is s, with a zero gradient where s = 0 (relu's rule
     # selects): the root of a window summing to 0 is 0 with gradient 0, where the root's
     # own derivative is infinite. The double where keeps the infinity out of the rule.
-    zero = out.data == 0
+    zero = out._data == 0
     safe = E.where(zero, 1.0, out)
     return E.where(zero, 0.0, (safe * float(math.prod(k))) ** (1.0 / p))
 

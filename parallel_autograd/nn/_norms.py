@@ -632,7 +632,7 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None,
         raise ValueError(f"{name}: expected more than 1 spatial element when training, "
                          f"got input size {x.shape}")
     flat = S.reshape(input, (1, n * c, s))
-    mean, var = _batch_stats(flat.data)
+    mean, var = _batch_stats(flat._data)
     if running_mean is not None and n * s:  # nothing seen: left as they are
         _update_running(running_mean, running_var, mean.reshape(n, c).mean(axis=0),
                         (var * (s / (s - 1))).reshape(n, c).mean(axis=0), momentum)
@@ -693,12 +693,12 @@ def local_response_norm(input: Tensor, size: int, alpha: float = 1e-4, beta: flo
     slices added), pow and a division."""
     name = "local_response_norm"
     t = input if isinstance(input, Tensor) else Tensor._wrap(np.asarray(input))
-    if t.data.ndim < 3:
+    if t._data.ndim < 3:
         raise ValueError(f"{name}: expected an input of 3 or more dimensions (N, C, *), "
                          f"got shape {t.shape}")
     if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
         raise RuntimeError(f"{name}: size must be a positive integer, got {size!r}")
-    if t.data.size == 0:
+    if t._data.size == 0:
         return t
     shape = t.shape
     n, c, s = shape[0], shape[1], math.prod(shape[2:])

@@ -106,7 +106,7 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = Fal
         out = avg_pool3d(Tensor._wrap(np.asarray(array(input)).astype(np.float64)),
                          kernel_size, stride, padding, ceil_mode, count_include_pad,
                          divisor_override)
-        return Tensor._wrap(_pool.int_quotient(out.data, dtype))
+        return Tensor._wrap(_pool.int_quotient(out._data, dtype))
     t, batched = _volume(name, input)
     k = ntuple(kernel_size, 3, "kernel_size", name, 1)
     s = k if stride is None or stride == () else ntuple(stride, 3, "stride", name, 1)

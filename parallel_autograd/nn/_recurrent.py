@@ -59,7 +59,7 @@ GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 
 
 def _raw(x):
-    return x.data if isinstance(x, Tensor) else x
+    return x._data if isinstance(x, Tensor) else x
 
 
 def _sigmoid_(a: np.ndarray) -> None:
@@ -396,7 +396,7 @@ def _check_sizes(name: str, batch_sizes, T: int, n: int, batch_first: bool):
     """`batch_sizes` as an int64 array (None stays None), checked."""
     if batch_sizes is None:
         return None
-    s = np.asarray(batch_sizes.data if isinstance(batch_sizes, Tensor) else batch_sizes)
+    s = np.asarray(batch_sizes._data if isinstance(batch_sizes, Tensor) else batch_sizes)
     if (batch_first or s.shape != (T,) or s.dtype.kind not in "iu" or (T and (
             s[0] != n or s[-1] < 1 or np.any(np.diff(s) > 0)))):
         raise ValueError(f"{name}: batch_sizes must be {T} non-increasing positive ints "
@@ -503,7 +503,7 @@ _activation_of = primitive("activation", lambda z, a, kind: a, _activation_rule)
 
 def _activation_graph(g, ans, z, a, kind):
     if kind == "relu":
-        return g * (ans.data > 0)
+        return g * (ans._data > 0)
     return g * (ans * (1 - ans)) if kind == "sigmoid" else g * (1 - ans * ans)
 
 

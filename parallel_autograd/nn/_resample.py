@@ -110,7 +110,7 @@ def resample(input: Tensor, maps: tuple) -> Tensor:
 
 
 def _shape(t) -> tuple:
-    return tuple(np.shape(t.data if isinstance(t, Tensor) else t))
+    return tuple(np.shape(t._data if isinstance(t, Tensor) else t))
 
 
 # ---- adaptive average pooling --------------------------------------------------------------

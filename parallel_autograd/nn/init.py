@@ -28,7 +28,7 @@ __all__ = ["calculate_gain", "uniform_", "normal_", "constant_", "ones_", "zeros
 
 def _array(tensor) -> np.ndarray:
     if isinstance(tensor, Tensor):
-        return tensor.data
+        return tensor._data
     if isinstance(tensor, np.ndarray):
         return tensor
     raise TypeError(f"expected a pa.Tensor or numpy.ndarray, got {type(tensor).__name__}")

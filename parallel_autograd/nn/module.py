@@ -486,13 +486,13 @@ class Module:
                             f"but got desired dtype={dtype}")
         for m in self.modules():
             for p in m._parameters.values():
-                if p is not None and p.data.dtype.kind == "f":
-                    p.data = p.data.astype(dtype, copy=False)
+                if p is not None and p._data.dtype.kind == "f":
+                    p._data = p._data.astype(dtype, copy=False)
                     if p._grad is not None:
-                        p._grad = Tensor._wrap(p._grad.data.astype(dtype, copy=False))
+                        p._grad = Tensor._wrap(p._grad._data.astype(dtype, copy=False))
             for k, b in m._buffers.items():
-                if b is not None and b.data.dtype.kind == "f" and b.data.dtype != dtype:
-                    m._buffers[k] = Tensor(b.data.astype(dtype), requires_grad=b.requires_grad)
+                if b is not None and b._data.dtype.kind == "f" and b._data.dtype != dtype:
+                    m._buffers[k] = Tensor(b._data.astype(dtype), requires_grad=b.requires_grad)
         return self
 
     def cpu(self) -> "Module":
@@ -544,14 +544,14 @@ class Module:
 def _checked_source(key: str, value, target: Tensor, errors: list):
     """The ndarray to copy into `target`, or None after appending to `errors`."""
     if isinstance(value, Tensor):
-        src = value.data
+        src = value._data
     elif isinstance(value, (np.ndarray, np.generic)):
         src = np.asarray(value)
     else:
         errors.append(f'While copying the parameter named "{key}", expected a pa.Tensor or '
                       f'numpy.ndarray from the checkpoint but received {type(value)}.')
         return None
-    dst = target.data
+    dst = target._data
     if not dst.flags.writeable:
         errors.append(f"cannot load {key}: the array in the current model is read-only.")
         return None
@@ -581,7 +581,7 @@ def _to_args(args: tuple, kwargs: dict) -> tuple:
         if isinstance(a, bool):                   # non_blocking given positionally
             continue
         if isinstance(a, Tensor):
-            dtype = a.data.dtype
+            dtype = a._data.dtype
         elif isinstance(a, (str, device_type)) or type(a).__name__ == "device":
             try:
                 device = device_type(a)

@@ -33,7 +33,7 @@ class Parameter(Tensor):
         if data is None:
             arr = np.empty(0, D.to_numpy(D.get_default_dtype()))
         elif isinstance(data, Tensor):
-            arr, vc = data.data, data._vc
+            arr, vc = data._data, data._vc
         elif isinstance(data, (np.ndarray, np.generic)):
             arr = np.asarray(data)
         else:   # Python floats take the default dtype, as in `pa.tensor`
@@ -45,6 +45,6 @@ class Parameter(Tensor):
 
     def __repr__(self) -> str:
         """`Parameter containing:` and the tensor's repr, like PyTorch."""
-        t = Tensor._wrap(self.data, None, self._vc)
+        t = Tensor._wrap(self._data, None, self._vc)
         t._requires_grad = self._requires_grad
         return "Parameter containing:\n" + repr(t)

@@ -26,12 +26,12 @@ __all__ = ["P", "empty", "raw", "array", "const", "buf", "fused", "as_float", "d
 
 def raw(x):
     """A Tensor's array; anything else as it is."""
-    return x.data if isinstance(x, Tensor) else x
+    return x._data if isinstance(x, Tensor) else x
 
 
 def array(x) -> np.ndarray:
     """A Tensor's array, or `x` as an array."""
-    return x.data if isinstance(x, Tensor) else np.asarray(x)
+    return x._data if isinstance(x, Tensor) else np.asarray(x)
 
 
 def const(x) -> Tensor:

@@ -87,7 +87,7 @@ def _convert(x: Tensor, dtype, copy: bool, op: str) -> Tensor:
     if dtype.kind == "c" and x.requires_grad and is_grad_enabled():
         raise TypeError(f"{op}: cannot convert a tensor that requires grad to {dtype}: "
                         f"complex tensors cannot require gradients here; detach() first")
-    return Tensor._wrap(x.data.astype(dtype))  # integer and bool results: no gradient
+    return Tensor._wrap(x._data.astype(dtype))  # integer and bool results: no gradient
 
 
 # ---- to, the named casts, type, type_as ---------------------------------------------------
@@ -143,7 +143,7 @@ def type_as(self: Tensor, other) -> Tensor:
 # ---- host-side and layout ------------------------------------------------------------------
 def tolist(self: Tensor) -> list | float | int | bool:
     """The values as (nested) Python lists of Python numbers; a 0-d tensor gives a number."""
-    return self.data.tolist()
+    return self._data.tolist()
 
 
 def cpu(self: Tensor) -> Tensor:
@@ -154,12 +154,12 @@ def cpu(self: Tensor) -> Tensor:
 def contiguous(self: Tensor) -> Tensor:
     """The tensor itself if its memory is C-contiguous, else a contiguous copy that stays
     on the graph (`clone`)."""
-    return self if self.data.flags.c_contiguous else S.clone(self)
+    return self if self._data.flags.c_contiguous else S.clone(self)
 
 
 def stride(self: Tensor, dim=None):
     """The strides in elements (a tuple), or the stride of `dim` (an int)."""
-    x = self.data
+    x = self._data
     strides = tuple(s // x.itemsize for s in x.strides) if x.itemsize else (0,) * x.ndim
     if dim is None:
         return strides
@@ -170,7 +170,7 @@ def stride(self: Tensor, dim=None):
 
 def storage_offset(self: Tensor) -> int:
     """The offset, in elements, of the first element in the memory the array views."""
-    x = self.data
+    x = self._data
     root = x
     while isinstance(root.base, np.ndarray):
         root = root.base
@@ -180,17 +180,17 @@ def storage_offset(self: Tensor) -> int:
 
 
 _INFO = {
-    "dim": (lambda self: self.data.ndim, "The number of dimensions."),
-    "ndimension": (lambda self: self.data.ndim, "The number of dimensions (`dim()`)."),
-    "numel": (lambda self: self.data.size, "The number of elements."),
-    "nelement": (lambda self: self.data.size, "The number of elements (`numel()`)."),
-    "element_size": (lambda self: self.data.itemsize, "The size of one element in bytes."),
-    "data_ptr": (lambda self: self.data.ctypes.data, "The address of the first element."),
-    "is_contiguous": (lambda self: bool(self.data.flags.c_contiguous),
+    "dim": (lambda self: self._data.ndim, "The number of dimensions."),
+    "ndimension": (lambda self: self._data.ndim, "The number of dimensions (`dim()`)."),
+    "numel": (lambda self: self._data.size, "The number of elements."),
+    "nelement": (lambda self: self._data.size, "The number of elements (`numel()`)."),
+    "element_size": (lambda self: self._data.itemsize, "The size of one element in bytes."),
+    "data_ptr": (lambda self: self._data.ctypes.data, "The address of the first element."),
+    "is_contiguous": (lambda self: bool(self._data.flags.c_contiguous),
                       "True when the memory is C-contiguous (row-major, no gaps)."),
-    "is_floating_point": (lambda self: self.data.dtype.kind == "f",
+    "is_floating_point": (lambda self: self._data.dtype.kind == "f",
                           "True for a floating point dtype."),
-    "is_complex": (lambda self: self.data.dtype.kind == "c", "True for a complex dtype."),
+    "is_complex": (lambda self: self._data.dtype.kind == "c", "True for a complex dtype."),
 }
 
 
@@ -240,7 +240,7 @@ def new_tensor(self: Tensor, data, *, dtype=None, device=None,
     """A new leaf holding a copy of `data`, self's dtype by default (not the data's)."""
     _check_device(device, "new_tensor")
     dt = self.dtype if dtype is None else _dtype(dtype, "new_tensor")
-    return Tensor(data.data if isinstance(data, Tensor) else data, requires_grad=requires_grad,
+    return Tensor(data._data if isinstance(data, Tensor) else data, requires_grad=requires_grad,
                   dtype=dt)
 
 

@@ -131,7 +131,7 @@ def _const(x) -> Tensor:
 
 
 def _sum_to_formula(g, ans, input, shape):
-    return expand_to(g, np.shape(input.data if isinstance(input, Tensor) else input))
+    return expand_to(g, np.shape(input._data if isinstance(input, Tensor) else input))
 
 
 @defop(formula=_sum_to_formula, export=False)
@@ -167,7 +167,7 @@ def zeros_of(input: Tensor) -> Tensor:
 
 
 def _raw(x):
-    return x.data if isinstance(x, Tensor) else x
+    return x._data if isinstance(x, Tensor) else x
 
 
 def graph_fit(g, shape: tuple, dtype, opname: str = "op") -> Tensor:

@@ -59,7 +59,7 @@ __all__ = ["getitem", "index_accumulate", "IndexPlan", "index_plan", "numpy_inde
 
 # ---- helpers (public: the in-place ops of inplace.py share them) -------------------------------
 def _data(x) -> np.ndarray:
-    return x.data if isinstance(x, Tensor) else np.asarray(x)
+    return x._data if isinstance(x, Tensor) else np.asarray(x)
 
 
 def _shape(x) -> tuple:
@@ -68,7 +68,7 @@ def _shape(x) -> tuple:
 
 def indices(index, op: str, name: str = "index") -> np.ndarray:
     """An integer ndarray (from a Tensor, array or list); RuntimeError for another dtype."""
-    a = index.data if isinstance(index, Tensor) else np.asarray(index)
+    a = index._data if isinstance(index, Tensor) else np.asarray(index)
     if a.dtype.kind not in "iu":
         if a.size == 0 and a.dtype.kind == "f" and not isinstance(index, Tensor):
             return a.astype(np.int64)  # np.asarray([]) is float64
@@ -85,7 +85,7 @@ def _in_range(index: np.ndarray, n: int, op: str, d: int) -> None:
 
 def mask(m, op: str) -> np.ndarray:
     """A boolean mask as an ndarray; RuntimeError for another dtype (PyTorch's)."""
-    a = m.data if isinstance(m, Tensor) else np.asarray(m)
+    a = m._data if isinstance(m, Tensor) else np.asarray(m)
     if a.dtype != np.bool_:
         raise RuntimeError(f"{op}: only supports boolean masks, but got mask with dtype "
                            f"{a.dtype}")
@@ -167,8 +167,8 @@ def sizes(args: tuple, op: str) -> tuple:
         args = tuple(args[0])
     out = []
     for a in args:
-        if isinstance(a, Tensor) and a.data.ndim == 0 and a.data.dtype.kind in "iu":
-            a = int(a.data)
+        if isinstance(a, Tensor) and a._data.ndim == 0 and a._data.dtype.kind in "iu":
+            a = int(a._data)
         if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
             raise TypeError(f"{op}: expected ints, got {type(a).__name__}")
         out.append(int(a))
@@ -289,7 +289,7 @@ def _part(p):
         return p
     tensor = isinstance(p, Tensor)
     if tensor or isinstance(p, np.ndarray):
-        a = p.data if tensor else p
+        a = p._data if tensor else p
     elif isinstance(p, np.bool_):
         return bool(p)
     elif isinstance(p, np.integer):

@@ -87,7 +87,7 @@ def isclose(input: Tensor, other: Tensor, rtol: float = 1e-05, atol: float = 1e-
 def allclose(input, other, rtol: float = 1e-05, atol: float = 1e-08,
              equal_nan: bool = False) -> bool:
     """True if `isclose` holds everywhere (the two broadcast): a Python bool."""
-    return bool(np.all(isclose(input, other, rtol, atol, equal_nan).data))
+    return bool(np.all(isclose(input, other, rtol, atol, equal_nan)._data))
 
 
 @composite(method=True)

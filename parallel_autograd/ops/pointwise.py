@@ -777,7 +777,7 @@ def _float64(x):
         if x.dtype == np.float64:
             return x
         return cast(x, dtype=np.float64) if x.dtype.kind == "f" \
-            else Tensor._wrap(x.data.astype(np.float64))
+            else Tensor._wrap(x._data.astype(np.float64))
     if isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool):
         return float(x)
     return np.asarray(x, dtype=np.float64)

@@ -210,7 +210,7 @@ def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
 def ravel(input: Tensor) -> Tensor:
     """The elements as a 1-D tensor: a view of a C-contiguous tensor, else a copy (as
     PyTorch's, whose ravel is `contiguous().view(-1)`, even where a strided view exists)."""
-    x = input.data if isinstance(input, Tensor) else np.asarray(input)
+    x = input._data if isinstance(input, Tensor) else np.asarray(input)
     return reshape(input if x.flags.c_contiguous else clone(input), (-1,))
 
 
@@ -583,11 +583,11 @@ def chunk(input: Tensor, chunks: int, dim: int = 0) -> tuple:
 def _split_points(ios, n: int) -> list:
     """tensor_split's boundaries: from a number of sections or a list of indices."""
     if isinstance(ios, Tensor):
-        if ios.data.dtype.kind not in "iu" or ios.data.ndim > 1:
+        if ios._data.dtype.kind not in "iu" or ios._data.ndim > 1:
             raise RuntimeError(f"tensor_split expected tensor_indices_or_sections to have "
-                               f"integer dtype and 0 or 1 dims, but got {ios.data.dtype}, "
-                               f"{ios.data.ndim} dims")
-        ios = int(ios.data) if ios.data.ndim == 0 else ios.data.tolist()
+                               f"integer dtype and 0 or 1 dims, but got {ios._data.dtype}, "
+                               f"{ios._data.ndim} dims")
+        ios = int(ios._data) if ios._data.ndim == 0 else ios._data.tolist()
     if isinstance(ios, (list, tuple)):
         return list(_ints(ios, "tensor_split"))
     k = index_sizes((ios,), "tensor_split")[0]

@@ -60,7 +60,7 @@ class Adadelta(Optimizer):
         state = self.state[p]
         state["step"] += 1
         lr, rho, eps = group["lr"], group["rho"], group["eps"]
-        for P, G, V, D, S, T in blocks([p.data, grad, state["square_avg"], state["acc_delta"]],
+        for P, G, V, D, S, T in blocks([p._data, grad, state["square_avg"], state["acc_delta"]],
                                        self._scratch):
             g = effective_grad(G, P, group["weight_decay"], group["maximize"], T)
             V *= rho  # square_avg.mul_(rho).addcmul_(grad, grad, value=1 - rho)

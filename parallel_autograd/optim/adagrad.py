@@ -66,7 +66,7 @@ class Adagrad(Optimizer):
         return ("sum",), ()
 
     def _initial(self, p: Tensor, group: dict[str, Any], key: str) -> np.ndarray:
-        return np.full(p.data.shape, group["initial_accumulator_value"], dtype=p.data.dtype)
+        return np.full(p._data.shape, group["initial_accumulator_value"], dtype=p._data.dtype)
 
     def _update(self, p: Tensor, grad: np.ndarray, group: dict[str, Any]) -> None:
         state = self.state[p]
@@ -75,7 +75,7 @@ class Adagrad(Optimizer):
         eps = group["eps"]
         # Per block, in cache: up to 2 passes (effective gradient), 2 (sum), 2 (std), 3
         # (update): at most 9. From memory: one read of p, grad, sum, one write of p, sum.
-        for P, G, A, S, T in blocks([p.data, grad, state["sum"]], self._scratch):
+        for P, G, A, S, T in blocks([p._data, grad, state["sum"]], self._scratch):
             g = effective_grad(G, P, group["weight_decay"], group["maximize"], T)
             np.multiply(g, g, out=S)  # state_sum.addcmul_(grad, grad, value=1)
             A += S

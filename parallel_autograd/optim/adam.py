@@ -84,7 +84,7 @@ class Adam(Optimizer):
         bias_correction2 = 1 - beta2 ** step
         step_size = lr / bias_correction1
         bias_correction2_sqrt = bias_correction2 ** 0.5
-        arrays = [p.data, grad, state["exp_avg"], state["exp_avg_sq"]]
+        arrays = [p._data, grad, state["exp_avg"], state["exp_avg_sq"]]
         if amsgrad:
             arrays.append(state["max_exp_avg_sq"])
         # Per block, in cache: up to 2 passes (decay, effective gradient), 3 (lerp), 4

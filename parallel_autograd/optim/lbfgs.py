@@ -156,7 +156,7 @@ class LBFGS(Optimizer):
         super().__init__(params, defaults)
         if len(self.param_groups) != 1:
             raise ValueError("LBFGS doesn't support per-parameter options (parameter groups)")
-        dtypes = {p.data.dtype for p in self.param_groups[0]["params"]}
+        dtypes = {p._data.dtype for p in self.param_groups[0]["params"]}
         if len(dtypes) > 1:
             raise ValueError(f"LBFGS: all parameters must have one dtype, got "
                              f"{sorted(map(str, dtypes))}")
@@ -185,8 +185,8 @@ class LBFGS(Optimizer):
         views = []
         for p in self._params:
             g = p._grad
-            views.append(np.zeros(p.data.size, p.data.dtype) if g is None
-                         else np.asarray(g.data, p.data.dtype).reshape(-1))
+            views.append(np.zeros(p._data.size, p._data.dtype) if g is None
+                         else np.asarray(g._data, p._data.dtype).reshape(-1))
         return np.concatenate(views) if views else np.zeros(0)
 
     def _add_grad(self, step_size: Any, update: np.ndarray) -> None:
@@ -194,7 +194,7 @@ class LBFGS(Optimizer):
         `p.add_(u, alpha=step_size)`), bumping each version counter."""
         offset = 0
         for p in self._params:
-            arr = p.data
+            arr = p._data
             n = arr.size
             arr += step_size * update[offset:offset + n].reshape(arr.shape)
             version.bump(p)
@@ -202,7 +202,7 @@ class LBFGS(Optimizer):
 
     def _set_param(self, values: list[np.ndarray]) -> None:
         for p, v in zip(self._params, values):
-            p.data[...] = v
+            p._data[...] = v
             version.bump(p)
 
     def _directional_evaluate(self, closure, x, t, d):
@@ -231,7 +231,7 @@ class LBFGS(Optimizer):
             raise AssertionError(f"Expected exactly one param_group, but got "
                                  f"{len(self.param_groups)}")
         self._check_group(self.param_groups[0])
-        before = [p.data.copy() for p in self._params]
+        before = [p._data.copy() for p in self._params]
         work = copy.copy(self.state.get(self._params[0], {}))
         for k in ("old_dirs", "old_stps", "ro", "al"):  # mutated in place by the run
             if isinstance(work.get(k), list):
@@ -279,7 +279,7 @@ class LBFGS(Optimizer):
             ls_func_evals = 0
             opt_cond = False
             if group["line_search_fn"] is not None:
-                x_init = [p.data.copy() for p in self._params]
+                x_init = [p._data.copy() for p in self._params]
 
                 def obj_func(x, t, d):
                     with enable_grad():
@@ -368,14 +368,14 @@ class LBFGS(Optimizer):
         if not isinstance(saved, dict):
             raise ValueError(f"LBFGS.load_state_dict: state 0 must be a dict, got "
                              f"{type(saved).__name__}")
-        n = sum(p.data.size for p in self._params)
-        dtype = self._params[0].data.dtype
+        n = sum(p._data.size for p in self._params)
+        dtype = self._params[0]._data.dtype
 
         def conv(k, v):
             if isinstance(v, list):
                 return [conv(k, x) for x in v]
             if isinstance(v, Tensor):
-                v = v.data
+                v = v._data
             if isinstance(v, np.ndarray):
                 if v.ndim == 0:
                     return v.astype(dtype)[()]

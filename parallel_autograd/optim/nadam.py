@@ -144,7 +144,7 @@ class NAdam(Optimizer):
                         raise TypeError(f"NAdam.load_state_dict: state 'mu_product' of "
                                         f"parameter {k!r} must be a number, got {v!r}")
                     s = dict(s, mu_product=_load_step(
-                        "NAdam", k, v.data if isinstance(v, Tensor) else v, "mu_product"))
+                        "NAdam", k, v._data if isinstance(v, Tensor) else v, "mu_product"))
                 state[k] = s
             state_dict = dict(state_dict, state=state)
         super().load_state_dict(state_dict)
@@ -165,7 +165,7 @@ class NAdam(Optimizer):
         mu_product_next = mu_product * mu_next
         c_grad = -lr * (1.0 - mu) / (1.0 - mu_product)
         c_avg = (-lr * mu_next) / (1.0 - mu_product_next)
-        for P, G, M, V, S, T in blocks([p.data, grad, state["exp_avg"],
+        for P, G, M, V, S, T in blocks([p._data, grad, state["exp_avg"],
                                         state["exp_avg_sq"]], self._scratch):
             g = _moments(P, G, M, V, S, T, group, beta1, beta2)
             # denom = exp_avg_sq.div(bias_correction2).sqrt().add_(eps)
@@ -237,7 +237,7 @@ class RAdam(Optimizer):
         if rho_t > 5.0:
             rect = ((rho_t - 4) * (rho_t - 2) * rho_inf
                     / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
-        for P, G, M, V, S, T in blocks([p.data, grad, state["exp_avg"],
+        for P, G, M, V, S, T in blocks([p._data, grad, state["exp_avg"],
                                         state["exp_avg_sq"]], self._scratch):
             _moments(P, G, M, V, S, T, group, beta1, beta2)
             np.divide(M, bias_correction1, out=T)  # bias_corrected_exp_avg

@@ -3,8 +3,8 @@
 Parameter groups, per-parameter state, `zero_grad`, `step(closure)` and
 `state_dict()` / `load_state_dict()` behave like PyTorch's. A subclass validates its
 hyperparameters (`_check_group`), names its state arrays (`_state_keys`) and updates one
-parameter (`_update`); the base class updates each parameter's array in place (`p.data`,
-which views and other references share) and bumps its version counter once
+parameter (`_update`); the base class updates each parameter's array in place (`p._data`,
+the memory `p.data` and views share) and bumps its version counter once
 (`parallel_autograd.version.bump`), so a graph that saved the old values refuses to run
 backward, as after PyTorch's in-place updates.
 
@@ -77,10 +77,10 @@ def _deal(work: list, n: int) -> list[list]:
     share with the fewest elements so far (sizes within one largest item)."""
     shares: list[list] = [[] for _ in range(n)]
     loads = [0] * n
-    for item in sorted(work, key=lambda w: -w[1].data.size):
+    for item in sorted(work, key=lambda w: -w[1]._data.size):
         i = loads.index(min(loads))
         shares[i].append(item)
-        loads[i] += item[1].data.size
+        loads[i] += item[1]._data.size
     return [s for s in shares if s]
 
 
@@ -89,7 +89,7 @@ def _reserve(scratch: Scratch, share: list) -> None:
     `share` (so that no allocation can fail once the step writes)."""
     need: dict[np.dtype, int] = {}
     for item in share:
-        arr = item[1].data
+        arr = item[1]._data
         n = min(BLOCK_BYTES // arr.itemsize or 1, arr.size)
         if n > need.get(arr.dtype, -1):
             need[arr.dtype] = n
@@ -200,10 +200,10 @@ class Optimizer:
     def _initial(self, p: Tensor, group: dict[str, Any], key: str) -> np.ndarray:
         """A new state array `key` for `p` (zeros of its shape and dtype; subclasses
         override for other starting values)."""
-        return np.zeros(p.data.shape, p.data.dtype)
+        return np.zeros(p._data.shape, p._data.dtype)
 
     def _update(self, p: Tensor, grad: np.ndarray, group: dict[str, Any]) -> None:
-        """Update `p.data` and `self.state[p]` in place from `grad` with `group`'s
+        """Update `p._data` (the array) and `self.state[p]` in place from `grad` with `group`'s
         hyperparameters. Called only once everything was checked and the state is
         complete (`_state_keys`; `self._made.get(p)`: the entries this step made); it
         must not fail. The base class bumps `p`'s version counter afterwards.
@@ -328,7 +328,7 @@ class Optimizer:
                 loss = closure()
         work, made = self._collect()
         n = min(_cores(), len(work))
-        threaded = n > 1 and sum(w[1].data.size for w in work) >= self.parallel_min_elements
+        threaded = n > 1 and sum(w[1]._data.size for w in work) >= self.parallel_min_elements
         shares = _deal(work, n) if threaded else [work]
         scratches = [self._scratch] + [Scratch() for _ in shares[1:]]
         for share, scratch in zip(shares, scratches):
@@ -412,8 +412,8 @@ class Optimizer:
                 g = p._grad  # a Tensor: the step reads its array
                 if g is None:
                     continue
-                g = g.data
-                arr = p.data
+                g = g._data
+                arr = p._data
                 if not (isinstance(g, np.ndarray) and g.shape == arr.shape
                         and g.dtype == arr.dtype and arr.flags.writeable):
                     raise ValueError(self._bad_param(gi, pi, p, g))
@@ -442,7 +442,7 @@ class Optimizer:
             if type(step) is not float or not 0.0 <= step < math.inf:  # NaN fails too
                 _check_step(where.format(key), state)
         required, optional = keys
-        arr = p.data
+        arr = p._data
         shape, dtype = arr.shape, arr.dtype
         for k in required:
             v = state.get(k)
@@ -458,7 +458,7 @@ class Optimizer:
     def _bad_param(self, gi: int, pi: int, p: Tensor, g: Any) -> str:
         """The message for a parameter `step` cannot update."""
         where = f"{type(self).__name__}.step: parameter {pi} of group {gi}"
-        arr = p.data
+        arr = p._data
         if not arr.flags.writeable:
             return f"{where}: its array is read-only"
         what = (f"{g.dtype} array of shape {g.shape}" if isinstance(g, np.ndarray)
@@ -666,11 +666,11 @@ def _load_param_state(owner: str, key: Any, p: Tensor, saved: Any) -> dict[str, 
     if not isinstance(saved, dict):
         raise ValueError(f"{owner}.load_state_dict: state {key!r} must be a dict, got "
                          f"{type(saved).__name__}")
-    arr = p.data
+    arr = p._data
     out = {}
     for k, v in saved.items():
         if isinstance(v, Tensor):
-            v = v.data
+            v = v._data
         if k == "step":
             out[k] = _load_step(owner, key, v)
         elif isinstance(v, np.ndarray):

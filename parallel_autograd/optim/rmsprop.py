@@ -71,7 +71,7 @@ class RMSprop(Optimizer):
         # (centered: lerp, variance) or 1 (sqrt), 1 (eps), 5 (momentum) or 3 (update): at
         # most 18. From memory: one read of p, grad and each state array, one write of p
         # and each state array.
-        for views in blocks([p.data, grad, *arrays], self._scratch):
+        for views in blocks([p._data, grad, *arrays], self._scratch):
             P, G, V = views[:3]
             S, T = views[-2:]
             g = effective_grad(G, P, group["weight_decay"], group["maximize"], T)

@@ -62,12 +62,12 @@ class SGD(Optimizer):
         return (), ("momentum_buffer",) if group["momentum"] != 0 else ()
 
     def _initial(self, p: Tensor, group: dict[str, Any], key: str) -> np.ndarray:
-        return np.empty(p.data.shape, p.data.dtype)  # its first step copies the gradient in
+        return np.empty(p._data.shape, p._data.dtype)  # its first step copies the gradient in
 
     def _update(self, p: Tensor, grad: np.ndarray, group: dict[str, Any]) -> None:
         lr, wd, maximize = group["lr"], group["weight_decay"], group["maximize"]
         momentum = group["momentum"]
-        arrays = [p.data, grad]
+        arrays = [p._data, grad]
         first = False
         if momentum != 0:
             arrays.append(self.state[p]["momentum_buffer"])

@@ -309,7 +309,7 @@ class PReLU(Module):
 
     def reset_parameters(self) -> None:
         """Every slope back to `init`."""
-        self.weight.data[...] = self.init
+        self.weight._data[...] = self.init
 
     def forward(self, input):
         """prelu(input, weight)."""

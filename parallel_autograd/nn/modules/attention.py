@@ -19,7 +19,7 @@ from .linear import Linear
 
 
 def _arr(x) -> np.ndarray:
-    return x.data if isinstance(x, Tensor) else np.asarray(x)
+    return x._data if isinstance(x, Tensor) else np.asarray(x)
 
 
 class MultiheadAttention(Module):

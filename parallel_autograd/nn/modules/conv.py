@@ -220,7 +220,7 @@ class _ConvTransposeNd(_ConvNd):
             return self.output_padding
         nd, layer = self._nd, type(self).__name__
         output_size = tuple(int(s) for s in output_size)
-        shape = np.shape(input.data if hasattr(input, "data") else input)
+        shape = np.shape(input)
         if len(output_size) == len(shape):
             output_size = output_size[-nd:]
         if len(output_size) != nd:

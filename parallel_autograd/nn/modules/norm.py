@@ -175,7 +175,7 @@ class _BatchNorm(_NormBase):
         """Normalize with the batch's statistics in training mode (updating the running
         statistics when tracked), with the running statistics in evaluation mode (or
         the batch's, when none are tracked)."""
-        ndim = np.ndim(input.data if isinstance(input, Tensor) else input)
+        ndim = np.ndim(input._data if isinstance(input, Tensor) else input)
         if ndim not in self._dims:
             raise ValueError(f"{type(self).__name__}: expected "
                              f"{' or '.join(f'{d}D' for d in self._dims)} input "
@@ -241,7 +241,7 @@ class _InstanceNorm(_NormBase):
         """Normalize each sample's channels over their positions; an unbatched input
         (one dimension fewer) is one sample."""
         t = input if isinstance(input, Tensor) else Tensor._wrap(np.asarray(input))
-        layer, ndim = type(self).__name__, t.data.ndim
+        layer, ndim = type(self).__name__, t._data.ndim
         if ndim not in (self._dims, self._dims + 1):
             raise ValueError(f"{layer}: expected {self._dims}D (unbatched) or "
                              f"{self._dims + 1}D (batched) input (got {ndim}D input)")

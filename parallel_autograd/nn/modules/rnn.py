@@ -129,7 +129,7 @@ class RNNBase(Module):
 
     def _check(self, input, hx, name: str) -> tuple:
         """(batched input, hx as a batched state or None, whether input was batched)."""
-        x = input.data if isinstance(input, Tensor) else np.asarray(input)
+        x = input._data if isinstance(input, Tensor) else np.asarray(input)
         if x.ndim not in (2, 3):
             raise ValueError(f"{name}: Expected input to be 2D or 3D, got {x.ndim}D instead")
         if x.shape[-1] != self.input_size:
@@ -151,7 +151,7 @@ class RNNBase(Module):
             raise TypeError(f"{name}: hx must be a tensor, not a {type(hx).__name__}")
         fixed = []
         for s in states:
-            sd = s.data if isinstance(s, Tensor) else np.asarray(s)
+            sd = s._data if isinstance(s, Tensor) else np.asarray(s)
             if sd.ndim != (3 if batched else 2):
                 raise ValueError(f"{name}: for {'batched 3' if batched else 'unbatched 2'}-D "
                                  f"input, hx should also be {3 if batched else 2}-D but got "
@@ -190,7 +190,7 @@ class RNNBase(Module):
             raise ValueError(f"{name}: packed data must be (steps, {self.input_size}), got "
                              f"{data.shape}")
         # torch 2.13's packed LSTM fails in its GEMM (RuntimeError), RNN and GRU check first
-        _input_dtype(data.data, self.weight_ih_l0,
+        _input_dtype(data._data, self.weight_ih_l0,
                      RuntimeError if self.mode == "LSTM" else ValueError)
         sizes = np.asarray(_rnn_utils._raw(packed.batch_sizes), np.int64)
         sort, unsort = (None if i is None else np.asarray(_rnn_utils._raw(i), np.int64)
@@ -223,7 +223,7 @@ class RNNBase(Module):
         for s in states:
             if s.shape != want:
                 raise ValueError(f"{name}: Expected hidden size {want}, got {s.shape}")
-            _same_dtype(name, "hx", s.data, self.weight_ih_l0)
+            _same_dtype(name, "hx", s._data, self.weight_ih_l0)
         return states if lstm else states[0]
 
     def extra_repr(self) -> str:
@@ -368,7 +368,7 @@ class RNNCellBase(Module):
     def _step(self, input, states: tuple) -> tuple:
         """One step: the new states (h, or h and c), shaped like the input's batch."""
         name = type(self).__name__
-        x = input.data if isinstance(input, Tensor) else np.asarray(input)
+        x = input._data if isinstance(input, Tensor) else np.asarray(input)
         if x.ndim not in (1, 2):
             raise ValueError(f"{name}: Expected input to be 1D or 2D, got {x.ndim}D instead")
         if x.shape[-1] != self.input_size:
@@ -382,7 +382,7 @@ class RNNCellBase(Module):
             if s is None:
                 fixed.append(None)
                 continue
-            sd = s.data if isinstance(s, Tensor) else np.asarray(s)
+            sd = s._data if isinstance(s, Tensor) else np.asarray(s)
             if sd.shape != want:
                 raise ValueError(f"{name}: Expected hidden size {want}, got {sd.shape}")
             _same_dtype(name, "hx", sd, self.weight_ih)

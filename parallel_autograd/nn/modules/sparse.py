@@ -56,7 +56,7 @@ class Embedding(Module):
         """Redraw the weight from N(0, 1) and zero the padding row."""
         init.normal_(self.weight, generator=generator)
         if self.padding_idx is not None:
-            self.weight.data[self.padding_idx] = 0
+            self.weight._data[self.padding_idx] = 0
             version.bump(self.weight)
 
     @classmethod
@@ -66,7 +66,7 @@ class Embedding(Module):
         """An Embedding whose weight is `embeddings` (2-D Tensor or ndarray, shared,
         not copied, like PyTorch); `freeze=True` makes it not require grad. The
         padding row is not zeroed; the other arguments are the constructor's."""
-        shape = np.shape(embeddings.data if isinstance(embeddings, Tensor) else embeddings)
+        shape = np.shape(embeddings._data if isinstance(embeddings, Tensor) else embeddings)
         if len(shape) != 2:
             raise ValueError("Embeddings parameter is expected to be 2-dimensional")
         return cls(shape[0], shape[1], padding_idx=padding_idx, max_norm=max_norm,
@@ -153,7 +153,7 @@ class EmbeddingBag(Module):
         """Redraw the weight from N(0, 1) and zero the padding row."""
         init.normal_(self.weight, generator=generator)
         if self.padding_idx is not None:
-            self.weight.data[self.padding_idx] = 0
+            self.weight._data[self.padding_idx] = 0
             version.bump(self.weight)
 
     @classmethod
@@ -164,7 +164,7 @@ class EmbeddingBag(Module):
                         padding_idx: int | None = None) -> "EmbeddingBag":
         """An EmbeddingBag whose weight is `embeddings` (2-D); `freeze=True` makes it not
         require grad. The other arguments are the constructor's."""
-        shape = np.shape(embeddings.data if isinstance(embeddings, Tensor) else embeddings)
+        shape = np.shape(embeddings._data if isinstance(embeddings, Tensor) else embeddings)
         if len(shape) != 2:
             raise ValueError("Embeddings parameter is expected to be 2-dimensional")
         bag = cls(shape[0], shape[1], max_norm=max_norm, norm_type=norm_type,

@@ -50,7 +50,7 @@ def _generate_square_subsequent_mask(sz: int, device=None, dtype=None) -> Tensor
 
 
 def _raw(x) -> np.ndarray:
-    return x.data if isinstance(x, Tensor) else np.asarray(x)
+    return x._data if isinstance(x, Tensor) else np.asarray(x)
 
 
 def _canonical_mask(mask, name: str, dtype: np.dtype):
@@ -80,7 +80,7 @@ def _detect_is_causal_mask(mask, is_causal: bool | None = None, size: int | None
     if is_causal is None and mask is not None:
         m = _raw(mask)
         sz = size if size is not None else m.shape[-2]
-        causal = _generate_square_subsequent_mask(sz, dtype=m.dtype).data
+        causal = _generate_square_subsequent_mask(sz, dtype=m.dtype)._data
         make_causal = m.shape == causal.shape and bool((m == causal).all())
     return make_causal
 

@@ -77,13 +77,13 @@ class _Bucket:
     def __init__(self, index: int, params: list, dtype):
         self.index = index
         self.params = params  # [(parameter index, Parameter)]
-        total = sum(p.data.size for _, p in params)
+        total = sum(p._data.size for _, p in params)
         self.buffer = np.zeros(total, dtype)
         self.nbytes = self.buffer.nbytes
         self.slots, off = [], 0
         for _, p in params:
-            n = p.data.size
-            self.slots.append(self.buffer[off:off + n].reshape(p.data.shape))
+            n = p._data.size
+            self.slots.append(self.buffer[off:off + n].reshape(p._data.shape))
             off += n
         self.reset()
 
@@ -211,7 +211,7 @@ class DistributedDataParallel(Module):
         self._join_pass()
         b, j = self._where[index]
         slot = b.slots[j]
-        cur = None if t._grad is None else t._grad.data  # .grad's array
+        cur = None if t._grad is None else t._grad._data  # .grad's array
         if cur is not None and np.shares_memory(cur, slot):  # bucket view, not zeroed: keep
             self._saved[index] = cur.copy()  # its values for a failed backward (world of one)
         self._fill(slot, g, cur)
@@ -331,7 +331,7 @@ class DistributedDataParallel(Module):
         b, j = self._where[index]
         slot = b.slots[j]
         cur = self._params[index]._grad
-        cur = None if cur is None else cur.data
+        cur = None if cur is None else cur._data
         if cur is None:
             slot.fill(0)
         else:
@@ -385,7 +385,7 @@ class DistributedDataParallel(Module):
             return
         params = list(module.parameters())
         with no_grad():
-            works = [_comm.broadcast(p.data, 0, self.group, async_op=True) for p in params]
+            works = [_comm.broadcast(p._data, 0, self.group, async_op=True) for p in params]
             works += [_comm.broadcast(b, 0, self.group, async_op=True)
                       for b in module.buffers()]
             self._wait_all(works, "the broadcast of rank 0's parameters and buffers")
@@ -467,9 +467,9 @@ def _assign_buckets(params: list, cap_mb: float):
         sizes.pop(dt)
 
     for i in reversed(range(len(params))):
-        dt = params[i].data.dtype
+        dt = params[i]._data.dtype
         open_.setdefault(dt, []).append(i)
-        sizes[dt] = sizes.get(dt, 0) + params[i].data.nbytes
+        sizes[dt] = sizes.get(dt, 0) + params[i]._data.nbytes
         cap = cap_mb * 2**20 if buckets else min(_FIRST_BUCKET_BYTES, cap_mb * 2**20)
         if sizes[dt] >= cap:
             close(dt)

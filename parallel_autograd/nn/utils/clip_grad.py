@@ -45,7 +45,7 @@ def _params(parameters: Parameters) -> list:
 
 
 def _array(g) -> np.ndarray:
-    return g.data if isinstance(g, Tensor) else g
+    return g._data if isinstance(g, Tensor) else g
 
 
 def _norm(a: np.ndarray, p: float) -> float:
@@ -128,7 +128,7 @@ def _update(params: list, kernel, method) -> None:
             g = p._grad
             if g is None:
                 continue
-            arr = g.data
+            arr = g._data
             if g.grad_fn is not None or g._requires_grad or not isinstance(arr, np.ndarray):
                 with no_grad():
                     method(g)

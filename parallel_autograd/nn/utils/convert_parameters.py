@@ -33,15 +33,15 @@ def vector_to_parameters(vec: Tensor, parameters: Iterable[Tensor]) -> None:
     if not isinstance(vec, Tensor):
         raise TypeError(f"expected Tensor, but got: {type(vec).__name__}")
     params = list(parameters)
-    v = vec.data
-    need = sum(p.data.size for p in params)
+    v = vec._data
+    need = sum(p._data.size for p in params)
     if v.ndim != 1 or v.size != need:
         raise ValueError(f"vector_to_parameters: vec must be 1-D with {need} elements (the "
                          f"parameters' total), got shape {v.shape}")
     at = 0
     with no_grad():
         for p in params:
-            n = p.data.size
-            np.copyto(p.data, v[at:at + n].reshape(p.data.shape), casting="same_kind")
+            n = p._data.size
+            np.copyto(p._data, v[at:at + n].reshape(p._data.shape), casting="same_kind")
             version.bump(p)
             at += n

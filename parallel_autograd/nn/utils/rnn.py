@@ -55,7 +55,7 @@ class PackedSequence(NamedTuple):
 
 
 def _ints(name: str, lengths) -> np.ndarray:
-    a = np.asarray(lengths.data if isinstance(lengths, Tensor) else lengths)
+    a = np.asarray(lengths._data if isinstance(lengths, Tensor) else lengths)
     if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
         raise ValueError(f"{name}: lengths must be a 1-D sequence of integers, got "
                          f"{a.dtype} of shape {a.shape}")
@@ -79,7 +79,7 @@ def _layout(lengths_sorted: np.ndarray, steps: int):
 
 
 def _raw(x) -> np.ndarray:
-    return x.data if isinstance(x, Tensor) else np.asarray(x)
+    return x._data if isinstance(x, Tensor) else np.asarray(x)
 
 
 def packed_rows(batch_sizes) -> np.ndarray:
@@ -139,7 +139,7 @@ def pad_packed_sequence(sequence: PackedSequence, batch_first: bool = False,
     in the caller's batch order, and the lengths (int64), as PyTorch's; T is the longest
     length, or `total_length` (at least that)."""
     data = _tensor(sequence.data)
-    bs = np.asarray(sequence.batch_sizes.data if isinstance(sequence.batch_sizes, Tensor)
+    bs = np.asarray(sequence.batch_sizes._data if isinstance(sequence.batch_sizes, Tensor)
                     else sequence.batch_sizes, np.int64)
     steps, b = bs.size, int(bs[0]) if bs.size else 0
     if total_length is not None:
@@ -152,7 +152,7 @@ def pad_packed_sequence(sequence: PackedSequence, batch_first: bool = False,
         steps_out = steps
     lens = _sorted_lengths(bs)
     unsorted = None if sequence.unsorted_indices is None else \
-        np.asarray(_tensor(sequence.unsorted_indices).data, np.int64)
+        np.asarray(_tensor(sequence.unsorted_indices)._data, np.int64)
     # where each (step, caller's batch position) reads: its packed row, or the padding row
     _, t, i = _layout(lens, steps)
     where = np.full((steps_out, b), data.shape[0], np.int64)

@@ -28,7 +28,7 @@ class LinAlgError(RuntimeError):
 
 def data(x) -> np.ndarray:
     """A Tensor's array, or `x` as an array."""
-    return x.data if isinstance(x, Tensor) else np.asarray(x)
+    return x._data if isinstance(x, Tensor) else np.asarray(x)
 
 
 def floating(name: str, x, what: str = "A", min_ndim: int = 2, like=None) -> np.ndarray:

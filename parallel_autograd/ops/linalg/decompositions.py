@@ -950,7 +950,7 @@ def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | Non
     p = _mm(T(vh), T(u))                          # pinv(A)
     x = lstsq_solution(A, B if isinstance(B, Tensor) else b, p, rcond)
     rank = keep.sum(-1).astype(np.int64)
-    xm = x.data[..., None] if bm is not b else x.data
+    xm = x._data[..., None] if bm is not b else x._data
     return LstsqResult(
         x, const(np.asarray(_lstsq_residuals(a, bm, xm, driver, rank))),
         const(rank if driver != "gels" else np.zeros((0,), np.int64)),

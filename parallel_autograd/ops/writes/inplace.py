@@ -15,8 +15,9 @@ When they are allowed (PyTorch's rules, stricter for views):
   the out-of-place op's node as its history; docs/inplace.md); through a view of
   another tensor's memory: RuntimeError (PyTorch rewrites the viewed tensor's history).
 
-Writes through `.data` (numpy) bypass the checks and the version counter, as in
-PyTorch. Thread safety: like any write to an array, not synchronised with readers.
+Writes through `.data` (a Tensor with no history and a counter of its own) bypass the
+checks and this tensor's version counter, as in PyTorch. Thread safety: like any write to
+an array, not synchronised with readers.
 
 `t[index] = value` (`__setitem__`, `setitem.py`) follows the same rules when nothing
 requires grad or under `no_grad()`, and otherwise, unlike the methods here, is recorded:
@@ -57,7 +58,7 @@ __all__ = ["bernoulli", "METHODS"]
 
 
 def _raw(x):
-    return x.data if isinstance(x, Tensor) else x
+    return x._data if isinstance(x, Tensor) else x
 
 
 _LEAF = ("a leaf Variable that requires grad is being used in an in-place operation. "
@@ -99,14 +100,14 @@ def _inplace(name: str, write, recorded=None):
     allowed = None if op is None else op.dtypes
 
     def method(self: Tensor, *operands, **kwargs) -> Tensor:
-        if allowed is not None and self.data.dtype not in allowed:
-            raise not_implemented(op.name, self.data.dtype)
+        if allowed is not None and self._data.dtype not in allowed:
+            raise not_implemented(op.name, self._data.dtype)
         if _records(self, name, operands + tuple(kwargs.values())):
             if recorded is None:
                 _check(self, name, operands + tuple(kwargs.values()))
             return rebase(self, name, recorded, operands, kwargs)
         try:
-            write(self.data, *[_raw(o) for o in operands],
+            write(self._data, *[_raw(o) for o in operands],
                   **{k: _raw(v) for k, v in kwargs.items()})
         except NotImplementedError:  # (PyTorch's refusal of a dtype: its type kept)
             raise
@@ -342,7 +343,7 @@ def _reshaping(name: str, view, recorded):
     def method(self: Tensor, *args) -> Tensor:
         if _records(self, name, ()):
             return rebase_view(self, name, recorded, args)
-        self.data = view(self.data, *args)
+        self._data = view(self._data, *args)
         version.bump(self)
         return self
 
@@ -417,10 +418,10 @@ def _bernoulli(d, p=0.5, *, generator=None):
 def bernoulli(input, p=None, *, generator=None) -> Tensor:
     """0 or 1 (input's dtype) drawn elementwise with probability `input` (or `p`, a number,
     for every element); the gradient is 0 (PyTorch's)."""
-    x = input.data if isinstance(input, Tensor) else np.asarray(input)
+    x = input._data if isinstance(input, Tensor) else np.asarray(input)
     if x.dtype.kind == "c" or (p is None and x.dtype.kind != "f"):  # PyTorch's kernels
         raise not_implemented("bernoulli", x.dtype)
-    prob = _probabilities(x if p is None else (p.data if isinstance(p, Tensor) else p),
+    prob = _probabilities(x if p is None else (p._data if isinstance(p, Tensor) else p),
                           "bernoulli: ")
     draw = resolve_generator(generator).random(x.shape) < np.broadcast_to(prob, x.shape)
     out = depends_on(draw.astype(x.dtype), input)
@@ -442,7 +443,7 @@ def _drawn(write):
 
 def _index_filled(old, dim, index, value):
     """`index_fill_`'s recorded form: `value` written at `index` along `dim`."""
-    d = old.data
+    d = old._data
     if d.ndim == 0:
         raise ValueError("index_fill_: input must have at least 1 dimension")
     k = IX.old_dim(dim, d.ndim, "index_fill_")
@@ -504,7 +505,7 @@ def inplace_form(op):
         if _records(t, name, operands + tuple(kwargs.values())):
             return rebase(t, name, op, operands, kwargs)
         out = op(t, *operands, **kwargs)
-        np.copyto(t.data, out.data, casting="same_kind")
+        np.copyto(t._data, out._data, casting="same_kind")
         version.bump(t)
         return t
 

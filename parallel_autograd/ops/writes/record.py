@@ -64,7 +64,7 @@ def _prepare(t: Tensor, name: str) -> np.ndarray:
     """`t`'s array, once the write is known to be allowed."""
     if _view_of_other(t):
         raise view_refused(name)
-    a = t.data
+    a = t._data
     if a.dtype.kind != "f":
         raise RuntimeError(f"{name}: result type Float can't be cast to the desired output "
                            f"type {scalar_type_name(a.dtype)} (an operand requires grad)")
@@ -79,7 +79,7 @@ def rebase(t: Tensor, name: str, op, operands: tuple, kwargs: dict) -> Tensor:
     old = Tensor._wrap(a, t.grad_fn, t._vc)
     old._requires_grad = t._requires_grad
     new = op(old, *operands, **kwargs)
-    out, node = new.data, new.grad_fn
+    out, node = new._data, new.grad_fn
     if out.shape != a.shape:
         raise RuntimeError(f"{name}: output with shape {list(a.shape)} doesn't match the "
                            f"broadcast shape {list(out.shape)}")
@@ -121,18 +121,18 @@ def _through_view(t: Tensor, name: str, op, operands: tuple, kwargs: dict) -> Te
     `t` a view of the new base. Refused (nothing written) when the base is unknown, a
     leaf that requires grad, or the geometry does not allow it."""
     base, geom = _view_base(t, name)
-    a = t.data
-    old_base = Tensor._wrap(base.data, base.grad_fn, base._vc)
+    a = t._data
+    old_base = Tensor._wrap(base._data, base.grad_fn, base._vc)
     old_base._requires_grad = base._requires_grad
     old = view_take(old_base, geom)
     new = op(old, *operands, **kwargs)
-    if new.data.shape != a.shape:
+    if new._data.shape != a.shape:
         raise RuntimeError(f"{name}: output with shape {list(a.shape)} doesn't match the "
-                           f"broadcast shape {list(new.data.shape)}")
+                           f"broadcast shape {list(new._data.shape)}")
     node = new.grad_fn
     if node is not None:
         node.saved = tuple(_detached(node, a))
-    np.copyto(a, new.data, casting="unsafe")
+    np.copyto(a, new._data, casting="unsafe")
     version.bump(t)
     epoch = version.EPOCH[0]
     # the nodes made before the write read nothing it changed (old's reads nothing at all;
@@ -153,7 +153,7 @@ def _through_view(t: Tensor, name: str, op, operands: tuple, kwargs: dict) -> Te
 def _view_base(t: Tensor, name: str):
     """The tensor `t` views and the view's `Geometry` in it, or the refusal."""
     base = getattr(t, "_base", None)
-    a = t.data
+    a = t._data
     if base is None or _view_of_other(base) or not a.flags.writeable:
         raise view_refused(name)
     if base.grad_fn is None and base._requires_grad:
@@ -163,7 +163,7 @@ def _view_base(t: Tensor, name: str):
         raise RuntimeError(f"{name}: result type Float can't be cast to the desired output "
                            f"type {scalar_type_name(a.dtype)} (an operand requires grad)")
     try:
-        return base, Geometry(base.data, a)
+        return base, Geometry(base._data, a)
     except ValueError:
         raise view_refused(name) from None
 
@@ -173,15 +173,15 @@ def _write(t: Tensor, a: np.ndarray, out: np.ndarray) -> np.ndarray:
     if a.flags.writeable:
         np.copyto(a, out, casting="unsafe")
         return a
-    t.data = out.astype(a.dtype, copy=False)
-    return t.data
+    t._data = out.astype(a.dtype, copy=False)
+    return t._data
 
 
 def _counters(operands: tuple, kwargs: dict, saved: list, out_vc: list) -> tuple:
     """The counters the node checks: the operands whose memory it keeps, then the output's."""
     vcs = []
     for o in (*operands, *kwargs.values()):
-        if isinstance(o, Tensor) and any(_aliases(s, o.data) for s in saved[1:]):
+        if isinstance(o, Tensor) and any(_aliases(s, o._data) for s in saved[1:]):
             vcs.append(o._vc)
     vcs.append(out_vc)
     return tuple(vcs)
@@ -202,12 +202,12 @@ def rebase_view(t: Tensor, name: str, op, args: tuple) -> Tensor:
     saved `t`'s values raises at backward; the new node reads no values and checks none
     (`t` is not a view of another tensor afterwards: it may be written in place)."""
     _prepare(t, name)
-    old = Tensor._wrap(t.data, t.grad_fn, t._vc)
+    old = Tensor._wrap(t._data, t.grad_fn, t._vc)
     old._requires_grad = t._requires_grad
     new = op(old, *args)
     node = new.grad_fn
     node.versions = None
-    t.data = new.data
+    t._data = new._data
     version.bump(t)
     _adopt(t, node)
     return t

@@ -56,14 +56,14 @@ _GIL = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
 def _data(x):
-    return x.data if isinstance(x, Tensor) else np.asarray(x)
+    return x._data if isinstance(x, Tensor) else np.asarray(x)
 
 
 def _frozen(index):
     """The index as numpy takes it: Tensors to arrays, lists to arrays, every array a
     copy of its own (the recorded write keeps it)."""
     if isinstance(index, Tensor):
-        index = index.data
+        index = index._data
     if isinstance(index, list):
         return np.array(index) if index else np.array([], dtype=np.intp)
     if isinstance(index, np.ndarray):
@@ -370,7 +370,7 @@ def _calibrate() -> tuple:
     owner = np.empty(2)
     view = Tensor._wrap(owner[:1])
     del owner
-    return _refs(t.data), _base_refs(view.data)
+    return _refs(t._data), _base_refs(view._data)
 
 
 def _base_refs(a) -> int:
@@ -381,11 +381,11 @@ def _base_refs(a) -> int:
 def _sole(t: Tensor) -> bool:
     """Nothing but `t` can see `t`'s array: no other reference to it, and it is the only
     array viewing its memory (an allocator block it alone views, or its own)."""
-    if not _GIL or not t.data.flags.writeable:
+    if not _GIL or not t._data.flags.writeable:
         return False
-    if t.data.base is not None and not memory.is_sole_view(t.data):
+    if t._data.base is not None and not memory.is_sole_view(t._data):
         return False
-    return _refs(t.data) <= _SOLE_REFS
+    return _refs(t._data) <= _SOLE_REFS
 
 
 def _view_of_other(t: Tensor) -> bool:
@@ -395,7 +395,7 @@ def _view_of_other(t: Tensor) -> bool:
     if node is not None:
         vs = node.versions
         return vs is not None and any(vc is t._vc for vc in vs[:-1])
-    data = t.data
+    data = t._data
     if data.base is None:
         return False
     if memory.is_block(data.base):
@@ -405,7 +405,7 @@ def _view_of_other(t: Tensor) -> bool:
 
 def _plain(t: Tensor, index, value) -> None:
     try:
-        t.data[index] = _data(value)
+        t._data[index] = _data(value)
     except (IndexError, TypeError, ValueError) as e:
         kind = IndexError if isinstance(e, IndexError) else \
             ValueError if isinstance(e, ValueError) else TypeError
@@ -425,9 +425,9 @@ def setitem(self: Tensor, index, value) -> None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
                            "operation (setitem); to change its values without recording, "
                            "write under `with pa.no_grad():`")
-    if self.data.dtype.kind != "f":
+    if self._data.dtype.kind != "f":
         raise TypeError(f"setitem: a value that requires grad cannot be written into a "
-                        f"tensor of dtype {self.data.dtype} (only floating point tensors "
+                        f"tensor of dtype {self._data.dtype} (only floating point tensors "
                         f"can require gradients)")
     if _view_of_other(self):
         raise RuntimeError(
@@ -436,13 +436,13 @@ def setitem(self: Tensor, index, value) -> None:
             "would not reach the history of the tensor it views. Write into that tensor "
             "(x[0, 1] = v rather than x[0][1] = v), or into a copy (y = x * 1)")
     index = _frozen(index)
-    plan = Plan(self.data.shape, index, v_grad)
+    plan = Plan(self._data.shape, index, v_grad)
     value = _fit(value, plan.shape, "setitem")
     if _sole(self):  # no one else sees the array: write it in place (no node saved it,
         made = _record(self, value, plan, in_place=True).grad_fn  # so no version to bump)
     else:            # others hold it: the written values go to a new array, t's from now
         new = _record(self, value, plan)
-        self.data = new.data
+        self._data = new._data
         made = new.grad_fn
     self._vc = [0]   # t's values from now on: what shared the old counter is unaffected
     if node is not None and node.retained is not None and node.retained() is self:
