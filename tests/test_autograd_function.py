@@ -93,7 +93,7 @@ def leaves(lib, *arrays):
 
 
 def np_(t):
-    return t.detach().numpy() if isinstance(t, torch.Tensor) else t.data
+    return t.detach().numpy() if isinstance(t, torch.Tensor) else t.numpy()
 
 
 CASES = {
@@ -116,13 +116,13 @@ def test_values_gradients_and_double_backward_match_torch(case):
     th = torch.autograd.grad(sum((g * g).sum() for g in tg), [tx, tw])
     x, w = leaves(pa, X, W)
     y = f(PA, x, w)
-    np.testing.assert_allclose(y.data, np_(ty), rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(y.numpy(), np_(ty), rtol=1e-13, atol=1e-15)
     g = pa.grad(y.sum(), [x, w], create_graph=True)
     for a, b in zip(g, tg):
-        np.testing.assert_allclose(a.data, np_(b), rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(a.numpy(), np_(b), rtol=1e-13, atol=1e-15)
     h = pa.grad(sum((gi * gi).sum() for gi in g), [x, w])
     for a, b in zip(h, th):
-        np.testing.assert_allclose(a.data, np_(b), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(a.numpy(), np_(b), rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -276,7 +276,7 @@ def test_input_returned_unchanged_is_a_new_tensor_on_its_memory():
     (x,) = leaves(pa, X)
     y = Ident.apply(x)
     assert y is not x and y.grad_fn.name == "IdentBackward"
-    assert np.shares_memory(y.data, x.data)
+    assert np.shares_memory(y.numpy(), x.numpy())
     y.sum().backward()
     np.testing.assert_array_equal(x.grad, np.full(X.shape, 2.0))
 

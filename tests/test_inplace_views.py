@@ -86,8 +86,8 @@ def test_the_base_takes_copyslices_and_the_view_a_new_history():
     v.mul_(3)
     assert y.grad_fn.name == "CopySlices"
     assert v.grad_fn is not before and v.grad_fn.next_nodes[0] is y.grad_fn
-    np.testing.assert_array_equal(y.data[0], X[0] * 6)
-    assert np.shares_memory(v.data, y.data)
+    np.testing.assert_array_equal(y.numpy()[0], X[0] * 6)
+    assert np.shares_memory(v.numpy(), y.numpy())
 
 
 def test_a_view_of_a_leaf_that_requires_grad_is_refused_as_pytorch():

@@ -19,20 +19,20 @@ def test_bilinear_module_matches_torch(torch):
     ref = torch.nn.Bilinear(4, 3, 5, dtype=torch.float64)
     assert repr(layer) == repr(ref)
     bound = 1 / np.sqrt(4)
-    assert np.abs(layer.weight.data).max() <= bound and np.abs(layer.bias.data).max() <= bound
+    assert np.abs(layer.weight.numpy()).max() <= bound and np.abs(layer.bias.numpy()).max() <= bound
     with torch.no_grad():
-        ref.weight.copy_(torch.tensor(layer.weight.data))
-        ref.bias.copy_(torch.tensor(layer.bias.data))
+        ref.weight.copy_(torch.tensor(layer.weight.numpy()))
+        ref.bias.copy_(torch.tensor(layer.bias.numpy()))
     r = np.random.default_rng(0)
     x1, x2 = r.standard_normal((2, 6, 4)), r.standard_normal((2, 6, 3))
     y = layer(pa.tensor(x1), pa.tensor(x2))
     t = ref(torch.tensor(x1), torch.tensor(x2))
-    np.testing.assert_allclose(y.data, t.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(y.numpy(), t.detach().numpy(), rtol=1e-12)
     g = r.standard_normal(y.shape)
     y.backward(pa.tensor(g))
     t.backward(torch.tensor(g))
-    np.testing.assert_allclose(layer.weight.grad.data, ref.weight.grad.numpy(), rtol=1e-12)
-    np.testing.assert_allclose(layer.bias.grad.data, ref.bias.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(layer.weight.grad.numpy(), ref.weight.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(layer.bias.grad.numpy(), ref.bias.grad.numpy(), rtol=1e-12)
     assert nn.Bilinear(2, 2, 3, bias=False).bias is None
     with pytest.raises(ValueError, match="in1_features"):
         nn.Bilinear(0, 2, 3)
@@ -54,9 +54,9 @@ def test_embedding_bag_module_matches_torch(torch, kw, two_d):
     ref = torch.nn.EmbeddingBag(7, 3, dtype=torch.float64, **kw)
     assert repr(bag) == repr(ref)
     if "padding_idx" in kw:
-        assert not bag.weight.data[bag.padding_idx].any()
+        assert not bag.weight.numpy()[bag.padding_idx].any()
     with torch.no_grad():
-        ref.weight.copy_(torch.tensor(bag.weight.data))
+        ref.weight.copy_(torch.tensor(bag.weight.numpy()))
     if two_d:
         idx, off = r.integers(0, 7, (4, 5)), None
     else:
@@ -64,12 +64,12 @@ def test_embedding_bag_module_matches_torch(torch, kw, two_d):
         off = np.array([0, 3, 3, 8, 11] if kw.get("include_last_offset") else [0, 3, 3, 8])
     y = bag(pa.tensor(idx), None if off is None else pa.tensor(off))
     t = ref(torch.tensor(idx), None if off is None else torch.tensor(off))
-    np.testing.assert_allclose(y.data, t.detach().numpy(), rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(bag.weight.data, ref.weight.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(y.numpy(), t.detach().numpy(), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(bag.weight.numpy(), ref.weight.detach().numpy(), rtol=1e-12)
     g = r.standard_normal(y.shape)
     y.backward(pa.tensor(g))
     t.backward(torch.tensor(g))
-    np.testing.assert_allclose(bag.weight.grad.data, ref.weight.grad.numpy(), rtol=1e-12,
+    np.testing.assert_allclose(bag.weight.grad.numpy(), ref.weight.grad.numpy(), rtol=1e-12,
                                atol=1e-15)
 
 
@@ -87,7 +87,7 @@ def test_per_sample_weights_gradient_matches_torch(torch):
     y.backward(pa.tensor(g))
     t.backward(torch.tensor(g))
     for a, b in zip(ours, theirs):
-        np.testing.assert_allclose(a.grad.data, b.grad.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-12)
 
 
 def test_scale_grad_by_freq_divides_by_each_rows_count():
@@ -97,7 +97,7 @@ def test_scale_grad_by_freq_divides_by_each_rows_count():
     w = pa.tensor(np.eye(4), requires_grad=True)
     F.embedding_bag(pa.tensor(np.array([2, 2, 3])), w, pa.tensor(np.array([0, 1])),
                     mode="sum", scale_grad_by_freq=True).sum().backward()
-    np.testing.assert_array_equal(np.diag(w.grad.data), [0, 0, 1, 1])
+    np.testing.assert_array_equal(np.diag(w.grad.numpy()), [0, 0, 1, 1])
 
 
 def test_from_pretrained_and_an_empty_bag():
@@ -105,7 +105,7 @@ def test_from_pretrained_and_an_empty_bag():
     bag = nn.EmbeddingBag.from_pretrained(pa.tensor(table), mode="sum")
     assert not bag.weight.requires_grad
     out = bag(pa.tensor(np.array([1, 2, 3])), pa.tensor(np.array([0, 0, 2])))
-    np.testing.assert_array_equal(out.data, [[0, 0, 0], table[1] + table[2], table[3]])
+    np.testing.assert_array_equal(out.numpy(), [[0, 0, 0], table[1] + table[2], table[3]])
 
 
 BAD = [(dict(input=[1, 2, 3]), ValueError, "offsets has to be a 1D Tensor"),

@@ -70,7 +70,7 @@ def test_trajectory_matches_torch(torch, kw):
     for lo, lt in losses:
         assert lo == pytest.approx(lt, rel=1e-9, abs=1e-12)
     for p, t in zip(ours, theirs):
-        np.testing.assert_allclose(p.data, t.detach().numpy(), rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=1e-10, atol=1e-10)
     s, ts = opt.state[ours[0]], ref.state[theirs[0]]
     assert s["n_iter"] == ts["n_iter"] and s["func_evals"] == ts["func_evals"]
     assert len(s["old_dirs"]) == len(ts["old_dirs"])
@@ -81,14 +81,14 @@ def test_state_dict_round_trip_continues_identically():
     a = [pa.tensor(x.copy(), requires_grad=True) for x in init]
     opt = optim.LBFGS(a, history_size=4, max_iter=5, line_search_fn="strong_wolfe")
     opt.step(_closure(pa, opt, a, X, Y, []))
-    b = [pa.tensor(p.data.copy(), requires_grad=True) for p in a]
+    b = [pa.tensor(p.numpy().copy(), requires_grad=True) for p in a]
     twin = optim.LBFGS(b, history_size=4, max_iter=5, line_search_fn="strong_wolfe")
     twin.load_state_dict(opt.state_dict())
     for _ in range(2):
         opt.step(_closure(pa, opt, a, X, Y, []))
         twin.step(_closure(pa, twin, b, X, Y, []))
     for p, q in zip(a, b):
-        np.testing.assert_array_equal(p.data, q.data)
+        np.testing.assert_array_equal(p.numpy(), q.numpy())
 
 
 @pytest.mark.parametrize("line_search_fn", [None, "strong_wolfe"])
@@ -97,7 +97,7 @@ def test_a_failing_closure_leaves_parameters_and_state_unchanged(line_search_fn)
     a = [pa.tensor(x.copy(), requires_grad=True) for x in init]
     opt = optim.LBFGS(a, max_iter=6, line_search_fn=line_search_fn)
     opt.step(_closure(pa, opt, a, X, Y, []))
-    before = [p.data.copy() for p in a]
+    before = [p.numpy().copy() for p in a]
     state = opt.state_dict()["state"][0]
     good = _closure(pa, opt, a, X, Y, [])
     calls = []
@@ -111,7 +111,7 @@ def test_a_failing_closure_leaves_parameters_and_state_unchanged(line_search_fn)
     with pytest.raises(ZeroDivisionError):
         opt.step(flaky)
     for p, q in zip(a, before):
-        np.testing.assert_array_equal(p.data, q)
+        np.testing.assert_array_equal(p.numpy(), q)
     after = opt.state_dict()["state"][0]
     assert after["n_iter"] == state["n_iter"] and after["func_evals"] == state["func_evals"]
     assert len(after["old_dirs"]) == len(state["old_dirs"])

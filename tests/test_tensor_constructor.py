@@ -18,7 +18,7 @@ def test_sizes_make_a_tensor_of_that_shape_like_torch(args):
     ours = pa.Tensor(*args)
     assert tuple(ours.shape) == tuple(t.shape)
     assert ours.dtype == pa.get_default_dtype()  # torch's: its default dtype (float32)
-    assert not ours.data.any()
+    assert not ours.numpy().any()
 
 
 def test_a_size_object_is_sizes_and_the_default_dtype_is_followed():

@@ -261,7 +261,7 @@ def _make_nodes(ctx, inputs, outs, diff: list) -> dict:
             nexts.append(None)
             meta.append(None)
     if len(diff) == 1:
-        size = outs[diff[0]].data.size
+        size = outs[diff[0]]._data.size
         node = Node(name, tuple(nexts), tuple(meta), (ctx,), joint=_JOINT, cost=size,
                     size=size)
         _note(node)
