@@ -70,6 +70,11 @@ CASES = {
     # the padding row gets no gradient by design (tested below), so it is not looked up here
     "embedding_padding_idx": (lambda w: F.embedding(np.array([0, 4, 4, 1]), w, padding_idx=2),
                               [(5, 3)]),
+    "embedding_bag": (lambda w, s: F.embedding_bag(np.array([1, 2, 4, 4, 0]), w,
+                                                   np.array([0, 2, 2]), mode="sum",
+                                                   per_sample_weights=s), [(5, 3), (5,)]),
+    "embedding_bag_mean_2d": (lambda w: F.embedding_bag(np.array([[1, 2], [3, 3]]), w),
+                              [(5, 3)]),
     "dropout": (lambda x: F.dropout(x, 0.4, seed=3), [(4, 5)]),
     "dropout_eval": (lambda x: F.dropout(x, 0.4, training=False), [(4, 5)]),
     "dropout1d": (lambda x: F.dropout1d(x * x, 0.5, seed=4), [(3, 4, 2)]),
