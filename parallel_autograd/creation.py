@@ -171,7 +171,7 @@ def _infer(data) -> np.dtype:
     return _default_float() if d is None else d
 
 
-def _array(data, dt: np.dtype | None) -> np.ndarray:
+def array_of(data, dt: np.dtype | None) -> np.ndarray:
     """A new array of `data` (nested sequences, scalars, arrays, tensors) in dtype `dt`
     (None: torch.tensor's inference). numpy's own inference agrees with torch's for bool
     and integer leaves; a float result may not (Python floats count as the default dtype,
@@ -216,7 +216,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad: bool = False,
     dt = None if dtype is None else D.to_numpy(dtype)
     if dt is not None:
         _check_grad(dt, requires_grad)
-    arr = _array(data, dt)
+    arr = array_of(data, dt)
     _check_grad(arr.dtype, requires_grad)
     return _leaf(arr, requires_grad)
 
@@ -232,7 +232,7 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
     if isinstance(data, np.ndarray) and (dtype is None or D.to_numpy(dtype) == data.dtype) \
             and data.dtype.kind not in "OUSVMm":
         return Tensor._wrap(data)
-    return Tensor._wrap(_array(data, None if dtype is None else D.to_numpy(dtype)))
+    return Tensor._wrap(array_of(data, None if dtype is None else D.to_numpy(dtype)))
 
 
 def from_numpy(ndarray: np.ndarray) -> Tensor:

@@ -144,7 +144,7 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
         if saved[0] is out:
             vcs.append(vc)
         elif vcs:
-            vcs.append(_UNREAD)  # (the last is the output's: version.check's message)
+            vcs.append(UNREAD)  # (the last is the output's: version.check's message)
         vcs = tuple(vcs) if vcs else None  # (add, sub: nothing a write could invalidate)
     else:  # (a view of an input, or extras kept: `_read_counters` decides)
         vcs = tuple(_read_counters(inputs, saved, out, vc))
@@ -163,7 +163,7 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
 
 
 anomaly_mode = anomaly.mode
-_UNREAD = [0]  # the counter of an output no rule reads: never stamped (version.check)
+UNREAD = [0]  # the counter of an output no rule reads: never stamped (version.check)
 
 
 def _kept(d: np.ndarray, a, extras: tuple) -> bool:
@@ -182,7 +182,7 @@ def _read_counters(inputs, saved, out: np.ndarray, vc: list) -> list:
     """The version counters a declared op's node checks before its rules run (PyTorch
     checks its saved variables only): those of the inputs whose arrays the node keeps
     (not a placeholder, a stand-in or a promoted copy), then the output's if it keeps
-    the output, else `_UNREAD`. An output that views an input (it shares that input's
+    the output, else `UNREAD`. An output that views an input (it shares that input's
     counter) keeps the counter in both places, whatever is saved: a write into that
     memory changes the view's values behind its recorded history. On every op's path:
     identity tests only, unless the node keeps extras (`Saved`)."""
@@ -199,7 +199,7 @@ def _read_counters(inputs, saved, out: np.ndarray, vc: list) -> list:
                     vcs.append(xv)
                 elif saved[i + 1] is x._data:
                     vcs.append(xv)
-        vcs.append(vc if view or saved[0] is out else _UNREAD)
+        vcs.append(vc if view or saved[0] is out else UNREAD)
         return vcs
     extras = saved[n + 1:]
     for i in range(n):
@@ -207,7 +207,7 @@ def _read_counters(inputs, saved, out: np.ndarray, vc: list) -> list:
         if isinstance(x, Tensor) and (x._vc is vc or _kept(x._data, saved[i + 1], extras)):
             view = view or x._vc is vc
             vcs.append(x._vc)
-    vcs.append(vc if view or _kept(out, saved[0], extras) else _UNREAD)
+    vcs.append(vc if view or _kept(out, saved[0], extras) else UNREAD)
     return vcs
 
 

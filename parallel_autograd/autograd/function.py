@@ -49,7 +49,7 @@ from ..node import Node, accumulator_for
 from ..ops import shape as S
 from ..ops.forms import cast
 from ..ops.writes.record import view_refused
-from ..ops.writes.setitem import _view_of_other
+from ..ops.writes.setitem import view_of_other
 from ..tensor import Tensor
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
@@ -187,7 +187,7 @@ def _check_dirty(ctx, inputs, outs, tracked: bool) -> set:
             if t.requires_grad and t.grad_fn is None:
                 raise RuntimeError("a leaf Variable that requires grad has been used in an "
                                    "in-place operation.")
-            if _view_of_other(t):
+            if view_of_other(t):
                 raise view_refused(f"{ctx._name} (mark_dirty)")
     return dirty
 

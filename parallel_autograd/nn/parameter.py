@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as D
-from ..creation import _array
+from ..creation import array_of
 from ..tensor import Tensor
 
 __all__ = ["Parameter"]
@@ -37,7 +37,7 @@ class Parameter(Tensor):
         elif isinstance(data, (np.ndarray, np.generic)):
             arr = np.asarray(data)
         else:   # Python floats take the default dtype, as in `pa.tensor`
-            arr = _array(data, None)
+            arr = array_of(data, None)
         self._init(arr, None)
         if vc is not None:
             self._vc = vc

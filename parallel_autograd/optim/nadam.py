@@ -10,7 +10,7 @@ import numpy as np
 from .. import dtypes as D
 from ..tensor import Tensor
 from ._blocks import blocks, effective_grad, lerp_
-from .optimizer import Optimizer, ParamsT, _load_step, check_flag, check_real
+from .optimizer import Optimizer, ParamsT, load_step, check_flag, check_real
 
 
 def _check_adam_group(name: str, group: dict[str, Any]) -> None:
@@ -143,7 +143,7 @@ class NAdam(Optimizer):
                     if isinstance(v, (str, bytes)):  # PyTorch's torch.tensor(v): TypeError
                         raise TypeError(f"NAdam.load_state_dict: state 'mu_product' of "
                                         f"parameter {k!r} must be a number, got {v!r}")
-                    s = dict(s, mu_product=_load_step(
+                    s = dict(s, mu_product=load_step(
                         "NAdam", k, v._data if isinstance(v, Tensor) else v, "mu_product"))
                 state[k] = s
             state_dict = dict(state_dict, state=state)

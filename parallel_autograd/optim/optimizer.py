@@ -672,7 +672,7 @@ def _load_param_state(owner: str, key: Any, p: Tensor, saved: Any) -> dict[str, 
         if isinstance(v, Tensor):
             v = v._data
         if k == "step":
-            out[k] = _load_step(owner, key, v)
+            out[k] = load_step(owner, key, v)
         elif isinstance(v, np.ndarray):
             where = f"{owner}.load_state_dict: state {k!r} of parameter {key!r}"
             if v.shape != arr.shape:
@@ -687,7 +687,7 @@ def _load_param_state(owner: str, key: Any, p: Tensor, saved: Any) -> dict[str, 
     return out
 
 
-def _load_step(owner: str, key: Any, v: Any, entry: str = "step") -> float:
+def load_step(owner: str, key: Any, v: Any, entry: str = "step") -> float:
     """A saved `"step"` (or other number `entry`: a number, or a 0-d array as PyTorch
     saves it) as a float."""
     a = None if isinstance(v, (str, bytes)) else np.asarray(v)

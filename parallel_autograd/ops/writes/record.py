@@ -38,9 +38,9 @@ import numpy as np
 
 from ... import version
 from ...dtypes import scalar_type_name
-from ...primitive import _UNREAD
+from ...primitive import UNREAD
 from ...tensor import Tensor
-from .setitem import _view_of_other
+from .setitem import view_of_other
 from .views import Geometry, view_put, view_take
 
 __all__ = ["rebase", "rebase_view", "view_refused"]
@@ -62,7 +62,7 @@ def _aliases(a, base: np.ndarray) -> bool:
 
 def _prepare(t: Tensor, name: str) -> np.ndarray:
     """`t`'s array, once the write is known to be allowed."""
-    if _view_of_other(t):
+    if view_of_other(t):
         raise view_refused(name)
     a = t._data
     if a.dtype.kind != "f":
@@ -73,7 +73,7 @@ def _prepare(t: Tensor, name: str) -> np.ndarray:
 
 def rebase(t: Tensor, name: str, op, operands: tuple, kwargs: dict) -> Tensor:
     """Record `t = op(t, *operands, **kwargs)` in place (see the module docstring)."""
-    if _view_of_other(t):
+    if view_of_other(t):
         return _through_view(t, name, op, operands, kwargs)
     a = _prepare(t, name)
     old = Tensor._wrap(a, t.grad_fn, t._vc)
@@ -94,7 +94,7 @@ def rebase(t: Tensor, name: str, op, operands: tuple, kwargs: dict) -> Tensor:
         saved[0] = a  # t's array holds the values: the node's own is dropped
     node.saved = tuple(saved)
     version.bump(t)
-    node.versions = _counters(operands, kwargs, saved, t._vc if reads_out else _UNREAD)
+    node.versions = _counters(operands, kwargs, saved, t._vc if reads_out else UNREAD)
     node.epoch = version.EPOCH[0]
     _adopt(t, node)
     return t
@@ -154,7 +154,7 @@ def _view_base(t: Tensor, name: str):
     """The tensor `t` views and the view's `Geometry` in it, or the refusal."""
     base = getattr(t, "_base", None)
     a = t._data
-    if base is None or _view_of_other(base) or not a.flags.writeable:
+    if base is None or view_of_other(base) or not a.flags.writeable:
         raise view_refused(name)
     if base.grad_fn is None and base._requires_grad:
         raise RuntimeError(f"a view of a leaf Variable that requires grad is being used in an "

@@ -365,7 +365,7 @@ def _refs(a) -> int:
 
 def _calibrate() -> tuple:
     # references to an array held by one tensor, counted as `_sole` counts them; and to a
-    # base array viewed by one array alone, counted as `_view_of_other` counts them
+    # base array viewed by one array alone, counted as `view_of_other` counts them
     t = Tensor._wrap(np.empty(1))
     owner = np.empty(2)
     view = Tensor._wrap(owner[:1])
@@ -388,7 +388,7 @@ def _sole(t: Tensor) -> bool:
     return _refs(t._data) <= _SOLE_REFS
 
 
-def _view_of_other(t: Tensor) -> bool:
+def view_of_other(t: Tensor) -> bool:
     """`t` views another tensor's memory: an op made it as a view of its input (they
     share a version counter), or its array views memory that another array views."""
     node = t.grad_fn
@@ -429,7 +429,7 @@ def setitem(self: Tensor, index, value) -> None:
         raise TypeError(f"setitem: a value that requires grad cannot be written into a "
                         f"tensor of dtype {self._data.dtype} (only floating point tensors "
                         f"can require gradients)")
-    if _view_of_other(self):
+    if view_of_other(self):
         raise RuntimeError(
             "setitem: this tensor is a view of another tensor's memory (made by indexing, "
             "reshape, transpose, ...); a recorded write through it is not supported, as it "
