@@ -10,7 +10,7 @@ import numpy as np
 from . import dtypes as D
 from .engine.sequential import grad
 from .ops.shape import concat, reshape
-from .tensor import Tensor
+from .tensor import Tensor, tensor
 
 
 def numerical_grad(fn, inputs, eps: float = 1e-6, seed_grad=None, wrt=None) -> list:
@@ -45,7 +45,7 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
     may have any shape: it is contracted with a fixed random weight. Returns True,
     or raises AssertionError naming the input and the worst element.
     """
-    inputs = [t if isinstance(t, Tensor) else Tensor(t) for t in inputs]
+    inputs = [t if isinstance(t, Tensor) else tensor(t) for t in inputs]
     checked = [t for t in inputs if t.requires_grad]
     if not checked:
         raise ValueError("gradcheck: no input requires grad")
@@ -81,7 +81,7 @@ def gradgradcheck(fn, inputs, grad_outputs=None, eps: float = 1e-6, atol: float 
     respect to the inputs and to `grad_outputs` are compared with finite differences,
     as PyTorch's gradgradcheck does. Returns True or raises AssertionError.
     """
-    inputs = [t if isinstance(t, Tensor) else Tensor(t) for t in inputs]
+    inputs = [t if isinstance(t, Tensor) else tensor(t) for t in inputs]
     out = fn(*inputs)
     if grad_outputs is None:
         v = np.random.default_rng(seed + 1).uniform(0.5, 1.5, size=out.shape)

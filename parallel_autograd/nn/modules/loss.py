@@ -5,7 +5,7 @@
 PyTorch. The deprecated `size_average` / `reduce` arguments are not taken."""
 from __future__ import annotations
 
-from ...tensor import Tensor
+from ...tensor import Tensor, tensor
 from .. import functional as F
 from ..module import Module
 
@@ -18,7 +18,7 @@ def _check_reduction(layer: str, reduction, allowed=("mean", "sum", "none")) -> 
 
 
 def _buffer(value) -> Tensor | None:
-    return value if value is None or isinstance(value, Tensor) else Tensor(value)
+    return value if value is None or isinstance(value, Tensor) else tensor(value)
 
 
 class _Loss(Module):
