@@ -160,7 +160,6 @@ def _key(case: W.Case, form: str, variant: str) -> str:
 
 MIXED = "PyTorch's kernel refuses mixed float32/float64 operands; here they promote"
 INT_REFUSED = 'PyTorch refuses integer inputs; here they compute in the default dtype'
-KEEPS_INT = 'PyTorch keeps integer inputs integer; the result is float here'
 RECIPROCAL = "PyTorch computes y / x as reciprocal(x) * y in x's float32"
 TIES = "ties: PyTorch's index of a tied value is unspecified"
 INT_AVERAGE = 'PyTorch averages integer inputs in integers'
