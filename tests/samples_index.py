@@ -6,7 +6,7 @@ undefined), distinct values where a derivative is piecewise (amax/amin), zeros f
 
 `INTERNAL` holds samples of the ops the registry walk does not see (getitem and its
 adjoint, scatter's two forms, diagonal_backward); tests/test_ops_index.py runs the
-registry's checks on them.
+registry's checks on them (it did not until 2026-11-27: two samples had gone stale).
 """
 from __future__ import annotations
 
@@ -135,12 +135,12 @@ INTERNAL = {
         Sample(normal(rng, ()), index=None)],
     "index_accumulate": lambda rng: [
         Sample(normal(rng, (3,)), index=(np.array([0, 2, 0]),), shape=(4,)),
-        Sample(normal(rng, (2, 2, 3)), index=(1, slice(None), np.array([[0, 3], [3, 3]])),
-               shape=(2, 3, 4))],
+        Sample(normal(rng, (3, 2, 2)), index=(1, slice(None), np.array([[0, 3], [3, 3]])),
+               shape=(2, 3, 4))],  # (x[1, :, d] is (3, 2, 2): PyTorch's placement)
     "scatter_src": lambda rng: [
         Sample(normal(rng, (3, 5)), normal(rng, (2, 3)), prep=_at(1, IDX_S))],
     "scatter_value": lambda rng: [Sample(normal(rng, (3, 5)), prep=_at(1, IDX_S, 2.5))],
     "diagonal_backward": lambda rng: [
         Sample(normal(rng, (3,)), shape=(3, 4), offset=0, dim1=0, dim2=1),
-        Sample(normal(rng, (3, 2)), shape=(3, 2, 4), offset=1, dim1=0, dim2=2)],
+        Sample(normal(rng, (2, 3)), shape=(3, 2, 4), offset=1, dim1=0, dim2=2)],
 }

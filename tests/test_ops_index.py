@@ -572,3 +572,40 @@ def test_einsum_is_declared_and_a_frozen_operand_costs_its_node_nothing():
     assert node.name == "einsum_contract" and node.saved[0] is None   # (ans: never read)
     gx, gw = node.joint(np.ones((2, 4)), *node.saved, **node.kwargs)
     assert gw is None and gx.shape == (2, 3)
+
+
+# ---- the index family's internal ops: the registry's checks ----------------------------------
+# (getitem and its adjoint, scatter's two forms, diagonal_backward: declared, not exported, so
+# the registry walk does not see them; samples_index.INTERNAL holds their samples)
+def _internal_index_ops():
+    from parallel_autograd.primitive import REGISTRY   # noqa: PLC0415
+    return {op.name: op for op in REGISTRY
+            if op.family == "index" and not op.export and not op.composite}
+
+
+CHECKED_ELSEWHERE = {
+    "einsum_contract": "einsum's node: the walk runs the registry checks through einsum",
+    "delayed_error": "once_differentiable's refusing node: it raises by design",
+}
+
+
+def test_every_internal_index_op_has_samples():
+    import op_samples                                  # noqa: PLC0415, F401  (imports first)
+    from samples_index import INTERNAL                 # noqa: PLC0415
+    assert set(_internal_index_ops()) == set(INTERNAL) | set(CHECKED_ELSEWHERE)
+
+
+@pytest.mark.parametrize("check", ["test_gradcheck_and_gradgradcheck",
+                                   "test_kernel_equals_formula_at_first_order",
+                                   "test_both_engines_agree_bitwise",
+                                   "test_every_differentiable_input_has_a_formula"])
+@pytest.mark.parametrize("name", ["diagonal_backward", "getitem", "index_accumulate",
+                                  "scatter_src", "scatter_value"])
+def test_the_registry_checks_pass_for_the_internal_index_ops(name, check, monkeypatch):
+    import test_registry as registry                  # noqa: PLC0415  (its checks, reused)
+    from samples_index import INTERNAL                 # noqa: PLC0415
+    monkeypatch.setitem(registry.SAMPLES, name, INTERNAL[name])
+    op = _internal_index_ops()[name]
+    if check == "test_kernel_equals_formula_at_first_order" and not op.has_kernel:
+        return
+    getattr(registry, check)(op)
