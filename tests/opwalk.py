@@ -536,6 +536,8 @@ add("local_response_norm", ["bcw"], lambda m, x: (x, 2), where="F")
 add("embedding", ["n", "ie"], lambda m, i, w: (m.idx(index_array(i.shape, w.shape[0])), w),
     where="F", grad=True)
 add("pad", ["bcw"], lambda m, x: (x, (1, 2)), where="F")
+add("embedding_bag", ["nj", "ie"], lambda m, i, w: (
+    m.idx(index_array(i.shape, w.shape[0])), w), where="F", grad=True)
 add("embedding", ["n", "ie"], lambda m, i, w: (w, m.idx(index_array(i.shape, w.shape[0]))),
     where="f", label="torch", grad=True)
 add("dropout1d", ["bcw"], lambda m, x: (x, 0.5, False), where="F", label="eval")

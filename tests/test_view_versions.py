@@ -39,6 +39,9 @@ P = W.Lib("pa")
 pytestmark = pytest.mark.walk
 
 PARAMS = [pytest.param(c, f, id=f"{c.id}-{f}") for c in W.CASES for f in W.forms(c)]
+# aliases that do not share the counter, on purpose (PyTorch's): `.data` is the same memory
+# with a counter of its own, so writes through it are not tracked (tests/test_tensor_data.py)
+OWN_COUNTER = {"data"}
 
 
 def test_the_walk_covers_every_op():
@@ -94,6 +97,8 @@ def _same_root(a: np.ndarray, b: np.ndarray) -> bool:
 @pytest.mark.parametrize("case,form", PARAMS)
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_aliases_share_the_version_counter(case, form, variant):
+    if case.name in OWN_COUNTER:
+        return
     run = _run(case, form, variant)
     if run is None:
         return
@@ -146,6 +151,8 @@ def _write_then_backward(case: W.Case, form: str, variant: str, saved: int,
 @pytest.mark.parametrize("case,form", PARAMS)
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_a_write_through_any_alias_is_detected(case, form, variant):
+    if case.name in OWN_COUNTER:
+        return
     numeric = _targets(case, form, variant)
     for saved in numeric:
         for target in numeric:

@@ -59,6 +59,7 @@ DIFFERENT = {
     # bilinear with no in1 or in2 features: PyTorch refuses to reshape its empty operand
     # to (-1, 0) (a bug: the sum over no feature is 0); here the bias, broadcast
     ("bilinear", "i=0"): "PyTorch bug", ("bilinear", "j=0"): "PyTorch bug",
+    ("Bilinear", "e=0"): "PyTorch bug",
 }
 
 

@@ -90,6 +90,13 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None,
     if mode not in ("sum", "mean", "max"):
         raise ValueError("mode has to be one of sum, mean or max")
     w = np.asarray(array(weight))
+    if w.dtype.kind != "f":  # (PyTorch's check, its message)
+        raise RuntimeError(f"Expected tensor for argument #1 'weight' to have one of the "
+                           f"following scalar types: Half, BFloat16, Float, Double; but got "
+                           f"{w.dtype} instead (while checking arguments for embedding_bag)")
+    if np.ndim(array(input)) == 2 and np.shape(array(input))[1] == 0:
+        raise RuntimeError("embedding_bag: 2-D input of bags of 0 indices "
+                           f"{tuple(np.shape(array(input)))} (PyTorch: step must be nonzero)")
     if per_sample_weights is not None:
         if mode != "sum":
             raise NotImplementedError(f"embedding_bag: per_sample_weights was not None. "
