@@ -48,7 +48,7 @@ from ..grad_mode import grad_mode, is_grad_enabled, no_grad
 from ..node import Node, accumulator_for
 from ..ops import shape as S
 from ..ops.forms import cast
-from ..ops.writes.record import view_refused
+from ..ops.writes.record import adopt, view_refused
 from ..ops.writes.setitem import view_of_other
 from ..tensor import Tensor
 
@@ -198,7 +198,7 @@ def _output(o: Tensor, node, is_input: bool, is_dirty: bool) -> Tensor:
     forward takes the node itself."""
     if is_dirty:
         if node is not None:
-            _adopt(o, node)
+            adopt(o, node)
         return o
     if is_input or (node is not None and (o.grad_fn is not None or o.requires_grad)):
         return Tensor._wrap(o._data, node, o._vc)
@@ -206,14 +206,6 @@ def _output(o: Tensor, node, is_input: bool, is_dirty: bool) -> Tensor:
         o.grad_fn = node
         o._requires_grad = True
     return o
-
-
-def _adopt(t: Tensor, node) -> None:
-    prev = t.grad_fn
-    if prev is not None and prev.retained is not None and prev.retained() is t:
-        node.retained, prev.retained = prev.retained, None
-    t.grad_fn = node
-    t._requires_grad = True
 
 
 def _pack_saved(ctx, inputs, outs, nodes: dict) -> None:

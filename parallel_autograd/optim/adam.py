@@ -10,6 +10,21 @@ from ._blocks import blocks, effective_grad, lerp_
 from .optimizer import Optimizer, ParamsT, check_flag, check_real
 
 
+
+def check_adam_group(name: str, group: dict[str, Any], flags: tuple = ()) -> None:
+    """lr, eps, betas, weight_decay, and the flags maximize, decoupled_weight_decay and
+    `flags`: the checks of Adam's family (Adam, AdamW, NAdam, RAdam)."""
+    check_real(name, "lr", group["lr"])
+    check_real(name, "eps", group["eps"])
+    betas = group["betas"]
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise TypeError(f"{name}: betas must be a pair (beta1, beta2), got {betas!r}")
+    for i, b in enumerate(betas):
+        check_real(name, f"betas[{i}]", b, 0.0, 1.0, high_open=True)
+    check_real(name, "weight_decay", group["weight_decay"])
+    for flag in (*flags, "maximize", "decoupled_weight_decay"):
+        check_flag(name, flag, group[flag])
+
 class Adam(Optimizer):
     """Adam, as `torch.optim.Adam` (Kingma & Ba; AMSGrad with `amsgrad=True`).
 
@@ -56,17 +71,7 @@ class Adam(Optimizer):
         super().__init__(params, defaults)
 
     def _check_group(self, group: dict[str, Any]) -> None:
-        name = self._name
-        check_real(name, "lr", group["lr"])
-        check_real(name, "eps", group["eps"])
-        betas = group["betas"]
-        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise TypeError(f"{name}: betas must be a pair (beta1, beta2), got {betas!r}")
-        for i, b in enumerate(betas):
-            check_real(name, f"betas[{i}]", b, 0.0, 1.0, high_open=True)
-        check_real(name, "weight_decay", group["weight_decay"])
-        for flag in ("amsgrad", "maximize", "decoupled_weight_decay"):
-            check_flag(name, flag, group[flag])
+        check_adam_group(self._name, group, ("amsgrad",))
 
     def _state_keys(self, group: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
         return ("exp_avg", "exp_avg_sq"), ("max_exp_avg_sq",) if group["amsgrad"] else ()

@@ -10,21 +10,8 @@ import numpy as np
 from .. import dtypes as D
 from ..tensor import Tensor
 from ._blocks import blocks, effective_grad, lerp_
-from .optimizer import Optimizer, ParamsT, load_step, check_flag, check_real
-
-
-def _check_adam_group(name: str, group: dict[str, Any]) -> None:
-    """lr, eps, betas, weight_decay and decoupled_weight_decay/maximize, as Adam's."""
-    check_real(name, "lr", group["lr"])
-    check_real(name, "eps", group["eps"])
-    betas = group["betas"]
-    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-        raise TypeError(f"{name}: betas must be a pair (beta1, beta2), got {betas!r}")
-    for i, b in enumerate(betas):
-        check_real(name, f"betas[{i}]", b, 0.0, 1.0, high_open=True)
-    check_real(name, "weight_decay", group["weight_decay"])
-    for flag in ("maximize", "decoupled_weight_decay"):
-        check_flag(name, flag, group[flag])
+from .adam import check_adam_group
+from .optimizer import Optimizer, ParamsT, load_step, check_real
 
 
 def _moments(P, G, M, V, S, T, group: dict[str, Any], beta1: float, beta2: float):
@@ -92,7 +79,7 @@ class NAdam(Optimizer):
         super().__init__(params, defaults)
 
     def _check_group(self, group: dict[str, Any]) -> None:
-        _check_adam_group("NAdam", group)
+        check_adam_group("NAdam", group)
         check_real("NAdam", "momentum_decay", group["momentum_decay"])
 
     def _state_keys(self, group: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -218,7 +205,7 @@ class RAdam(Optimizer):
         super().__init__(params, defaults)
 
     def _check_group(self, group: dict[str, Any]) -> None:
-        _check_adam_group("RAdam", group)
+        check_adam_group("RAdam", group)
 
     def _state_keys(self, group: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
         return ("exp_avg", "exp_avg_sq"), ()

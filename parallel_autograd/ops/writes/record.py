@@ -96,7 +96,7 @@ def rebase(t: Tensor, name: str, op, operands: tuple, kwargs: dict) -> Tensor:
     version.bump(t)
     node.versions = _counters(operands, kwargs, saved, t._vc if reads_out else UNREAD)
     node.epoch = version.EPOCH[0]
-    _adopt(t, node)
+    adopt(t, node)
     return t
 
 
@@ -145,8 +145,8 @@ def _through_view(t: Tensor, name: str, op, operands: tuple, kwargs: dict) -> Te
         if n is not None:
             n.epoch = epoch
     put.versions = None
-    _adopt(base, put)
-    _adopt(t, view_take(base, geom).grad_fn)
+    adopt(base, put)
+    adopt(t, view_take(base, geom).grad_fn)
     return t
 
 
@@ -187,7 +187,7 @@ def _counters(operands: tuple, kwargs: dict, saved: list, out_vc: list) -> tuple
     return tuple(vcs)
 
 
-def _adopt(t: Tensor, node) -> None:
+def adopt(t: Tensor, node) -> None:
     """`t` takes `node` as its history (retain_grad follows `t`, as setitem's)."""
     prev = t.grad_fn
     if prev is not None and prev.retained is not None and prev.retained() is t:
@@ -209,5 +209,5 @@ def rebase_view(t: Tensor, name: str, op, args: tuple) -> Tensor:
     node.versions = None
     t._data = new._data
     version.bump(t)
-    _adopt(t, node)
+    adopt(t, node)
     return t
