@@ -45,12 +45,7 @@ class Linear(Module):
         super().__init__()
         self.in_features = size_int(in_features, "in_features", "Linear")
         self.out_features = size_int(out_features, "out_features", "Linear")
-        dt = float_dtype(dtype, "Linear")
-        self.weight = empty_parameter((self.out_features, self.in_features), dt)
-        if bias:
-            self.bias = empty_parameter((self.out_features,), dt)
-        else:
-            self.register_parameter("bias", None)
+        _weight_and_bias(self, (self.out_features, self.in_features), bias, dtype, "Linear")
         self.reset_parameters(generator)
 
     def reset_parameters(self, generator: np.random.Generator | None = None) -> None:
@@ -91,13 +86,8 @@ class Bilinear(Module):
         self.in1_features = size_int(in1_features, "in1_features", "Bilinear")
         self.in2_features = size_int(in2_features, "in2_features", "Bilinear")
         self.out_features = size_int(out_features, "out_features", "Bilinear")
-        dt = float_dtype(dtype, "Bilinear")
-        self.weight = empty_parameter((self.out_features, self.in1_features,
-                                       self.in2_features), dt)
-        if bias:
-            self.bias = empty_parameter((self.out_features,), dt)
-        else:
-            self.register_parameter("bias", None)
+        _weight_and_bias(self, (self.out_features, self.in1_features, self.in2_features),
+                         bias, dtype, "Bilinear")
         self.reset_parameters(generator)
 
     def reset_parameters(self, generator: np.random.Generator | None = None) -> None:
@@ -122,6 +112,16 @@ class Bilinear(Module):
         """PyTorch's: the three sizes and whether there is a bias."""
         return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
                 f"out_features={self.out_features}, bias={self.bias is not None}")
+
+
+def _weight_and_bias(module: Module, shape: tuple, bias: bool, dtype, name: str) -> None:
+    """Uninitialised `weight` of `shape` and `bias` of (shape[0],), or bias None."""
+    dt = float_dtype(dtype, name)
+    module.weight = empty_parameter(shape, dt)
+    if bias:
+        module.bias = empty_parameter((shape[0],), dt)
+    else:
+        module.register_parameter("bias", None)
 
 
 def init_linear_like(weight: Parameter, bias: Parameter | None,

@@ -12,7 +12,43 @@ from ..parameter import Parameter
 from ._utils import empty_parameter, float_dtype, size_int
 
 
-class Embedding(Module):
+class _Table(Module):
+    """What Embedding and EmbeddingBag share: the table's sizes, its padding row and its
+    initialisation (N(0, 1), the padding row zeroed), and `from_pretrained`'s shape check."""
+
+    def _table(self, name: str, num_embeddings, embedding_dim, padding_idx, dtype,
+               generator, weight=None, requires_grad: bool = True,
+               error: type = ValueError) -> None:
+        """The sizes, the padding row and the weight: drawn, or `weight` used as is
+        (PyTorch's private `_weight`: shared, not copied; a wrong shape raises `error`)."""
+        self.num_embeddings = size_int(num_embeddings, "num_embeddings", name)
+        self.embedding_dim = size_int(embedding_dim, "embedding_dim", name)
+        self.padding_idx = _padding_idx(padding_idx, self.num_embeddings)
+        if weight is None:
+            self.weight = empty_parameter((self.num_embeddings, self.embedding_dim),
+                                          float_dtype(dtype, name))
+            self.reset_parameters(generator)
+            return
+        self.weight = Parameter(weight, requires_grad=requires_grad)
+        if self.weight.shape != (self.num_embeddings, self.embedding_dim):
+            raise error("Shape of weight does not match num_embeddings and embedding_dim")
+
+    def reset_parameters(self, generator: np.random.Generator | None = None) -> None:
+        """Redraw the weight from N(0, 1) and zero the padding row."""
+        init.normal_(self.weight, generator=generator)
+        if self.padding_idx is not None:
+            self.weight._data[self.padding_idx] = 0
+            version.bump(self.weight)
+
+
+def _pretrained_shape(embeddings) -> tuple:
+    shape = np.shape(embeddings._data if isinstance(embeddings, Tensor) else embeddings)
+    if len(shape) != 2:
+        raise ValueError("Embeddings parameter is expected to be 2-dimensional")
+    return shape
+
+
+class Embedding(_Table):
     """A lookup table of `num_embeddings` vectors of size `embedding_dim` (PyTorch's
     `nn.Embedding`): integer indices of any shape -> (*shape, embedding_dim).
 
@@ -37,27 +73,10 @@ class Embedding(Module):
                  _freeze: bool = False, dtype=None,
                  generator: np.random.Generator | None = None) -> None:
         super().__init__()
-        self.num_embeddings = size_int(num_embeddings, "num_embeddings", "Embedding")
-        self.embedding_dim = size_int(embedding_dim, "embedding_dim", "Embedding")
-        self.padding_idx = _padding_idx(padding_idx, self.num_embeddings)
+        self._table("Embedding", num_embeddings, embedding_dim, padding_idx, dtype,
+                    generator, _weight, requires_grad=not _freeze)
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
-        if _weight is None:
-            self.weight = empty_parameter((self.num_embeddings, self.embedding_dim),
-                                          float_dtype(dtype, "Embedding"))
-            self.reset_parameters(generator)
-        else:  # PyTorch's private argument: use this table as is (shared, not copied)
-            self.weight = Parameter(_weight, requires_grad=not _freeze)
-            if self.weight.shape != (self.num_embeddings, self.embedding_dim):
-                raise ValueError("Shape of weight does not match num_embeddings and "
-                                 "embedding_dim")
-
-    def reset_parameters(self, generator: np.random.Generator | None = None) -> None:
-        """Redraw the weight from N(0, 1) and zero the padding row."""
-        init.normal_(self.weight, generator=generator)
-        if self.padding_idx is not None:
-            self.weight._data[self.padding_idx] = 0
-            version.bump(self.weight)
 
     @classmethod
     def from_pretrained(cls, embeddings, freeze: bool = True, padding_idx: int | None = None,
@@ -66,9 +85,7 @@ class Embedding(Module):
         """An Embedding whose weight is `embeddings` (2-D Tensor or ndarray, shared,
         not copied, like PyTorch); `freeze=True` makes it not require grad. The
         padding row is not zeroed; the other arguments are the constructor's."""
-        shape = np.shape(embeddings._data if isinstance(embeddings, Tensor) else embeddings)
-        if len(shape) != 2:
-            raise ValueError("Embeddings parameter is expected to be 2-dimensional")
+        shape = _pretrained_shape(embeddings)
         return cls(shape[0], shape[1], padding_idx=padding_idx, max_norm=max_norm,
                    norm_type=norm_type, scale_grad_by_freq=scale_grad_by_freq, sparse=sparse,
                    _weight=embeddings, _freeze=freeze)
@@ -103,7 +120,7 @@ def _padding_idx(padding_idx, n: int) -> int | None:
     return int(padding_idx) % n
 
 
-class EmbeddingBag(Module):
+class EmbeddingBag(_Table):
     """Sums, means or maxima of bags of embedding vectors (PyTorch's `nn.EmbeddingBag`,
     `F.embedding_bag`): `forward(input, offsets=None, per_sample_weights=None)` -> (B,
     embedding_dim), a 2-D input (B, N) being B bags of N indices, a 1-D one cut at
@@ -134,27 +151,12 @@ class EmbeddingBag(Module):
         if mode not in ("sum", "mean", "max"):
             raise ValueError(f"EmbeddingBag: mode has to be one of sum, mean or max, got "
                              f"{mode!r}")
+        self._table("EmbeddingBag", num_embeddings, embedding_dim, padding_idx, dtype,
+                    generator, _weight, error=AssertionError)
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq = scale_grad_by_freq
-        self.padding_idx = _padding_idx(padding_idx, self.num_embeddings)
-        if _weight is None:
-            self.weight = empty_parameter((self.num_embeddings, self.embedding_dim),
-                                          float_dtype(dtype, "EmbeddingBag"))
-            self.reset_parameters(generator)
-        else:
-            self.weight = Parameter(_weight)
-            if self.weight.shape != (self.num_embeddings, self.embedding_dim):
-                raise AssertionError("Shape of weight does not match num_embeddings and "
-                                     "embedding_dim")
         self.mode, self.sparse = mode, sparse
         self.include_last_offset = include_last_offset
-
-    def reset_parameters(self, generator: np.random.Generator | None = None) -> None:
-        """Redraw the weight from N(0, 1) and zero the padding row."""
-        init.normal_(self.weight, generator=generator)
-        if self.padding_idx is not None:
-            self.weight._data[self.padding_idx] = 0
-            version.bump(self.weight)
 
     @classmethod
     def from_pretrained(cls, embeddings, freeze: bool = True, max_norm: float | None = None,
@@ -164,9 +166,7 @@ class EmbeddingBag(Module):
                         padding_idx: int | None = None) -> "EmbeddingBag":
         """An EmbeddingBag whose weight is `embeddings` (2-D); `freeze=True` makes it not
         require grad. The other arguments are the constructor's."""
-        shape = np.shape(embeddings._data if isinstance(embeddings, Tensor) else embeddings)
-        if len(shape) != 2:
-            raise ValueError("Embeddings parameter is expected to be 2-dimensional")
+        shape = _pretrained_shape(embeddings)
         bag = cls(shape[0], shape[1], max_norm=max_norm, norm_type=norm_type,
                   scale_grad_by_freq=scale_grad_by_freq, mode=mode, sparse=sparse,
                   _weight=embeddings, include_last_offset=include_last_offset,
