@@ -97,18 +97,7 @@ def checkpoint(function: Callable[..., Tensor], *args: Any, use_reentrant: bool 
     if not is_grad_enabled():
         return function(*args, **kwargs)
     draws = [] if preserve_rng_state else None
-    noting = (_random.record_draws(draws) if preserve_rng_state
-              else contextlib.nullcontext())
-    cost, threaded = None, False
-    if use_reentrant:
-        with no_grad(), noting:
-            out = _output(function(*args, **kwargs))
-        inputs = list(args)
-    else:
-        start = next_seq()
-        with noting:
-            out = _output(function(*args, **kwargs))
-        inputs, cost, threaded = _edges(out, args, start)
+    out, inputs, cost, threaded = _forward(function, args, kwargs, use_reentrant, draws)
     arr, out = out._data, None  # drops the forward's graph (use_reentrant=False)
     saved = _Saved(function, args, kwargs, draws, use_reentrant)
     res = record("checkpoint", arr, inputs, saved=(saved,), joint=_rule, cost=cost,
@@ -117,6 +106,20 @@ def checkpoint(function: Callable[..., Tensor], *args: Any, use_reentrant: bool 
         saved.node = weakref.ref(res.grad_fn)
         saved.edges = res.grad_fn.next_nodes
     return res
+
+
+def _forward(function, args, kwargs, use_reentrant: bool, draws: list | None) -> tuple:
+    """Run the segment once, noting its random draws into `draws` (unless None):
+    (output, the node's inputs, its cost, threaded). Reentrant: under no_grad, the inputs
+    are the positional arguments; otherwise recorded, the inputs found from its graph."""
+    noting = _random.record_draws(draws) if draws is not None else contextlib.nullcontext()
+    if use_reentrant:
+        with no_grad(), noting:
+            return _output(function(*args, **kwargs)), list(args), None, False
+    start = next_seq()
+    with noting:
+        out = _output(function(*args, **kwargs))
+    return (out, *_edges(out, args, start))
 
 
 def checkpoint_sequential(functions: Iterable[Callable[[Tensor], Tensor]], segments: int,

@@ -184,10 +184,35 @@ SLOW = frozenset({
 })
 
 
+# Test files whose subject is the ops themselves (values, derivatives, dtypes, names and
+# errors against PyTorch, one op call at a time): numpy kernels and Python that runs the same
+# on every interpreter, and no threads of their own. Marked `oplevel`: the free-threaded step
+# leaves them out (`-m "... and not oplevel"`), so its time goes to what the GIL's absence can
+# change (the engine, its pool, hooks, forks, optimizers, data loading, the stress harness);
+# they run on the GIL build (with PyTorch) and on Python 3.10.
+OPLEVEL = ("test_ops_", "test_nn_", "test_torch_", "test_conformance.py",
+           "test_registry.py", "test_dtype_support.py", "test_dtypes.py", "test_zero_size.py",
+           "test_getitem_torch.py", "test_promotion.py", "test_int_results.py",
+           "test_setitem.py", "test_tensor_methods.py", "test_tensor_constructor.py",
+           "test_default_float32.py", "test_erf.py", "test_linalg.py", "test_optim_state.py",
+           "test_lr_scheduler.py", "test_training_parity.py", "test_serialization_fuzz.py",
+           "test_serialization_safetensors.py", "test_compare.py", "test_cli.py")
+# ... except the layer tests that run the parallel engine's own width (RNN directions) or
+# module machinery (hooks, state) rather than one op.
+NOT_OPLEVEL = ("test_nn_module.py", "test_nn_rnn.py")
+
+
+def _oplevel(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return name.startswith(OPLEVEL) and name not in NOT_OPLEVEL
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid.split("[", 1)[0] in SLOW:
             item.add_marker(pytest.mark.slow)
+        if _oplevel(item.nodeid.split("::", 1)[0]):
+            item.add_marker(pytest.mark.oplevel)
 
 
 @pytest.fixture
