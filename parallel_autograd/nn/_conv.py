@@ -20,11 +20,15 @@ long contiguous rows; everything else, per chunk of samples, ungrouped: ONE GEMM
 kernel offsets, then one add per offset into the input's strided block, channels-first
 through the columns' gradient (first layers, 1x1 kernels, 1-d) or channels-last from a
 chunk of g copied so (deeper layers; there only when that GEMM is big enough to thread,
-else one per offset); grouped: one product per offset. Bx*'s GEMMs
-smaller than `_ONE_THREAD_MACS` run with BLAS held at one thread (`engine.blas.limited`,
-process-wide while the kernel runs): a thread hand-off costs more than they do. The weight
+else one per offset); grouped: one product per offset. The weight
 gradient Bw*(x, g) is a GEMM per chunk of samples against the columns (kept by the
-forward, or rebuilt chunk by chunk). The transposed convolution is Bx* itself.
+forward, or rebuilt chunk by chunk). The transposed convolution is Bx* itself. Every
+kernel (B, Bx*, Bw*) whose GEMMs are smaller than `_ONE_THREAD_MACS` (but big enough
+for OpenBLAS to thread) runs them with BLAS held at one thread (`engine.blas.limited`,
+once around the kernel's loop, process-wide while it runs): on loaded cores a thread
+hand-off costs more than they do. Shapes only, and it makes those GEMMs' bytes
+independent of the BLAS threads in force (OpenBLAS's threaded driver blocks the inner
+dimension differently).
 
 The derivatives (PyTorch's double backward of convolution): B, Bx* and Bw* are ops
 (`convolution`, `conv_input_backward`, `conv_weight_backward`, internal: explicit
@@ -67,14 +71,22 @@ _COLS_BYTES = 1 << 22
 # (2026-11-27, load ~10 on 2 cores; `docs/benchmarks.md`). Below this, an idle second
 # core could save at most ~half of a ~1-2.5 ms GEMM.
 _ONE_THREAD_MACS = 1 << 25
+# OpenBLAS gives a GEMM MNK / 2^18 threads at most (interface/gemm.c: SMP_THRESHOLD_MIN *
+# GEMM_MULTITHREAD_THRESHOLD), so one below 2^19 runs on one thread anyway: no switch
+# (e.g. the first layers' per-sample GEMMs, ~0.2M).
+_SERIAL_MACS = 1 << 19
 _ANY_THREADS = contextlib.nullcontext()
 
 
 def _blas_threads(macs: int):
     """The context a kernel's GEMMs of `macs` multiply-adds each run in: BLAS held at one
-    thread below `_ONE_THREAD_MACS` (`blas.limited`, ~60 us when it changes the count),
-    else as it is."""
-    return blas.limited(1) if macs < _ONE_THREAD_MACS else _ANY_THREADS
+    thread from `_SERIAL_MACS` to `_ONE_THREAD_MACS` (`blas.limited`, ~60 us when it
+    changes the count: once per kernel call, around its loop of GEMMs), else as it is.
+    Shapes only; BLAS's results do not depend on its threads (it splits the output, not
+    the sums), so both engines stay bitwise equal either way."""
+    if _SERIAL_MACS <= macs < _ONE_THREAD_MACS:
+        return blas.limited(1)
+    return _ANY_THREADS
 
 
 # ---- arguments -----------------------------------------------------------------------------
@@ -252,16 +264,17 @@ def _conv_forward(x, w, out_sz, keep: bool, stride, padding, dilation, groups) -
     og, ckg = o // groups, ck // groups
     w3 = reshaped(w, (groups, og, ckg))
     obuf = None if w.size < 1024 else empty((groups, og, nb * p), dtype=dtype)
-    for a in range(0, n, nb):
-        m = min(n, a + nb) - a
-        chunk = cols[..., a:a + m, :] if keep else cols[..., :m, :]
-        _im2col(x[a:a + m], chunk, geo, out_sz)
-        if obuf is None:
-            np.matmul(w3, chunk.reshape(groups, ckg, m, p).transpose(2, 0, 1, 3),
-                      out=out[a:a + m].reshape(m, groups, og, p))
-        else:
-            r = np.matmul(w3, chunk.reshape(groups, ckg, m * p), out=obuf[..., :m * p])
-            np.copyto(out[a:a + m], r.reshape(o, m, p).transpose(1, 0, 2))
+    with _blas_threads(og * ckg * p * (1 if obuf is None else nb)):
+        for a in range(0, n, nb):
+            m = min(n, a + nb) - a
+            chunk = cols[..., a:a + m, :] if keep else cols[..., :m, :]
+            _im2col(x[a:a + m], chunk, geo, out_sz)
+            if obuf is None:
+                np.matmul(w3, chunk.reshape(groups, ckg, m, p).transpose(2, 0, 1, 3),
+                          out=out[a:a + m].reshape(m, groups, og, p))
+            else:
+                r = np.matmul(w3, chunk.reshape(groups, ckg, m * p), out=obuf[..., :m * p])
+                np.copyto(out[a:a + m], r.reshape(o, m, p).transpose(1, 0, 2))
     return out, (cols.reshape(ck, n, p) if keep else None)
 
 
@@ -519,22 +532,23 @@ def _weight_grad(g, cols, x, w_shape, x_shape, stride, padding, dilation, groups
         _im2col(x[a:a + m], chunk, geo, out_sz)
         return chunk.reshape(ck, m, p)
 
-    if small:
-        buf = empty((nb, groups, og, ckg), dtype=dtype)      # <= one sample of g
+    with _blas_threads(og * ckg * p * (1 if small else nb)):
+        if small:
+            buf = empty((nb, groups, og, ckg), dtype=dtype)      # <= one sample of g
+            for a in range(0, n, nb):
+                m = min(n, a + nb) - a
+                cc = columns(a, m).reshape(groups, ckg, m, p)
+                np.matmul(g3[a:a + m].reshape(m, groups, og, p), cc.transpose(2, 0, 3, 1),
+                          out=buf[:m])
+                acc += buf[:m].sum(axis=0)
+            return acc.reshape(w_shape)
+        gbuf = empty((o, nb, p), dtype=dtype)
         for a in range(0, n, nb):
             m = min(n, a + nb) - a
-            cc = columns(a, m).reshape(groups, ckg, m, p)
-            np.matmul(g3[a:a + m].reshape(m, groups, og, p), cc.transpose(2, 0, 3, 1),
-                      out=buf[:m])
-            acc += buf[:m].sum(axis=0)
-        return acc.reshape(w_shape)
-    gbuf = empty((o, nb, p), dtype=dtype)
-    for a in range(0, n, nb):
-        m = min(n, a + nb) - a
-        gc = gbuf[:, :m]
-        np.copyto(gc, g3[a:a + m].transpose(1, 0, 2))
-        cc = reshaped(columns(a, m), (groups, ckg, m * p))
-        acc += memory.matmul(gc.reshape(groups, og, m * p), cc.transpose(0, 2, 1))
+            gc = gbuf[:, :m]
+            np.copyto(gc, g3[a:a + m].transpose(1, 0, 2))
+            cc = reshaped(columns(a, m), (groups, ckg, m * p))
+            acc += memory.matmul(gc.reshape(groups, og, m * p), cc.transpose(0, 2, 1))
     return acc.reshape(w_shape)
 
 
