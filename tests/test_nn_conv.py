@@ -473,13 +473,13 @@ def test_strided_input_gradient_kernels_match_torch(name, kernel, chunk, monkeyp
 def test_strided_input_gradient_gemms_per_chunk(xs, ws, stride, padding, big, monkeypatch):
     """Bx*'s non-flat kernels, ungrouped: first layers run one GEMM per chunk of samples
     for all kernel offsets (issue 28: was one per offset, the cost on 2 threads); deeper
-    layers too when those GEMMs are big enough to thread (`_ONE_THREAD_MACS`, here
-    lowered to 0), else one per offset (faster on one thread: the product stays in
+    layers too when those GEMMs are big enough (`_ALL_OFFSETS_MACS`, here lowered to
+    0), else one per offset (faster on one thread: the product stays in
     cache). Both stay torch's."""
     torch = pytest.importorskip("torch")
     from parallel_autograd.nn import _conv
     if big:
-        monkeypatch.setattr(_conv, "_ONE_THREAD_MACS", 0)
+        monkeypatch.setattr(_conv, "_ALL_OFFSETS_MACS", 0)
     out_sz = _conv._out_sizes("c", xs[2:], ws[2:], (stride,) * 2, (padding,) * 2,
                               (padding,) * 2, (1, 1))
     g, w = rand((xs[0], ws[0]) + out_sz, 1), rand(ws, 2)
@@ -661,6 +661,39 @@ def test_small_conv_gemms_give_the_same_bytes_at_any_blas_threads(part):
             runs.append(_conv._apply(x, w, geom, (24, 24))[0] if part == "forward"
                         else _conv._weight_of(g, None, x, w.shape, geom))
     np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def test_conv_gemms_of_134m_multiply_adds_run_on_one_blas_thread(monkeypatch):
+    """dcgan_d2's forward and weight gradient chunks ((128, 1024) @ (1024, 1024): 2^27
+    multiply-adds) run on one BLAS thread: on 2 loaded cores the threaded GEMM took
+    2.4-3.4x one thread's time, and the forward 3.5 s against 0.15 s (issue 28; the
+    bound was 2^25)."""
+    from parallel_autograd.engine import blas
+    from parallel_autograd.nn import _conv
+    before = blas.current_threads()
+    if before is None:
+        pytest.skip("no BLAS library found by threadpoolctl")
+    x = rand((4, 64, 32, 32), 1).astype(np.float32)
+    w = rand((128, 64, 4, 4), 2).astype(np.float32)
+    g = rand((4, 128, 16, 16), 3).astype(np.float32)
+    geom = dict(stride=(2, 2), padding=(1, 1), dilation=(1, 1), groups=1)
+    seen = []
+    real = np.matmul
+
+    def recording(*args, **kwargs):
+        seen.append((blas.current_threads(), np.prod(args[0].shape) * args[1].shape[-1]))
+        return real(*args, **kwargs)
+    blas.set_threads(2)
+    try:
+        if blas.current_threads() != 2:
+            pytest.skip("BLAS threads cannot be set here")
+        monkeypatch.setattr(np, "matmul", recording)
+        _conv._apply(x, w, geom, (16, 16))
+        _conv._weight_of(g, None, x, w.shape, geom)
+        monkeypatch.undo()
+        assert {t for t, _ in seen} == {1} and {m for _, m in seen} == {1 << 27}
+    finally:
+        blas.set_threads(before)
 
 
 @pytest.mark.parametrize("xs,ks,stride,dilation", [

@@ -40,7 +40,6 @@ allocator (thread-safe).
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 
@@ -64,29 +63,23 @@ __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
 # Columns per chunk of the conv forward (cache resident for its GEMM; tests shrink it).
 _COLS_BYTES = 1 << 22
 
-# A GEMM of fewer multiply-adds runs with BLAS held at one thread (`_blas_threads`):
-# OpenBLAS threads any GEMM above ~0.5M, and on loaded cores each threaded call waits
-# for its helper to be scheduled: 2 threads took 15-230x one thread's median time from
-# 1.6M to 42M multiply-adds (one thread: 0.1-1.7 ms float32), 0.6-2.3x at 134-537M
-# (2026-11-27, load ~10 on 2 cores; `docs/benchmarks.md`). Below this, an idle second
-# core could save at most ~half of a ~1-2.5 ms GEMM.
-_ONE_THREAD_MACS = 1 << 25
-# OpenBLAS gives a GEMM MNK / 2^18 threads at most (interface/gemm.c: SMP_THRESHOLD_MIN *
-# GEMM_MULTITHREAD_THRESHOLD), so one below 2^19 runs on one thread anyway: no switch
-# (e.g. the first layers' per-sample GEMMs, ~0.2M).
-_SERIAL_MACS = 1 << 19
-_ANY_THREADS = contextlib.nullcontext()
+# A kernel's GEMMs of fewer multiply-adds (but at least `_SERIAL_MACS`, below which
+# OpenBLAS keeps one thread anyway) run with BLAS held at one thread (`_blas_threads`,
+# `blas.one_thread`: where the measurements are). 2^28: every conv shape measured up to
+# 134M was 2.4-18x slower on 2 loaded threads (was 2^25, which left the forward's and
+# weight gradient's 38-134M GEMMs threaded: dcgan_d2's forward 3.5 s at 2 threads, 0.15 s
+# at 1).
+_ONE_THREAD_MACS = blas.ONE_THREAD_MACS
+_SERIAL_MACS = blas.SERIAL_MACS
+# Bx*'s channels-last kernel takes one GEMM for all kernel offsets from this many
+# multiply-adds (`_all_offsets_pays`)
+_ALL_OFFSETS_MACS = 1 << 25
 
 
 def _blas_threads(macs: int):
-    """The context a kernel's GEMMs of `macs` multiply-adds each run in: BLAS held at one
-    thread from `_SERIAL_MACS` to `_ONE_THREAD_MACS` (`blas.limited`, ~60 us when it
-    changes the count: once per kernel call, around its loop of GEMMs), else as it is.
-    Shapes only; BLAS's results do not depend on its threads (it splits the output, not
-    the sums), so both engines stay bitwise equal either way."""
-    if _SERIAL_MACS <= macs < _ONE_THREAD_MACS:
-        return blas.limited(1)
-    return _ANY_THREADS
+    """The context a kernel's GEMMs of `macs` multiply-adds each run in (`blas.one_thread`
+    with this module's bounds): entered once around the kernel's loop."""
+    return blas.one_thread(macs, _SERIAL_MACS, _ONE_THREAD_MACS)
 
 
 # ---- arguments -----------------------------------------------------------------------------
@@ -453,14 +446,14 @@ def _channels_last_chunk(gc, w2, out, t, taps, groups) -> None:
 def _all_offsets_pays(n: int, p: int, o: int, c: int, kk: int, itemsize: int) -> bool:
     """Whether Bx*'s channels-last kernel, ungrouped, takes ONE GEMM for all `kk` kernel
     offsets (`_channels_last_dense`) rather than one per offset (`_channels_last_chunk`):
-    when those GEMMs are big enough to thread (`_ONE_THREAD_MACS`), where fewer
-    hand-offs win (0.15-0.57x the per-offset time on dcgan_d2/g1 at 2 loaded threads).
-    Smaller ones run on one thread either way, and there the per-offset product (one
-    offset's rows of C) stays in cache: the all-offsets kernel was 1.15-1.29x its time
-    on mnist2 in float32. Depends on the shapes only, never on the threads in force:
-    both engines' results stay bitwise equal."""
+    from `_ALL_OFFSETS_MACS` (fewer hand-offs won on 2 threads, 0.15-0.57x the
+    per-offset time on dcgan_d2/g1, when those GEMMs still threaded; on one thread the
+    two are within 0.88-1.08x there). Smaller ones keep one per offset: the per-offset
+    product (one offset's rows of C) stays in cache, and the all-offsets kernel was
+    1.15-1.29x its time on mnist2 in float32. Depends on the shapes only, never on the
+    threads in force: both engines' results stay bitwise equal."""
     nb = _grad_chunk(n, p, o + kk * c, itemsize)
-    return kk > 1 and nb * p * o * kk * c >= _ONE_THREAD_MACS
+    return kk > 1 and nb * p * o * kk * c >= _ALL_OFFSETS_MACS
 
 
 def _input_grad_channels_last(g, w, x_shape, taps, groups) -> np.ndarray:
