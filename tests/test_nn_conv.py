@@ -473,13 +473,13 @@ def test_strided_input_gradient_kernels_match_torch(name, kernel, chunk, monkeyp
 def test_strided_input_gradient_gemms_per_chunk(xs, ws, stride, padding, big, monkeypatch):
     """Bx*'s non-flat kernels, ungrouped: first layers run one GEMM per chunk of samples
     for all kernel offsets (issue 28: was one per offset, the cost on 2 threads); deeper
-    layers too when those GEMMs are big enough to thread (`_ONE_THREAD_MACS`, here
-    lowered to 0), else one per offset (faster on one thread: the product stays in
+    layers too when those GEMMs are big enough (`_ALL_OFFSETS_MACS`, here lowered to
+    0), else one per offset (faster on one thread: the product stays in
     cache). Both stay torch's."""
     torch = pytest.importorskip("torch")
     from parallel_autograd.nn import _conv
     if big:
-        monkeypatch.setattr(_conv, "_ONE_THREAD_MACS", 0)
+        monkeypatch.setattr(_conv, "_ALL_OFFSETS_MACS", 0)
     out_sz = _conv._out_sizes("c", xs[2:], ws[2:], (stride,) * 2, (padding,) * 2,
                               (padding,) * 2, (1, 1))
     g, w = rand((xs[0], ws[0]) + out_sz, 1), rand(ws, 2)
@@ -537,6 +537,7 @@ def test_small_input_gradient_gemms_run_on_one_blas_thread(xs, ws, stride, paddi
         if blas.current_threads() != 2:
             pytest.skip("BLAS threads cannot be set here")
         for limit, threads in ((_conv._ONE_THREAD_MACS, 1), (0, 2)):
+            monkeypatch.setattr(_conv, "_SERIAL_MACS", 0)     # these GEMMs are tiny
             monkeypatch.setattr(_conv, "_ONE_THREAD_MACS", limit)
             monkeypatch.setattr(np, "matmul", recording)
             seen.clear()
@@ -545,6 +546,152 @@ def test_small_input_gradient_gemms_run_on_one_blas_thread(xs, ws, stride, paddi
             assert seen and set(seen) == {threads}
             assert blas.current_threads() == 2 and blas.holders() == 0
             np.testing.assert_array_equal(got, want)
+    finally:
+        blas.set_threads(before)
+
+
+def _blas_threads_seen(run, monkeypatch) -> tuple:
+    """(result, {BLAS threads in force at each np.matmul}) of `run()` with BLAS at 2
+    threads, once with the real `_ONE_THREAD_MACS` and once with it at 0 (every GEMM
+    left to BLAS's threads); checks the count is restored and no holder is left."""
+    from parallel_autograd.engine import blas
+    from parallel_autograd.nn import _conv
+    seen, out = [], []
+    real = np.matmul
+
+    def recording(*args, **kwargs):
+        seen.append(blas.current_threads())
+        return real(*args, **kwargs)
+    for limit in (_conv._ONE_THREAD_MACS, 0):
+        monkeypatch.setattr(_conv, "_SERIAL_MACS", 0)         # these GEMMs are tiny
+        monkeypatch.setattr(_conv, "_ONE_THREAD_MACS", limit)
+        monkeypatch.setattr(np, "matmul", recording)
+        seen.clear()
+        out.append((run(), set(seen)))
+        monkeypatch.undo()
+        assert blas.current_threads() == 2 and blas.holders() == 0
+    return out
+
+
+@pytest.mark.parametrize("xs,ws,stride,padding,groups", [
+    ((4, 16, 12, 12), (8, 16, 3, 3), (2, 2), (1, 1), 1),         # chunk GEMMs, padded
+    ((4, 16, 12, 12), (8, 16, 3, 3), (1, 1), (0, 0), 1),         # 'valid' windows view
+    ((4, 1, 12, 12), (8, 1, 3, 3), (1, 1), (0, 0), 1),           # small weight: per sample
+    ((4, 4, 12, 12), (8, 2, 3, 3), (2, 2), (1, 1), 2),           # grouped
+    ((3, 8, 40), (16, 8, 5), (2,), (2,), 1),                     # 1-d
+    ((2, 4, 6, 7, 8), (8, 4, 2, 3, 3), (1, 2, 1), (0, 1, 1), 1),  # 3-d
+], ids=["strided", "valid", "first_layer", "grouped", "1d", "3d"])
+@pytest.mark.parametrize("part", ["forward", "weight_grad", "weight_grad_kept_columns"])
+def test_small_forward_and_weight_gradient_gemms_run_on_one_blas_thread(
+        xs, ws, stride, padding, groups, part, monkeypatch):
+    """The forward's and the weight gradient's GEMMs below `_ONE_THREAD_MACS` run with
+    BLAS held at one thread, as Bx*'s (issue 28: on loaded cores each threaded call
+    waits for its helper), once around the kernel (not per GEMM), the count restored
+    after; bigger ones keep BLAS's threads; the same bytes either way (the rule reads
+    shapes only, and BLAS's result does not depend on its threads)."""
+    from parallel_autograd.engine import blas
+    from parallel_autograd.nn import _conv
+    before = blas.current_threads()
+    if before is None:
+        pytest.skip("no BLAS library found by threadpoolctl")
+    nd = len(xs) - 2
+    geom = dict(stride=stride, padding=padding, dilation=(1,) * nd, groups=groups)
+    out_sz = _conv._out_sizes("c", xs[2:], ws[2:], stride, padding, padding, (1,) * nd)
+    x, w, g = rand(xs, 1), rand(ws, 2), rand((xs[0], ws[0]) + out_sz, 3)
+    if part == "forward":
+        def run():
+            return _conv._apply(x, w, geom, out_sz)[0]
+    elif part == "weight_grad":
+        def run():
+            return _conv._weight_of(g, None, x, ws, geom)
+    else:
+        cols = _conv._apply(x, w, geom, out_sz, keep=True)[1]
+
+        def run():
+            return _conv._weight_of(g, cols, x, ws, geom)
+    limits = []
+    real_limited = blas.limited
+
+    def counting(n):
+        limits.append(n)
+        return real_limited(n)
+    blas.set_threads(2)
+    try:
+        if blas.current_threads() != 2:
+            pytest.skip("BLAS threads cannot be set here")
+        monkeypatch.setattr(blas, "limited", counting)
+        want = run()                            # GEMMs OpenBLAS keeps on one thread
+        assert limits == []
+        monkeypatch.setattr(_conv, "_SERIAL_MACS", 0)
+        assert np.array_equal(run(), want)
+        monkeypatch.undo()
+        assert limits == [1]                    # one switch for the whole kernel
+        (small, seen_small), (big, seen_big) = _blas_threads_seen(run, monkeypatch)
+        assert seen_small == {1} and seen_big == {2}
+        np.testing.assert_array_equal(small, want)
+        np.testing.assert_array_equal(big, want)
+    finally:
+        blas.set_threads(before)
+
+
+@pytest.mark.parametrize("part", ["forward", "weight_grad"])
+def test_small_conv_gemms_give_the_same_bytes_at_any_blas_threads(part):
+    """The forward's and the weight gradient's GEMMs in the one-thread band run on one
+    BLAS thread whatever the count in force, so their bytes do not depend on it: here
+    (64, 288) @ (288, 1728) and (64, 1728) @ (1728, 288) in float32, which OpenBLAS sums
+    differently on 2 threads (its threaded driver splits the inner dimension into other
+    blocks). Without the rule the two runs differ by ~5e-5."""
+    from threadpoolctl import threadpool_limits
+
+    from parallel_autograd.engine import blas
+    from parallel_autograd.nn import _conv
+    if blas.current_threads() is None:
+        pytest.skip("no BLAS library found by threadpoolctl")
+    x = rand((3, 32, 26, 26), 1).astype(np.float32)
+    w = rand((64, 32, 3, 3), 2).astype(np.float32)
+    g = rand((3, 64, 24, 24), 3).astype(np.float32)
+    geom = dict(stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1)
+    macs = 64 * 288 * 3 * 576
+    assert _conv._SERIAL_MACS <= macs < _conv._ONE_THREAD_MACS
+    runs = []
+    for threads in (1, 2):
+        with threadpool_limits(threads, user_api="blas"):
+            if blas.current_threads() != threads:
+                pytest.skip("BLAS threads cannot be set here")
+            runs.append(_conv._apply(x, w, geom, (24, 24))[0] if part == "forward"
+                        else _conv._weight_of(g, None, x, w.shape, geom))
+    np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def test_conv_gemms_of_134m_multiply_adds_run_on_one_blas_thread(monkeypatch):
+    """dcgan_d2's forward and weight gradient chunks ((128, 1024) @ (1024, 1024): 2^27
+    multiply-adds) run on one BLAS thread: on 2 loaded cores the threaded GEMM took
+    2.4-3.4x one thread's time, and the forward 3.5 s against 0.15 s (issue 28; the
+    bound was 2^25)."""
+    from parallel_autograd.engine import blas
+    from parallel_autograd.nn import _conv
+    before = blas.current_threads()
+    if before is None:
+        pytest.skip("no BLAS library found by threadpoolctl")
+    x = rand((4, 64, 32, 32), 1).astype(np.float32)
+    w = rand((128, 64, 4, 4), 2).astype(np.float32)
+    g = rand((4, 128, 16, 16), 3).astype(np.float32)
+    geom = dict(stride=(2, 2), padding=(1, 1), dilation=(1, 1), groups=1)
+    seen = []
+    real = np.matmul
+
+    def recording(*args, **kwargs):
+        seen.append((blas.current_threads(), np.prod(args[0].shape) * args[1].shape[-1]))
+        return real(*args, **kwargs)
+    blas.set_threads(2)
+    try:
+        if blas.current_threads() != 2:
+            pytest.skip("BLAS threads cannot be set here")
+        monkeypatch.setattr(np, "matmul", recording)
+        _conv._apply(x, w, geom, (16, 16))
+        _conv._weight_of(g, None, x, w.shape, geom)
+        monkeypatch.undo()
+        assert {t for t, _ in seen} == {1} and {m for _, m in seen} == {1 << 27}
     finally:
         blas.set_threads(before)
 

@@ -347,3 +347,56 @@ def test_unsupported_arguments_raise_not_implemented():
         nn.Embedding(3, 2, padding_idx=3)
     with pytest.raises(ValueError, match="approximate"):
         nn.GELU("fast")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_linear_small_gemms_run_on_one_blas_thread(dtype, monkeypatch):
+    """linear's forward and both gradient GEMMs from 2^19 to 2^28 multiply-adds run with
+    BLAS held at one thread (issue 28: on 2 loaded cores a threaded (64, 784) @ (784, 128)
+    took ~110 ms, 0.4 ms on one thread), the count restored after; smaller ones (OpenBLAS
+    keeps one thread) are not switched. Their bytes do not depend on the BLAS threads in
+    force (OpenBLAS's threaded sgemm sums K=784 in other blocks: without the rule the
+    float32 results at 1 and 2 threads differ by ~6e-5)."""
+    from threadpoolctl import threadpool_limits
+
+    from parallel_autograd.engine import blas
+    before = blas.current_threads()
+    if before is None:
+        pytest.skip("no BLAS library found by threadpoolctl")
+    x = rng(1).standard_normal((64, 784)).astype(dtype)
+    w = rng(2).standard_normal((128, 784)).astype(dtype)
+
+    def run(a, b):
+        ta, tw = pa.tensor(a, requires_grad=True), pa.tensor(b, requires_grad=True)
+        y = nn.functional.linear(ta, tw)
+        y.backward(pa.tensor(np.ones(y.shape, dtype)))
+        return [y.numpy(), ta.grad.numpy(), tw.grad.numpy()]
+    seen = []
+    real = np.matmul
+
+    def recording(*args, **kwargs):
+        seen.append(blas.current_threads())
+        return real(*args, **kwargs)
+
+    def threads_seen(a, b, high=blas.ONE_THREAD_MACS):
+        monkeypatch.setattr(blas.one_thread, "__defaults__", (blas.SERIAL_MACS, high))
+        monkeypatch.setattr(np, "matmul", recording)
+        seen.clear()
+        out = run(a, b)
+        monkeypatch.undo()
+        assert blas.current_threads() == 2 and blas.holders() == 0
+        return out, set(seen)
+    with threadpool_limits(1, user_api="blas"):
+        want = run(x, w)
+    blas.set_threads(2)
+    try:
+        if blas.current_threads() != 2:
+            pytest.skip("BLAS threads cannot be set here")
+        got, seen_big = threads_seen(x, w)
+        assert seen_big == {1}
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+        assert threads_seen(x, w, high=0)[1] == {2}                 # the rule off
+        assert threads_seen(x[:8, :64], w[:8, :64])[1] == {2}       # 4096: not switched
+    finally:
+        blas.set_threads(before)

@@ -32,6 +32,7 @@ Thread safety: every function may be called from any thread; `_lock` guards the 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import weakref
@@ -189,6 +190,28 @@ class limited:
     def __exit__(self, *exc) -> bool:
         release(self)
         return False
+
+
+# The small-GEMM rule (`one_thread`): OpenBLAS gives a GEMM MNK / 2^18 threads at most
+# (interface/gemm.c: SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD), so below 2^19
+# multiply-adds it runs on one thread anyway and a switch would only cost. Up to 2^28 a
+# threaded call on loaded cores waits for its helper to be scheduled: 2 threads took
+# 2.4-18x one thread's time from 38M to 134M multiply-adds (the conv kernels' shapes,
+# float32 and float64), 50-850x for Linear's 1-19M (load ~12 on 2 cores, 2026-11-28,
+# `docs/benchmarks.md`); at 268-537M with many rows they took 0.62-0.79x.
+SERIAL_MACS = 1 << 19
+ONE_THREAD_MACS = 1 << 28
+_ANY_THREADS = contextlib.nullcontext()
+
+
+def one_thread(macs: int, low: int = SERIAL_MACS, high: int = ONE_THREAD_MACS):
+    """The context GEMMs of `macs` multiply-adds each run in: BLAS held at one thread
+    (`limited(1)`) from `low` to `high`, else BLAS as it is. Enter it once around a
+    kernel's loop of GEMMs (the switch costs ~60 us when it changes the count). The rule
+    reads shapes only, and BLAS's bytes do not depend on its threads under it (OpenBLAS's
+    threaded driver blocks the inner dimension differently), so both engines stay
+    bitwise equal."""
+    return limited(1) if low <= macs < high else _ANY_THREADS
 
 
 def holders() -> int:

@@ -20,11 +20,15 @@ long contiguous rows; everything else, per chunk of samples, ungrouped: ONE GEMM
 kernel offsets, then one add per offset into the input's strided block, channels-first
 through the columns' gradient (first layers, 1x1 kernels, 1-d) or channels-last from a
 chunk of g copied so (deeper layers; there only when that GEMM is big enough to thread,
-else one per offset); grouped: one product per offset. Bx*'s GEMMs
-smaller than `_ONE_THREAD_MACS` run with BLAS held at one thread (`engine.blas.limited`,
-process-wide while the kernel runs): a thread hand-off costs more than they do. The weight
+else one per offset); grouped: one product per offset. The weight
 gradient Bw*(x, g) is a GEMM per chunk of samples against the columns (kept by the
-forward, or rebuilt chunk by chunk). The transposed convolution is Bx* itself.
+forward, or rebuilt chunk by chunk). The transposed convolution is Bx* itself. Every
+kernel (B, Bx*, Bw*) whose GEMMs are smaller than `_ONE_THREAD_MACS` (but big enough
+for OpenBLAS to thread) runs them with BLAS held at one thread (`engine.blas.limited`,
+once around the kernel's loop, process-wide while it runs): on loaded cores a thread
+hand-off costs more than they do. Shapes only, and it makes those GEMMs' bytes
+independent of the BLAS threads in force (OpenBLAS's threaded driver blocks the inner
+dimension differently).
 
 The derivatives (PyTorch's double backward of convolution): B, Bx* and Bw* are ops
 (`convolution`, `conv_input_backward`, `conv_weight_backward`, internal: explicit
@@ -36,7 +40,6 @@ allocator (thread-safe).
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 
@@ -60,21 +63,23 @@ __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
 # Columns per chunk of the conv forward (cache resident for its GEMM; tests shrink it).
 _COLS_BYTES = 1 << 22
 
-# A GEMM of fewer multiply-adds runs with BLAS held at one thread (`_blas_threads`):
-# OpenBLAS threads any GEMM above ~0.5M, and on loaded cores each threaded call waits
-# for its helper to be scheduled: 2 threads took 15-230x one thread's median time from
-# 1.6M to 42M multiply-adds (one thread: 0.1-1.7 ms float32), 0.6-2.3x at 134-537M
-# (2026-11-27, load ~10 on 2 cores; `docs/benchmarks.md`). Below this, an idle second
-# core could save at most ~half of a ~1-2.5 ms GEMM.
-_ONE_THREAD_MACS = 1 << 25
-_ANY_THREADS = contextlib.nullcontext()
+# A kernel's GEMMs of fewer multiply-adds (but at least `_SERIAL_MACS`, below which
+# OpenBLAS keeps one thread anyway) run with BLAS held at one thread (`_blas_threads`,
+# `blas.one_thread`: where the measurements are). 2^28: every conv shape measured up to
+# 134M was 2.4-18x slower on 2 loaded threads (was 2^25, which left the forward's and
+# weight gradient's 38-134M GEMMs threaded: dcgan_d2's forward 3.5 s at 2 threads, 0.15 s
+# at 1).
+_ONE_THREAD_MACS = blas.ONE_THREAD_MACS
+_SERIAL_MACS = blas.SERIAL_MACS
+# Bx*'s channels-last kernel takes one GEMM for all kernel offsets from this many
+# multiply-adds (`_all_offsets_pays`)
+_ALL_OFFSETS_MACS = 1 << 25
 
 
 def _blas_threads(macs: int):
-    """The context a kernel's GEMMs of `macs` multiply-adds each run in: BLAS held at one
-    thread below `_ONE_THREAD_MACS` (`blas.limited`, ~60 us when it changes the count),
-    else as it is."""
-    return blas.limited(1) if macs < _ONE_THREAD_MACS else _ANY_THREADS
+    """The context a kernel's GEMMs of `macs` multiply-adds each run in (`blas.one_thread`
+    with this module's bounds): entered once around the kernel's loop."""
+    return blas.one_thread(macs, _SERIAL_MACS, _ONE_THREAD_MACS)
 
 
 # ---- arguments -----------------------------------------------------------------------------
@@ -252,16 +257,17 @@ def _conv_forward(x, w, out_sz, keep: bool, stride, padding, dilation, groups) -
     og, ckg = o // groups, ck // groups
     w3 = reshaped(w, (groups, og, ckg))
     obuf = None if w.size < 1024 else empty((groups, og, nb * p), dtype=dtype)
-    for a in range(0, n, nb):
-        m = min(n, a + nb) - a
-        chunk = cols[..., a:a + m, :] if keep else cols[..., :m, :]
-        _im2col(x[a:a + m], chunk, geo, out_sz)
-        if obuf is None:
-            np.matmul(w3, chunk.reshape(groups, ckg, m, p).transpose(2, 0, 1, 3),
-                      out=out[a:a + m].reshape(m, groups, og, p))
-        else:
-            r = np.matmul(w3, chunk.reshape(groups, ckg, m * p), out=obuf[..., :m * p])
-            np.copyto(out[a:a + m], r.reshape(o, m, p).transpose(1, 0, 2))
+    with _blas_threads(og * ckg * p * (1 if obuf is None else nb)):
+        for a in range(0, n, nb):
+            m = min(n, a + nb) - a
+            chunk = cols[..., a:a + m, :] if keep else cols[..., :m, :]
+            _im2col(x[a:a + m], chunk, geo, out_sz)
+            if obuf is None:
+                np.matmul(w3, chunk.reshape(groups, ckg, m, p).transpose(2, 0, 1, 3),
+                          out=out[a:a + m].reshape(m, groups, og, p))
+            else:
+                r = np.matmul(w3, chunk.reshape(groups, ckg, m * p), out=obuf[..., :m * p])
+                np.copyto(out[a:a + m], r.reshape(o, m, p).transpose(1, 0, 2))
     return out, (cols.reshape(ck, n, p) if keep else None)
 
 
@@ -440,14 +446,14 @@ def _channels_last_chunk(gc, w2, out, t, taps, groups) -> None:
 def _all_offsets_pays(n: int, p: int, o: int, c: int, kk: int, itemsize: int) -> bool:
     """Whether Bx*'s channels-last kernel, ungrouped, takes ONE GEMM for all `kk` kernel
     offsets (`_channels_last_dense`) rather than one per offset (`_channels_last_chunk`):
-    when those GEMMs are big enough to thread (`_ONE_THREAD_MACS`), where fewer
-    hand-offs win (0.15-0.57x the per-offset time on dcgan_d2/g1 at 2 loaded threads).
-    Smaller ones run on one thread either way, and there the per-offset product (one
-    offset's rows of C) stays in cache: the all-offsets kernel was 1.15-1.29x its time
-    on mnist2 in float32. Depends on the shapes only, never on the threads in force:
-    both engines' results stay bitwise equal."""
+    from `_ALL_OFFSETS_MACS` (fewer hand-offs won on 2 threads, 0.15-0.57x the
+    per-offset time on dcgan_d2/g1, when those GEMMs still threaded; on one thread the
+    two are within 0.88-1.08x there). Smaller ones keep one per offset: the per-offset
+    product (one offset's rows of C) stays in cache, and the all-offsets kernel was
+    1.15-1.29x its time on mnist2 in float32. Depends on the shapes only, never on the
+    threads in force: both engines' results stay bitwise equal."""
     nb = _grad_chunk(n, p, o + kk * c, itemsize)
-    return kk > 1 and nb * p * o * kk * c >= _ONE_THREAD_MACS
+    return kk > 1 and nb * p * o * kk * c >= _ALL_OFFSETS_MACS
 
 
 def _input_grad_channels_last(g, w, x_shape, taps, groups) -> np.ndarray:
@@ -519,22 +525,23 @@ def _weight_grad(g, cols, x, w_shape, x_shape, stride, padding, dilation, groups
         _im2col(x[a:a + m], chunk, geo, out_sz)
         return chunk.reshape(ck, m, p)
 
-    if small:
-        buf = empty((nb, groups, og, ckg), dtype=dtype)      # <= one sample of g
+    with _blas_threads(og * ckg * p * (1 if small else nb)):
+        if small:
+            buf = empty((nb, groups, og, ckg), dtype=dtype)      # <= one sample of g
+            for a in range(0, n, nb):
+                m = min(n, a + nb) - a
+                cc = columns(a, m).reshape(groups, ckg, m, p)
+                np.matmul(g3[a:a + m].reshape(m, groups, og, p), cc.transpose(2, 0, 3, 1),
+                          out=buf[:m])
+                acc += buf[:m].sum(axis=0)
+            return acc.reshape(w_shape)
+        gbuf = empty((o, nb, p), dtype=dtype)
         for a in range(0, n, nb):
             m = min(n, a + nb) - a
-            cc = columns(a, m).reshape(groups, ckg, m, p)
-            np.matmul(g3[a:a + m].reshape(m, groups, og, p), cc.transpose(2, 0, 3, 1),
-                      out=buf[:m])
-            acc += buf[:m].sum(axis=0)
-        return acc.reshape(w_shape)
-    gbuf = empty((o, nb, p), dtype=dtype)
-    for a in range(0, n, nb):
-        m = min(n, a + nb) - a
-        gc = gbuf[:, :m]
-        np.copyto(gc, g3[a:a + m].transpose(1, 0, 2))
-        cc = reshaped(columns(a, m), (groups, ckg, m * p))
-        acc += memory.matmul(gc.reshape(groups, og, m * p), cc.transpose(0, 2, 1))
+            gc = gbuf[:, :m]
+            np.copyto(gc, g3[a:a + m].transpose(1, 0, 2))
+            cc = reshaped(columns(a, m), (groups, ckg, m * p))
+            acc += memory.matmul(gc.reshape(groups, og, m * p), cc.transpose(0, 2, 1))
     return acc.reshape(w_shape)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import memory
 from ..costs import gemm_cost
+from ..engine import blas
 from ..ops import reduce as R
 from ..ops import shape as S
 from ..ops._common import array, reshaped
@@ -36,6 +37,15 @@ def _shape(x) -> tuple:
 
 def _rows(shape: tuple) -> int:
     return math.prod(shape[:-1])
+
+
+def _blas_threads(m: int, k: int, n: int):
+    """The context linear's (m, k) @ (k, n) GEMM runs in: BLAS held at one thread from
+    2^19 to 2^28 multiply-adds (`blas.one_thread`: on 2 loaded cores the threaded call
+    took 50-850x the one-thread time for Linear's usual 1-19M, ~60 us a switch when it
+    changes the count, ~10 us in a parallel backward's workers). Shapes only (both
+    engines bitwise equal)."""
+    return blas.one_thread(m * k * n)
 
 
 def _check(x: np.ndarray, w: np.ndarray, b) -> None:
@@ -84,7 +94,8 @@ def _input_kernel(g, ans, input, weight, bias):
         out = memory.empty(g.shape + weight.shape, np.result_type(g, weight))
         return np.multiply(g[..., None], weight, out=out)
     rows = _rows(g.shape)
-    out = memory.matmul(reshaped(g, (rows, weight.shape[0])), weight)
+    with _blas_threads(rows, *weight.shape):
+        out = memory.matmul(reshaped(g, (rows, weight.shape[0])), weight)
     return out.reshape(g.shape[:-1] + weight.shape[1:])
 
 
@@ -96,7 +107,8 @@ def _weight_kernel(g, ans, input, weight, bias):
     x2 = reshaped(x, (math.prod(lead), x.shape[-1]))
     if weight.ndim == 1:
         return memory.matmul(reshaped(g, (x2.shape[0],)), x2)
-    return memory.matmul(reshaped(g, (x2.shape[0], g.shape[-1])).T, x2)
+    with _blas_threads(*x2.shape, g.shape[-1]):
+        return memory.matmul(reshaped(g, (x2.shape[0], g.shape[-1])).T, x2)
 
 
 def _cost(ans, input, weight, bias):
@@ -121,8 +133,9 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     _check(x, w, b)
     out_shape = x.shape[:-1] + w.shape[:-1]
     rows = _rows(x.shape)
-    y = memory.matmul(reshaped(x, (rows, x.shape[-1])),
-                      reshaped(w, (math.prod(w.shape[:-1]), x.shape[-1])).T)
+    with _blas_threads(rows, x.shape[-1], math.prod(w.shape[:-1]) if w.ndim > 1 else 0):
+        y = memory.matmul(reshaped(x, (rows, x.shape[-1])),
+                          reshaped(w, (math.prod(w.shape[:-1]), x.shape[-1])).T)
     y = y.reshape(out_shape)
     if b is None:
         return y

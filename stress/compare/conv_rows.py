@@ -16,8 +16,8 @@ alone (ours: the kernels `_input_of` / `_weight_of` with the columns rebuilt; to
 `aten.convolution_backward` with that output mask); `step` forward + `y.backward(g)`
 through autograd (ours keeps the columns for the weight gradient). Each row's two
 libraries run interleaved call by call (the order alternated each round, the cyclic GC
-off); figures are medians in ms, the ratio is the median of per-round ratios with its
-[25%, 75%] interval. torch at `torch.set_num_threads(t)`, numpy's BLAS at `t` threads
+off); figures are medians in ms, the ratio is the median of per-round ratios with a 95%
+bootstrap interval of that median. torch at `torch.set_num_threads(t)`, numpy's BLAS at `t` threads
 (threadpoolctl). For docs/benchmarks.md; no test asserts on these numbers.
 """
 from __future__ import annotations
@@ -112,8 +112,10 @@ def _measure(pair, reps: int) -> tuple:
             f()
             acc.append(time.perf_counter() - t)
     ta, tb = np.array(ta), np.array(tb)
-    q = np.quantile(ta / tb, [0.25, 0.5, 0.75])
-    return np.median(ta) * 1e3, np.median(tb) * 1e3, q
+    r = ta / tb
+    boot = np.median(np.random.default_rng(1).choice(r, (2000, len(r))), axis=1)
+    lo, hi = np.quantile(boot, [0.025, 0.975])
+    return np.median(ta) * 1e3, np.median(tb) * 1e3, np.array([lo, np.median(r), hi])
 
 
 def _load_old(path: str):
@@ -155,7 +157,7 @@ def _kernels(case, dtype, rng) -> dict:
 def _old_new(args) -> None:
     from threadpoolctl import threadpool_limits
     old = _load_old(args.old)
-    print("| case | dtype | thr | part | old ms | new ms | new/old [25%, 75%] | rel diff |")
+    print("| case | dtype | thr | part | old ms | new ms | new/old [95% CI] | rel diff |")
     print("|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(0)
     for t in map(int, args.threads.split(",")):
@@ -197,8 +199,8 @@ def main(argv=None) -> None:
     gc.disable()
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load "
           f"{os.getloadavg()[0]:.1f}, reps {args.reps}, torch {torch.__version__}")
-    print("| case | dtype | thr | part | ours ms | torch ms | ours/torch [25%, 75%] |")
-    print("|---|---|---|---|---|---|---|")
+    print("| case | dtype | thr | part | ours ms | torch ms | ours/torch [95% CI] | load |")
+    print("|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(0)
     for t in map(int, args.threads.split(",")):
         torch.set_num_threads(t)
@@ -211,7 +213,8 @@ def main(argv=None) -> None:
                             continue
                         a, b, q = _measure(parts[part], args.reps)
                         print(f"| {case} | {dtype} | {t} | {part} | {a:.2f} | {b:.2f} | "
-                              f"{q[1]:.2f} [{q[0]:.2f}, {q[2]:.2f}] |", flush=True)
+                              f"{q[1]:.2f} [{q[0]:.2f}, {q[2]:.2f}] | "
+                              f"{os.getloadavg()[0]:.1f} |", flush=True)
                     gc.collect()
 
 
