@@ -194,13 +194,15 @@ class limited:
 
 # The small-GEMM rule (`one_thread`): OpenBLAS gives a GEMM MNK / 2^18 threads at most
 # (interface/gemm.c: SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD), so below 2^19
-# multiply-adds it runs on one thread anyway and a switch would only cost. Up to 2^28 a
-# threaded call on loaded cores waits for its helper to be scheduled: 2 threads took
-# 2.4-18x one thread's time from 38M to 134M multiply-adds (the conv kernels' shapes,
-# float32 and float64), 50-850x for Linear's 1-19M (load ~12 on 2 cores, 2026-11-28,
-# `docs/benchmarks.md`); at 268-537M with many rows they took 0.62-0.79x.
+# multiply-adds it runs on one thread anyway and a switch would only cost. On loaded cores
+# a threaded call waits for its helper to be scheduled: 2 threads took 50-850x one
+# thread's time for Linear's 1-19M multiply-adds and 2.4-18x for conv's 38-268M (load ~12
+# on 2 cores, 2026-11-28, `docs/benchmarks.md`). The bound stays 2^25 all the same: on
+# an idle machine the larger GEMMs gain from every core (up to ~2x here, up to the core
+# count on a bigger machine), and a shapes-only rule cannot see the load. Above it,
+# `pa.set_num_threads(1)` is the remedy on a busy machine.
 SERIAL_MACS = 1 << 19
-ONE_THREAD_MACS = 1 << 28
+ONE_THREAD_MACS = 1 << 25
 _ANY_THREADS = contextlib.nullcontext()
 
 

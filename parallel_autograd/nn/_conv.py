@@ -65,10 +65,8 @@ _COLS_BYTES = 1 << 22
 
 # A kernel's GEMMs of fewer multiply-adds (but at least `_SERIAL_MACS`, below which
 # OpenBLAS keeps one thread anyway) run with BLAS held at one thread (`_blas_threads`,
-# `blas.one_thread`: where the measurements are). 2^28: every conv shape measured up to
-# 134M was 2.4-18x slower on 2 loaded threads (was 2^25, which left the forward's and
-# weight gradient's 38-134M GEMMs threaded: dcgan_d2's forward 3.5 s at 2 threads, 0.15 s
-# at 1).
+# `blas.one_thread`: where the measurements are, and why 2^25 although conv's 38-268M
+# GEMMs were also 2.4-18x slower on 2 loaded threads: idle machines with more cores).
 _ONE_THREAD_MACS = blas.ONE_THREAD_MACS
 _SERIAL_MACS = blas.SERIAL_MACS
 # Bx*'s channels-last kernel takes one GEMM for all kernel offsets from this many

@@ -41,7 +41,7 @@ def _rows(shape: tuple) -> int:
 
 def _blas_threads(m: int, k: int, n: int):
     """The context linear's (m, k) @ (k, n) GEMM runs in: BLAS held at one thread from
-    2^19 to 2^28 multiply-adds (`blas.one_thread`: on 2 loaded cores the threaded call
+    2^19 to 2^25 multiply-adds (`blas.one_thread`: on 2 loaded cores the threaded call
     took 50-850x the one-thread time for Linear's usual 1-19M, ~60 us a switch when it
     changes the count, ~10 us in a parallel backward's workers). Shapes only (both
     engines bitwise equal)."""
