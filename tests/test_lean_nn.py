@@ -275,3 +275,24 @@ def test_sdpa_gqa(causal):
     assert extra <= p.nbytes + SLACK
     grads, extra = joint(y)
     assert extra <= p.nbytes + SLACK          # dS: one scores-sized temporary
+
+
+# ---- layer_norm ----------------------------------------------------------------------------
+@pytest.mark.parametrize("shape, dtype, affine", [((64, 64, 64), np.float32, True),
+                                                  ((20, 35, 200), np.float64, True),
+                                                  ((64, 64, 64), np.float64, False)])
+def test_layer_norm(shape, dtype, affine):
+    from parallel_autograd.ops import _common
+    d = shape[-1]
+    x = leaf(rand(shape, 1).astype(dtype))
+    w, b = (leaf(rand(d, s).astype(dtype)) for s in (2, 3)) if affine else (None, None)
+    y, extra = forward(F.layer_norm, x, (d,), w, b)
+    rows = x.numpy().size // d
+    stats = 2 * rows * x.numpy().itemsize     # each row's mean and 1/std, kept for the rules
+    assert extra <= 2 * stats + SLACK         # and a row-sized temporary: no block, no copy
+    block = _common.ROW_BLOCK_BYTES           # h = g w, one row block (weighted only)
+    gx, extra = rule(y, 0)
+    assert gx.shape == shape and extra <= (block if affine else 0) + stats + SLACK
+    if affine:
+        gw, extra = rule(y, 1)                # x normalized, one row block at a time
+        assert gw.shape == (d,) and extra <= block + stats + SLACK
