@@ -10,7 +10,8 @@ directory and imported as a second package (`pa_old`: the package imports itself
 relatively), so both run in the same process under the same load. Each round times every
 variant once (a variant's time: the mean of `--inner` calls, wall clock); the table gives
 the medians over rounds and, for the ratios, the median of the per-round ratios with a 95%
-bootstrap interval. Prints a markdown table; `uptime` before and after.
+bootstrap interval. The variants run in a new random order each round. Prints a markdown
+table; `uptime` before and after.
 """
 from __future__ import annotations
 
@@ -104,8 +105,12 @@ def measure(variants: dict, rounds: int, inner: int) -> dict:
         getattr(f, "setup", lambda: None)()
         f()                                  # warm up (allocator, imports)
     times = {k: [] for k in variants}
+    order = np.random.default_rng(1)
     for _ in range(rounds):
-        for k, f in variants.items():
+        # a new order each round: torch's OpenMP threads spin after a call and slow
+        # whichever variant follows them
+        for k in order.permutation(list(variants)):
+            f = variants[k]
             getattr(f, "setup", lambda: None)()
             t0 = time.perf_counter()
             for _ in range(inner):
