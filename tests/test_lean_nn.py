@@ -275,3 +275,38 @@ def test_sdpa_gqa(causal):
     assert extra <= p.nbytes + SLACK
     grads, extra = joint(y)
     assert extra <= p.nbytes + SLACK          # dS: one scores-sized temporary
+
+
+# ---- layer_norm ----------------------------------------------------------------------------
+def backward_scratch(y):
+    """(gradients, scratch bytes) of y's node: its joint rule's temporaries, or the sum of
+    its per-input rules' (each run as the engine runs it)."""
+    if y.grad_fn.joint is not None:
+        return joint(y)
+    grads, total = [], 0
+    for i in range(len(y.grad_fn.vjps)):
+        if y.grad_fn.vjps[i] is not None:
+            gi, extra = rule(y, i)
+            grads.append(gi)
+            total += extra
+    return grads, total
+
+
+@pytest.mark.parametrize("shape, dtype, affine", [((64, 64, 64), np.float32, True),
+                                                  ((20, 35, 200), np.float64, True),
+                                                  ((64, 64, 64), np.float64, False)])
+def test_layer_norm(shape, dtype, affine):
+    from parallel_autograd.ops import _common
+    d = shape[-1]
+    x = leaf(rand(shape, 1).astype(dtype))
+    w, b = (leaf(rand(d, s).astype(dtype)) for s in (2, 3)) if affine else (None, None)
+    y, extra = forward(F.layer_norm, x, (d,), w, b)
+    rows = x.numpy().size // d
+    stats = 2 * rows * x.numpy().itemsize     # each row's mean and 1/std, kept for the rules
+    assert extra <= 2 * stats + SLACK         # and a row-sized temporary: no block, no copy
+    # the three gradients in one sweep: one row block of scratch (h = g w) when weighted,
+    # none otherwise (three rules took one block each for x and the weight: 607 KB for
+    # the first case, over this bound)
+    grads, extra = backward_scratch(y)
+    assert extra <= (_common.ROW_BLOCK_BYTES if affine else 0) + stats + SLACK
+    assert [gi.shape for gi in grads] == [shape] + ([(d,), (d,)] if affine else [])

@@ -197,7 +197,8 @@ def test_gelu_forward_saves_the_cdf_and_otherwise_reuses_it():
     x = pa.tensor(data("n", 9), requires_grad=True)
     y, extra = temporary_bytes(pa.gelu, x)
     assert extra < NBYTES + SPECIAL_SCRATCH           # the saved CDF, nothing else
-    np.testing.assert_array_equal(y.grad_fn.saved[2], special.ndtr(x.numpy()))  # (y, x, cdf)
+    cdf = special.ndtr(x.numpy(), fast=True)          # exact GELU's
+    np.testing.assert_array_equal(y.grad_fn.saved[2], cdf)  # (y, x, cdf)
     with pa.no_grad():
         z, extra = temporary_bytes(pa.gelu, x)
     assert extra < SPECIAL_SCRATCH                    # the output is the CDF's buffer

@@ -46,7 +46,7 @@ from ..ops import pointwise as PW
 from ..ops import reduce as R
 from ..ops import shape as S
 from ..ops._common import array, default_float, empty, reshaped, row_blocks, zeros
-from ..primitive import Saved, composite, defop
+from ..primitive import Joint, Saved, composite, defop
 from ..tensor import Tensor
 
 __all__ = ["layer_norm", "rms_norm", "batch_norm", "batch_norm_counted", "instance_norm",
@@ -124,6 +124,9 @@ def _weighted_column_sums(g2, x2, mean, scale) -> np.ndarray:
     return acc
 
 
+_MATVEC_MEAN = 256
+
+
 def _rule_setup(g, x2, w):
     """What both input kernels start from: g as rows, the result (the only full-size
     allocation), the row blocks, and a block temporary for h = g w when weighted."""
@@ -143,32 +146,53 @@ def _operands(input, weight, normalized_shape) -> tuple:
     return reshaped(x, (rows, d)), w, x.shape, ns
 
 
-def _ln_input_kernel(g, ans, input, weight, bias, mean, rstd, normalized_shape, eps):
-    # rstd (h - mean(h) - xh mean(h xh)), h = g w, xh = (x - mean) rstd, per row block
-    # (cache resident): xh into the result, h in a block temporary when weighted;
-    # subtract, scale, two row reductions, then scale, add, subtract, scale: 8 passes
-    # over the block. The result is the only full-size allocation.
-    x2, w, shape, _ = _operands(input, weight, normalized_shape)
-    d = x2.shape[1]
-    g2, out, blocks, hbuf = _rule_setup(g, x2, w)
-    for a, e in blocks:
-        t, r = out[a:e], rstd[a:e, None]
-        np.subtract(x2[a:e], mean[a:e, None], out=t)
-        t *= r
-        h = g2[a:e] if w is None else np.multiply(g2[a:e], w, out=hbuf[:e - a])
-        s1, s2 = h.sum(axis=1), np.vecdot(h, t)
-        t *= (s2 / -d)[:, None]
-        t += h
-        t -= (s1 / d)[:, None]
-        t *= r
-    return out.reshape(shape)
+def _ln_block(t, xb, gb, m, r, w, hbuf, dw) -> None:
+    """One row block of layer_norm's joint kernel: t <- xh = (x - mean) r (2 passes);
+    dw += sum over rows of g xh (1); if `hbuf` is not False, t <- dx =
+    r (h - s1/D - xh c), h = g w, s1 = g @ w (a BLAS matvec, 4x numpy's row sum),
+    c = sum(h xh)/D (the row dot): h (weighted only), the dot, then scale, add h,
+    subtract, scale (5-6)."""
+    np.subtract(xb, m[:, None], out=t)
+    t *= r[:, None]
+    if dw is not None:
+        dw += np.einsum("ij,ij->j", gb, t)
+    if hbuf is False:
+        return
+    d = t.shape[1]
+    s1 = np.matmul(gb, np.ones(d, t.dtype) if w is None else w)
+    h = gb if w is None else np.multiply(gb, w, out=hbuf[:t.shape[0]])
+    c = np.vecdot(h, t)
+    c /= -d
+    t *= c[:, None]
+    t += h
+    s1 /= d
+    t -= s1[:, None]
+    t *= r[:, None]
 
 
-def _ln_weight_kernel(g, ans, input, weight, bias, mean, rstd, normalized_shape, eps):
-    # sum over rows of g xh, xh = (x - mean) rstd rebuilt per row block in a block
-    # temporary (2 passes over the block, then one reduction)
-    x2, _, _, ns = _operands(input, None, normalized_shape)
-    return _weighted_column_sums(reshaped(g, x2.shape), x2, mean, rstd).reshape(ns)
+def _ln_kernel(g, ans, input, weight, bias, mean, rstd, needs, normalized_shape, eps):
+    # The three gradients in one sweep over cached row blocks (PyTorch's fused backward):
+    # xh rebuilt once for dx and dw, db = sum over rows of g. Passes over a block: 9 with
+    # a weight taking a gradient (2 xh, 1 dw, 6 dx), where three rules took 12 and three
+    # calls (the weight's rule rebuilt xh, the bias's was summed by the node); 2 + 1 for
+    # dw alone (a frozen input). Allocations: the gradients returned, and one row block
+    # (h = g w, or xh when dx is not asked).
+    x2, w, shape, ns = _operands(input, weight, normalized_shape)
+    need_x, need_w, need_b = needs
+    g2 = reshaped(g, x2.shape)
+    dtype = np.result_type(g, x2)
+    rb, blocks = row_blocks(x2.shape[0], x2.shape[1] * dtype.itemsize)
+    dw = zeros(x2.shape[1], dtype) if need_w and weight is not None else None
+    db = g2.sum(axis=0) if need_b and bias is not None else None
+    dx = empty(x2.shape, dtype) if need_x else None
+    if need_x or dw is not None:
+        tbuf = None if need_x else empty((rb, x2.shape[1]), dtype)
+        hbuf = False if not need_x else None if w is None else empty((rb, x2.shape[1]), dtype)
+        for a, e in blocks:
+            t = dx[a:e] if need_x else tbuf[:e - a]
+            _ln_block(t, x2[a:e], g2[a:e], mean[a:e], rstd[a:e], w, hbuf, dw)
+    return (None if dx is None else dx.reshape(shape), None if dw is None else dw.reshape(ns),
+            None if db is None else db.reshape(ns))
 
 
 def _ln_parts(g, input, weight, normalized_shape, eps) -> tuple:
@@ -195,21 +219,31 @@ def _ln_weight_formula(g, ans, input, weight, bias, normalized_shape, eps):
 
 
 def _bias_formula(g, ans, input, weight, bias, normalized_shape, eps):
-    return g  # summed over the leading dims to the bias's shape (trailing) by the node
+    ns = _normalized(normalized_shape)      # g summed over the leading dims
+    return S.reshape(R.sum(S.reshape(g, (-1, math.prod(ns))), dim=0), ns)
+
+
+def _ln_formula(g, ans, input, weight, bias, normalized_shape, eps):
+    """The three gradients with ops (create_graph; None for an absent parameter)."""
+    args = (g, ans, input, weight, bias, normalized_shape, eps)
+    return (_ln_input_formula(*args), None if weight is None else _ln_weight_formula(*args),
+            None if bias is None else _bias_formula(*args))
 
 
 @defop(dtypes="floating", inputs=("input", "weight", "bias"),
-       formula=(_ln_input_formula, _ln_weight_formula, _bias_formula),
-       kernel=(_ln_input_kernel, _ln_weight_kernel, None), unsaved=("result",),
+       formula=Joint(_ln_formula), kernel=Joint(_ln_kernel), unsaved=("result",),
        module="torch.nn.functional")
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
-               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+               bias: Tensor | None = None, eps: float = 1e-5, *,
+               needs_input_grad=(True, True, True)) -> Tensor:
     """Normalize over the trailing `normalized_shape` dims (biased variance), then
     scale by `weight` and shift by `bias` (both of shape `normalized_shape`).
 
     One node keeping the input and each row's mean and 1/std. Forward per row block
-    (cache resident): mean, x - mean, variance, scale, weight, bias (6 passes over the
-    block); the output is the only full-size allocation.
+    (cache resident): mean (a BLAS matvec up to D = 256), x - mean, variance (a row
+    dot), scale, weight, bias: 6 passes over the block, the least with numpy's ufuncs
+    (each reads or writes the block once; the variance needs the mean first, to not
+    cancel). The output is the only full-size allocation.
     """
     ns = _normalized(normalized_shape)
     _check_trailing("layer_norm", np.asarray(input), ns, (("weight", weight), ("bias", bias)))
@@ -219,9 +253,16 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
     d, dtype = x2.shape[1], x2.dtype
     y = empty(x2.shape, dtype)
     mean, rstd = empty(x2.shape[0], dtype), empty(x2.shape[0], dtype)
+    # rows of up to _MATVEC_MEAN: the mean as a BLAS matvec (4-6x np.mean's pairwise row
+    # sums at D = 64; its 8-lane running sums add no error there, and past a few hundred
+    # elements they did: float32 D = 4096, mean 1000: 4.7x the output error)
+    inv_d = np.full(d, 1 / max(d, 1), dtype) if d <= _MATVEC_MEAN else None
     for a, e in row_blocks(x2.shape[0], d * dtype.itemsize)[1]:
         t, m, r = y[a:e], mean[a:e], rstd[a:e]
-        np.mean(x2[a:e], axis=1, out=m)
+        if inv_d is None:
+            np.mean(x2[a:e], axis=1, out=m)
+        else:
+            np.matmul(x2[a:e], inv_d, out=m)
         np.subtract(x2[a:e], m[:, None], out=t)
         _inv_sqrt(np.vecdot(t, t) / d + eps, out=r)
         t *= r[:, None]
@@ -229,7 +270,7 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
             t *= w
         if b is not None:
             t += b
-    return Saved(y.reshape(shape), mean, rstd)
+    return Saved(y.reshape(shape), mean, rstd, tuple(needs_input_grad))
 
 
 def _rms_eps(eps, dtype) -> float:

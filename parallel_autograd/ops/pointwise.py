@@ -178,14 +178,16 @@ def _erf_kernel(factor):
 @defop(formula=lambda g, ans, input: g * (exp(-(input * input)) * _TWO_OVER_SQRT_PI),
        kernel=_erf_kernel(_TWO_OVER_SQRT_PI), method=True, module="torch", int_to_float=True)
 def erf(input: Tensor) -> Tensor:
-    """The error function (fdlibm's, vectorized: `ops.special`; within ~1 ulp)."""
+    """The error function (fdlibm's, vectorized: `ops.special`; within 1 ulp of the
+    correctly rounded value, float32 computed in float32)."""
     return special.erf(input)
 
 
 @defop(formula=lambda g, ans, input: g * (exp(-(input * input)) * -_TWO_OVER_SQRT_PI),
        kernel=_erf_kernel(-_TWO_OVER_SQRT_PI), method=True, int_to_float=True)
 def erfc(input: Tensor) -> Tensor:
-    """1 - erf(x), without cancellation for large x (`ops.special`)."""
+    """1 - erf(x), without cancellation for large x (`ops.special`; float64 within
+    2.1 ulp, float32 within 1)."""
     return special.erfc(input)
 
 

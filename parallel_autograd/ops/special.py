@@ -26,11 +26,19 @@ The coefficients below come from fdlibm, whose notice is kept as its licence ask
   Permission to use, copy, modify, and distribute this software is freely granted,
   provided that this notice is preserved.
 
-float32 inputs are computed in float32 with fdlibm's single-precision method (s_erff.c,
+Two departures from fdlibm in float64, measured against mpmath (tests/test_erf.py):
+erfc's tail is summed into one exp with one final rounding (fdlibm's two exps, product and
+division reached 2.3 ulp; now 1.6), and ndtr corrects the rounding of its argument
+-x/sqrt 2, which the tail's condition number 2 t^2 amplified (1,563 ulp at x = -37; now
+erfc's own error, ~2 ulp at most: fdlibm's middle intervals, not changed).
+
+float32 erf is computed in float32 with fdlibm's single-precision method (s_erff.c,
 FreeBSD's reduced-degree coefficients: 3 to 5 terms a polynomial where float64 needs 5 to
-9): erf within 1 ulp of the correctly rounded float32 value (0.95 ulp of the exact one),
-erfc within 4.7 ulp and ndtr 5.4 (numpy's float32 exp, up to 2.4 ulp, twice in the tail;
-ndtr's argument x/sqrt 2 rounds in float32), measured by tests/test_erf.py.
+9): within 1 ulp of the correctly rounded float32 value (0.95 ulp of the exact one).
+float32 erfc and ndtr are computed in float64 and rounded once (within 1 ulp: float64's
+error is 2^-29 of a float32 ulp); `ndtr(fast=True)`, exact GELU's, keeps the float32
+method: within 6 ulp (numpy's float32 exp, up to 2.4 ulp, twice in the tail), no float64
+(and in float64 skips the argument's correction).
 float16 inputs are computed in float64, chunk by chunk, and rounded; integer and boolean
 inputs give float64.
 """
@@ -85,6 +93,19 @@ _TAIL = float(np.array(0x4006DB6E00000000, np.uint64).view(np.float64))  # ~1/0.
 _ERF_FLAT = 6.0     # erf(|x|) rounds to 1 from here on
 _ERFC_FLAT = 28.0   # erfc(x) underflows to 0 from here on (and erfc(-x) rounds to 2)
 _SQRT1_2 = math.sqrt(0.5)
+
+# ndtr's argument -x/sqrt 2 in float64 rounds twice (the constant, then the product): a
+# relative error up to ~2^-53 that erfc's condition number 2t^2 in the tail turns into
+# 2 t^2 2^-53 relative (1,500 ulp at x = -37, measured against mpmath). The exact product
+# is x c_hi + x c_lo, c_hi + c_lo = -1/sqrt 2 in double-double; its rounding error `lo`
+# (Dekker's two-product: numpy has no fma) moves erfc by its derivative,
+# erfc(t + lo) = erfc(t) - 2/sqrt(pi) exp(-t^2) lo (second-order terms below 2^-100).
+_NEG_SQRT1_2_LO = 4.833646656726457e-17     # -1/sqrt 2 - (-sqrt(0.5)), from mpmath
+_SPLIT = 134217729.0                        # 2^27 + 1: Veltkamp's splitter for float64
+_C_HI = -_SQRT1_2
+_C_HI_HIGH = _C_HI * _SPLIT - (_C_HI * _SPLIT - _C_HI)
+_C_HI_LOW = _C_HI - _C_HI_HIGH
+_TWO_OVER_SQRT_PI = 1.1283791670955126
 
 
 class _Table(NamedTuple):
@@ -201,6 +222,9 @@ def _tail(x: np.ndarray, a: np.ndarray, res: np.ndarray, t: np.ndarray, compleme
         np.subtract(1, w, out=res)
         np.copysign(res, x, out=res)
         return
+    if c.dtype is np.float64:
+        _tail_erfc64(x, a, res, t)
+        return
     # -x*x in two exact parts: z is |x| with the low bits of its mantissa cleared (32 of
     # float64's, 13 of float32's), so z*z is exact and (z - a)*(z + a) carries the rest.
     u = np.uint64 if c.dtype is np.float64 else np.uint32
@@ -225,6 +249,54 @@ def _tail(x: np.ndarray, a: np.ndarray, res: np.ndarray, t: np.ndarray, compleme
     z *= sg
     np.subtract(1, sg, out=res)
     res += z
+
+
+def _split(v: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> None:
+    """Veltkamp's split of v into hi (26 significant bits) + lo, exactly (|v| < 2^996)."""
+    np.multiply(v, _SPLIT, out=lo)
+    np.subtract(lo, v, out=hi)
+    np.subtract(lo, hi, out=hi)
+    np.subtract(v, hi, out=lo)
+
+
+def _tail_erfc64(x: np.ndarray, a: np.ndarray, res: np.ndarray, t: np.ndarray) -> None:
+    """erfc(x) for 1.25 <= |x| < 28 in float64 into `res`, t[1] holding R/S (6 rows).
+
+    fdlibm's two exps, product and division (2.3 ulp against mpmath) become one exp and
+    one final rounding: the exponent -z^2 - 0.5625 + ((z - a)(z + a) + R/S) is summed
+    exactly into s + err (Fast2Sum: its first part is exact and the larger), and
+    exp(s)(1 + err)/a is q + (e - q a + e err)/a, e = exp(s), q = e/a rounded, with
+    e - q a exact (q and a split in halves whose products are exact: numpy has no fma).
+    What is left is exp's own rounding (glibc: ~0.5 ulp), R/S's and the final rounding.
+    22 passes over the elements (fdlibm's: 16)."""
+    hh, r, b, c, d, f = t[0], t[1], t[2], t[3], t[4], t[5]
+    np.bitwise_and(a.view(np.uint64), np.uint64(_F64.high_mask), out=c.view(np.uint64))
+    np.subtract(c, a, out=b)
+    np.add(c, a, out=d)
+    b *= d
+    b += r                                  # L = (z - a)(z + a) + R/S
+    np.multiply(c, c, out=hh)
+    hh += 0.5625
+    np.negative(hh, out=hh)                 # H = -z^2 - 0.5625, exact
+    np.add(hh, b, out=r)                    # s
+    np.subtract(hh, r, out=hh)
+    hh += b                                 # err = (H - s) + L, exactly
+    np.exp(r, out=b)                        # e
+    hh *= b                                 # e err
+    np.divide(b, a, out=r)                  # q
+    _split(r, d, f)                         # q = d + f
+    _split(a, c, r)                         # a = c + r
+    for u, v in ((d, c), (d, r), (f, c), (f, r)):
+        np.multiply(u, v, out=res)
+        b -= res                            # e - q a: the first step exact (Sterbenz)
+    b += hh
+    b /= a
+    d += f                                  # q, exactly
+    d += b
+    sg = np.sign(x, out=b)                  # erfc(x) = (1 - sign) + sign erfc(|x|)
+    d *= sg
+    np.subtract(1, sg, out=res)
+    res += d
 
 
 def _outer(x: np.ndarray, a: np.ndarray, res: np.ndarray, t: np.ndarray,
@@ -273,27 +345,66 @@ def _chunk(x: np.ndarray, out: np.ndarray, complement: bool, half: bool,
         _small(x, res, t[4:, :n], complement, c)
     if m:
         vo, lo = t[4, :m], None
-        if unscaled is not None:
+        if unscaled is not None and c.dtype is np.float32:
             x0, scale = unscaled
             lo = np.multiply(_gather(x0, idx, t[13, :m]), scale, dtype=np.float64)
             lo -= xo
             lo = lo.astype(c.dtype)
         _outer(xo, ao, vo, t[5:, :m], complement, c, lo)
         res[idx] = vo
+    if unscaled is not None and c.dtype is np.float64:
+        _argument_correction(unscaled[0], res, t[4:9, :n], idx)
     if half:
         res *= 0.5
     if res is not out:
         out[...] = res
 
 
+def _argument_correction(x0: np.ndarray, res: np.ndarray, t: np.ndarray,
+                         outer: np.ndarray) -> None:
+    """res (erfc(t), t = x0 * -sqrt(0.5) rounded) += the error of t's rounding times
+    erfc's derivative -2/sqrt(pi) exp(-t^2). `t`: 5 scratch rows; `outer`: the indices
+    of |t| >= 0.84375, where exp(-t^2) is computed (numpy's float64 exp is scalar here);
+    below, 1 - u + u^2/2 - u^3/6 (u = t^2 < 0.72: within 1% of exp(-u), ample for a
+    correction of at most an ulp). |x0| is clipped to 64 first (beyond, exp(-t^2) is 0
+    and the split would overflow); NaN stays NaN in `res`. 20 passes over the chunk."""
+    xc, p, hi, lo, e = t[0], t[1], t[2], t[3], t[4]
+    np.clip(x0, -64.0, 64.0, out=xc)
+    np.multiply(xc, _C_HI, out=p)
+    _split(xc, hi, lo)
+    # err = ((hi ch - p) + hi cl + lo ch) + lo cl, then + x c_lo: the product's error
+    np.multiply(hi, _C_HI_HIGH, out=e)
+    e -= p
+    hi *= _C_HI_LOW
+    e += hi
+    np.multiply(lo, _C_HI_HIGH, out=hi)
+    e += hi
+    lo *= _C_HI_LOW
+    e += lo
+    np.multiply(xc, _NEG_SQRT1_2_LO, out=lo)
+    e += lo                                 # t's error: exact t = p + e
+    np.multiply(p, p, out=p)
+    _horner(p, (-1 / 6, 0.5, -1.0, 1.0), hi)    # exp(-u), |t| < 0.84375
+    m = outer.size
+    if m:
+        v = _gather(p, outer, xc[:m])
+        np.negative(v, out=v)
+        hi[outer] = np.exp(v, out=v)
+    hi *= e
+    hi *= _TWO_OVER_SQRT_PI
+    res -= hi
+
+
 _ROWS = 14  # scratch rows: a, outer x and |x|, result copy, 9 for the intervals, 1 for
 # the unscaled argument
 
 
-def _evaluate(x, out, complement: bool, scale: float, half: bool) -> np.ndarray:
+def _evaluate(x, out, complement: bool, scale: float, half: bool,
+              fast: bool = False) -> np.ndarray:
     """erf/erfc of `scale * x` (halved if `half`) over chunks, into `out` or a new array
-    of x's float dtype (float64 for other dtypes). float32 is computed in float32
-    (`_F32`), float64 and float16 in float64 (float16 rounded at the end). Not split over
+    of x's float dtype (float64 for other dtypes). float32 erf (and erfc/ndtr if `fast`)
+    is computed in float32 (`_F32`), the rest in float64 (float32 and float16 rounded at
+    the end: within 1 ulp, float64's error being 2^-29 of float32's ulp). Not split over
     threads (`intraop`): with ~50 ufunc calls a chunk, two threads measured slower than
     one (6.7 -> 7.3 ms on 524k elements, 2026-11-23)."""
     x = np.asarray(x)
@@ -301,12 +412,14 @@ def _evaluate(x, out, complement: bool, scale: float, half: bool) -> np.ndarray:
         out = memory.empty(x.shape, x.dtype if x.dtype.kind == "f" else np.float64)
     elif out.shape != x.shape:
         raise ValueError(f"out has shape {out.shape}, expected {x.shape}")
-    c = _F32 if x.dtype == np.float32 and out.dtype == np.float32 else _F64
-    _evaluate_range(x, out, complement, scale, half, c)
+    f32 = x.dtype == np.float32 and out.dtype == np.float32
+    c = _F32 if f32 and (fast or not complement) else _F64
+    _evaluate_range(x, out, complement, scale, half, c, fast)
     return out
 
 
-def _evaluate_range(x, out, complement: bool, scale: float, half: bool, c: _Table) -> None:
+def _evaluate_range(x, out, complement: bool, scale: float, half: bool, c: _Table,
+                    fast: bool = False) -> None:
     # float32: chunks of the same bytes, twice the elements (the ~80 ufunc calls a chunk
     # cost about as much as its arithmetic at 32k float32 elements: 102 -> 73 ms for
     # ndtr of 4M elements, CPU time)
@@ -322,7 +435,7 @@ def _evaluate_range(x, out, complement: bool, scale: float, half: bool, c: _Tabl
                 if u.size < xc.size:
                     u = memory.empty(xc.size, c.dtype)
                 x0, xc = xc, np.multiply(xc, scale, out=u[:xc.size])
-            low = complement and c.dtype is np.float32 and scale != 1
+            low = complement and scale != 1 and (c is _F32 or not fast)
             _chunk(xc, oc, complement, half, t, c, (x0, scale) if low else None)
 
 
@@ -335,11 +448,18 @@ def erf(x, out: np.ndarray | None = None) -> np.ndarray:
 
 
 def erfc(x, out: np.ndarray | None = None) -> np.ndarray:
-    """1 - erf(x) without cancellation (accurate down to ~1e-308, where it underflows)."""
+    """1 - erf(x) without cancellation (accurate down to ~1e-308, where it underflows):
+    float64 within ~2 ulp, float32 (computed in float64) within 1 ulp."""
     return _evaluate(x, out, True, 1.0, False)
 
 
-def ndtr(x, out: np.ndarray | None = None) -> np.ndarray:
+def ndtr(x, out: np.ndarray | None = None, *, fast: bool = False) -> np.ndarray:
     """The standard normal CDF, 0.5 * erfc(-x / sqrt(2)): accurate in the lower tail too
-    (where 0.5 * (1 + erf(x / sqrt(2))) cancels to 0). `out` may be `x` itself."""
-    return _evaluate(x, out, True, -_SQRT1_2, True)
+    (where 0.5 * (1 + erf(x / sqrt(2))) cancels to 0). `out` may be `x` itself.
+
+    float64 within ~2 ulp (the rounding of -x/sqrt 2 corrected); float32 computed in
+    float64, within 1 ulp. `fast` (exact GELU's, whose lower tail PyTorch rounds to 0
+    anyway): float32 in float32 with fdlibm's single-precision method, within 6 ulp,
+    3x faster; float64 without the argument's correction (erfc's condition number 2 t^2
+    then amplifies its rounding: 2 t^2 ulp in the lower tail), 1.5x faster."""
+    return _evaluate(x, out, True, -_SQRT1_2, True, fast)
