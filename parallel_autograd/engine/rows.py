@@ -12,7 +12,8 @@ PyTorch's `is_grads_batched` and `materialize_grads`.
 
 Thread safety: no module state but the two thresholds; rows only read the shared graph
 (saved values are freed, if asked, after every row has ended). A graph with tensor hooks
-runs its rows one by one: a hook would otherwise run concurrently with itself.
+runs its rows one by one: a hook would otherwise run concurrently with itself. A custom
+Function's backward may run on several threads at once, as on the parallel engine.
 """
 from __future__ import annotations
 
