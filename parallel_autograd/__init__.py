@@ -20,7 +20,8 @@ from .dtypes import (bfloat16, bool, can_cast, cdouble, cfloat, complex64,  # no
                      promote_types, result_type, set_default_dtype, short, uint8, uint16,
                      uint32, uint64)
 from .generator import Generator
-from .engine.sequential import backward, grad
+from .engine.rows import grad
+from .engine.sequential import backward
 from .engine.engine import (Engine, backward_parallel, default_engine, get_default_engine,
                             grad_parallel, set_default_engine)
 from .function import Function, FunctionCtx, once_differentiable

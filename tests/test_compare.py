@@ -1084,6 +1084,24 @@ def test_extra_rows_are_selected_like_workloads():
     assert (a.workloads, a.scientific, a.loaded) == (["cnn"], ["sci-hvp"], False)
     a = cli.parse_args(["--quick"])  # the default: everything
     assert a.workloads == list(workloads.WORKLOADS) and len(a.scientific) == 4 and a.loaded
+    assert a.width == ["per-sample-grad", "multi-loss"]
+    a = cli.parse_args(["--workloads", "width"])
+    assert (a.workloads, a.scientific, a.width) == ([], [], ["per-sample-grad", "multi-loss"])
+    assert cli.parse_args(["--workloads", "multi-loss"]).width == ["multi-loss"]
+
+
+@pytest.mark.timeout(300)
+def test_width_rows_measure_every_configuration_and_report_them():
+    from stress.compare import width_rows as W
+    result = W.run_here(list(W.ROWS), "tiny", 1, 0, "pa")
+    psg, ml = result["rows"]["per-sample-grad"][0], result["rows"]["multi-loss"][0]
+    assert set(psg["samples"]) == {"pa-batched", "pa-batched-one-by-one", "pa-loop"}
+    assert set(ml["samples"]) == {"pa-default", "pa-parallel", "pa-sequential",
+                                  "pa-sequential-blas1"}
+    assert ml["decision"].startswith(("sequential: ", "parallel: "))
+    text = "\n".join(W.section(result))
+    assert "| N=4, hidden 8 | " in text and "| batch 4, hidden 8, 2 heads | " in text
+    assert "n/a" in text  # no PyTorch columns here
 
 
 def test_check_counts_a_missed_row_target():

@@ -11,6 +11,7 @@ import pytest
 
 import parallel_autograd as pa
 from parallel_autograd.autograd import functional as PF
+from parallel_autograd.engine import rows as ROWS
 
 torch = pytest.importorskip("torch")
 TF = torch.autograd.functional
@@ -32,9 +33,9 @@ def f_t(x):
 @pytest.fixture(params=[False, True], ids=["one-by-one", "concurrent"])
 def concurrent(request, monkeypatch):
     if request.param:  # every row set goes to threads, however fast the rows are
-        monkeypatch.setattr(PF, "CONCURRENT_MIN_SECONDS", 0.0)
-        monkeypatch.setattr(PF, "ROW_MIN_SECONDS", 0.0)
-        monkeypatch.setattr(PF, "usable_cores", lambda: 3)
+        monkeypatch.setattr(ROWS, "CONCURRENT_MIN_SECONDS", 0.0)
+        monkeypatch.setattr(ROWS, "ROW_MIN_SECONDS", 0.0)
+        monkeypatch.setattr(ROWS, "usable_cores", lambda: 3)
     return request.param
 
 
@@ -87,9 +88,9 @@ def test_concurrent_rows_are_bitwise_the_one_by_one_rows(monkeypatch):
         threads.add(threading.current_thread())
         return real(*a, **k)
     monkeypatch.setattr(PF, "_grads", spy)
-    monkeypatch.setattr(PF, "CONCURRENT_MIN_SECONDS", 0.0)
-    monkeypatch.setattr(PF, "ROW_MIN_SECONDS", 0.0)
-    monkeypatch.setattr(PF, "usable_cores", lambda: 3)
+    monkeypatch.setattr(ROWS, "CONCURRENT_MIN_SECONDS", 0.0)
+    monkeypatch.setattr(ROWS, "ROW_MIN_SECONDS", 0.0)
+    monkeypatch.setattr(ROWS, "usable_cores", lambda: 3)
     many = PF.jacobian(f_pa, pa.Tensor(X)).numpy()
     assert len(threads) == 3  # the rows really ran on three threads
     assert np.array_equal(one, many)
@@ -124,8 +125,8 @@ def test_strict_and_errors_with_concurrent_rows(concurrent):
 def test_blas_is_restored_after_concurrent_rows(monkeypatch):
     from parallel_autograd.engine import blas
     before = blas.current_threads()
-    monkeypatch.setattr(PF, "CONCURRENT_MIN_SECONDS", 0.0)
-    monkeypatch.setattr(PF, "ROW_MIN_SECONDS", 0.0)
-    monkeypatch.setattr(PF, "usable_cores", lambda: 2)
+    monkeypatch.setattr(ROWS, "CONCURRENT_MIN_SECONDS", 0.0)
+    monkeypatch.setattr(ROWS, "ROW_MIN_SECONDS", 0.0)
+    monkeypatch.setattr(ROWS, "usable_cores", lambda: 2)
     PF.jacobian(f_pa, pa.Tensor(X))
     assert blas.current_threads() == before

@@ -15,14 +15,9 @@ Thread safety: the functions keep no state; calls from several threads are indep
 """
 from __future__ import annotations
 
-import contextvars
-import time
-import threading
-
 import numpy as np
 
-from ..engine import blas
-from ..engine.cost import usable_cores
+from ..engine.rows import run_rows
 from ..engine.sequential import grad
 from ..ops.shape import reshape, stack
 from ..tensor import Tensor
@@ -137,7 +132,7 @@ def jacobian(func, inputs, create_graph: bool = False, strict: bool = False,
 
     The rows are independent passes over one retained graph. Without `create_graph`,
     when there are enough of them and they take long enough to pay for threads
-    (`_concurrent_rows`: rows of at least 1 ms, 5 ms in all), they run concurrently on
+    (`engine.rows.concurrent_rows`: rows of at least 1 ms, 5 ms in all), they run concurrently on
     the usable cores (BLAS limited to one thread each meanwhile); each is the sequential
     engine's pass, so the result is bitwise the one-by-one result. `vectorize=True` is
     accepted for PyTorch's API but does not batch the cotangents into one pass
@@ -171,83 +166,15 @@ def jacobian(func, inputs, create_graph: bool = False, strict: bool = False,
     return _result(out_tuple, table)
 
 
-#: Rows run concurrently only when the remaining ones are estimated (from the first
-#: row's time) to take at least this long: starting threads costs ~0.1 ms.
-CONCURRENT_MIN_SECONDS = 5e-3
-#: ... and one row takes at least this long. Under the GIL small numpy kernels do not
-#: overlap: rows of 0.4 ms (a 64-input tanh MLP, hidden 128) were measured no faster
-#: concurrently on 2 shared cores (1.19x [0.90, 1.43] of the one-by-one time).
-ROW_MIN_SECONDS = 1e-3
-
-
 def _jacobian_rows(o, xs: tuple, create_graph: bool, strict: bool) -> list:
     """d(o[k])/d(xs) for every element k of `o`, in order: the first row on this
-    thread, the rest concurrently when `_concurrent_rows` says it pays."""
+    thread, the rest concurrently when `engine.rows.concurrent_rows` says it pays."""
     def row(k):
         e = np.zeros(o.numel(), o.dtype)
         e[k] = 1
         return _grads((o,), xs, (e.reshape(o.shape),), create_graph, strict, "jacobian")
 
-    if o.numel() == 0:
-        return []
-    t0 = time.perf_counter()
-    out = [row(0)]
-    workers = _concurrent_rows(o.numel() - 1, time.perf_counter() - t0, create_graph)
-    if workers < 2:
-        out.extend(row(k) for k in range(1, o.numel()))
-        return out
-    return out + _run_concurrently(row, range(1, o.numel()), workers)
-
-
-def _concurrent_rows(rest: int, first_seconds: float, create_graph: bool) -> int:
-    """How many threads the remaining `rest` rows should use (1: this one)."""
-    if (create_graph or rest < 2 or first_seconds < ROW_MIN_SECONDS
-            or first_seconds * rest < CONCURRENT_MIN_SECONDS):
-        return 1
-    return min(usable_cores(), rest)
-
-
-class _BlasToken:
-    """The weak-referenceable token `blas.acquire` keys a limit on."""
-
-
-def _run_concurrently(fn, items, workers: int) -> list:
-    """[fn(i) for i in items] on `workers` threads (this one included), each in a copy
-    of the caller's context; BLAS is held at one thread meanwhile (never raised, and
-    restored after: `engine.blas`). The first error is raised after all threads end."""
-    items = list(items)
-    results = [None] * len(items)
-    chunks = [range(w, len(items), workers) for w in range(workers)]
-
-    def work(chunk):
-        for i in chunk:
-            results[i] = fn(items[i])
-
-    errors = []
-
-    def guarded(chunk):
-        try:
-            work(chunk)
-        except BaseException as e:  # reported on the caller's thread
-            errors.append(e)
-
-    token = _BlasToken()
-    blas.acquire(token, 1)
-    try:
-        threads = [threading.Thread(target=contextvars.copy_context().run,
-                                    args=(guarded, c), daemon=True) for c in chunks[1:]]
-        for t in threads:
-            t.start()
-        try:
-            guarded(chunks[0])
-        finally:
-            for t in threads:
-                t.join()
-    finally:
-        blas.release(token)
-    if errors:
-        raise errors[0]
-    return results
+    return run_rows(row, o.numel(), create_graph)
 
 
 def hessian(func, inputs, create_graph: bool = False, strict: bool = False,

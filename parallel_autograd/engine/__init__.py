@@ -14,6 +14,8 @@ and `ops/forms`, never an op family; docs/design.md, "The layers"):
 - `step`: the per-node step (hooks, staging, the rule or, recording, the formulas) and the
   final `commit`.
 - `sequential`: the reference engine (`backward`, `grad`).
+- `rows`: independent passes over one graph, concurrent when it pays (the Jacobian's
+  rows, `grad(..., is_grads_batched=True)`), and the public `grad`.
 - `strategy`: a parallel call's two ways of summing contributions (ranked, keyed), each
   owning its state.
 - `executor` -> `task`: running ready nodes on one thread; one parallel call's state.

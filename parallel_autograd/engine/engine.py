@@ -24,8 +24,9 @@ from ..grad_mode import run_without_grad
 from . import blas, callbacks
 from .cost import DecisionCache, gil_enabled, usable_cores
 from .graph import renumber
-from .plan import collect, plan_call
+from .plan import backward_seeds, collect, plan_call
 from .pool import WorkerPool, on_worker_thread
+from .rows import batched_grad, materialize, resolve_unused
 from .sequential import backward as sequential_backward
 from .sequential import run_plan
 from ..locks import InterruptsDeferred
@@ -150,22 +151,34 @@ class Engine:
         recorded graph is the sequential engine's, numbered alike). With `stats=True`
         returns the call's `CallStats`."""
         self._check_open()
-        plan = plan_call(root, None if grad is None else [grad], retain_graph=retain_graph,
+        plan = plan_call(root, backward_seeds(root, grad), retain_graph=retain_graph,
                          create_graph=create_graph)
         result, st = self._run(plan)
         commit(result.staged)
         return st if stats else None
 
     def grad(self, outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
-             allow_unused: bool = False, stats: bool = False, create_graph: bool = False):
+             allow_unused: bool | None = None, stats: bool = False,
+             create_graph: bool = False, *, is_grads_batched: bool = False,
+             materialize_grads: bool = False):
         """Like `parallel_autograd.grad`, in parallel (same pruning, no .grad changes;
-        `create_graph` as there)."""
+        `create_graph`, `allow_unused` and `materialize_grads` as there). With
+        `is_grads_batched=True` the rows are `rows.batched_grad`'s independent passes
+        over the graph, concurrent on up to `num_workers` threads when it pays (not
+        through the pool; `stats` then gives None: no single call to describe)."""
         self._check_open()
+        allow_unused = resolve_unused(allow_unused, materialize_grads)
         inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
-        plan = plan_call(outputs, grad_outputs, inputs, retain_graph, allow_unused,
-                         create_graph)
-        result, st = self._run(plan)
-        grads = collect(plan, result.captured, inputs)
+        if is_grads_batched:
+            grads, st = batched_grad(outputs, inputs, grad_outputs, retain_graph,
+                                     allow_unused, create_graph, self.num_workers), None
+        else:
+            plan = plan_call(outputs, grad_outputs, inputs, retain_graph, allow_unused,
+                             create_graph)
+            result, st = self._run(plan)
+            grads = collect(plan, result.captured, inputs)
+        if materialize_grads:
+            grads = materialize(grads, inputs, create_graph)
         return (grads, st) if stats else grads
 
     def stats(self) -> dict:
@@ -346,15 +359,19 @@ def backward_parallel(root, grad=None, num_workers: int | None = None,
 
 
 def grad_parallel(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
-                  allow_unused: bool = False, num_workers: int | None = None,
-                  create_graph: bool = False, stats: bool = False):
-    """`grad` on the parallel engine (`create_graph` as in `grad`). With `stats=True`
-    returns `(grads, CallStats)`, as `Engine.grad` and `backward_parallel` do.
+                  allow_unused: bool | None = None, num_workers: int | None = None,
+                  create_graph: bool = False, stats: bool = False, *,
+                  is_grads_batched: bool = False, materialize_grads: bool = False):
+    """`grad` on the parallel engine (`create_graph`, `is_grads_batched` and
+    `materialize_grads` as in `grad`). With `stats=True` returns `(grads, CallStats)`,
+    as `Engine.grad` and `backward_parallel` do.
 
     Safe to call from many threads at once and from inside hooks or Function.backward
     (reentrant)."""
-    return default_engine(num_workers).grad(outputs, inputs, grad_outputs, retain_graph,
-                                            allow_unused, stats, create_graph=create_graph)
+    return default_engine(num_workers).grad(
+        outputs, inputs, grad_outputs, retain_graph, allow_unused, stats,
+        create_graph=create_graph, is_grads_batched=is_grads_batched,
+        materialize_grads=materialize_grads)
 
 
 def _after_fork_in_child() -> None:

@@ -55,6 +55,15 @@ class Plan:
         """Every node of the call (a view of `in_degree`'s keys)."""
         return self.in_degree.keys()
 
+    def with_roots(self, roots) -> "Plan":
+        """This plan with other seeds on the same root nodes (one row of a batched
+        `grad`): everything else shared, read-only, except create_graph's own `made`."""
+        p = Plan(roots, self.in_degree, self.retain_graph)
+        p.runs, p.targets, p.input_masks = self.runs, self.targets, self.input_masks
+        p.accumulate, p.positions = self.accumulate, self.positions
+        p.made = None if self.made is None else []
+        return p
+
 
 def _as_list(x):
     return list(x) if isinstance(x, (list, tuple)) else [x]
@@ -94,6 +103,17 @@ def seed_gradient(root: Tensor, grad, index: int = 0) -> np.ndarray:
         raise ValueError(f"grad for output {index} has shape {grad.shape} but the output "
                          f"has shape {root.shape}")
     return grad
+
+
+def backward_seeds(roots, grad):
+    """`backward`'s `grad` as plan_call's grad_outputs: one per root when `roots` is a
+    list or tuple (PyTorch's `torch.autograd.backward(tensors, grad_tensors)`), else
+    the one root's."""
+    if grad is None:
+        return None
+    if isinstance(roots, (list, tuple)):
+        return list(grad) if isinstance(grad, (list, tuple)) else [grad]
+    return [grad]
 
 
 def root_node(t: Tensor) -> Node:

@@ -17,7 +17,7 @@ from . import callbacks
 from ..grad_mode import run_without_grad
 from .accumulate import Pending, backward_order
 from .graph import GraphPending, renumber
-from .plan import Plan, collect, plan_call
+from .plan import Plan, backward_seeds, collect, plan_call
 from .step import Sink, annotate, commit, run_node
 
 
@@ -77,12 +77,14 @@ def backward(root, grad=None, retain_graph: bool | None = None,
              create_graph: bool = False) -> None:
     """Accumulate d(root)/d(leaf) into `.grad` of every leaf that requires grad.
 
+    `root` may be a list of Tensors (several losses of one graph, one pass), with `grad`
+    a list of one gradient (or None) per root, as `torch.autograd.backward`.
     `grad` is required when `root` is not a scalar. Saved values are freed unless
     `retain_graph` (default: `create_graph`). With `create_graph=True` the pass records
     the graph of the gradients: `.grad` becomes a Tensor that can be differentiated
     again (PyTorch's semantics; engine/graph.py). On any error no `.grad` is changed.
     """
-    plan = plan_call(root, None if grad is None else [grad], retain_graph=retain_graph,
+    plan = plan_call(root, backward_seeds(root, grad), retain_graph=retain_graph,
                      create_graph=create_graph)
     commit(run_call(plan).staged)
 

@@ -36,8 +36,8 @@ def extra_rows() -> tuple:
     """The rows outside the workload table, selected with --workloads too (not measured
     with --python). (Imported here: `python -m stress.compare.scientific` and `.loaded`
     run as children, and the package must not have imported them first.)"""
-    from . import loaded, scientific
-    return (*scientific.ROWS, loaded.ROW)
+    from . import loaded, scientific, width_rows
+    return (*scientific.ROWS, loaded.ROW, *width_rows.ROWS)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -58,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workloads", default=",".join((*WORKLOADS, *extra_rows())),
                    help="comma-separated subset of: " + ", ".join((*WORKLOADS, *extra_rows()))
                         + "; 'models': the first eight, 'programs': the real programs, "
-                        "'scientific': the sci- rows (default: all)")
+                        "'scientific': the sci- rows, 'width': per-sample-grad and multi-loss "
+                        "(default: all)")
     p.add_argument("--reps", type=int, default=None,
                    help="timed repetitions per configuration (default 7, --quick 3)")
     p.add_argument("--allocator", choices=("default", "tuned", "both"), default=None,
@@ -101,11 +102,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     """The options, with the defaults that depend on --quick, --size and --python.
     `args.workloads`: the selected training-step workloads; `args.scientific` and
     `args.loaded`: the selected rows outside the workload table (`EXTRA_ROWS`)."""
-    from . import loaded, scientific
+    from . import loaded, scientific, width_rows
     p = _parser()
     args = p.parse_args(argv)
     groups = {"programs": PROGRAM_WORKLOADS, "models": MODEL_WORKLOADS,
-              "scientific": tuple(scientific.ROWS)}
+              "scientific": tuple(scientific.ROWS), "width": width_rows.ROWS}
     chosen = list(dict.fromkeys(
         x for w in args.workloads.split(",") if w.strip()
         for x in groups.get(w.strip(), (w.strip(),))))
@@ -116,6 +117,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.workloads = [w for w in chosen if w in WORKLOADS]
     args.scientific = [w for w in chosen if w in scientific.ROWS]
     args.loaded = loaded.ROW in chosen
+    args.width = [w for w in chosen if w in width_rows.ROWS]
     if args.allocator is None:
         args.allocator = "default" if args.python else "both"
     if args.python and not args.raw_out:  # (a child measures in itself only)
@@ -191,15 +193,17 @@ def measure_extra_rows(args) -> dict:
     """The rows outside the workload table (`EXTRA_ROWS`), each library in its own
     child: {"scientific": ..., "loaded": ..., "extra_targets": [13, 14]}; {} when none
     is selected."""
-    from . import loaded, scientific
-    if not args.scientific and not args.loaded:
+    from . import loaded, scientific, width_rows
+    if not args.scientific and not args.loaded and not args.width:
         return {}
     libs = [lib for lib in scientific.LIBS if not (args.no_torch and lib == "torch")]
     sci = scientific.run(args.scientific, args.size, args.reps, args.seed, log, libs) \
         if args.scientific else None
     load = loaded.run(args.size, args.reps, args.seed, log, not args.no_torch) \
         if args.loaded else None
-    return {"scientific": sci, "loaded": load, "extra_targets": extra_targets(
+    width = width_rows.run(args.width, args.size, args.reps, args.seed, log,
+                           not args.no_torch) if args.width else None
+    return {"scientific": sci, "loaded": load, "width": width, "extra_targets": extra_targets(
         {"scientific": sci, "loaded": load}, args.noisy)}
 
 

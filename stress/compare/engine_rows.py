@@ -179,13 +179,13 @@ def run_jacobian(reps: int, inner: int, seed: int, n: int = 64, hidden: int = 12
 
 def _one_by_one(fn, f, x):
     """`fn(f, x)` with the rows one after the other (what it did before issue 28)."""
-    from parallel_autograd.autograd import functional as PF
-    keep = PF.CONCURRENT_MIN_SECONDS
-    PF.CONCURRENT_MIN_SECONDS = float("inf")
+    from parallel_autograd.engine import rows
+    keep = rows.CONCURRENT_MIN_SECONDS
+    rows.CONCURRENT_MIN_SECONDS = float("inf")
     try:
         return fn(f, x)
     finally:
-        PF.CONCURRENT_MIN_SECONDS = keep
+        rows.CONCURRENT_MIN_SECONDS = keep
 
 
 def _jac_text(name: str, r: dict, seed: int) -> list:

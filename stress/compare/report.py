@@ -174,9 +174,9 @@ def report(result: dict) -> str:
 def extra_rows_section(result: dict) -> list:
     """The rows outside the workload table (float64 scientific, competing load) and
     their targets, as lines; none when they were not run."""
-    from . import loaded, scientific
+    from . import loaded, scientific, width_rows
     parts = scientific.section(result.get("scientific")) + \
-        loaded.section(result.get("loaded"))
+        loaded.section(result.get("loaded")) + width_rows.section(result.get("width"))
     if result.get("extra_targets"):
         parts += ["Targets of these rows:", targets_text(result["extra_targets"]), ""]
     return parts
