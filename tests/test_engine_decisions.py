@@ -141,3 +141,52 @@ def test_tensor_backward_looks_the_engine_up_again_after_recount_calls(monkeypat
     for _ in range(8):
         chain(2)[0].backward()
     assert len(looked_up) == 2  # calls 1 and 5
+
+
+def test_a_sequential_call_makes_no_call_stats_until_read(monkeypatch):
+    # Before: every call made a CallStats (two dicts, a dozen fields), a tenth of the
+    # default engine's fixed cost on a chain; now a sequential call leaves its decision,
+    # node count and time, and `last_stats` (or stats=True) makes the CallStats.
+    made = []
+    real = engine_module.CallStats
+
+    def counting():
+        made.append(1)
+        return real()
+    monkeypatch.setattr(engine_module, "CallStats", counting)
+    with pa.Engine(2) as eng:
+        for _ in range(5):
+            eng.backward(chain()[0])
+        assert made == []
+        st = eng.last_stats
+        assert len(made) == 1 and st is eng.last_stats  # made once, then kept
+        assert st.mode == "sequential" and st.fell_back and st.nodes == 26
+        assert st.reason.startswith("every node is cheap") and st.elapsed > 0
+        assert eng.stats()["calls"] == 5 and eng.stats()["fallbacks"] == 5
+        assert eng.backward(chain()[0], stats=True).mode == "sequential"
+
+
+def test_setting_a_threshold_forgets_the_cached_verdicts(full_decisions):
+    with pa.Engine(2) as eng:
+        eng.backward(chain()[0])
+        eng.backward(chain()[0])
+        assert len(full_decisions) == 1
+        eng.min_work = eng.min_work  # any assignment: the verdicts were keyed without it
+        eng.backward(chain()[0])
+    assert len(full_decisions) == 2
+
+
+def test_the_inline_shape_key_is_shape_key(monkeypatch):
+    seen = []
+    real_get = dict.get
+
+    class Spy(dict):
+        def get(self, key, default=None):
+            seen.append(key)
+            return real_get(self, key, default)
+    with pa.Engine(2) as eng:
+        eng._decisions._entries = Spy()
+        loss = chain()[0]
+        plan = pa.engine.plan.plan_call(loss)
+        eng._decisions.decide(plan, eng)
+    assert seen == [cost.shape_key(plan)]

@@ -50,12 +50,19 @@ _controller = None   # threadpoolctl.ThreadpoolController, built on first use
 _OWNERSHIP = getattr(threadpoolctl, "CONTROLLING_THREAD_OWNERSHIP", None)
 
 
+_libs = None  # the controller's BLAS libraries (a tuple), listed once with it
+
+
 def _blas_libs():
-    # caller holds _lock
-    global _controller
-    if _controller is None:
-        _controller = threadpoolctl.ThreadpoolController()
-    return [lib for lib in _controller.lib_controllers if lib.user_api == "blas"]
+    # caller holds _lock. The controller lists the libraries loaded when it was built and
+    # never changes: the BLAS ones are picked out once (this is on the per-call path of a
+    # reused "BLAS-bound" verdict, `cost.DecisionCache`).
+    global _controller, _libs
+    if _libs is None:
+        if _controller is None:
+            _controller = threadpoolctl.ThreadpoolController()
+        _libs = tuple(lib for lib in _controller.lib_controllers if lib.user_api == "blas")
+    return _libs
 
 
 def _set(lib, n: int) -> bool:

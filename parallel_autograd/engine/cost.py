@@ -114,11 +114,14 @@ class DecisionCache:
     the same graph every step, and a chain's verdict ("no width", "BLAS-bound", ...)
     costs `decide` a pass over every node (about 50 ns a node, 1-2% of a chain of small
     nodes). A call whose shape (`shape_key`: node and root counts, the root's op and
-    sizes around it, pruning, create_graph, the thresholds) had a sequential verdict
-    reuses it, and every `RECHECK`-th such call decides again in full, so a graph whose
-    costs changed under the same shape is found out within that many calls; a
-    "BLAS-bound" verdict is reused only while BLAS still has several threads. Parallel
-    verdicts are never reused (their node order is per call, and such calls are long).
+    sizes around it, pruning, create_graph) had a sequential verdict reuses it, and
+    every `RECHECK`-th such call decides again in full, so a graph whose costs changed
+    under the same shape is found out within that many calls; a "BLAS-bound" verdict is
+    reused only while BLAS still has several threads. Parallel verdicts are never
+    reused (their node order is per call, and such calls are long). The engine's
+    thresholds are not in the key: the engine empties its cache (`clear`) when one is
+    set (`Engine`'s threshold properties), so a hit costs one small tuple and one dict
+    lookup (issue 28: the default engine within 1% of the sequential one on chains).
 
     A wrong reuse can only cost time: both modes give bitwise the same results.
     Thread safety: dict reads and writes are atomic; concurrent calls may race on an
@@ -128,46 +131,68 @@ class DecisionCache:
     RECHECK = 32   # every RECHECK-th hit of an entry decides again in full
     SIZE = 64      # shapes kept; the cache is emptied when full
 
+    __slots__ = ("_entries",)
+
     def __init__(self):
         self._entries = {}  # shape_key -> [Decision, hits]
 
+    def clear(self) -> None:
+        """Forget every verdict (a threshold changed)."""
+        self._entries = {}
+
     def decide(self, plan, cfg) -> Decision:
-        """`decide(plan, cfg)`, or the verdict of the last call of this shape."""
-        if cfg.num_workers == 1 or len(plan.in_degree) < cfg.min_nodes or not plan.roots:
+        """`decide(plan, cfg)`, or the verdict of the last call of this shape. `cfg`
+        is the `Engine` (its thresholds read past their properties: this is the
+        per-call path of every chain)."""
+        roots = plan.roots
+        nodes = len(plan.in_degree)
+        if not roots or cfg.num_workers == 1 or nodes < cfg._min_nodes:
             return decide(plan, cfg)  # O(1) verdicts, or nothing to key on
-        key = shape_key(plan, cfg)
+        # the shape (see `shape_key`), built here: a call less on the per-call path
+        root = roots[0][0]
+        nxt = root.next_nodes
+        first = nxt[0] if nxt else None
+        runs = plan.runs
+        key = (nodes, len(roots), root.name, root.size, -1 if first is None else first.size,
+               -1 if runs is None else len(runs), plan.positions is None)
         entry = self._entries.get(key)
         if entry is not None:
-            entry[1] += 1
+            hits = entry[1] = entry[1] + 1
             d = entry[0]
-            if entry[1] % self.RECHECK and (d._reason is not BLAS_BOUND_AGAIN
-                                            or blas.available_threads() > 1):
+            if hits % self.RECHECK and (d._reason is not BLAS_BOUND_AGAIN
+                                        or blas.available_threads() > 1):
                 return d
+        return self._decide_again(plan, cfg, key, entry)
+
+    def _decide_again(self, plan, cfg, key, entry) -> Decision:
         d = decide(plan, cfg)
+        entries = self._entries
         if d.order is not None:
-            self._entries.pop(key, None)
+            entries.pop(key, None)
             return d
         again = Decision(_AGAIN.get(d._reason, d._reason + " (as before for this graph "
                                     "shape)"), d.total_cost, d.critical_path, *d._args)
         if entry is not None:
             entry[0] = again
         else:
-            if len(self._entries) >= self.SIZE:
-                self._entries.clear()
-            self._entries[key] = [again, 0]
+            if len(entries) >= self.SIZE:
+                entries.clear()
+            entries[key] = [again, 0]
         return d
 
 
-def shape_key(plan, cfg) -> tuple:
+def shape_key(plan) -> tuple:
     """What identifies a graph's shape for `DecisionCache`, in O(1): the counts of
-    nodes, roots and running nodes, the first root's op and size and its inputs'
-    sizes (they change with the batch), create_graph, and the engine's thresholds."""
+    nodes, roots and running nodes, the first root's op and size and its first input's
+    size (it changes with the batch), and create_graph. (`DecisionCache.decide` builds
+    the same tuple inline; `tests/test_engine_decisions.py` checks they agree.)"""
     root = plan.roots[0][0]
+    nxt = root.next_nodes
+    first = nxt[0] if nxt else None
+    runs = plan.runs
     return (len(plan.in_degree), len(plan.roots), root.name, root.size,
-            tuple([-1 if n is None else n.size for n in root.next_nodes]),
-            -1 if plan.runs is None else len(plan.runs), plan.positions is None,
-            cfg.min_work, cfg.min_width, cfg.inline_below, cfg.max_blas_share,
-            cfg.share_cheap)
+            -1 if first is None else first.size, -1 if runs is None else len(runs),
+            plan.positions is None)
 
 
 BLAS_BOUND_AGAIN = BLAS_BOUND + " (as before for this graph shape)"

@@ -34,6 +34,33 @@ from .step import commit, release_frames
 from .task import CallStats, GraphTask
 
 
+class _Threshold:
+    """An `Engine` threshold: an attribute whose every assignment empties the engine's
+    cache of sequential verdicts (`cost.DecisionCache`), which is keyed by graph shape
+    only."""
+
+    def __set_name__(self, owner, name):
+        self.slot = "_" + name
+
+    def __get__(self, eng, owner=None):
+        return self if eng is None else getattr(eng, self.slot)
+
+    def __set__(self, eng, value):
+        setattr(eng, self.slot, value)
+        eng._decisions.clear()
+
+
+def sequential_stats(workers: int, decision, nodes: int, elapsed: float) -> CallStats:
+    """The CallStats of a call run sequentially on `decision` (its text formatted when
+    read)."""
+    st = CallStats()
+    st.workers, st.nodes, st.elapsed = workers, nodes, elapsed
+    st.mode, st.accumulation = decision.mode, decision.accumulation
+    st.reason = decision
+    st.total_cost, st.critical_path = decision.total_cost, decision.critical_path
+    return st
+
+
 # Workers of the default engine when none is asked for (None: the usable cores); set by
 # `set_default_num_workers` (PyTorch's `set_num_interop_threads`).
 _DEFAULT_WORKERS: list = [None]
@@ -97,6 +124,7 @@ class Engine:
         self.num_workers = _check_workers(num_workers)
         # Checked at run time: a free-threaded build may still run with the GIL on.
         self.gil_enabled = gil_enabled()
+        self._decisions = DecisionCache()  # a chain is decided once per graph shape
         self.min_nodes = min_nodes
         self.min_work = min_work
         self.share_cheap = share_cheap
@@ -114,8 +142,27 @@ class Engine:
         locks.track(self)  # a fork child gets a fresh one
         self._calls = 0
         self._fallbacks = 0
-        self.last_stats = None
-        self._decisions = DecisionCache()  # a chain is decided once per graph shape
+        self._last = None  # the last call's CallStats, or what makes it (`last_stats`)
+
+    min_nodes = _Threshold()
+    min_work = _Threshold()
+    min_width = _Threshold()
+    inline_below = _Threshold()
+    max_blas_share = _Threshold()
+    share_cheap = _Threshold()
+    max_parked = _Threshold()
+
+    @property
+    def last_stats(self):
+        """The last call's `CallStats` (None before the first call). A call run
+        sequentially leaves only its decision, node count and time, and the CallStats
+        is made when read: making it on every call was a tenth of the default engine's
+        fixed cost on a chain (issue 28)."""
+        last = self._last
+        if type(last) is not tuple:  # None, or a CallStats
+            return last
+        st = self._last = sequential_stats(self.num_workers, *last)
+        return st
 
     # ---- lifecycle --------------------------------------------------------------
     def close(self) -> None:
@@ -150,10 +197,11 @@ class Engine:
         """Like `parallel_autograd.backward`, in parallel (`create_graph` too: the
         recorded graph is the sequential engine's, numbered alike). With `stats=True`
         returns the call's `CallStats`."""
-        self._check_open()
+        if self._closed:
+            self._check_open()
         plan = plan_call(root, backward_seeds(root, grad), retain_graph=retain_graph,
                          create_graph=create_graph)
-        result, st = self._run(plan)
+        result, st = self._run(plan, stats)
         commit(result.staged)
         return st if stats else None
 
@@ -175,7 +223,7 @@ class Engine:
         else:
             plan = plan_call(outputs, grad_outputs, inputs, retain_graph, allow_unused,
                              create_graph)
-            result, st = self._run(plan)
+            result, st = self._run(plan, stats)
             grads = collect(plan, result.captured, inputs)
         if materialize_grads:
             grads = materialize(grads, inputs, create_graph)
@@ -197,38 +245,49 @@ class Engine:
         if self._closed:
             raise RuntimeError("this Engine is closed; create a new one")
 
-    def _run(self, plan):
-        """Run `plan` (sequentially or in parallel): returns (sink-like, CallStats)."""
+    def _run(self, plan, stats: bool = False):
+        """Run `plan` (sequentially or in parallel): returns (sink-like, CallStats or
+        None). A sequential verdict runs the sequential engine's own walk with nothing
+        else on the path (no CallStats unless `stats`: `last_stats` makes it later)."""
+        t0 = time.perf_counter()
+        d = self._decisions.decide(plan, self)
+        if d.order is None:
+            result = run_plan(plan)
+            if plan.made:  # create_graph: number the nodes the pass made (engine/graph.py)
+                renumber(plan.made)
+            last = (d, len(plan.in_degree), time.perf_counter() - t0)
+            with self._lock:
+                self._calls += 1
+                self._fallbacks += 1
+            self._last = last
+            return result, (sequential_stats(self.num_workers, *last) if stats else None)
+        return self._run_decided(plan, d, t0)
+
+    def _run_decided(self, plan, d, t0: float):
+        """`_run` for a parallel verdict."""
         st = CallStats()
         st.workers = self.num_workers
         st.nodes = len(plan.in_degree)
-        t0 = time.perf_counter()
-        d = self._decisions.decide(plan, self)
-        # a sequential verdict's text is formatted only when read (it holds no nodes)
         st.mode, st.accumulation = d.mode, d.accumulation
-        st.reason = d if d.order is None else d.reason
+        st.reason = d.reason
         st.total_cost, st.critical_path = d.total_cost, d.critical_path
         # rules and hooks record nothing; the caller's grad mode is untouched however
         # the call ends (run_without_grad: a copy of its context, which workers copy)
-        if d.order is None:
-            result = run_plan(plan)
-        else:
-            try:
-                result = run_without_grad(self._run_parallel, plan, d, st)
-            except BaseException as e:
-                # The frames the call ran (on workers and here) are in the traceback,
-                # and their locals hold the graph, the task and its error (a cycle): a
-                # failed call must not keep them alive past its return (reliability
-                # issue, item 12), so they are cleared; the lines stay for the report.
-                release_frames(e.__traceback__.tb_next)
-                raise
+        try:
+            result = run_without_grad(self._run_parallel, plan, d, st)
+        except BaseException as e:
+            # The frames the call ran (on workers and here) are in the traceback,
+            # and their locals hold the graph, the task and its error (a cycle): a
+            # failed call must not keep them alive past its return (reliability
+            # issue, item 12), so they are cleared; the lines stay for the report.
+            release_frames(e.__traceback__.tb_next)
+            raise
         if plan.made:  # create_graph: number the nodes the pass made (engine/graph.py)
             renumber(plan.made)
         st.elapsed = time.perf_counter() - t0
         with self._lock:
             self._calls += 1
-            self._fallbacks += d.order is None
-        self.last_stats = st
+        self._last = st
         return result, st
 
     def _run_parallel(self, plan, decision, st) -> GraphTask:
@@ -337,7 +396,7 @@ def _tensor_default() -> Engine:
     that many) and whenever it was closed. Races between threads only cause an extra
     lookup."""
     eng, calls = _TENSOR_DEFAULT
-    if eng is None or calls >= _RECOUNT or eng.closed:
+    if eng is None or calls >= _RECOUNT or eng._closed:
         eng = default_engine()
         _TENSOR_DEFAULT[:] = [eng, 0]
     else:
