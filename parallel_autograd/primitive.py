@@ -212,8 +212,6 @@ def _record_op(op: OpDef, out: np.ndarray, inputs, saved: tuple, kwargs, cost) -
         elif vcs:
             vcs.append(UNREAD)  # (the last is the output's: version.check's message)
         vcs = tuple(vcs) if vcs else None  # (add, sub: nothing a write could invalidate)
-    elif n == 1 and keeps and src is not None:  # a view of the one input (reshape...):
-        vcs = (vc, vc)  # its counter, in both places (what `_read_counters` gives)
     else:  # (a view of an input, or extras kept: `_read_counters` decides)
         vcs = tuple(_read_counters(inputs, saved, out, vc))
     if rules is not None and tracked != op.n_rules:  # (some inputs take no gradient)
@@ -221,6 +219,44 @@ def _record_op(op: OpDef, out: np.ndarray, inputs, saved: tuple, kwargs, cost) -
     size = out.size
     node = Node(op.name, tuple(nexts), tuple(meta), saved, rules, op.joint, kwargs,
                 size if cost is None else cost, op.threaded, size, vcs, op)
+    if mode is not True or anomaly_mode()[0]:
+        return _attach(mode, node, out, vc, src)
+    t = Tensor._wrap(out, node, vc)
+    if src is not None:  # a view: the tensor it views, for writes through it (CopySlices)
+        t._base = getattr(src, "_base", src)
+    return t
+
+
+def _record_one(op: OpDef, out: np.ndarray, x, saved: tuple, kwargs, cost) -> Tensor:
+    """`_record_op` of a one-input op (unary math, views, reductions), `x` its input, with
+    no loop: the common case (`x` a Tensor taking a gradient) written out, the counters
+    as `_record_op` keeps them; anything else goes to `_record_op`."""
+    mode = grad_mode()
+    rules = op.rules
+    if not (mode and isinstance(x, Tensor) and x._requires_grad and
+            (rules is None or rules[0] is not None)):
+        return _record_op(op, out, (x,), saved, kwargs, cost)
+    d = x._data
+    root = out.base
+    src = None
+    if d is out or (root is not None and (d is root or d.base is root)):  # x or a view of it
+        src = x
+        vc = x._vc
+        vcs = (vc, vc) if len(saved) == 2 else tuple(_read_counters((x,), saved, out, vc))
+    elif root is None and len(saved) == 2:  # new memory: no counter is shared with x
+        vc = [0]
+        if saved[0] is out:
+            vcs = (x._vc, vc) if saved[1] is d else (vc,)
+        else:
+            vcs = (x._vc, UNREAD) if saved[1] is d else None
+    else:  # (a view of other memory, or extras kept: `_read_counters` decides)
+        vc = [0] if root is None or _owns(root) else _shared_counter(out, (x,))
+        vcs = tuple(_read_counters((x,), saved, out, vc))
+    fn = x.grad_fn
+    size = out.size
+    node = Node(op.name, (fn if fn is not None else accumulator_for(x),), ((d.shape, d.dtype),),
+                saved, rules, op.joint, kwargs, size if cost is None else cost, op.threaded,
+                size, vcs, op)
     if mode is not True or anomaly_mode()[0]:
         return _attach(mode, node, out, vc, src)
     t = Tensor._wrap(out, node, vc)
@@ -1038,22 +1074,34 @@ def _fast_body(spec: OpDef, namespace: dict) -> str | None:
         many = ", ".join(arrays)
         lines.append(f"    if not ({test}):\n        {many}, = _promote([{many}])\n")
     call = ", ".join(arrays + [f"{n}={n}" for n in spec.params])
+    lines.append(f"    try:\n        _ans = _forward({call})\n    except ValueError as _e:\n"
+                 f"        _named(_e, {spec.name!r})\n        raise\n")
+    namespace.update(_promote=spec.promote, _forward=spec.forward, _named=_named,
+                     _ndarray=np.ndarray, _finish=spec._finish, _spec=spec, _cost=spec.cost,
+                     _unrecorded=_unrecorded, _Saved=Saved,
+                     _record=_record_one if len(arrays) == 1 else _record_op)
+    return "".join(lines) + _recording_source(spec, arrays, call, namespace)
+
+
+def _recording_source(spec: OpDef, arrays: list, call: str, namespace: dict) -> str:
+    """`_fast_body`'s last lines: the forward's result `_ans` recorded; `Saved` unpacked
+    (its extras kept after the lean plan's entries); anything else through `_finish`."""
     inputs = "(" + "".join(f"{n}, " for n in spec.inputs) + ")"
     params = _params_dict(spec)
+    other = f"        return _finish({inputs}, [{', '.join(arrays)}], _ans, {params})\n"
+    if spec.kernels is None:  # (no gradient: a Tensor sharing the counter of one it views)
+        return (f"    if type(_ans) is not _ndarray:\n{other}"
+                f"    return _unrecorded(_ans, {inputs})\n")
     cost = f"_cost(_ans, {call})" if spec.cost is not None else "None"
     saved = _saved_source(spec, arrays, namespace)
-    lines.append(f"    try:\n        _ans = _forward({call})\n    except ValueError as _e:\n"
-                 f"        _named(_e, {spec.name!r})\n        raise\n"
-                 f"    if type(_ans) is not _ndarray:\n"
-                 f"        return _finish({inputs}, [{', '.join(arrays)}], _ans, {params})\n")
-    if spec.kernels is None:  # (no gradient: a Tensor sharing the counter of one it views)
-        lines.append(f"    return _unrecorded(_ans, {inputs})\n")
-    else:
-        lines.append(f"    return _record(_spec, _ans, {inputs}, {saved}, {params}, {cost})\n")
-    namespace.update(_promote=spec.promote, _forward=spec.forward, _named=_named,
-                     _ndarray=np.ndarray, _finish=spec._finish, _record=_record_op, _spec=spec,
-                     _cost=spec.cost, _unrecorded=_unrecorded)
-    return "".join(lines)
+    first = inputs if len(arrays) > 1 else spec.inputs[0]  # (`_record_one`: the input)
+    record = f"_record(_spec, _ans, {first}, ({saved}<extras>), {params}, {cost})\n"
+    return (f"    if type(_ans) is not _ndarray:\n"
+            f"        if type(_ans) is not _Saved or type(_ans.out) is not _ndarray:\n"
+            f"    {other}"
+            f"        _extras = _ans.extras\n        _ans = _ans.out\n"
+            f"        return {record.replace('<extras>', '*_extras')}"
+            f"    return {record.replace('<extras>', '')}")
 
 
 def _sequence_body(spec: OpDef, namespace: dict) -> str:
@@ -1084,8 +1132,8 @@ def _sequence_body(spec: OpDef, namespace: dict) -> str:
 
 
 def _saved_source(spec: OpDef, arrays: list, namespace: dict) -> str:
-    """The source of what the node keeps of `(ans, *inputs)`: `OpDef._lean`'s plan written
-    out (the output or an input, None, or a stand-in of it)."""
+    """The source of what the node keeps of `(ans, *inputs)` (the items of a tuple):
+    `OpDef._lean`'s plan written out (the output or an input, None, or a stand-in)."""
     plan = spec.lean if spec.lean is not None else (_KEEP,) * (1 + len(arrays))
     items = []
     for k, (how, a) in enumerate(zip(plan, ["_ans", *arrays])):
@@ -1096,7 +1144,7 @@ def _saved_source(spec: OpDef, arrays: list, namespace: dict) -> str:
         else:
             namespace[f"_keep{k}"] = how
             items.append(f"(_keep{k}({a}) if type({a}) is _ndarray else {a})")
-    return "(" + "".join(f"{i}, " for i in items) + ")"
+    return "".join(f"{i}, " for i in items)
 
 
 def _dtype_test(spec: OpDef, arrays: list, namespace: dict) -> str:

@@ -421,7 +421,11 @@ def clone(input: Tensor, *, memory_format=None) -> Tensor:
 
 
 def _joined_dtype(arrays: list):
-    return dtypes.result_np(*arrays) if len(arrays) > 1 else arrays[0].dtype
+    d = arrays[0].dtype
+    for a in arrays:  # (the common case, one dtype: no promotion to compute)
+        if a.dtype is not d:
+            return dtypes.result_np(*arrays)
+    return d
 
 
 def _cat_grads(g, ans, *tensors, dim):
