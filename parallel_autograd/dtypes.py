@@ -390,6 +390,11 @@ _TORCH_NAMES = {"float16": "Half", "float32": "Float", "float64": "Double", "boo
                 "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
 
 
+# The dtypes the op layer's generated functions test for before skipping the promotion
+# step (`primitive._dtype_test`): PyTorch's, numpy's builtin singletons; others take the step.
+FAST = frozenset(np.dtype(n) for n in _TORCH_NAMES)
+
+
 def scalar_type_name(d) -> str:
     """PyTorch's name of a dtype in its messages (`Float`, `Double`, `Long` ...)."""
     n = np.dtype(d).name

@@ -140,7 +140,15 @@ class AccumulateGrad(Node):
     __slots__ = ()
 
     def __init__(self, leaf):
-        super().__init__("AccumulateGrad", (), ())
+        # Node.__init__'s fields set here, not by a second call: a leaf's accumulator is
+        # made again on the forward path each time the graph that held it is freed
+        self.name = "AccumulateGrad"
+        self.next_nodes = self.input_meta = self.saved = ()
+        self.vjps = self.joint = self.kwargs = self.retained = self.versions = self.op = None
+        self.seq = _next_seq()
+        self.released = self.threaded = False
+        self.cost = 0
+        self.epoch = EPOCH[0]
         self.variable = leaf          # strong ref; the leaf holds us weakly (no cycle)
         self.size = leaf._data.size
         self.pre_hooks = leaf._hooks  # shared list: hooks registered later still apply

@@ -69,7 +69,7 @@ import os
 import numpy as np
 
 from . import anomaly
-from .dtypes import dtype_checker, not_implemented, promoter, same_dtype_checker, supported
+from .dtypes import FAST, dtype_checker, not_implemented, promoter, same_dtype_checker, supported
 from .grad_mode import grad_mode
 from .node import Node, accumulator_for
 from .tensor import Tensor
@@ -87,60 +87,126 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
     for all. Only inputs that require grad get a rule: a frozen weight costs nothing.
     `cost` estimates the backward work (about ns on one core; default: output size) and
     `threaded` says the rules run multithreaded kernels (BLAS): the cost model (`engine/cost.py`).
-    `op` is the registry entry (`OpDef`) whose formulas give the create_graph form.
+    `op` is the registry entry (`OpDef`) whose formulas give the create_graph form; with
+    one, its own rules (`vjps`, `joint` and `threaded` are its) and `_record_op`'s counters.
+    The node checks the version counters of every tensor input and of the output.
     """
     if type(out) is not np.ndarray:
         out = np.asarray(out)
+    if op is not None:
+        return _record_op(op, out, inputs, saved, kwargs, cost)
     mode = grad_mode()
     if not mode:
-        if out.base is None:  # fresh memory, or an input's very array: identity decides
-            for x in inputs:
-                if isinstance(x, Tensor) and x._data is out:
-                    return Tensor._wrap(out, None, x._vc)
-            return Tensor._wrap(out, None, None)
-        return Tensor._wrap(out, None, _shared_counter(out, inputs))
-    # The per-op path of every forward: one pass over the inputs, lists filled in place.
+        return _unrecorded(out, inputs)
     n = len(inputs)
     nexts = [None] * n
     meta = [None] * n
     rules = None if vjps is None else [None] * n
-    # version counters: every tensor input's (a Function's or primitive's node), or those of
-    # the inputs a declared op's node keeps (`_read_counters`: `saved` is (ans, *inputs))
-    every = op is None
-    vcs = [] if every or len(saved) == n + 1 else None
+    vcs = []  # every tensor's counter (a Function's or primitive's node), then the output's
     tracked = False
-    root = out.base
-    vc = None  # the output's: an input's when it aliases that input (see _shared_counter)
-    src = None  # that input
     for i in range(n):
         x = inputs[i]
         if not isinstance(x, Tensor):
             continue
-        d = x._data
-        if vcs is not None and (every or saved[i + 1] is d):
-            vcs.append(x._vc)
-        if vc is None and (d is out or (root is not None and (d is root or d.base is root))):
-            vc = x._vc
-            src = x
+        vcs.append(x._vc)
         if x._requires_grad:
             rule = joint if rules is None else vjps[i]
             if rule is None:
                 continue
             fn = x.grad_fn
             nexts[i] = fn if fn is not None else accumulator_for(x)
-            meta[i] = (d.shape, d.dtype)
+            meta[i] = (x._data.shape, x._data.dtype)
             if rules is not None:
                 rules[i] = rule
             tracked = True
+    src = _viewed(out, inputs)
+    vc = _shared_counter(out, inputs) if src is None else src._vc
+    if not tracked:
+        return Tensor._wrap(out, None, vc)
+    vcs.append(vc)
+    size = out.size
+    node = Node(name, tuple(nexts), tuple(meta), saved,
+                None if rules is None else tuple(rules), joint if rules is None else None,
+                kwargs, size if cost is None else cost, threaded, size, tuple(vcs), None)
+    return _attach(mode, node, out, vc, src)
+
+
+def _unrecorded(out: np.ndarray, inputs) -> Tensor:
+    """`out` as a Tensor without history (grad mode off), sharing the version counter of
+    the input it is or views."""
+    if out.base is None:  # fresh memory, or an input's very array: identity decides
+        for x in inputs:
+            if isinstance(x, Tensor) and x._data is out:
+                return Tensor._wrap(out, None, x._vc)
+        return Tensor._wrap(out, None, None)
+    return Tensor._wrap(out, None, _shared_counter(out, inputs))
+
+
+def _viewed(out: np.ndarray, inputs):
+    """The input tensor whose array `out` is or views by identity (`_shared_counter`'s
+    fast test), else None."""
+    root = out.base
+    for x in inputs:
+        if isinstance(x, Tensor):
+            d = x._data
+            if d is out or (root is not None and (d is root or d.base is root)):
+                return x
+    return None
+
+
+def _attach(mode, node: Node, out: np.ndarray, vc: list, src) -> Tensor:
+    """The output tensor of a recorded `node` (its counter `vc`; `src`, the input it views,
+    or None), with the rare cases out of the per-op line: a create_graph pass recording,
+    anomaly detection, a view (its base, for writes through it: CopySlices)."""
+    if mode is not True:  # a create_graph pass is recording (grad_mode.Recording)
+        mode.made(node)
+    if anomaly_mode()[0]:  # detect_anomaly: note where the op is created
+        anomaly.note(node)
+    t = Tensor._wrap(out, node, vc)
+    if src is not None:
+        t._base = getattr(src, "_base", src)
+    return t
+
+
+def _record_op(op: OpDef, out: np.ndarray, inputs, saved: tuple, kwargs, cost) -> Tensor:
+    """`record` for a declared op (its generated function's last step): `op`'s rules, a
+    node keeping `saved` and checking the counters of the arrays it keeps (`_read_counters`).
+    The per-op path of every forward: one pass over the inputs, identity tests only."""
+    mode = grad_mode()
+    if not mode:
+        return _unrecorded(out, inputs)
+    n = len(inputs)
+    rules = op.rules  # (None: one joint rule)
+    nexts = None
+    keeps = len(saved) == n + 1  # no extras: identity tests decide the counters
+    vcs = []  # the counters of the inputs whose arrays the node keeps
+    root = out.base
+    vc = src = None  # the output's counter and the input it views (see _shared_counter)
+    tracked = 0
+    for i in range(n):
+        x = inputs[i]
+        if not isinstance(x, Tensor):
+            continue
+        d = x._data
+        if keeps and saved[i + 1] is d:
+            vcs.append(x._vc)
+        if vc is None and (d is out or (root is not None and (d is root or d.base is root))):
+            vc = x._vc
+            src = x
+        if x._requires_grad and (rules is None or rules[i] is not None):
+            if nexts is None:
+                nexts = [None] * n
+                meta = [None] * n
+            fn = x.grad_fn
+            nexts[i] = fn if fn is not None else accumulator_for(x)
+            meta[i] = (d.shape, d.dtype)
+            tracked += 1
     fresh = vc is None and root is None  # (new memory: no input's counter)
     if vc is None:
         vc = [0] if root is None or _owns(root) else _shared_counter(out, inputs)
-    if not tracked:
+    if nexts is None:
         return Tensor._wrap(out, None, vc)
-    if every:  # (a Function's or primitive's node: every tensor's counter, as before)
-        vcs.append(vc)
-        vcs = tuple(vcs)
-    elif fresh and vcs is not None:  # new memory: no counter is shared with an input
+    if fresh and keeps:  # new memory: no counter is shared with an input
         if saved[0] is out:
             vcs.append(vc)
         elif vcs:
@@ -148,18 +214,62 @@ def record(name: str, out, inputs, vjps=None, saved=(), kwargs=None, joint=None,
         vcs = tuple(vcs) if vcs else None  # (add, sub: nothing a write could invalidate)
     else:  # (a view of an input, or extras kept: `_read_counters` decides)
         vcs = tuple(_read_counters(inputs, saved, out, vc))
+    if rules is not None and tracked != op.n_rules:  # (some inputs take no gradient)
+        rules = tuple(None if nx is None else r for r, nx in zip(rules, nexts))
     size = out.size
-    node = Node(name, tuple(nexts), tuple(meta), saved,
-                None if rules is None else tuple(rules), joint if rules is None else None,
-                kwargs, size if cost is None else cost, threaded, size, vcs, op)
-    if mode is not True:  # a create_graph pass is recording (grad_mode.Recording)
-        mode.made(node)
-    if anomaly_mode()[0]:  # detect_anomaly: note where the op is created
-        anomaly.note(node)
+    node = Node(op.name, tuple(nexts), tuple(meta), saved, rules, op.joint, kwargs,
+                size if cost is None else cost, op.threaded, size, vcs, op)
+    if mode is not True or anomaly_mode()[0]:
+        return _attach(mode, node, out, vc, src)
     t = Tensor._wrap(out, node, vc)
     if src is not None:  # a view: the tensor it views, for writes through it (CopySlices)
         t._base = getattr(src, "_base", src)
     return t
+
+
+def _record_one(op: OpDef, out: np.ndarray, x, saved: tuple, kwargs, cost) -> Tensor:
+    """`_record_op` of a one-input op (unary math, views, reductions), `x` its input, with
+    no loop: the common case (`x` a Tensor taking a gradient) written out, the counters
+    as `_record_op` keeps them; anything else goes to `_record_op`."""
+    mode = grad_mode()
+    rules = op.rules
+    if not (mode and isinstance(x, Tensor) and x._requires_grad and
+            (rules is None or rules[0] is not None)):
+        return _record_op(op, out, (x,), saved, kwargs, cost)
+    d = x._data
+    root = out.base
+    src = None
+    if d is out or (root is not None and (d is root or d.base is root)):  # x or a view of it
+        src = x
+        vc = x._vc
+        vcs = (vc, vc) if len(saved) == 2 else tuple(_read_counters((x,), saved, out, vc))
+    elif root is None and len(saved) == 2:  # new memory: no counter is shared with x
+        vc = [0]
+        if saved[0] is out:
+            vcs = (x._vc, vc) if saved[1] is d else (vc,)
+        else:
+            vcs = (x._vc, UNREAD) if saved[1] is d else None
+    else:  # (a view of other memory, or extras kept: `_read_counters` decides)
+        vc = [0] if root is None or _owns(root) else _shared_counter(out, (x,))
+        vcs = tuple(_read_counters((x,), saved, out, vc))
+    fn = x.grad_fn
+    size = out.size
+    node = Node(op.name, (fn if fn is not None else accumulator_for(x),), ((d.shape, d.dtype),),
+                saved, rules, op.joint, kwargs, size if cost is None else cost, op.threaded,
+                size, vcs, op)
+    if mode is not True or anomaly_mode()[0]:
+        return _attach(mode, node, out, vc, src)
+    t = Tensor._wrap(out, node, vc)
+    if src is not None:  # a view: the tensor it views, for writes through it (CopySlices)
+        t._base = getattr(src, "_base", src)
+    return t
+
+
+def _named(e: ValueError, name: str) -> None:
+    """A forward's ValueError named after its op: raises `ValueError("name: ...")` from
+    `e`, unless the forward named the op already (the caller then re-raises `e`)."""
+    if not str(e).startswith(f"{name}:"):
+        raise ValueError(f"{name}: {e}") from e
 
 
 anomaly_mode = anomaly.mode
@@ -281,7 +391,8 @@ class OpDef:
                  "has_kernel", "method", "module", "export", "composite", "cost", "threaded",
                  "tensor_params", "family", "torch_name", "aliases", "modules", "variadic",
                  "shapes_only", "by_name", "needs", "unsaved", "promote", "keeps_ans",
-                 "unread", "plain", "lean", "nothing", "inputs_only", "dtypes", "__weakref__")
+                 "unread", "plain", "lean", "nothing", "inputs_only", "dtypes", "rules", "joint",
+                 "n_rules", "promote_where", "promote_float", "__weakref__")
 
     def __repr__(self):
         return f"<op {self.module}.{self.name}>"
@@ -291,7 +402,8 @@ class OpDef:
         return self.formulas is not None
 
     def __call__(self, args: tuple, params: dict | None):
-        """Run the op: forward on arrays, then `record` (the generated function's body)."""
+        """Run the op: forward on arrays, then `record` (the generated function's body for
+        the ops it does not specialise, `_fast_body`)."""
         arrays = [a._data if isinstance(a, Tensor) else a for a in args]
         promote = self.promote
         if promote is not None:  # PyTorch's type promotion, or its dtype check
@@ -302,9 +414,13 @@ class OpDef:
             else:
                 ans = self._other_forward(args, arrays, params)
         except ValueError as e:
-            if str(e).startswith(f"{self.name}:"):     # the forward named the op already
-                raise
-            raise ValueError(f"{self.name}: {e}") from e
+            _named(e, self.name)
+            raise
+        return self._finish(args, arrays, ans, params)
+
+    def _finish(self, args: tuple, arrays: list, ans, params: dict | None):
+        """The forward's result `ans` (an array, a number, or `Saved`) wrapped and recorded:
+        what the node keeps (`_lean`), its cost, `_record_op`."""
         extras = ()
         if type(ans) is not np.ndarray:
             if type(ans) is Saved:
@@ -312,21 +428,15 @@ class OpDef:
                 ans = ans.out
             if type(ans) is not np.ndarray:
                 ans = np.asarray(ans)
-        kernels = self.kernels
-        if kernels is None:  # not differentiable: a Tensor without history (sharing the
+        if self.kernels is None:  # not differentiable: a Tensor without history (sharing the
             return record(self.name, ans, args, None, (), None)  # counter of one it views)
         if self.lean is not None:  # values no rule reads: not kept alive by the node
             saved = self._lean(ans, arrays, extras)
         else:
             saved = (ans, *arrays, *extras) if extras else (ans, *arrays)
         cost = self.cost
-        if type(kernels) is tuple:
-            return record(self.name, ans, args, kernels, saved, params or None, None,
-                          None if cost is None else cost(ans, *arrays, **(params or {})),
-                          self.threaded, self)
-        return record(self.name, ans, args, None, saved, params or None, kernels.fn,
-                      None if cost is None else cost(ans, *arrays, **(params or {})),
-                      self.threaded, self)
+        return _record_op(self, ans, args, saved, params or None,
+                          None if cost is None else cost(ans, *arrays, **(params or {})))
 
     def _other_forward(self, args: tuple, arrays: list, params: dict | None):
         """The forward of an op whose inputs are a sequence, come by name, or that takes
@@ -514,12 +624,10 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
     normalized_shape, weight, bias)`): the forward is then called with them by name.
     """
     def declare(forward):
-        spec = _declare(forward, formula, kernel, inputs, method, (module, *also), export,
+        return _declare(forward, formula, kernel, inputs, method, (module, *also), export,
                         name, aliases, quiet, cost, threaded, torch_name, composite=False,
-                        sizes=sizes, shapes_only=shapes_only, unsaved=unsaved)
-        _promotion(spec.op, promote, int_to_float)
-        _dtype_support(spec.op, dtypes)
-        return spec
+                        sizes=sizes, shapes_only=shapes_only, unsaved=unsaved, dtypes=dtypes,
+                        promote=promote, int_to_float=int_to_float)
     return declare if fn is None else declare(fn)
 
 
@@ -538,7 +646,8 @@ def composite(fn=None, *, method=False, module: str = "torch", also: tuple = (),
 
 def _declare(forward, formula, kernel, inputs, method, modules, export, name, aliases, quiet,
              cost, threaded, torch_name, composite, sizes=None, shapes_only=False, unsaved=(),
-             dtypes=None):
+             dtypes=None, promote=False, int_to_float=False):
+    """Make `spec` (an `OpDef`), register it, and return its public function."""
     for module in modules:
         if module not in _MODULES:
             raise ValueError(f"defop: unknown module {module!r} (one of {_MODULES})")
@@ -552,56 +661,77 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
     spec.torch_name = torch_name or spec.name
     spec.aliases = tuple(aliases)
     spec.family = _family(forward.__module__)
-    spec.unsaved = None
-    spec.promote = None
-    spec.dtypes = None if dtypes is None else supported(dtypes)
+    spec.unsaved = spec.promote = spec.dtypes = spec.rules = spec.joint = None
+    spec.promote_where, spec.promote_float = (), False
     spec.keeps_ans = True  # whether nodes keep the output (False: no rule reads it)
     spec.unread = ()  # positions in `saved` (1 + k) of the inputs no rule loads
+    spec.shapes_only = shapes_only
+    spec.nothing = None  # `lean` when the nodes keep none of ans and the inputs
+    spec.inputs_only = False  # `lean` drops the output only
+    spec.lean = None
+    sig = _forward_signature(spec, forward, composite)
+    if composite:
+        _declare_composite(spec, forward, sig, dtypes)
+    else:
+        _declare_rules(spec, list(sig.parameters), sig, formula, kernel, inputs, unsaved)
+        if quiet:
+            spec.forward = _quiet(spec.forward)
+            spec.kernels = _quiet_rules(spec.kernels)
+        spec.rules = spec.kernels if type(spec.kernels) is tuple else None
+        spec.joint = spec.kernels.fn if type(spec.kernels) is Joint else None
+        spec.n_rules = sum(r is not None for r in spec.rules or ())
+        _promotion(spec, promote, int_to_float)
+        _dtype_support(spec, dtypes)
+        spec.lean = None if spec.formulas is None else _lean_plan(spec)
+        spec.fn = _generate(spec, sig, forward, sizes)
+    REGISTRY.append(spec)
+    spec.fn.op = spec
+    return spec.fn
+
+
+def _forward_signature(spec: OpDef, forward, composite: bool) -> inspect.Signature:
+    """The public signature: the forward's, without `needs_input_grad` (`spec.needs`)."""
     sig = inspect.signature(forward)
     spec.needs = _NEEDS in sig.parameters and not composite
     if spec.needs:
         if sig.parameters[_NEEDS].kind is not inspect.Parameter.KEYWORD_ONLY:
             raise TypeError(f"defop {spec.name}: {_NEEDS} must be a keyword-only parameter")
         sig = sig.replace(parameters=[p for p in sig.parameters.values() if p.name != _NEEDS])
-    names = list(sig.parameters)
-    spec.shapes_only = shapes_only
+    return sig
+
+
+def _declare_composite(spec: OpDef, forward, sig: inspect.Signature, dtypes) -> None:
+    spec.variadic = spec.by_name = spec.plain = spec.has_kernel = False
+    spec.inputs, spec.params, spec.tensor_params = (), (), ()
+    spec.formulas = spec.kernels = None
+    spec.dtypes = None if dtypes is None else supported(dtypes)
+    spec.fn = _aliased(forward, sig)
+    if spec.dtypes is not None:
+        spec.fn = _dtype_checked(spec.fn, sig, spec.name, spec.dtypes)
+
+
+def _declare_rules(spec: OpDef, names: list, sig: inspect.Signature, formula, kernel, inputs,
+                   unsaved) -> None:
+    """A defop's inputs, parameters, rules and what its nodes keep (`spec` fields)."""
     spec.variadic = inputs is not None and len(inputs) == 1 and inputs[0].startswith("*")
     if spec.variadic:
         inputs = (inputs[0][1:],)
         if not isinstance(formula, Joint):
             raise TypeError(f"defop {spec.name}: a sequence of inputs takes a Joint formula")
-    if composite:
-        spec.inputs, spec.params, spec.tensor_params, spec.by_name = (), (), (), False
-        spec.formulas = spec.kernels = None
-        spec.has_kernel = False
-        spec.fn = _aliased(forward, sig)
-        if spec.dtypes is not None:
-            spec.fn = _dtype_checked(spec.fn, sig, spec.name, spec.dtypes)
-    else:
-        spec.inputs = tuple(inputs) if inputs is not None else tuple(names[:1])
-        unknown = [n for n in spec.inputs if n not in names]
-        if unknown:
-            raise TypeError(f"defop {spec.name}: inputs {unknown} are not parameters")
-        spec.params = tuple(n for n in names if n not in spec.inputs)
-        spec.by_name = list(spec.inputs) != names[:len(spec.inputs)]
-        spec.tensor_params = tuple(n for n in spec.params
-                                   if "Tensor" in str(sig.parameters[n].annotation))
-        spec.formulas, spec.kernels, spec.has_kernel = _rules(spec, formula, kernel)
-        spec.unsaved = _unsaved(spec, unsaved)
-        spec.keeps_ans = (spec.formulas is None or _any_reads_ans(formula, kernel) or
-                          0 in (spec.unsaved or ()))  # (declared unsaved: a placeholder)
-        spec.unread = _unread_inputs(spec, formula, kernel)
-        if quiet:
-            spec.forward = _quiet(spec.forward)
-            spec.kernels = _quiet_rules(spec.kernels)
-        spec.fn = _generate(spec, sig, forward, sizes)
+    spec.inputs = tuple(inputs) if inputs is not None else tuple(names[:1])
+    unknown = [n for n in spec.inputs if n not in names]
+    if unknown:
+        raise TypeError(f"defop {spec.name}: inputs {unknown} are not parameters")
+    spec.params = tuple(n for n in names if n not in spec.inputs)
+    spec.by_name = list(spec.inputs) != names[:len(spec.inputs)]
     spec.plain = not (spec.variadic or spec.by_name or spec.needs)
-    spec.nothing = None  # `lean` when the nodes keep none of ans and the inputs
-    spec.inputs_only = False  # `lean` drops the output only
-    spec.lean = None if composite or spec.formulas is None else _lean_plan(spec)
-    REGISTRY.append(spec)
-    spec.fn.op = spec
-    return spec.fn
+    spec.tensor_params = tuple(n for n in spec.params
+                               if "Tensor" in str(sig.parameters[n].annotation))
+    spec.formulas, spec.kernels, spec.has_kernel = _rules(spec, formula, kernel)
+    spec.unsaved = _unsaved(spec, unsaved)
+    spec.keeps_ans = (spec.formulas is None or _any_reads_ans(formula, kernel) or
+                      0 in (spec.unsaved or ()))  # (declared unsaved: a placeholder)
+    spec.unread = _unread_inputs(spec, formula, kernel)
 
 
 def _promotion(spec: OpDef, promote, int_to_float: bool) -> None:
@@ -616,6 +746,7 @@ def _promotion(spec: OpDef, promote, int_to_float: bool) -> None:
     if unknown:
         raise TypeError(f"defop {spec.name}: promote {unknown} are not inputs {spec.inputs}")
     where = tuple(spec.inputs.index(n) for n in names)
+    spec.promote_where, spec.promote_float = where, bool(int_to_float) and promote != "same"
     spec.promote = same_dtype_checker(spec.name, where) if promote == "same" else \
         promoter(where, bool(int_to_float))
 
@@ -829,62 +960,24 @@ def _array(x):
 
 
 def _generate(spec: OpDef, sig: inspect.Signature, fwd, sizes: str | None = None):
-    """The public function: `spec`'s signature, a body that calls `spec`. Generated as
-    source (as `dataclasses` does) so the call costs no argument binding and
-    `inspect.signature` shows the real parameters."""
+    """The public function: `spec`'s signature, a body that runs `spec` (`_fast_body`, or
+    `OpDef.__call__`). Generated as source (as `dataclasses` does) so the call costs no
+    argument binding and `inspect.signature` shows the real parameters."""
     params = list(sig.parameters.values())
-    for p in params:
-        if not p.name.isidentifier() or keyword.iskeyword(p.name) or p.name.startswith("_op"):
-            raise TypeError(f"defop {spec.name}: parameter name {p.name!r} not supported")
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            raise TypeError(f"defop {spec.name}: *args/**kwargs are not supported (declare "
-                            f"a composite that calls the op)")
+    _check_parameters(spec, params, sizes)
     names = [p.name for p in params]
-    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY,
-                                                       p.POSITIONAL_OR_KEYWORD)]
-    if sizes is not None and (not positional or positional[-1] != sizes):
-        raise TypeError(f"defop {spec.name}: sizes={sizes!r} must name the last positional "
-                        f"parameter")
     aliases = {a: n for a, n in _ARG_ALIASES.items() if n in names}
     required = _required_aliased(params, set(aliases.values()))
-    head = []
-    kinds_seen = set()
-    for p in params:
-        if p.kind is p.KEYWORD_ONLY and p.KEYWORD_ONLY not in kinds_seen and sizes is None:
-            head.append("*")
-        kinds_seen.add(p.kind)
-        head.append(p.name)  # defaults: `__defaults__` below
-        if p.name == sizes:
-            head.append("*_sizes")
-        if p.kind is p.POSITIONAL_ONLY and (params.index(p) == len(params) - 1 or
-                                            params[params.index(p) + 1].kind
-                                            is not p.POSITIONAL_ONLY):
-            head.append("/")
-    if aliases:  # numpy's names, as torch's functions accept them: axis= for dim= ...
-        head.append("**_aliases")
-    unwrap = "".join(
-        f"    if {a!r} in _aliases:\n"
-        f"        if {n} is not _defaults[{n!r}]:\n"
-        f"            raise TypeError(\"{spec.name}() got both {n!r} and its alias {a!r}\")\n"
-        f"        {n} = _aliases.pop({a!r})\n" for a, n in aliases.items())
-    if aliases:
-        unwrap += (f"    if _aliases:\n        raise TypeError(f\"{spec.name}() got an unexpected "
-                   f"keyword argument {{next(iter(_aliases))!r}}\")\n")
-    if sizes is not None:  # reshape(x, 2, 3): the ints spread
-        unwrap += f"    if _sizes:\n        {sizes} = ({sizes}, *_sizes)\n"
-    unwrap += "".join(f"    if {n} is _required:\n        raise TypeError(\"{spec.name}() missing "
-                      f"1 required positional argument: '{n}'\")\n" for n in required)
-    unwrap += "".join(f"    if isinstance({n}, _Tensor):\n        {n} = {n}._data\n"
-                      for n in spec.tensor_params)
-    args = f"*_sequence({spec.inputs[0]!r}, {spec.inputs[0]}), " if spec.variadic else \
-        "".join(f"{n}, " for n in spec.inputs)
-    kw = ", ".join(f"{n!r}: {n}" for n in spec.params)
-    body = f"    return _op(({args}), {{{kw}}})\n" if spec.params else \
-        f"    return _op(({args}), None)\n"
-    src = f"def {spec.name}({', '.join(head)}):\n{unwrap}{body}"
-    defaults = {p.name: _REQUIRED if p.name in required else p.default for p in params}
-    namespace = {"_op": spec.__call__, "_Tensor": Tensor, "_defaults": defaults,
-                 "_required": _REQUIRED, "_sequence": _sequence}
+    namespace = {"_op": spec.__call__, "_Tensor": Tensor, "_required": _REQUIRED,
+                 "_defaults": {p.name: _REQUIRED if p.name in required else p.default
+                               for p in params}, "_sequence": _sequence}
+    fast = _fast_body(spec, namespace)
+    if fast is None:
+        args = f"*_sequence({spec.inputs[0]!r}, {spec.inputs[0]}), " if spec.variadic else \
+            "".join(f"{n}, " for n in spec.inputs)
+        fast = f"    return _op(({args}), {_params_dict(spec)})\n"
+    src = (f"def {spec.name}({', '.join(_head(params, sizes, aliases))}):\n"
+           f"{_prologue(spec, aliases, required, sizes)}{fast}")
     # named inside the package, so tracebacks and anomaly detection count it as library code
     where = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"<defop {spec.name}>")
     exec(compile(src, where, "exec"), namespace)  # noqa: S102
@@ -899,6 +992,180 @@ def _generate(spec: OpDef, sig: inspect.Signature, fwd, sizes: str | None = None
     if aliases or sizes is not None:
         fn.__signature__ = sig  # PyTorch's parameters; the aliases are not shown
     return fn
+
+
+def _check_parameters(spec: OpDef, params: list, sizes: str | None) -> None:
+    """The forward's parameters are ones a generated function can take."""
+    for p in params:
+        if not p.name.isidentifier() or keyword.iskeyword(p.name) or p.name.startswith("_"):
+            raise TypeError(f"defop {spec.name}: parameter name {p.name!r} not supported")
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise TypeError(f"defop {spec.name}: *args/**kwargs are not supported (declare "
+                            f"a composite that calls the op)")
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                       p.POSITIONAL_OR_KEYWORD)]
+    if sizes is not None and (not positional or positional[-1] != sizes):
+        raise TypeError(f"defop {spec.name}: sizes={sizes!r} must name the last positional "
+                        f"parameter")
+
+
+def _head(params: list, sizes: str | None, aliases: dict) -> list:
+    """The generated function's parameter list (defaults: its `__defaults__`)."""
+    head = []
+    kinds_seen = set()
+    for k, p in enumerate(params):
+        if p.kind is p.KEYWORD_ONLY and p.KEYWORD_ONLY not in kinds_seen and sizes is None:
+            head.append("*")
+        kinds_seen.add(p.kind)
+        head.append(p.name)
+        if p.name == sizes:
+            head.append("*_sizes")
+        if p.kind is p.POSITIONAL_ONLY and (k == len(params) - 1 or
+                                            params[k + 1].kind is not p.POSITIONAL_ONLY):
+            head.append("/")
+    if aliases:  # numpy's names, as torch's functions accept them: axis= for dim= ...
+        head.append("**_aliases")
+    return head
+
+
+def _prologue(spec: OpDef, aliases: dict, required: tuple, sizes: str | None) -> str:
+    """The generated function's first lines: numpy's argument names, spread sizes, the
+    required parameters that have an alias, the Tensor parameters unwrapped."""
+    src = "".join(
+        f"    if {a!r} in _aliases:\n"
+        f"        if {n} is not _defaults[{n!r}]:\n"
+        f"            raise TypeError(\"{spec.name}() got both {n!r} and its alias {a!r}\")\n"
+        f"        {n} = _aliases.pop({a!r})\n" for a, n in aliases.items())
+    if aliases:
+        src += (f"    if _aliases:\n        raise TypeError(f\"{spec.name}() got an unexpected "
+                f"keyword argument {{next(iter(_aliases))!r}}\")\n")
+    if sizes is not None:  # reshape(x, 2, 3): the ints spread
+        src += f"    if _sizes:\n        {sizes} = ({sizes}, *_sizes)\n"
+    src += "".join(f"    if {n} is _required:\n        raise TypeError(\"{spec.name}() missing "
+                   f"1 required positional argument: '{n}'\")\n" for n in required)
+    src += "".join(f"    if isinstance({n}, _Tensor):\n        {n} = {n}._data\n"
+                   for n in spec.tensor_params)
+    return src
+
+
+def _params_dict(spec: OpDef) -> str:
+    """The source of the op's parameters by name (a dict literal), or `None`."""
+    if not spec.params:
+        return "None"
+    return "{" + ", ".join(f"{n!r}: {n}" for n in spec.params) + "}"
+
+
+def _fast_body(spec: OpDef, namespace: dict) -> str | None:
+    """The body of a plain differentiable op's function, specialised at declaration: each
+    input unwrapped by name, the dtype step skipped by one test when the inputs already
+    share a dtype it accepts (`_dtype_test`), the forward called with the parameters by
+    name, what the node keeps written out (`lean`), then `_record_op`. A result that is
+    not an array (`Saved`, a number) goes through `OpDef._finish`. None for the other ops
+    (a sequence of inputs, inputs by name, `needs_input_grad`, no rule): `OpDef.__call__`."""
+    if spec.variadic and not spec.needs:
+        return _sequence_body(spec, namespace)
+    if not spec.plain:
+        return None
+    arrays = [f"_a{k}" for k in range(len(spec.inputs))]
+    lines = [f"    {a} = {n}._data if isinstance({n}, _Tensor) else {n}\n"
+             for a, n in zip(arrays, spec.inputs)]
+    if spec.promote is not None:
+        test = _dtype_test(spec, arrays, namespace)
+        many = ", ".join(arrays)
+        lines.append(f"    if not ({test}):\n        {many}, = _promote([{many}])\n")
+    call = ", ".join(arrays + [f"{n}={n}" for n in spec.params])
+    lines.append(f"    try:\n        _ans = _forward({call})\n    except ValueError as _e:\n"
+                 f"        _named(_e, {spec.name!r})\n        raise\n")
+    namespace.update(_promote=spec.promote, _forward=spec.forward, _named=_named,
+                     _ndarray=np.ndarray, _finish=spec._finish, _spec=spec, _cost=spec.cost,
+                     _unrecorded=_unrecorded, _Saved=Saved,
+                     _record=_record_one if len(arrays) == 1 else _record_op)
+    return "".join(lines) + _recording_source(spec, arrays, call, namespace)
+
+
+def _recording_source(spec: OpDef, arrays: list, call: str, namespace: dict) -> str:
+    """`_fast_body`'s last lines: the forward's result `_ans` recorded; `Saved` unpacked
+    (its extras kept after the lean plan's entries); anything else through `_finish`."""
+    inputs = "(" + "".join(f"{n}, " for n in spec.inputs) + ")"
+    params = _params_dict(spec)
+    other = f"        return _finish({inputs}, [{', '.join(arrays)}], _ans, {params})\n"
+    if spec.kernels is None:  # (no gradient: a Tensor sharing the counter of one it views)
+        return (f"    if type(_ans) is not _ndarray:\n{other}"
+                f"    return _unrecorded(_ans, {inputs})\n")
+    cost = f"_cost(_ans, {call})" if spec.cost is not None else "None"
+    saved = _saved_source(spec, arrays, namespace)
+    first = inputs if len(arrays) > 1 else spec.inputs[0]  # (`_record_one`: the input)
+    record = f"_record(_spec, _ans, {first}, ({saved}<extras>), {params}, {cost})\n"
+    return (f"    if type(_ans) is not _ndarray:\n"
+            f"        if type(_ans) is not _Saved or type(_ans.out) is not _ndarray:\n"
+            f"    {other}"
+            f"        _extras = _ans.extras\n        _ans = _ans.out\n"
+            f"        return {record.replace('<extras>', '*_extras')}"
+            f"    return {record.replace('<extras>', '')}")
+
+
+def _sequence_body(spec: OpDef, namespace: dict) -> str:
+    """`_fast_body` of an op taking a sequence of inputs (cat, stack): the forward gets
+    their arrays as a list; the node keeps the output's entry of `lean`, then the arrays
+    (their stand-ins under `shapes_only`)."""
+    name = spec.inputs[0]
+    call = ", ".join(["_arrays"] + [f"{n}={n}" for n in spec.params])
+    params = _params_dict(spec)
+    cost = f"_cost(_ans, *_arrays, {call[len('_arrays, '):]})" if spec.cost is not None \
+        else "None"
+    head = spec.lean[0] if spec.lean is not None else _KEEP
+    head = "None" if head is None else "_ans" if head is _KEEP else "_keep0(_ans)"
+    rest = "*[_keep1(a) if type(a) is _ndarray else a for a in _arrays]" if spec.shapes_only \
+        else "*_arrays"
+    tail = (f"    return _record(_spec, _ans, _inputs, ({head}, {rest}), {params}, {cost})\n"
+            if spec.kernels is not None else "    return _unrecorded(_ans, _inputs)\n")
+    namespace.update(_forward=spec.forward, _named=_named, _ndarray=np.ndarray,
+                     _finish=spec._finish, _record=_record_op, _spec=spec, _cost=spec.cost,
+                     _unrecorded=_unrecorded, _keep1=_stand_in,
+                     _keep0=spec.lean[0] if spec.lean is not None else None)
+    return (f"    _inputs = _sequence({name!r}, {name})\n"
+            f"    _arrays = [x._data if isinstance(x, _Tensor) else x for x in _inputs]\n"
+            f"    try:\n        _ans = _forward({call})\n    except ValueError as _e:\n"
+            f"        _named(_e, {spec.name!r})\n        raise\n"
+            f"    if type(_ans) is not _ndarray:\n"
+            f"        return _finish(_inputs, _arrays, _ans, {params})\n{tail}")
+
+
+def _saved_source(spec: OpDef, arrays: list, namespace: dict) -> str:
+    """The source of what the node keeps of `(ans, *inputs)` (the items of a tuple):
+    `OpDef._lean`'s plan written out (the output or an input, None, or a stand-in)."""
+    plan = spec.lean if spec.lean is not None else (_KEEP,) * (1 + len(arrays))
+    items = []
+    for k, (how, a) in enumerate(zip(plan, ["_ans", *arrays])):
+        if how is None:
+            items.append("None")
+        elif how is _KEEP:
+            items.append(a)
+        else:
+            namespace[f"_keep{k}"] = how
+            items.append(f"(_keep{k}({a}) if type({a}) is _ndarray else {a})")
+    return "".join(f"{i}, " for i in items)
+
+
+def _dtype_test(spec: OpDef, arrays: list, namespace: dict) -> str:
+    """The source of a test that `spec.promote` would return the arrays unchanged: those it
+    promotes are arrays of one dtype among the common ones (`dtypes.FAST`) it would accept
+    (floating with `int_to_float`; in `dtypes=` for the first input), and the first input,
+    when `dtypes=` checks it, is an array of such a dtype."""
+    fast = FAST if not spec.promote_float else frozenset(d for d in FAST if d.kind in "fc")
+    where = spec.promote_where
+    checked = spec.dtypes is not None
+    terms = [f"type({arrays[i]}) is _ndarray" for i in where]
+    terms += [f"{arrays[where[0]]}.dtype is {arrays[i]}.dtype" for i in where[1:]]
+    if checked and 0 in where:
+        fast = fast & spec.dtypes
+    elif checked:
+        terms.append(f"type({arrays[0]}) is _ndarray and {arrays[0]}.dtype in _allowed")
+        namespace["_allowed"] = spec.dtypes & FAST
+    if where:
+        terms.append(f"{arrays[where[0]]}.dtype in _fast")
+    namespace["_fast"] = fast
+    return " and ".join(terms) or "False"
 
 
 def _sequence(name: str, value) -> tuple:

@@ -14,6 +14,11 @@ new/old with a 95% bootstrap interval of that median. `--size` sets the side of 
 inputs (default 8), `--ops add,mul` picks ops. Times are the calling thread's CPU time by
 default (`--clock thread`: the sequential engine runs on it; on a shared machine the time
 other processes hold the core is left out), `--clock wall` for wall time.
+
+`--torch` times PyTorch too (one thread, `torch.set_num_threads(1)`, the same ops on the
+same float64 inputs requiring grad, `op(...).sum().backward()`), in the same rotation,
+and adds its median times and the new/torch ratio with its 95% interval: our cost per
+recorded op against PyTorch's (issue 28).
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ import numpy as np
 
 
 def _cases(pa, size: int = 8):
+    """{name: a forward call} on `pa`'s inputs; `pa` is a version of the package, or torch."""
     F = pa.nn.functional
     rng = np.random.default_rng(0)
 
@@ -51,7 +57,7 @@ def _cases(pa, size: int = 8):
         "matmul": lambda: m @ n,
         "mm(small)": lambda: a @ b,
         "einsum": lambda: pa.einsum("ij,jk->ik", a, b),
-        "getitem": lambda: a[1:5, ::2],
+        "getitem(slice)": lambda: a[1:5, ::2],
         "reshape": lambda: a.reshape(4, 16),
         "transpose": lambda: a.transpose(0, 1),
         "softmax": lambda: F.softmax(a, dim=1),
@@ -89,6 +95,29 @@ def _time(fn, calls: int, clock=time.thread_time) -> float:
     return (clock() - t0) / calls
 
 
+def _backward(lib):
+    """`fn -> backward(fn().sum())` for a version of the package, or torch."""
+    if getattr(lib, "__name__", "") == "torch":
+        return lambda fn: fn().sum().backward()
+    return lambda fn: lib.backward(fn().sum())
+
+
+def _row(name: str, times: dict, versions: tuple) -> str:
+    row = f"{name:15s}"
+    for w in ("f", "fb"):
+        old, new = np.array(times["old", w]), np.array(times["new", w])
+        r = new / old
+        lo, hi = _ci(r)
+        row += (f" {np.median(old) * 1e6:10.1f} {np.median(new) * 1e6:10.1f} "
+                f"{np.median(r):8.3f} [{lo:.2f}-{hi:.2f}]")
+        if "torch" in versions:
+            tt = np.array(times["torch", w])
+            r = new / tt
+            lo, hi = _ci(r)
+            row += f" {np.median(tt) * 1e6:10.1f} {np.median(r):8.3f} [{lo:.2f}-{hi:.2f}]"
+    return row
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--old", required=True, help="directory holding the old copy, pa_old/")
@@ -99,33 +128,39 @@ def main(argv=None) -> int:
     p.add_argument("--clock", choices=("thread", "wall"), default="thread",
                    help="thread: this thread's CPU time (default; on a shared machine it "
                         "leaves out the time other processes hold the core); wall")
+    p.add_argument("--torch", action="store_true",
+                   help="time PyTorch too (one thread): its columns and new/torch")
     args = p.parse_args(argv)
     clock = time.thread_time if args.clock == "thread" else time.perf_counter
     sys.path.insert(0, args.old)
     import pa_old  # noqa: E402
     import parallel_autograd as pa_new  # noqa: E402
     libs = {"old": pa_old, "new": pa_new}
+    if args.torch:
+        import torch  # noqa: E402
+        torch.set_num_threads(1)
+        libs["torch"] = torch
     cases = {k: _cases(lib, args.size) for k, lib in libs.items()}
-    print(f"{'op':15s} {'fwd old us':>10s} {'fwd new us':>10s} {'ratio [95% CI]':>20s} "
-          f"{'f+b old us':>10s} {'f+b new us':>10s} {'ratio [95% CI]':>20s}")
+    backwards = {k: _backward(lib) for k, lib in libs.items()}
+    versions = tuple(libs)
+    head = f"{'op':15s}"
+    for w in ("fwd", "f+b"):
+        head += f" {w + ' old us':>10s} {w + ' new us':>10s} {'new/old [95% CI]':>20s}"
+        if args.torch:
+            head += f" {w + ' torch us':>10s} {'new/torch [95% CI]':>20s}"
+    print(head)
     names = args.ops.split(",") if args.ops else list(cases["new"])
     for name in names:
         times = {(k, w): [] for k in libs for w in ("f", "fb")}
         for rep in range(args.reps):
-            order = ("old", "new") if rep % 2 == 0 else ("new", "old")
+            order = versions[rep % len(versions):] + versions[:rep % len(versions)]
+            order = order if rep % 2 == 0 else order[::-1]
             for k in order:
-                fn, lib = cases[k][name], libs[k]
+                fn, bw = cases[k][name], backwards[k]
                 times[k, "f"].append(_time(fn, args.calls, clock))
-                times[k, "fb"].append(_time(lambda fn=fn, lib=lib: lib.backward(fn().sum()),
+                times[k, "fb"].append(_time(lambda fn=fn, bw=bw: bw(fn),
                                             args.calls // 3, clock))
-        row = f"{name:15s}"
-        for w in ("f", "fb"):
-            old, new = np.array(times["old", w]), np.array(times["new", w])
-            r = new / old
-            lo, hi = _ci(r)
-            row += (f" {np.median(old) * 1e6:10.1f} {np.median(new) * 1e6:10.1f} "
-                    f"{np.median(r):8.3f} [{lo:.2f}-{hi:.2f}]")
-        print(row, flush=True)
+        print(_row(name, times, versions), flush=True)
     return 0
 
 

@@ -421,7 +421,11 @@ def clone(input: Tensor, *, memory_format=None) -> Tensor:
 
 
 def _joined_dtype(arrays: list):
-    return dtypes.result_np(*arrays) if len(arrays) > 1 else arrays[0].dtype
+    d = arrays[0].dtype
+    for a in arrays:  # (the common case, one dtype: no promotion to compute)
+        if a.dtype is not d:
+            return dtypes.result_np(*arrays)
+    return d
 
 
 def _cat_grads(g, ans, *tensors, dim):
@@ -481,15 +485,15 @@ def stack(tensors, dim: int = 0) -> Tensor:
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
     arrays = [np.asarray(a) for a in tensors]
-    for i, a in enumerate(arrays):
-        if a.shape != arrays[0].shape:
-            raise RuntimeError(f"stack expects each tensor to be equal size, but got "
-                               f"{list(arrays[0].shape)} at entry 0 and {list(a.shape)} at "
-                               f"entry {i}")
     shape = arrays[0].shape
+    for i, a in enumerate(arrays):
+        if a.shape != shape:
+            raise RuntimeError(f"stack expects each tensor to be equal size, but got "
+                               f"{list(shape)} at entry 0 and {list(a.shape)} at entry {i}")
     d = one_dim(dim, len(shape) + 1, "stack")
     out = empty(shape[:d] + (len(arrays),) + shape[d:], _joined_dtype(arrays))
-    return np.stack(arrays, axis=d, out=out)  # one pass over the result
+    new = (slice(None),) * d + (None,)  # (np.stack's own steps, past its checks: done above)
+    return np.concatenate([a[new] for a in arrays], axis=d, out=out)  # one pass
 
 
 # ---- views of slices: narrow, select, split, chunk, tensor_split, unbind -------------------------
