@@ -276,28 +276,9 @@ class LBFGS(Optimizer):
             if gtd > -tolerance_change:
                 state["t"] = t
                 break
-            ls_func_evals = 0
-            opt_cond = False
-            if group["line_search_fn"] is not None:
-                x_init = [p._data.copy() for p in self._params]
-
-                def obj_func(x, t, d):
-                    with enable_grad():
-                        return self._directional_evaluate(closure, x, t, d)
-
-                loss, flat_grad, t, ls_func_evals = _strong_wolfe(
-                    obj_func, x_init, t, d, loss, flat_grad, gtd,
-                    max_ls=max_eval - current_evals)
-                self._add_grad(t, d)
-                opt_cond = np.abs(flat_grad).max(initial=0) <= tolerance_grad
-            else:
-                self._add_grad(t, d)
-                if n_iter != max_iter:
-                    with enable_grad():
-                        loss = float(closure())
-                    flat_grad = self._gather_flat_grad()
-                    opt_cond = np.abs(flat_grad).max(initial=0) <= tolerance_grad
-                    ls_func_evals = 1
+            loss, flat_grad, t, ls_func_evals, opt_cond = self._move(
+                closure, group, d, t, loss, flat_grad, gtd, max_eval - current_evals,
+                last=n_iter == max_iter)
             state["t"] = t
             current_evals += ls_func_evals
             state["func_evals"] += ls_func_evals
@@ -306,6 +287,30 @@ class LBFGS(Optimizer):
                     or abs(loss - prev_loss) < tolerance_change):
                 break
         return orig_loss
+
+    def _move(self, closure, group, d, t, loss, flat_grad, gtd, max_ls: int, last: bool):
+        """One step along `d`: a strong-Wolfe line search, or `lr` (then the closure again,
+        unless it is the last iteration). Returns (loss, flat_grad, t, closure calls,
+        whether the gradient is within tolerance_grad)."""
+        tolerance_grad = group["tolerance_grad"]
+        if group["line_search_fn"] is not None:
+            x_init = [p._data.copy() for p in self._params]
+
+            def obj_func(x, t, d):
+                with enable_grad():
+                    return self._directional_evaluate(closure, x, t, d)
+
+            loss, flat_grad, t, evals = _strong_wolfe(obj_func, x_init, t, d, loss, flat_grad,
+                                                      gtd, max_ls=max_ls)
+            self._add_grad(t, d)
+            return loss, flat_grad, t, evals, np.abs(flat_grad).max(initial=0) <= tolerance_grad
+        self._add_grad(t, d)
+        if last:
+            return loss, flat_grad, t, 0, False
+        with enable_grad():
+            loss = float(closure())
+        flat_grad = self._gather_flat_grad()
+        return loss, flat_grad, t, 1, np.abs(flat_grad).max(initial=0) <= tolerance_grad
 
     @staticmethod
     def _direction(state: dict[str, Any], flat_grad: np.ndarray, history_size: int) -> None:
