@@ -336,8 +336,11 @@ class OpDef:
             if self.needs:
                 return forward(arrays, needs_input_grad=_needs(args), **(params or {}))
             return forward(arrays, **params) if params else forward(arrays)
-        if self.by_name:  # inputs after other parameters (scatter_add's src)
-            return forward(**dict(zip(self.inputs, arrays)), **params)
+        if self.by_name:  # inputs after other parameters (scatter_add's src, recurrence's)
+            named = dict(zip(self.inputs, arrays))
+            if self.needs:
+                return forward(**named, needs_input_grad=_needs(args), **params)
+            return forward(**named, **params)
         # the forward saves only what the inputs needing grad use
         return forward(*arrays, needs_input_grad=_needs(args), **(params or {}))
 

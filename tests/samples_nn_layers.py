@@ -222,6 +222,33 @@ def _attention(rng):
                    normal(rng, (1, 1, 5, 3)), enable_gqa=True, is_causal=True)]
 
 
+def _mode(mode, bias):
+    """recurrence's arguments (mode, xp, h0, c0, w_hh, b_hh): c0 and b_hh None where the
+    sample has none (gradcheck makes every argument a tensor, None too)."""
+    return lambda a: [mode, a[0], a[1], a[2] if mode == "LSTM" else None, a[3],
+                      a[4] if bias else None]
+
+
+def _recurrence(rng):
+    """Every mode: time-major and batch_first, reverse, without b_hh, packed sequences
+    (batch_sizes, forwards and in reverse), and some inputs without gradient (the kernel
+    skips what is not asked: the last step's GEMM for h0, W_hh's). T = 3 steps, H = 2."""
+    out = []
+    for mode, g in (("LSTM", 4), ("GRU", 3), ("RNN_TANH", 1), ("RNN_RELU", 1)):
+        def sample(n, bf=False, bias=True, **kw):
+            c0 = normal(rng, (n, 2)) if mode == "LSTM" else None
+            b = normal(rng, (g * 2,), 0.5) if bias else None
+            return Sample(normal(rng, (n, 3, g * 2) if bf else (3, n, g * 2)),
+                          normal(rng, (n, 2)), c0, normal(rng, (g * 2, 2), 0.7), b,
+                          prep=_mode(mode, bias), batch_first=bf, **kw)
+        out += [sample(2), sample(2, bf=True, reverse=True), sample(2, bias=False),
+                sample(3, batch_sizes=np.array([3, 2, 1])),
+                sample(3, reverse=True, batch_sizes=np.array([3, 3, 1])),
+                sample(2, grad=[0]), sample(2, grad=[1, 4])]   # (frozen weights, states)
+    return out
+
+
 INTERNAL = {"scaled_dot_product_attention": _attention, "batch_norm": _normalize_channels,
             "dropout": _apply_mask, "embedding_backward": _embedding_backward,
+            "recurrence": _recurrence,
             **_LOSSES}  # the losses' fused nodes (tests/samples_nn_losses.py)
