@@ -229,22 +229,39 @@ def _mode(mode, bias):
                       a[4] if bias else None]
 
 
+def _recurrence_sample(rng, mode, n=2, bf=False, bias=True, steps=3, hidden=2, **kw):
+    g, h = {"LSTM": 4, "GRU": 3}.get(mode, 1), hidden
+    c0 = normal(rng, (n, h)) if mode == "LSTM" else None
+    b = normal(rng, (g * h,), 0.5) if bias else None
+    return Sample(normal(rng, (n, steps, g * h) if bf else (steps, n, g * h)),
+                  normal(rng, (n, h)), c0, normal(rng, (g * h, h), 0.7), b,
+                  prep=_mode(mode, bias), batch_first=bf, **kw)
+
+
+MODES = ("LSTM", "GRU", "RNN_TANH", "RNN_RELU")
+
+
 def _recurrence(rng):
+    """Each mode on packed sequences in reverse (batch_sizes: the last step has one
+    sequence left, the first-processed step all three), small enough for the fast lane
+    (gradgradcheck runs the formula's T steps per perturbed element); every case of every
+    mode: `recurrence_cases` (tests/test_nn_rnn.py, slow)."""
+    return [_recurrence_sample(rng, m, n=3, hidden=1, reverse=True,
+                               batch_sizes=np.array([3, 2, 1])) for m in MODES]
+
+
+def recurrence_cases(rng):
     """Every mode: time-major and batch_first, reverse, without b_hh, packed sequences
     (batch_sizes, forwards and in reverse), and some inputs without gradient (the kernel
     skips what is not asked: the last step's GEMM for h0, W_hh's). T = 3 steps, H = 2."""
     out = []
-    for mode, g in (("LSTM", 4), ("GRU", 3), ("RNN_TANH", 1), ("RNN_RELU", 1)):
-        def sample(n, bf=False, bias=True, **kw):
-            c0 = normal(rng, (n, 2)) if mode == "LSTM" else None
-            b = normal(rng, (g * 2,), 0.5) if bias else None
-            return Sample(normal(rng, (n, 3, g * 2) if bf else (3, n, g * 2)),
-                          normal(rng, (n, 2)), c0, normal(rng, (g * 2, 2), 0.7), b,
-                          prep=_mode(mode, bias), batch_first=bf, **kw)
-        out += [sample(2), sample(2, bf=True, reverse=True), sample(2, bias=False),
-                sample(3, batch_sizes=np.array([3, 2, 1])),
-                sample(3, reverse=True, batch_sizes=np.array([3, 3, 1])),
-                sample(2, grad=[0]), sample(2, grad=[1, 4])]   # (frozen weights, states)
+    for m in MODES:
+        out += [_recurrence_sample(rng, m), _recurrence_sample(rng, m, bf=True, reverse=True),
+                _recurrence_sample(rng, m, bias=False),
+                _recurrence_sample(rng, m, n=3, batch_sizes=np.array([3, 2, 1])),
+                _recurrence_sample(rng, m, n=3, reverse=True, batch_sizes=np.array([3, 3, 1])),
+                _recurrence_sample(rng, m, grad=[0]),              # frozen weights, states
+                _recurrence_sample(rng, m, grad=[1, 4])]
     return out
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import op_samples  # noqa: F401, I001  (first: it imports the samples modules)
+from samples_nn_layers import recurrence_cases
 from threadpoolctl import threadpool_limits
 
 import parallel_autograd as pa
@@ -251,6 +253,18 @@ def test_recurrence_node_keeps_its_inputs_and_extras_and_frees_after_backward():
                            6 * 2 * 4) * 8
     out.sum().backward()
     assert node.saved is None
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("check", ["test_gradcheck_and_gradgradcheck",
+                                   "test_kernel_equals_formula_at_first_order",
+                                   "test_both_engines_agree_bitwise"])
+def test_recurrence_every_case_passes_the_registry_checks(check, monkeypatch):
+    # every mode: time-major and batch_first, reverse, no b_hh, packed forwards and in
+    # reverse, inputs without gradient (tests/test_nn_declared.py: the fast lane's cases)
+    import test_registry as registry                  # noqa: PLC0415  (its checks, reused)
+    monkeypatch.setitem(registry.SAMPLES, "recurrence", recurrence_cases)
+    getattr(registry, check)(recurrence.op)
 
 
 def _nodes(t):

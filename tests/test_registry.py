@@ -110,7 +110,9 @@ def _check_kernel(node, op, where: str, shape: tuple) -> None:
     if isinstance(op.formulas, Joint):
         kernel = node.joint(g, *saved, **params)
         formula = op.formulas.fn(g, *saved[:n + 1], **params)
-        pairs = list(zip(kernel, formula))
+        # (a kernel may skip the inputs that take no gradient: needs_input_grad)
+        pairs = [kf for kf, nxt in zip(zip(kernel, formula), node.next_nodes)
+                 if nxt is not None]
     else:
         pairs = [(node.vjps[i](g, *saved, **params),
                   op.formulas[i](g, *saved[:n + 1], **params))
