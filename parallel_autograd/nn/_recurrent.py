@@ -76,20 +76,6 @@ def _sigmoid_(a: np.ndarray) -> None:
     np.reciprocal(a, out=a)
 
 
-class _Spec:
-    """What a recurrence node's rule needs besides arrays."""
-
-    __slots__ = ("mode", "reverse", "batch_first", "inputs", "need", "xp_shape", "xp_dtype",
-                 "sizes")
-
-    def __init__(self, mode, reverse, batch_first, inputs, need, xp_shape, xp_dtype,
-                 sizes=None):
-        self.mode, self.reverse, self.batch_first = mode, reverse, batch_first
-        self.inputs, self.need = inputs, need            # input names, needs a gradient
-        self.xp_shape, self.xp_dtype = xp_shape, xp_dtype
-        self.sizes = sizes                               # rows alive per step, or None
-
-
 def _tm(a, batch_first: bool):
     """`a` seen time-major: (T, N, ...) (a view)."""
     return np.swapaxes(a, 0, 1) if batch_first else a
