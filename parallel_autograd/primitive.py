@@ -52,6 +52,15 @@ on), PyTorch's `ctx.needs_input_grad`; so it keeps for its kernels only what the
 use (a convolution's columns when its weight takes a gradient). The parameter is not
 part of the public signature, nor of the node's params.
 
+Formulas get the extras too with `defop(formula_extras=True)`: `formula(g, ans, *inputs,
+*extras, **params)`, as the kernels. For an op whose derivative reads what its forward
+computed (a recurrence's activated gates) rather than an input it could recompute that from:
+the input is then declared `unsaved` (the formula gets a placeholder of its shape and dtype,
+a Tensor routed to its node under create_graph: it carries the graph, its value unread), so
+the node keeps the extras and not the input. In a create_graph pass the extras are
+constants (arrays): whatever the formula derives from them must reach the inputs' graph
+through ops of the inputs (`_recurrent.activation_of(z, a)`: value a, derivative at a).
+
 `record` is the lower level: it wraps an array in a Tensor and attaches a Node; `primitive`
 makes an unregistered op from a forward and first-order rules (the extension API for users).
 
@@ -281,7 +290,8 @@ class OpDef:
                  "has_kernel", "method", "module", "export", "composite", "cost", "threaded",
                  "tensor_params", "family", "torch_name", "aliases", "modules", "variadic",
                  "shapes_only", "by_name", "needs", "unsaved", "promote", "keeps_ans",
-                 "unread", "plain", "lean", "nothing", "inputs_only", "dtypes", "__weakref__")
+                 "unread", "plain", "lean", "nothing", "inputs_only", "dtypes",
+                 "formula_extras", "__weakref__")
 
     def __repr__(self):
         return f"<op {self.module}.{self.name}>"
@@ -467,7 +477,7 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
           aliases: tuple = (), quiet: bool = False, cost=None, threaded: bool = False,
           torch_name: str | None = None, sizes: str | None = None,
           shapes_only: bool = False, unsaved: tuple = (), promote=False,
-          int_to_float: bool = False, dtypes=None):
+          int_to_float: bool = False, dtypes=None, formula_extras: bool = False):
     """Declare an op from its numpy forward (a decorator; see the module docstring).
 
     - formula: the derivative, for each name in `inputs` (a function, a tuple of them in
@@ -512,6 +522,8 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
       refusal, `DtypeNotImplementedError` (a NotImplementedError, RuntimeError and
       TypeError): `"gelu" not implemented for 'Long'`. Checked at the public function
       only: code that calls the forward on arrays is not refused.
+    - formula_extras: the formulas get the forward's extras (`Saved`) after the inputs, as
+      the kernels do (constants under create_graph; see the module docstring).
 
     The differentiable inputs need not be the forward's first parameters (`layer_norm(input,
     normalized_shape, weight, bias)`): the forward is then called with them by name.
@@ -519,7 +531,8 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
     def declare(forward):
         spec = _declare(forward, formula, kernel, inputs, method, (module, *also), export,
                         name, aliases, quiet, cost, threaded, torch_name, composite=False,
-                        sizes=sizes, shapes_only=shapes_only, unsaved=unsaved)
+                        sizes=sizes, shapes_only=shapes_only, unsaved=unsaved,
+                        formula_extras=formula_extras)
         _promotion(spec.op, promote, int_to_float)
         _dtype_support(spec.op, dtypes)
         return spec
@@ -541,7 +554,7 @@ def composite(fn=None, *, method=False, module: str = "torch", also: tuple = (),
 
 def _declare(forward, formula, kernel, inputs, method, modules, export, name, aliases, quiet,
              cost, threaded, torch_name, composite, sizes=None, shapes_only=False, unsaved=(),
-             dtypes=None):
+             dtypes=None, formula_extras=False):
     for module in modules:
         if module not in _MODULES:
             raise ValueError(f"defop: unknown module {module!r} (one of {_MODULES})")
@@ -557,6 +570,7 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
     spec.family = _family(forward.__module__)
     spec.unsaved = None
     spec.promote = None
+    spec.formula_extras = formula_extras and not composite
     spec.dtypes = None if dtypes is None else supported(dtypes)
     spec.keeps_ans = True  # whether nodes keep the output (False: no rule reads it)
     spec.unread = ()  # positions in `saved` (1 + k) of the inputs no rule loads
@@ -771,11 +785,12 @@ def _rules(spec: OpDef, formula, kernel):
                             f"is the derivative; the kernel only a faster first order)")
         return None, None, False
     n = len(spec.inputs)
+    every = None if spec.formula_extras else n  # (`_on_arrays`: the extras too, or not)
     if isinstance(formula, Joint):
         if kernel is not None and not isinstance(kernel, Joint):
             raise TypeError(f"defop {spec.name}: a Joint formula takes a Joint kernel")
         if kernel is None:  # (a sequence of inputs: every saved array is one)
-            run = _on_arrays(formula.fn, None if spec.variadic else n, joint=True)
+            run = _on_arrays(formula.fn, None if spec.variadic else every, joint=True)
         else:
             run = kernel.fn
         return formula, Joint(run), kernel is not None
@@ -790,7 +805,7 @@ def _rules(spec: OpDef, formula, kernel):
     for f, k, i in zip(formulas, kernels, spec.inputs):
         if f is None and k is not None:
             raise TypeError(f"defop {spec.name}: a kernel for {i!r} without its formula")
-    run = tuple(k if k is not None else (None if f is None else _on_arrays(f, n))
+    run = tuple(k if k is not None else (None if f is None else _on_arrays(f, every))
                 for f, k in zip(formulas, kernels))
     return formulas, run, any(k is not None for k in kernels)
 
@@ -817,7 +832,8 @@ def _on_arrays(formula, n: int, joint: bool = False):
     Its operators are then numpy's, and the ops it calls return Tensors without history
     (none of their arguments requires grad), unwrapped here; formulas use operators and
     functions, not Tensor methods, so they run on either. The saved extras (`Saved`) are
-    the kernels'; a formula sees `(g, ans, *inputs)`."""
+    the kernels'; a formula sees `(g, ans, *inputs)` (n None: every saved value, the
+    extras too: a sequence of inputs, or `formula_extras`)."""
     def rule(g, *saved, **params):
         r = formula(g, *(saved if n is None else saved[:n + 1]), **params)
         if joint:

@@ -265,7 +265,17 @@ def recurrence_cases(rng):
     return out
 
 
+def _activation_of(rng):
+    """activation_of(z, a, kind): its value is `a`, its derivative the activation's at a,
+    so finite differences see it only where a = kind(z): `prep` computes a from z (a
+    parameter, not an input: its history is not followed). relu's z away from 0."""
+    z = normal(rng, (3, 4))
+    z = np.where(np.abs(z) < 0.2, 0.5, z)
+    return [Sample(z, prep=lambda a, k=kind: [a[0], getattr(a[0], k)()], kind=kind)
+            for kind in ("sigmoid", "tanh", "relu")]
+
+
 INTERNAL = {"scaled_dot_product_attention": _attention, "batch_norm": _normalize_channels,
             "dropout": _apply_mask, "embedding_backward": _embedding_backward,
-            "recurrence": _recurrence,
+            "recurrence": _recurrence, "activation_of": _activation_of,
             **_LOSSES}  # the losses' fused nodes (tests/samples_nn_losses.py)

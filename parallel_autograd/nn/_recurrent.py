@@ -31,12 +31,12 @@ n = tanh(W_in x + b_in + r * (W_hn h + b_hn)), RNN tanh or relu. Arithmetic: gat
 h' = n + z (h - n) (PyTorch's CPU kernels' order); sigmoid = 1 / (1 + exp(-x)).
 
 The formula (`_recurrence_formula`, create_graph and the registry's kernel == formula
-check) gets what every formula gets, (g, ans, *inputs, **params), not the extras: it
-recomputes the forward steps from the inputs with ops (the gates from xp, h, W_hh and
-b_hh) and runs the same backward recursion with ops, so its gradients differentiate
-again to any order. The trade: the node keeps the projections xp (T, N, G*H) for it,
-besides the kernel's extras (first order: ~1.6x the node's memory for the LSTM, the
-kernel and its speed unchanged), and a create_graph pass records the recomputed steps.
+check) gets the forward's extras too (`defop(formula_extras=True)`): it replays the steps
+with ops, each gate `activation_of(z, saved activation)` (value: the saved one;
+derivative: the activation's at it), so the projections' value is never read: xp is
+declared `unsaved`, the node keeps a placeholder (a Tensor routed to xp's node under
+create_graph carries the graph), not the (T, N, G*H) array. Then it runs the same backward
+recursion with ops, so its gradients differentiate again to any order.
 
 Thread safety: pure functions of their arguments; every call allocates its own buffers.
 """
@@ -47,7 +47,6 @@ import numpy as np
 from .. import memory
 from ..engine.cost import gemm_cost
 from ..memory import empty as _empty
-from ..ops import activations as A
 from ..ops import pointwise as E
 from ..ops import linalg as L
 from ..ops import reduce as R
@@ -431,26 +430,61 @@ def _recurrence_kernel(g, y, xp, h0, c0, w, b, a1, a2, needs, mode, reverse, bat
             dc if mode == "LSTM" and need["c0"] else None, dw, db)
 
 
-# ---- the formula: the forward recomputed and the backward recursion, with ops -----------------
-def _replay_step(mode: str, xt, hp, h, c, H: int) -> tuple:
-    """One forward step on Tensors, from the step's projection `xt`, the hidden
-    projection `hp` (h W_hh^T + b_hh) and the states: (what the backward step needs, the
-    new h, the new c)."""
+# ---- a gate whose value the forward has: its derivative without its input's value -----------
+ACTIVATIONS = ("sigmoid", "tanh", "relu")
+
+
+def _activation_formula(g, ans, z, a, kind):
+    """The activation's derivative at its value `ans` (= a)."""
+    if kind == "relu":
+        return g * (_raw(ans) > 0)
+    return g * (ans * (1 - ans)) if kind == "sigmoid" else g * (1 - ans * ans)
+
+
+def _activation_kernel(g, ans, z, a, kind):
+    if kind == "relu":
+        return g * (ans > 0)
+    t = np.subtract(1, ans) if kind == "sigmoid" else np.subtract(1, ans * ans)
+    if kind == "sigmoid":
+        t *= ans
+    t *= g
+    return t
+
+
+@defop(formula=_activation_formula, kernel=_activation_kernel, export=False)
+def activation_of(z: Tensor, a: Tensor, kind: str) -> Tensor:
+    """`kind` ("sigmoid", "tanh" or "relu") of `z`, whose value `a` the caller has
+    already (the recurrence's saved gates): the value is `a` itself, the derivative the
+    activation's at `a`, so z's value is never read (no rule loads it: its node keeps
+    none) and z may be a placeholder carrying only the graph (the recurrence's formula
+    replays its steps so, without the projections). Correct only where a = kind(z)."""
+    if kind not in ACTIVATIONS:
+        raise ValueError(f"kind must be one of {ACTIVATIONS}, got {kind!r}")
+    if np.shape(z) != np.shape(a):
+        raise ValueError(f"z of shape {np.shape(z)} and its value a of shape "
+                         f"{np.shape(a)} differ")
+    return a
+
+
+# ---- the formula: the forward replayed from the saved gates, the backward recursion, ops ------
+def _replay_step(mode: str, xt, hp, a, h, c, y_t, H: int) -> tuple:
+    """One forward step on Tensors, each gate `activation_of` its saved value `a` (the
+    step's row of the activated gates; the RNN's: its output `y_t`), so the projection
+    `xt` carries the graph only: (what the backward step needs, the new h, the new c)."""
     if mode == "LSTM":
-        z = hp + xt
-        i, f, gg, o = (E.tanh(z[:, k * H:(k + 1) * H]) if k == 2 else
-                       A.sigmoid(z[:, k * H:(k + 1) * H]) for k in range(4))
+        z = xt + hp
+        i, f, gg, o = (activation_of(z[:, k * H:(k + 1) * H], a[:, k * H:(k + 1) * H],
+                                     "tanh" if k == 2 else "sigmoid") for k in range(4))
         cn = f * c + i * gg
         tc = E.tanh(cn)
         return (h, c, i, f, gg, o, tc), o * tc, cn
     if mode == "GRU":
-        r = A.sigmoid(xt[:, :H] + hp[:, :H])
-        z = A.sigmoid(xt[:, H:2 * H] + hp[:, H:2 * H])
+        r = activation_of(xt[:, :H] + hp[:, :H], a[:, :H], "sigmoid")
+        z = activation_of(xt[:, H:2 * H] + hp[:, H:2 * H], a[:, H:2 * H], "sigmoid")
         hn = hp[:, 2 * H:]
-        nt = E.tanh(xt[:, 2 * H:] + r * hn)
+        nt = activation_of(xt[:, 2 * H:] + r * hn, a[:, 2 * H:], "tanh")
         return (h, r, z, nt, hn), nt + z * (h - nt), c
-    pre = hp + xt
-    hy = A.relu(pre) if mode == "RNN_RELU" else E.tanh(pre)
+    hy = activation_of(xt + hp, y_t, "relu" if mode == "RNN_RELU" else "tanh")
     return (h, hy), hy, c
 
 
@@ -475,8 +509,9 @@ def _back_step(mode: str, step: tuple, dht, dc) -> tuple:
     return d, d, dc, None
 
 
-def _replay(mode: str, X, h, c, Wt, bt, order: list, sizes) -> tuple:
-    """The forward recomputed with ops, steps in processing order: (each step's values
+def _replay(mode: str, X, h, c, Wt, bt, gates, yt, order: list, sizes) -> tuple:
+    """The forward replayed with ops (the gates: `gates`, the saved activations, time
+    major; the RNN's: its outputs `yt`), steps in processing order: (each step's values
     for the backward, the hidden state before each step by time index)."""
     n, H = X.shape[1], Wt.shape[0]
     steps, hprevs = [], [None] * len(order)
@@ -486,18 +521,21 @@ def _replay(mode: str, X, h, c, Wt, bt, order: list, sizes) -> tuple:
         hp = L.matmul(_rows(h, m, n), Wt)
         if bt is not None:
             hp = hp + bt
-        step, hm, cm = _replay_step(mode, _rows(X[t], m, n), hp, _rows(h, m, n),
-                                    None if c is None else _rows(c, m, n), H)
+        step, hm, cm = _replay_step(mode, _rows(X[t], m, n), hp,
+                                    None if gates is None else gates[t][:m], _rows(h, m, n),
+                                    None if c is None else _rows(c, m, n), yt[t][:m], H)
         steps.append(step)
         h, c = _join(hm, h, m, n), (None if c is None else _join(cm, c, m, n))
     return steps, hprevs
 
 
-def _recurrence_formula(g, ans, xp, h0, c0, w_hh, b_hh, mode, reverse, batch_first,
-                        batch_sizes):
-    """The recurrence's derivative with ops (differentiable again): the forward
-    recomputed from the inputs (the gates from xp, h, W_hh and b_hh), then the backward
-    recursion, then W_hh's and b_hh's gradients over the whole sequence."""
+def _recurrence_formula(g, ans, xp, h0, c0, w_hh, b_hh, a1, a2, needs, mode, reverse,
+                        batch_first, batch_sizes):
+    """The recurrence's derivative with ops (differentiable again): the forward replayed
+    from the inputs and the forward's extras (`formula_extras`: `a1` the activated gates,
+    each gate `activation_of` its saved value), then the backward recursion, then W_hh's
+    and b_hh's gradients over the whole sequence. `xp` is a placeholder (`unsaved`): its
+    value is never read, only its graph (its gradient's route) is."""
     bf, lstm = batch_first, mode == "LSTM"
     X = S.swapaxes(_t(xp), 0, 1) if bf else _t(xp)
     G = S.swapaxes(_t(g), 0, 1) if bf else _t(g)
@@ -506,7 +544,8 @@ def _recurrence_formula(g, ans, xp, h0, c0, w_hh, b_hh, mode, reverse, batch_fir
     order = _order(T, reverse)
     sizes = None if batch_sizes is None else np.asarray(batch_sizes)
     steps, hprevs = _replay(mode, X, _t(h0), _t(c0) if lstm else None, S.swapaxes(W, -1, -2),
-                            None if b_hh is None else _t(b_hh), order, sizes)
+                            None if b_hh is None else _t(b_hh), a1, _tm(_raw(ans), bf),
+                            order, sizes)
     dh, dc = None, (G[T] if lstm else None)
     dxs, dpres = [None] * T, [None] * T
     for k in range(T - 1, -1, -1):
@@ -554,8 +593,11 @@ def _recurrence_cost(ans, xp, h0, c0, w_hh, *rest, **params):
     return gemm_cost(np.size(xp), np.shape(w_hh)[1]) + 20 * np.size(xp)
 
 
+# the formulas get the extras (the gates) and the projections' value is read by no rule:
+# the node keeps a placeholder of xp (`unsaved`), not the (T, N, G*H) array
 @defop(inputs=INPUTS, formula=Joint(_recurrence_formula), kernel=Joint(_recurrence_kernel),
-       export=False, cost=_recurrence_cost, threaded=True)
+       export=False, cost=_recurrence_cost, threaded=True, formula_extras=True,
+       unsaved=("xp",))
 def recurrence(mode: str, xp: Tensor, h0: Tensor, c0: Tensor | None, w_hh: Tensor,
                b_hh: Tensor | None = None, reverse: bool = False, batch_first: bool = False,
                batch_sizes: Tensor | None = None, *, needs_input_grad=(True,) * 5) -> Tensor:
