@@ -75,6 +75,25 @@ def test_an_input_after_a_parameter_gets_needs_input_grad():
         assert _scaled_asking(2.0, x, w).grad_fn is None
 
 
+@defop(formula=lambda g, ans, x, k: g * k, formula_extras=True, export=False)
+def _squared_keeping_its_slope(x):
+    """x^2, keeping its slope 2x (an extra) and not x: the formula reads the extra."""
+    return Saved(x * x, 2.0 * x)
+
+
+def test_a_formula_may_take_the_extras():
+    # formula_extras: the formula gets the forward's extras after the inputs at first order
+    # (no kernel: the formula on arrays) and under create_graph (constants there); x, which
+    # no rule reads, is not kept
+    x = leaf([1.0, -2.0, 3.0])
+    y = _squared_keeping_its_slope(x)
+    assert y.grad_fn.saved[1] is None
+    np.testing.assert_array_equal(pa.grad(y.sum(), [x])[0], [2.0, -4.0, 6.0])
+    y = _squared_keeping_its_slope(x)
+    (gx,) = pa.grad(y.sum(), [x], create_graph=True)
+    np.testing.assert_array_equal(gx.numpy(), [2.0, -4.0, 6.0])
+
+
 @defop(formula=lambda g, ans, x: g * 2.0, unsaved=("x", "result"), export=False)
 def _doubled(x):
     """2 x, keeping nothing."""
