@@ -52,6 +52,15 @@ on), PyTorch's `ctx.needs_input_grad`; so it keeps for its kernels only what the
 use (a convolution's columns when its weight takes a gradient). The parameter is not
 part of the public signature, nor of the node's params.
 
+Formulas get the extras too with `defop(formula_extras=True)`: `formula(g, ans, *inputs,
+*extras, **params)`, as the kernels. For an op whose derivative reads what its forward
+computed (a recurrence's activated gates) rather than an input it could recompute that from:
+the input is then declared `unsaved` (the formula gets a placeholder of its shape and dtype,
+a Tensor routed to its node under create_graph: it carries the graph, its value unread), so
+the node keeps the extras and not the input. In a create_graph pass the extras are
+constants (arrays): whatever the formula derives from them must reach the inputs' graph
+through ops of the inputs (`_recurrent.activation_of(z, a)`: value a, derivative at a).
+
 `record` is the lower level: it wraps an array in a Tensor and attaches a Node; `primitive`
 makes an unregistered op from a forward and first-order rules (the extension API for users).
 
@@ -392,7 +401,7 @@ class OpDef:
                  "tensor_params", "family", "torch_name", "aliases", "modules", "variadic",
                  "shapes_only", "by_name", "needs", "unsaved", "promote", "keeps_ans",
                  "unread", "plain", "lean", "nothing", "inputs_only", "dtypes", "rules", "joint",
-                 "n_rules", "promote_where", "promote_float", "__weakref__")
+                 "n_rules", "promote_where", "promote_float", "formula_extras", "__weakref__")
 
     def __repr__(self):
         return f"<op {self.module}.{self.name}>"
@@ -446,8 +455,11 @@ class OpDef:
             if self.needs:
                 return forward(arrays, needs_input_grad=_needs(args), **(params or {}))
             return forward(arrays, **params) if params else forward(arrays)
-        if self.by_name:  # inputs after other parameters (scatter_add's src)
-            return forward(**dict(zip(self.inputs, arrays)), **params)
+        if self.by_name:  # inputs after other parameters (scatter_add's src, recurrence's)
+            named = dict(zip(self.inputs, arrays))
+            if self.needs:
+                return forward(**named, needs_input_grad=_needs(args), **params)
+            return forward(**named, **params)
         # the forward saves only what the inputs needing grad use
         return forward(*arrays, needs_input_grad=_needs(args), **(params or {}))
 
@@ -574,7 +586,7 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
           aliases: tuple = (), quiet: bool = False, cost=None, threaded: bool = False,
           torch_name: str | None = None, sizes: str | None = None,
           shapes_only: bool = False, unsaved: tuple = (), promote=False,
-          int_to_float: bool = False, dtypes=None):
+          int_to_float: bool = False, dtypes=None, formula_extras: bool = False):
     """Declare an op from its numpy forward (a decorator; see the module docstring).
 
     - formula: the derivative, for each name in `inputs` (a function, a tuple of them in
@@ -619,6 +631,8 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
       refusal, `DtypeNotImplementedError` (a NotImplementedError, RuntimeError and
       TypeError): `"gelu" not implemented for 'Long'`. Checked at the public function
       only: code that calls the forward on arrays is not refused.
+    - formula_extras: the formulas get the forward's extras (`Saved`) after the inputs, as
+      the kernels do (constants under create_graph; see the module docstring).
 
     The differentiable inputs need not be the forward's first parameters (`layer_norm(input,
     normalized_shape, weight, bias)`): the forward is then called with them by name.
@@ -627,7 +641,8 @@ def defop(fn=None, *, formula=None, kernel=None, inputs=None, method=False,
         return _declare(forward, formula, kernel, inputs, method, (module, *also), export,
                         name, aliases, quiet, cost, threaded, torch_name, composite=False,
                         sizes=sizes, shapes_only=shapes_only, unsaved=unsaved, dtypes=dtypes,
-                        promote=promote, int_to_float=int_to_float)
+                        promote=promote, int_to_float=int_to_float,
+                        formula_extras=formula_extras)
     return declare if fn is None else declare(fn)
 
 
@@ -646,7 +661,7 @@ def composite(fn=None, *, method=False, module: str = "torch", also: tuple = (),
 
 def _declare(forward, formula, kernel, inputs, method, modules, export, name, aliases, quiet,
              cost, threaded, torch_name, composite, sizes=None, shapes_only=False, unsaved=(),
-             dtypes=None, promote=False, int_to_float=False):
+             dtypes=None, promote=False, int_to_float=False, formula_extras=False):
     """Make `spec` (an `OpDef`), register it, and return its public function."""
     for module in modules:
         if module not in _MODULES:
@@ -663,6 +678,7 @@ def _declare(forward, formula, kernel, inputs, method, modules, export, name, al
     spec.family = _family(forward.__module__)
     spec.unsaved = spec.promote = spec.dtypes = spec.rules = spec.joint = None
     spec.promote_where, spec.promote_float = (), False
+    spec.formula_extras = formula_extras and not composite
     spec.keeps_ans = True  # whether nodes keep the output (False: no rule reads it)
     spec.unread = ()  # positions in `saved` (1 + k) of the inputs no rule loads
     spec.shapes_only = shapes_only
@@ -899,11 +915,12 @@ def _rules(spec: OpDef, formula, kernel):
                             f"is the derivative; the kernel only a faster first order)")
         return None, None, False
     n = len(spec.inputs)
+    every = None if spec.formula_extras else n  # (`_on_arrays`: the extras too, or not)
     if isinstance(formula, Joint):
         if kernel is not None and not isinstance(kernel, Joint):
             raise TypeError(f"defop {spec.name}: a Joint formula takes a Joint kernel")
         if kernel is None:  # (a sequence of inputs: every saved array is one)
-            run = _on_arrays(formula.fn, None if spec.variadic else n, joint=True)
+            run = _on_arrays(formula.fn, None if spec.variadic else every, joint=True)
         else:
             run = kernel.fn
         return formula, Joint(run), kernel is not None
@@ -918,7 +935,7 @@ def _rules(spec: OpDef, formula, kernel):
     for f, k, i in zip(formulas, kernels, spec.inputs):
         if f is None and k is not None:
             raise TypeError(f"defop {spec.name}: a kernel for {i!r} without its formula")
-    run = tuple(k if k is not None else (None if f is None else _on_arrays(f, n))
+    run = tuple(k if k is not None else (None if f is None else _on_arrays(f, every))
                 for f, k in zip(formulas, kernels))
     return formulas, run, any(k is not None for k in kernels)
 
@@ -945,7 +962,8 @@ def _on_arrays(formula, n: int, joint: bool = False):
     Its operators are then numpy's, and the ops it calls return Tensors without history
     (none of their arguments requires grad), unwrapped here; formulas use operators and
     functions, not Tensor methods, so they run on either. The saved extras (`Saved`) are
-    the kernels'; a formula sees `(g, ans, *inputs)`."""
+    the kernels'; a formula sees `(g, ans, *inputs)` (n None: every saved value, the
+    extras too: a sequence of inputs, or `formula_extras`)."""
     def rule(g, *saved, **params):
         r = formula(g, *(saved if n is None else saved[:n + 1]), **params)
         if joint:

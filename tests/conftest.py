@@ -150,6 +150,7 @@ SLOW = frozenset({
     "tests/test_lean_index_linalg.py::test_the_lean_rules_keep_their_values",
     "tests/test_lean_nn.py::test_recurrence",
     "tests/test_nn_conv.py::test_third_derivatives",
+    "tests/test_nn_rnn.py::test_recurrence_every_case_passes_the_registry_checks",
     "tests/test_nn_spatial.py::test_composites_gradcheck_and_gradgradcheck",
     "tests/test_programs.py::test_gpt_generates_pytorchs_tokens",
     "tests/test_programs.py::test_program_trains_as_on_pytorch",

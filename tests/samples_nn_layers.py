@@ -222,6 +222,60 @@ def _attention(rng):
                    normal(rng, (1, 1, 5, 3)), enable_gqa=True, is_causal=True)]
 
 
+def _mode(mode, bias):
+    """recurrence's arguments (mode, xp, h0, c0, w_hh, b_hh): c0 and b_hh None where the
+    sample has none (gradcheck makes every argument a tensor, None too)."""
+    return lambda a: [mode, a[0], a[1], a[2] if mode == "LSTM" else None, a[3],
+                      a[4] if bias else None]
+
+
+def _recurrence_sample(rng, mode, n=2, bf=False, bias=True, steps=3, hidden=2, **kw):
+    g, h = {"LSTM": 4, "GRU": 3}.get(mode, 1), hidden
+    c0 = normal(rng, (n, h)) if mode == "LSTM" else None
+    b = normal(rng, (g * h,), 0.5) if bias else None
+    return Sample(normal(rng, (n, steps, g * h) if bf else (steps, n, g * h)),
+                  normal(rng, (n, h)), c0, normal(rng, (g * h, h), 0.7), b,
+                  prep=_mode(mode, bias), batch_first=bf, **kw)
+
+
+MODES = ("LSTM", "GRU", "RNN_TANH", "RNN_RELU")
+
+
+def _recurrence(rng):
+    """Each mode on packed sequences in reverse (batch_sizes: the last step has one
+    sequence left, the first-processed step all three), small enough for the fast lane
+    (gradgradcheck runs the formula's T steps per perturbed element); every case of every
+    mode: `recurrence_cases` (tests/test_nn_rnn.py, slow)."""
+    return [_recurrence_sample(rng, m, n=3, hidden=1, reverse=True,
+                               batch_sizes=np.array([3, 2, 1])) for m in MODES]
+
+
+def recurrence_cases(rng):
+    """Every mode: time-major and batch_first, reverse, without b_hh, packed sequences
+    (batch_sizes, forwards and in reverse), and some inputs without gradient (the kernel
+    skips what is not asked: the last step's GEMM for h0, W_hh's). T = 3 steps, H = 2."""
+    out = []
+    for m in MODES:
+        out += [_recurrence_sample(rng, m), _recurrence_sample(rng, m, bf=True, reverse=True),
+                _recurrence_sample(rng, m, bias=False),
+                _recurrence_sample(rng, m, n=3, batch_sizes=np.array([3, 2, 1])),
+                _recurrence_sample(rng, m, n=3, reverse=True, batch_sizes=np.array([3, 3, 1])),
+                _recurrence_sample(rng, m, grad=[0]),              # frozen weights, states
+                _recurrence_sample(rng, m, grad=[1, 4])]
+    return out
+
+
+def _activation_of(rng):
+    """activation_of(z, a, kind): its value is `a`, its derivative the activation's at a,
+    so finite differences see it only where a = kind(z): `prep` computes a from z (a
+    parameter, not an input: its history is not followed). relu's z away from 0."""
+    z = normal(rng, (3, 4))
+    z = np.where(np.abs(z) < 0.2, 0.5, z)
+    return [Sample(z, prep=lambda a, k=kind: [a[0], getattr(a[0], k)()], kind=kind)
+            for kind in ("sigmoid", "tanh", "relu")]
+
+
 INTERNAL = {"scaled_dot_product_attention": _attention, "batch_norm": _normalize_channels,
             "dropout": _apply_mask, "embedding_backward": _embedding_backward,
+            "recurrence": _recurrence, "activation_of": _activation_of,
             **_LOSSES}  # the losses' fused nodes (tests/samples_nn_losses.py)

@@ -23,7 +23,7 @@ from samples_nn_layers import INTERNAL
 
 import parallel_autograd as pa
 import parallel_autograd.nn.functional as F
-from parallel_autograd.primitive import REGISTRY, defop
+from parallel_autograd.primitive import REGISTRY, Saved, defop
 
 
 def leaf(a):
@@ -52,6 +52,46 @@ def test_an_input_after_a_parameter_is_passed_by_name():
     np.testing.assert_array_equal(gx, [30.0, 40.0])
     np.testing.assert_array_equal(gw, [10.0, 20.0])
     assert pa.gradgradcheck(lambda a, b: _scaled(a, 0.5, b), [x, w])
+
+
+@defop(inputs=("x", "w"), formula=(lambda g, ans, x, w, k: g * w * k,
+                                   lambda g, ans, x, w, k: g * x * k),
+       kernel=(lambda g, ans, x, w, asked, k: g * w * k,
+               lambda g, ans, x, w, asked, k: g * x * k), export=False)
+def _scaled_asking(k, x, w, *, needs_input_grad):
+    """x * w * k, keeping which inputs take a gradient (an extra, `Saved`)."""
+    return Saved(x * w * k, tuple(needs_input_grad))
+
+
+def test_an_input_after_a_parameter_gets_needs_input_grad():
+    # inputs after another parameter (recurrence(mode, xp, ...)) and needs_input_grad: the
+    # forward was called by name without it (TypeError: missing needs_input_grad)
+    x, w = leaf([1.0, 2.0]), pa.tensor([3.0, 4.0])
+    y = _scaled_asking(10.0, x, w)
+    assert y.grad_fn.saved[-1] == (True, False)
+    (gx,) = pa.grad(y.sum(), [x])
+    np.testing.assert_array_equal(gx, [30.0, 40.0])
+    with pa.no_grad():
+        assert _scaled_asking(2.0, x, w).grad_fn is None
+
+
+@defop(formula=lambda g, ans, x, k: g * k, formula_extras=True, export=False)
+def _squared_keeping_its_slope(x):
+    """x^2, keeping its slope 2x (an extra) and not x: the formula reads the extra."""
+    return Saved(x * x, 2.0 * x)
+
+
+def test_a_formula_may_take_the_extras():
+    # formula_extras: the formula gets the forward's extras after the inputs at first order
+    # (no kernel: the formula on arrays) and under create_graph (constants there); x, which
+    # no rule reads, is not kept
+    x = leaf([1.0, -2.0, 3.0])
+    y = _squared_keeping_its_slope(x)
+    assert y.grad_fn.saved[1] is None
+    np.testing.assert_array_equal(pa.grad(y.sum(), [x])[0], [2.0, -4.0, 6.0])
+    y = _squared_keeping_its_slope(x)
+    (gx,) = pa.grad(y.sum(), [x], create_graph=True)
+    np.testing.assert_array_equal(gx.numpy(), [2.0, -4.0, 6.0])
 
 
 @defop(formula=lambda g, ans, x: g * 2.0, unsaved=("x", "result"), export=False)
@@ -95,7 +135,8 @@ def test_families_are_named_after_their_modules():
 
 # ---- the internal ops: the registry's checks ---------------------------------------------------
 # the layer families (the spatial ones' internal ops: tests/test_nn_spatial.py)
-LAYER_FAMILIES = ("attention", "dropout", "embedding", "linear", "losses", "norms")
+LAYER_FAMILIES = ("attention", "dropout", "embedding", "linear", "losses", "norms",
+                  "recurrent")
 
 
 def _internal():

@@ -1,11 +1,13 @@
 """pa.nn.RNN / LSTM / GRU: PyTorch's state dicts load as they are and give the same
 outputs and gradients (inputs, initial states, every parameter); gradcheck and
-gradgradcheck (the recurrence node's differentiable twin); the graph does not grow
+gradgradcheck (the recurrence op's formula); the graph does not grow
 per time step; the parallel engine is bitwise the sequential one; bad input."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import op_samples  # noqa: F401, I001  (first: it imports the samples modules)
+from samples_nn_layers import recurrence_cases
 from threadpoolctl import threadpool_limits
 
 import parallel_autograd as pa
@@ -239,15 +241,31 @@ def test_bad_input_raises_before_recording():
 
 
 def test_recurrence_node_keeps_no_projection_and_frees_after_backward():
-    # the node saves the gates, the cell states and its output, not its input
+    # the node saves the gates, the cell states, its output and its other inputs, not the
+    # projections (a placeholder: zero strides, one element; the formula replays the steps
+    # from the saved gates, `activation_of`)
     m = nn.LSTM(3, 4)
     out, (h, c) = m(pa.randn(6, 2, 3, seed=0))
-    node = [n for n in _nodes(out) if n.name == "lstm"][0]
-    saved_bytes = sum(a.nbytes for a in node.saved if isinstance(a, np.ndarray))
+    node = [n for n in _nodes(out) if n.name == "recurrence"][0]
+    assert node.saved[1].shape == (6, 2, 16) and not any(node.saved[1].strides)
+    saved_bytes = sum(a.nbytes for a in node.saved
+                      if isinstance(a, np.ndarray) and any(a.strides))
     # gates (T, N, 4H), cells (T, N, H), output (T+1, N, H), h0, c0, W_hh, b_hh
     assert saved_bytes == (6 * 2 * 16 + 6 * 2 * 4 + 7 * 2 * 4 + 2 * 2 * 4 + 16 * 4 + 16) * 8
     out.sum().backward()
     assert node.saved is None
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("check", ["test_gradcheck_and_gradgradcheck",
+                                   "test_kernel_equals_formula_at_first_order",
+                                   "test_both_engines_agree_bitwise"])
+def test_recurrence_every_case_passes_the_registry_checks(check, monkeypatch):
+    # every mode: time-major and batch_first, reverse, no b_hh, packed forwards and in
+    # reverse, inputs without gradient (tests/test_nn_declared.py: the fast lane's cases)
+    import test_registry as registry                  # noqa: PLC0415  (its checks, reused)
+    monkeypatch.setitem(registry.SAMPLES, "recurrence", recurrence_cases)
+    getattr(registry, check)(recurrence.op)
 
 
 def _nodes(t):

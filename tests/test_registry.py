@@ -107,13 +107,16 @@ def _check_kernel(node, op, where: str, shape: tuple) -> None:
     params = node.kwargs or {}
     saved = node.saved
     n = len(node.next_nodes) if op.variadic else len(op.inputs)  # (cat: one per tensor)
+    seen = saved if op.formula_extras else saved[:n + 1]  # (what the formulas get)
     if isinstance(op.formulas, Joint):
         kernel = node.joint(g, *saved, **params)
-        formula = op.formulas.fn(g, *saved[:n + 1], **params)
-        pairs = list(zip(kernel, formula))
+        formula = op.formulas.fn(g, *seen, **params)
+        # (a kernel may skip the inputs that take no gradient: needs_input_grad)
+        pairs = [kf for kf, nxt in zip(zip(kernel, formula), node.next_nodes)
+                 if nxt is not None]
     else:
         pairs = [(node.vjps[i](g, *saved, **params),
-                  op.formulas[i](g, *saved[:n + 1], **params))
+                  op.formulas[i](g, *seen, **params))
                  for i in range(n) if node.vjps[i] is not None]
     for k, f in pairs:
         if k is None and f is None:

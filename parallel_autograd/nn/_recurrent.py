@@ -6,14 +6,15 @@ direction makes three kinds of node:
 
 - the input projection of every time step, `linear(x, W_ih, b_ih)`: one GEMM over the
   whole sequence (and one GEMM each for its gradients);
-- `recurrence(mode, xp, h0, c0, W_hh, b_hh)`: the loop over time. Each step is one GEMM
-  (`h @ W_hh^T`) and one fused elementwise kernel (`_lstm_forward`, ...); the node keeps
-  the activated gates and, for the LSTM, the cell states. Its rule runs the steps
-  backwards, each one fused kernel and one GEMM (`dz @ W_hh`), writing the gates'
-  gradients for all steps into one array, which is the projection's gradient; W_hh's
-  gradient is then one GEMM over the whole sequence, its bias's one reduction (the
-  GRU's hidden projection has another gradient in its n gate, dn r, kept apart: two
-  GEMMs a step and two over the sequence, one for the r,z rows and one for the n rows);
+- `recurrence(mode, xp, h0, c0, W_hh, b_hh)`: the loop over time, a declared op
+  (`defop`). Each step is one GEMM (`h @ W_hh^T`) and one fused elementwise kernel
+  (`_lstm_forward`, ...); the forward keeps, as extras (`Saved`), the activated gates
+  and, for the LSTM, the cell states. Its kernel runs the steps backwards, each one fused
+  kernel and one GEMM (`dz @ W_hh`), writing the gates' gradients for all steps into one
+  array, which is the projection's gradient; W_hh's gradient is then one GEMM over the
+  whole sequence, its bias's one reduction (the GRU's hidden projection has another
+  gradient in its n gate, dn r, kept apart: two GEMMs a step and two over the sequence,
+  one for the r,z rows and one for the n rows);
 - slices of its output (the outputs, the last state) and, between layers, dropout.
 
 So the graph has a constant number of nodes per layer and direction, whatever the
@@ -29,9 +30,13 @@ n = tanh(W_in x + b_in + r * (W_hn h + b_hn)), RNN tanh or relu. Arithmetic: gat
 (h W_hh^T + b_hh) + (x W_ih^T + b_ih); c' = f c + i g, h' = o tanh(c'); GRU
 h' = n + z (h - n) (PyTorch's CPU kernels' order); sigmoid = 1 / (1 + exp(-x)).
 
-`create_graph=True`: the rule's differentiable twin (`_recurrence_graph`) replays the
-steps with ops (the gates as `_activation_of` the saved activations) and runs the same
-backward recursion with ops, so the gradients it returns can be differentiated again.
+The formula (`_recurrence_formula`, create_graph and the registry's kernel == formula
+check) gets the forward's extras too (`defop(formula_extras=True)`): it replays the steps
+with ops, each gate `activation_of(z, saved activation)` (value: the saved one;
+derivative: the activation's at it), so the projections' value is never read: xp is
+declared `unsaved`, the node keeps a placeholder (a Tensor routed to xp's node under
+create_graph carries the graph), not the (T, N, G*H) array. Then it runs the same backward
+recursion with ops, so its gradients differentiate again to any order.
 
 Thread safety: pure functions of their arguments; every call allocates its own buffers.
 """
@@ -42,13 +47,12 @@ import numpy as np
 from .. import memory
 from ..engine.cost import gemm_cost
 from ..memory import empty as _empty
-from ..ops.forms import graph_input
 from ..ops import pointwise as E
 from ..ops import linalg as L
 from ..ops import reduce as R
 from ..ops import shape as S
 from ..ops._common import const as _t
-from ..primitive import primitive, record
+from ..primitive import Joint, Saved, defop
 from ..tensor import Tensor
 from . import functional as F
 
@@ -69,20 +73,6 @@ def _sigmoid_(a: np.ndarray) -> None:
         np.exp(a, out=a)
     a += 1
     np.reciprocal(a, out=a)
-
-
-class _Spec:
-    """What a recurrence node's rule needs besides arrays."""
-
-    __slots__ = ("mode", "reverse", "batch_first", "inputs", "need", "xp_shape", "xp_dtype",
-                 "sizes")
-
-    def __init__(self, mode, reverse, batch_first, inputs, need, xp_shape, xp_dtype,
-                 sizes=None):
-        self.mode, self.reverse, self.batch_first = mode, reverse, batch_first
-        self.inputs, self.need = inputs, need            # input names, needs a gradient
-        self.xp_shape, self.xp_dtype = xp_shape, xp_dtype
-        self.sizes = sizes                               # rows alive per step, or None
 
 
 def _tm(a, batch_first: bool):
@@ -323,54 +313,8 @@ def _rnn_backward(gy, dx, y, h0, w, order, need_h0, relu: bool, sizes=None):
     return dh, None
 
 
-# ---- the node -------------------------------------------------------------------------------
-def recurrence(mode: str, xp, h0, c0, w_hh, b_hh=None, reverse: bool = False,
-               batch_first: bool = False, batch_sizes=None) -> Tensor:
-    """The time loop of one recurrent layer and direction, as one node.
-
-    `xp` (T, N, G*H) (or (N, T, G*H) with `batch_first`) is the input projection of every
-    step, `x W_ih^T + b_ih`; `h0` and (LSTM) `c0` are (N, H); `w_hh` (G*H, H), `b_hh`
-    (G*H,) or None; G = `GATES[mode]`, mode one of "LSTM", "GRU", "RNN_TANH", "RNN_RELU".
-    `reverse` processes the steps from the last to the first. Returns the hidden state
-    after each step, (T, N, H) at each step's time index, and for the LSTM one more row
-    (index T) holding the last cell state: (T + 1, N, H) (time on axis 1 with
-    `batch_first`).
-
-    `batch_sizes` (T non-increasing ints, time-major only): packed sequences sorted by
-    decreasing length, only the first batch_sizes[t] rows alive at step t. A step then
-    computes those rows and carries the others' state unchanged (a copy), so row T - 1
-    (row 0 in reverse) holds every sequence's last state and the carried rows' gradients
-    pass through; their projections get a zero gradient.
-    """
-    if mode not in GATES:
-        raise ValueError(f"recurrence: mode must be one of {sorted(GATES)}, got {mode!r}")
-    lstm, name = mode == "LSTM", mode.lower()
-    x, h, w = _raw(xp), _raw(h0), _raw(w_hh)
-    c = _raw(c0) if lstm else None
-    b = None if b_hh is None else _raw(b_hh)
-    xt = _tm(_check_inputs(name, GATES[mode], x, h, c, w, b, batch_first), batch_first)
-    T, n, H = xt.shape[0], xt.shape[1], w.shape[1]
-    dtype = np.result_type(x, h, w, *(() if c is None else (c,)), *(() if b is None else (b,)))
-    if dtype.kind != "f":
-        raise TypeError(f"{name}: expected floating inputs, got {dtype}")
-    sizes = _check_sizes(name, batch_sizes, T, n, batch_first)
-    order = _order(T, reverse)
-    y = _empty((n, T + lstm, H) if batch_first else (T + lstm, n, H), dtype)
-    yt = _tm(y, batch_first)
-    if lstm:
-        a1, a2 = _lstm_forward(xt, yt, h, c, w, b, order, dtype, sizes)
-    elif mode == "GRU":
-        a1, a2 = _gru_forward(xt, yt, h, None, w, b, order, dtype, sizes)
-    else:
-        a1, a2 = _rnn_forward(xt, yt, h, None, w, b, order, dtype, mode == "RNN_RELU", sizes)
-    names = ("xp", "h0") + (("c0",) if lstm else ()) + ("w",) + (("b",) if b is not None else ())
-    inputs = (xp, h0) + ((c0,) if lstm else ()) + (w_hh,) + ((b_hh,) if b is not None else ())
-    need = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs)
-    spec = _Spec(mode, reverse, batch_first, names, need, x.shape, x.dtype, sizes)
-    # backward: T GEMMs (N, G*H) @ (G*H, H), one (G*H, T*N) @ (T*N, H), ~20 passes a step
-    return record(name, y, inputs, joint=_recurrence_vjp,
-                  saved=(a1, a2, y, h, c, w, b, spec),
-                  cost=gemm_cost(x.size, H) + 20 * x.size, threaded=True)
+# ---- the first-order kernel ------------------------------------------------------------------
+INPUTS = ("xp", "h0", "c0", "w_hh", "b_hh")  # the op's differentiable inputs, in order
 
 
 def _check_inputs(name: str, gates: int, x, h, c, w, b, batch_first: bool):
@@ -396,7 +340,7 @@ def _check_sizes(name: str, batch_sizes, T: int, n: int, batch_first: bool):
     """`batch_sizes` as an int64 array (None stays None), checked."""
     if batch_sizes is None:
         return None
-    s = np.asarray(batch_sizes._data if isinstance(batch_sizes, Tensor) else batch_sizes)
+    s = np.asarray(batch_sizes)
     if (batch_first or s.shape != (T,) or s.dtype.kind not in "iu" or (T and (
             s[0] != n or s[-1] < 1 or np.any(np.diff(s) > 0)))):
         raise ValueError(f"{name}: batch_sizes must be {T} non-increasing positive ints "
@@ -404,13 +348,13 @@ def _check_sizes(name: str, batch_sizes, T: int, n: int, batch_first: bool):
     return s.astype(np.int64)
 
 
-def _previous_states(y, h0, T: int, spec, dt) -> np.ndarray:
+def _previous_states(y, h0, xp_shape: tuple, bf: bool, reverse: bool, dt) -> np.ndarray:
     """The hidden state before each step, stacked in the projections' layout ((T, N, H),
     or (N, T, H) with batch_first): W_hh's GEMM operand. One copy of the states."""
-    bf = spec.batch_first
-    hp = _empty(spec.xp_shape[:2] + (y.shape[-1],), dt)
+    hp = _empty(xp_shape[:2] + (y.shape[-1],), dt)
     hpt, yt = _tm(hp, bf), _tm(y, bf)
-    if spec.reverse:
+    T = hpt.shape[0]
+    if reverse:
         hpt[T - 1] = h0
         hpt[:T - 1] = yt[1:T]
     else:
@@ -447,45 +391,57 @@ def _hidden_param_grads(dx, dnr, hp, w, need_b: bool) -> tuple:
     return dw, db
 
 
-def _recurrence_vjp(g, a1, a2, y, h0, c0, w, b, spec):
+def _recurrence_kernel(g, y, xp, h0, c0, w, b, a1, a2, needs, mode, reverse, batch_first,
+                       batch_sizes):
     # The steps backwards (the kernels above), the projections' gradient written in place
     # for all steps (it is the returned array), then W_hh's gradient as one GEMM of the
     # gates' gradients (T*N, G*H)^T against the previous hidden states (T*N, H), stacked
     # in the same layout, and b_hh's as one reduction. The GRU's hidden projection has
     # the projections' gradient but for the n gate (times r there): only that third is
-    # kept (`dnr`, T*N*H), and W_hh's r,z rows and n rows are two GEMMs.
-    mode, bf, need = spec.mode, spec.batch_first, dict(zip(spec.inputs, spec.need))
-    T, H = len(y) if not bf else y.shape[1], w.shape[1]
-    T -= mode == "LSTM"
-    order = _order(T, spec.reverse)
+    # kept (`dnr`, T*N*H), and W_hh's r,z rows and n rows are two GEMMs. `a1`, `a2`:
+    # the forward's extras (the activated gates, the LSTM's cells or the GRU's W_hn h +
+    # b_hn); `needs`: the forward's needs_input_grad (what is not asked is not computed).
+    bf, need = batch_first, dict(zip(INPUTS, needs))
+    xp_shape, H = np.shape(xp), w.shape[1]
+    T = xp_shape[1] if bf else xp_shape[0]
+    order = _order(T, reverse)
     dt = np.result_type(g, w)
-    dx = _empty(spec.xp_shape, dt)
+    dx = _empty(xp_shape, dt)
     gy, dxt, yt = _tm(g, bf), _tm(dx, bf), _tm(y, bf)
     dnr = None
-    sizes = spec.sizes
+    sizes = None if batch_sizes is None else np.asarray(batch_sizes)
     if mode == "LSTM":
         dh, dc = _lstm_backward(gy, dxt, a1, a2, yt, h0, c0, w, order, need["h0"], sizes)
     elif mode == "GRU":
-        dnr = _empty(spec.xp_shape[:2] + (H,), dt)   # the n gate's part, in dx's layout
+        dnr = _empty(xp_shape[:2] + (H,), dt)        # the n gate's part, in dx's layout
         dh, dc = _gru_backward(gy, dxt, _tm(dnr, bf), a1, a2, yt, h0, w, order,
                                need["h0"], sizes)
     else:
         dh, dc = _rnn_backward(gy, dxt, yt, h0, w, order, need["h0"], mode == "RNN_RELU",
                                sizes)
     dw = db = None
-    if need["w"] or need.get("b"):
-        hp = _previous_states(y, h0, T, spec, dt) if need["w"] else None
+    need_b = b is not None and need["b_hh"]
+    if need["w_hh"] or need_b:
+        hp = _previous_states(y, h0, xp_shape, bf, reverse, dt) if need["w_hh"] else None
         dw, db = _hidden_param_grads(dx.reshape(-1, w.shape[0]),
                                      None if dnr is None else dnr.reshape(-1, H),
-                                     None if hp is None else hp.reshape(-1, H), w,
-                                     bool(need.get("b")))
-    grads = {"xp": dx if need["xp"] else None, "h0": dh if need["h0"] else None,
-             "c0": dc, "w": dw, "b": db}
-    return tuple(grads[k] for k in spec.inputs)
+                                     None if hp is None else hp.reshape(-1, H), w, need_b)
+    return (dx if need["xp"] else None, dh if need["h0"] else None,
+            dc if mode == "LSTM" and need["c0"] else None, dw, db)
 
 
-# ---- the differentiable twin (create_graph) ----------------------------------------------
-def _activation_rule(g, ans, z, a, kind):
+# ---- a gate whose value the forward has: its derivative without its input's value -----------
+ACTIVATIONS = ("sigmoid", "tanh", "relu")
+
+
+def _activation_formula(g, ans, z, a, kind):
+    """The activation's derivative at its value `ans` (= a)."""
+    if kind == "relu":
+        return g * (_raw(ans) > 0)
+    return g * (ans * (1 - ans)) if kind == "sigmoid" else g * (1 - ans * ans)
+
+
+def _activation_kernel(g, ans, z, a, kind):
     if kind == "relu":
         return g * (ans > 0)
     t = np.subtract(1, ans) if kind == "sigmoid" else np.subtract(1, ans * ans)
@@ -495,43 +451,44 @@ def _activation_rule(g, ans, z, a, kind):
     return t
 
 
-# sigmoid / tanh / relu of z whose value the forward already has (`a`, saved by the
-# recurrence node): its rule is the activation's at ans = a, so the replay needs only
-# the graph of z, not its value
-_activation_of = primitive("activation", lambda z, a, kind: a, _activation_rule)
+@defop(formula=_activation_formula, kernel=_activation_kernel, export=False)
+def activation_of(z: Tensor, a: Tensor, kind: str) -> Tensor:
+    """`kind` ("sigmoid", "tanh" or "relu") of `z`, whose value `a` the caller has
+    already (the recurrence's saved gates): the value is `a` itself, the derivative the
+    activation's at `a`, so z's value is never read (no rule loads it: its node keeps
+    none) and z may be a placeholder carrying only the graph (the recurrence's formula
+    replays its steps so, without the projections). Correct only where a = kind(z)."""
+    if kind not in ACTIVATIONS:
+        raise ValueError(f"kind must be one of {ACTIVATIONS}, got {kind!r}")
+    if np.shape(z) != np.shape(a):
+        raise ValueError(f"z of shape {np.shape(z)} and its value a of shape "
+                         f"{np.shape(a)} differ")
+    return a
 
 
-def _activation_graph(g, ans, z, a, kind):
-    if kind == "relu":
-        return g * (ans._data > 0)
-    return g * (ans * (1 - ans)) if kind == "sigmoid" else g * (1 - ans * ans)
-
-
-_activation_rule.graph = _activation_graph
-
-
+# ---- the formula: the forward replayed from the saved gates, the backward recursion, ops ------
 def _replay_step(mode: str, xt, hp, a, h, c, y_t, H: int) -> tuple:
-    """One forward step on Tensors, each gate `_activation_of` its saved value:
-    (what the backward step needs, the new h, the new c)."""
+    """One forward step on Tensors, each gate `activation_of` its saved value `a` (the
+    step's row of the activated gates; the RNN's: its output `y_t`), so the projection
+    `xt` carries the graph only: (what the backward step needs, the new h, the new c)."""
     if mode == "LSTM":
         z = xt + hp
-        i, f, gg, o = (_activation_of(z[:, k * H:(k + 1) * H], a[:, k * H:(k + 1) * H],
-                                      kind="tanh" if k == 2 else "sigmoid")
-                       for k in range(4))
+        i, f, gg, o = (activation_of(z[:, k * H:(k + 1) * H], a[:, k * H:(k + 1) * H],
+                                     "tanh" if k == 2 else "sigmoid") for k in range(4))
         cn = f * c + i * gg
         tc = E.tanh(cn)
         return (h, c, i, f, gg, o, tc), o * tc, cn
     if mode == "GRU":
-        r = _activation_of(xt[:, :H] + hp[:, :H], a[:, :H], kind="sigmoid")
-        z = _activation_of(xt[:, H:2 * H] + hp[:, H:2 * H], a[:, H:2 * H], kind="sigmoid")
+        r = activation_of(xt[:, :H] + hp[:, :H], a[:, :H], "sigmoid")
+        z = activation_of(xt[:, H:2 * H] + hp[:, H:2 * H], a[:, H:2 * H], "sigmoid")
         hn = hp[:, 2 * H:]
-        nt = _activation_of(xt[:, 2 * H:] + r * hn, a[:, 2 * H:], kind="tanh")
+        nt = activation_of(xt[:, 2 * H:] + r * hn, a[:, 2 * H:], "tanh")
         return (h, r, z, nt, hn), nt + z * (h - nt), c
-    hy = _activation_of(xt + hp, y_t, kind="relu" if mode == "RNN_RELU" else "tanh")
+    hy = activation_of(xt + hp, y_t, "relu" if mode == "RNN_RELU" else "tanh")
     return (h, hy), hy, c
 
 
-def _back_step(mode: str, step: tuple, dht, dc, y_t) -> tuple:
+def _back_step(mode: str, step: tuple, dht, dc) -> tuple:
     """One backward step with ops: (gradient of the input projection, of the hidden
     projection, the carried cell gradient, the direct term of dh (GRU) or None)."""
     if mode == "LSTM":
@@ -548,51 +505,55 @@ def _back_step(mode: str, step: tuple, dht, dc, y_t) -> tuple:
         return (S.concat([dr, dzz, dn], axis=-1), S.concat([dr, dzz, dn * r], axis=-1),
                 dc, dht * z)
     _, hy = step
-    d = dht * (y_t > 0) if mode == "RNN_RELU" else dht * (1 - hy * hy)
+    d = dht * (_raw(hy) > 0) if mode == "RNN_RELU" else dht * (1 - hy * hy)
     return d, d, dc, None
 
 
-def _recurrence_graph(g, node):
-    """The recurrence's rule with ops on Tensors: the forward replayed step by step (the
-    gates from the saved activations, `_activation_of`), then the backward recursion."""
-    a1, a2, y, h0, c0, w, b, spec = node.saved
-    idx = {k: i for i, k in enumerate(spec.inputs)}
-    mode, bf = spec.mode, spec.batch_first
-    # the projections' values are never read (each gate is `_activation_of` its saved
-    # value): a zero placeholder routed to their node carries the graph
-    xp = graph_input(node, 0, np.broadcast_to(np.zeros((), spec.xp_dtype), spec.xp_shape))
-    X = S.swapaxes(_t(xp), 0, 1) if bf else _t(xp)
-    G = S.swapaxes(_t(g), 0, 1) if bf else _t(g)
-    h = _t(graph_input(node, idx["h0"], h0))
-    c = _t(graph_input(node, idx["c0"], c0)) if "c0" in idx else None
-    W = _t(graph_input(node, idx["w"], w))
-    bt = graph_input(node, idx["b"], b) if "b" in idx else None
-    T, H = X.shape[0], w.shape[1]
-    order = _order(T, spec.reverse)
-    yt = _tm(y, bf)
-    Wt = S.swapaxes(W, -1, -2)
-    n, sizes = X.shape[1], spec.sizes
-    steps, hprevs = [], [None] * T
-    for t in order:                                       # the forward, replayed
+def _replay(mode: str, X, h, c, Wt, bt, gates, yt, order: list, sizes) -> tuple:
+    """The forward replayed with ops (the gates: `gates`, the saved activations, time
+    major; the RNN's: its outputs `yt`), steps in processing order: (each step's values
+    for the backward, the hidden state before each step by time index)."""
+    n, H = X.shape[1], Wt.shape[0]
+    steps, hprevs = [], [None] * len(order)
+    for t in order:
         m = _alive(sizes, t, n)
         hprevs[t] = h
         hp = L.matmul(_rows(h, m, n), Wt)
         if bt is not None:
             hp = hp + bt
         step, hm, cm = _replay_step(mode, _rows(X[t], m, n), hp,
-                                    None if a1 is None else a1[t][:m], _rows(h, m, n),
+                                    None if gates is None else gates[t][:m], _rows(h, m, n),
                                     None if c is None else _rows(c, m, n), yt[t][:m], H)
         steps.append(step)
         h, c = _join(hm, h, m, n), (None if c is None else _join(cm, c, m, n))
-    dh, dc = None, (G[T] if mode == "LSTM" else None)
+    return steps, hprevs
+
+
+def _recurrence_formula(g, ans, xp, h0, c0, w_hh, b_hh, a1, a2, needs, mode, reverse,
+                        batch_first, batch_sizes):
+    """The recurrence's derivative with ops (differentiable again): the forward replayed
+    from the inputs and the forward's extras (`formula_extras`: `a1` the activated gates,
+    each gate `activation_of` its saved value), then the backward recursion, then W_hh's
+    and b_hh's gradients over the whole sequence. `xp` is a placeholder (`unsaved`): its
+    value is never read, only its graph (its gradient's route) is."""
+    bf, lstm = batch_first, mode == "LSTM"
+    X = S.swapaxes(_t(xp), 0, 1) if bf else _t(xp)
+    G = S.swapaxes(_t(g), 0, 1) if bf else _t(g)
+    W = _t(w_hh)
+    T, n, H = X.shape[0], X.shape[1], W.shape[1]
+    order = _order(T, reverse)
+    sizes = None if batch_sizes is None else np.asarray(batch_sizes)
+    steps, hprevs = _replay(mode, X, _t(h0), _t(c0) if lstm else None, S.swapaxes(W, -1, -2),
+                            None if b_hh is None else _t(b_hh), a1, _tm(_raw(ans), bf),
+                            order, sizes)
+    dh, dc = None, (G[T] if lstm else None)
     dxs, dpres = [None] * T, [None] * T
-    for k in range(T - 1, -1, -1):                        # the backward, with ops
+    for k in range(T - 1, -1, -1):
         t = order[k]
         m = _alive(sizes, t, n)
         dht = G[t] if dh is None else G[t] + dh
         dx_m, dpre_m, dc_m, direct = _back_step(
-            mode, steps[k], _rows(dht, m, n), None if dc is None else _rows(dc, m, n),
-            yt[t][:m])
+            mode, steps[k], _rows(dht, m, n), None if dc is None else _rows(dc, m, n))
         dh_m = L.matmul(dpre_m, W)
         if direct is not None:
             dh_m = dh_m + direct
@@ -604,14 +565,10 @@ def _recurrence_graph(g, node):
     axis = 1 if bf else 0
     dx = S.stack(dxs, axis=axis)
     dpre = dx if mode != "GRU" else S.stack(dpres, axis=axis)
-    grads = {"xp": dx, "h0": dh, "c0": dc}
-    grads["w"] = L.matmul(S.swapaxes(S.reshape(dpre, (-1, w.shape[0])), 0, 1),
-                          S.reshape(S.stack(hprevs, axis=axis), (-1, H)))
-    grads["b"] = R.sum(dpre, axis=(0, 1))
-    return tuple(grads[k] for k in spec.inputs)
-
-
-_recurrence_vjp.graph = _recurrence_graph
+    dw = L.matmul(S.swapaxes(S.reshape(dpre, (-1, W.shape[0])), 0, 1),
+                  S.reshape(S.stack(hprevs, axis=axis), (-1, H)))
+    db = None if b_hh is None else R.sum(dpre, axis=(0, 1))
+    return dx, dh, dc, dw, db
 
 
 def _rows(t: Tensor, m: int, n: int) -> Tensor:
@@ -628,6 +585,59 @@ def _join(head: Tensor, full: Tensor, m: int, n: int) -> Tensor:
 def _zero_rows(head: Tensor, m: int, n: int) -> Tensor:
     return head if m == n else S.concat(
         [head, np.zeros((n - m,) + tuple(head.shape[1:]), head.dtype)], 0)
+
+
+# ---- the op ---------------------------------------------------------------------------------
+def _recurrence_cost(ans, xp, h0, c0, w_hh, *rest, **params):
+    # backward: T GEMMs (N, G*H) @ (G*H, H), one (G*H, T*N) @ (T*N, H), ~20 passes a step
+    return gemm_cost(np.size(xp), np.shape(w_hh)[1]) + 20 * np.size(xp)
+
+
+# the formulas get the extras (the gates) and the projections' value is read by no rule:
+# the node keeps a placeholder of xp (`unsaved`), not the (T, N, G*H) array
+@defop(inputs=INPUTS, formula=Joint(_recurrence_formula), kernel=Joint(_recurrence_kernel),
+       export=False, cost=_recurrence_cost, threaded=True, formula_extras=True,
+       unsaved=("xp",))
+def recurrence(mode: str, xp: Tensor, h0: Tensor, c0: Tensor | None, w_hh: Tensor,
+               b_hh: Tensor | None = None, reverse: bool = False, batch_first: bool = False,
+               batch_sizes: Tensor | None = None, *, needs_input_grad=(True,) * 5) -> Tensor:
+    """The time loop of one recurrent layer and direction, as one node.
+
+    `xp` (T, N, G*H) (or (N, T, G*H) with `batch_first`) is the input projection of every
+    step, `x W_ih^T + b_ih`; `h0` and (LSTM) `c0` are (N, H); `w_hh` (G*H, H), `b_hh`
+    (G*H,) or None; G = `GATES[mode]`, mode one of "LSTM", "GRU", "RNN_TANH", "RNN_RELU".
+    `reverse` processes the steps from the last to the first. Returns the hidden state
+    after each step, (T, N, H) at each step's time index, and for the LSTM one more row
+    (index T) holding the last cell state: (T + 1, N, H) (time on axis 1 with
+    `batch_first`).
+
+    `batch_sizes` (T non-increasing ints, time-major only): packed sequences sorted by
+    decreasing length, only the first batch_sizes[t] rows alive at step t. A step then
+    computes those rows and carries the others' state unchanged (a copy), so row T - 1
+    (row 0 in reverse) holds every sequence's last state and the carried rows' gradients
+    pass through; their projections get a zero gradient.
+    """
+    if mode not in GATES:
+        raise ValueError(f"recurrence: mode must be one of {sorted(GATES)}, got {mode!r}")
+    lstm, name = mode == "LSTM", mode.lower()
+    x, h, w, b = xp, h0, w_hh, b_hh
+    c = c0 if lstm else None
+    xt = _tm(_check_inputs(name, GATES[mode], x, h, c, w, b, batch_first), batch_first)
+    T, n, H = xt.shape[0], xt.shape[1], w.shape[1]
+    dtype = np.result_type(x, h, w, *(() if c is None else (c,)), *(() if b is None else (b,)))
+    if dtype.kind != "f":
+        raise TypeError(f"{name}: expected floating inputs, got {dtype}")
+    sizes = _check_sizes(name, batch_sizes, T, n, batch_first)
+    order = _order(T, reverse)
+    y = _empty((n, T + lstm, H) if batch_first else (T + lstm, n, H), dtype)
+    yt = _tm(y, batch_first)
+    if lstm:
+        a1, a2 = _lstm_forward(xt, yt, h, c, w, b, order, dtype, sizes)
+    elif mode == "GRU":
+        a1, a2 = _gru_forward(xt, yt, h, None, w, b, order, dtype, sizes)
+    else:
+        a1, a2 = _rnn_forward(xt, yt, h, None, w, b, order, dtype, mode == "RNN_RELU", sizes)
+    return Saved(y, a1, a2, tuple(needs_input_grad))
 
 
 # ---- whole layers ---------------------------------------------------------------------------

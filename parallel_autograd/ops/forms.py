@@ -56,7 +56,10 @@ def graph_grads(node, g: Tensor, mask=None) -> list:
 def run_formulas(node, op, g, mask=None) -> list:
     """`op`'s formulas for `node` (unfitted: at the output's shape or the input's)."""
     formulas = op.formulas
-    saved = graph_saved(node, len(node.next_nodes))  # (cat: one per tensor)
+    n = len(node.next_nodes)  # (cat: one per tensor)
+    saved = graph_saved(node, n)
+    if op.formula_extras:  # the forward's extras (`Saved`), as the kernels get them
+        saved += node.saved[n + 1:]
     params = node.kwargs or {}
     if isinstance(formulas, Joint):
         grads = formulas.fn(g, *saved, **params)
